@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages turbospark needs to build and test, if any is missing.
+# Idempotent: does nothing when everything is present. Needs root (or sudo) to install.
+set -euo pipefail
+
+packages=(
+  cmake            # build system (>= 3.25)
+  make gcc         # compiler and driver
+  pkg-config       # finds cmocka
+  libcmocka-dev    # unit-test framework
+  libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
+  clang            # libFuzzer target and sanitizer builds
+  python3          # fixture and broken-file generators, oracle
+  python3-numpy    # oracle and .npy checks in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "turbospark: installing missing packages: ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO="sudo"
+else
+  echo "turbospark: these Debian packages are missing and this user cannot install them:" >&2
+  echo "  apt-get install -y ${missing[*]}" >&2
+  echo "Run that as root, then run make again." >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

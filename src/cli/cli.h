@@ -1,0 +1,8 @@
+/* The turbospark command-line front end: one function per subcommand. */
+#ifndef TS_CLI_H
+#define TS_CLI_H
+
+int ts_cmd_inspect(int argc, char **argv);
+int ts_cmd_devices(int argc, char **argv);
+
+#endif

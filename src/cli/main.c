@@ -1,0 +1,35 @@
+/* turbospark: subcommand dispatch. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"inspect", ts_cmd_inspect, "show a GGUF file's metadata, tensors and types; dump a tensor as .npy"},
+    {"devices", ts_cmd_devices, "list the backends of this build and the CUDA devices it sees"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: turbospark COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof *k_commands; i++)
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "\n'turbospark COMMAND --help' describes one command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof *k_commands; i++)
+        if (strcmp(argv[1], k_commands[i].name) == 0) return k_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "turbospark: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,20 @@
+/* Error reporting used by every library function.
+ *
+ * Convention (see DESIGN.md): a function that can fail returns an int status
+ * (0 = success, -1 = failure) and, on failure, writes one sentence a user can
+ * act on into the caller's buffer (err, errlen). err may be NULL. */
+#ifndef TS_COMMON_ERROR_H
+#define TS_COMMON_ERROR_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define TS_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TS_PRINTF(a, b)
+#endif
+
+/* Formats the message into err (truncating safely) and returns -1. */
+int ts_errf(char *err, size_t errlen, const char *fmt, ...) TS_PRINTF(3, 4);
+
+#endif

@@ -1,0 +1,30 @@
+// CUDA device discovery for `turbospark devices`: what the runtime sees, as sentences.
+// The first piece of the CUDA backend; the kernels (one per op, beside their CPU twins) follow.
+#include "cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+extern "C" int ts_cuda_list_devices(FILE *out, char *err, size_t errlen) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "no usable CUDA device: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    fprintf(out, "CUDA driver %d.%d, runtime %d.%d, %d device(s)\n", driver / 1000, driver % 1000 / 10,
+            runtime / 1000, runtime % 1000 / 10, n);
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        size_t free_b = 0, total_b = 0;
+        cudaSetDevice(i);
+        cudaMemGetInfo(&free_b, &total_b);
+        fprintf(out, "  %d: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f GiB free), L2 %.0f MiB\n", i, p.name, p.major, p.minor,
+                p.multiProcessorCount, total_b / 1073741824.0, free_b / 1073741824.0, p.l2CacheSize / 1048576.0);
+    }
+    return 0;
+}
