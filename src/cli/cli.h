@@ -4,5 +4,6 @@
 
 int ts_cmd_inspect(int argc, char **argv);
 int ts_cmd_devices(int argc, char **argv);
+int ts_cmd_synth(int argc, char **argv);
 
 #endif

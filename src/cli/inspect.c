@@ -6,6 +6,7 @@
 
 #include "common/npy.h"
 #include "gguf/gguf.h"
+#include "model/qwen4exp.h"
 #include "quant/quant.h"
 
 #include <inttypes.h>
@@ -117,6 +118,28 @@ static void print_summary(const ts_gguf *g) {
     }
 }
 
+/* For a qwen4exp file: whether the engine can bind it, and its shape in a line. */
+static void print_binding(const ts_gguf *g) {
+    char arch[64] = "", err[1024];
+    if (ts_gguf_get_str(g, "general.architecture", arch, sizeof arch, NULL, 0) || strcmp(arch, TS_ARCH) != 0) return;
+    ts_model *m;
+    if (ts_model_load(ts_gguf_path(g), &m, err, sizeof err)) {
+        printf("model         does NOT bind as qwen4exp: %s\n", err);
+        return;
+    }
+    const ts_hparams *hp = &m->hp;
+    uint32_t qsa = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) qsa += hp->kind[l] == TS_LAYER_QSA;
+    printf("model         qwen4exp binds: %" PRIu32 " layers (%" PRIu32 " GDN, %" PRIu32 " QSA)%s, hidden %" PRIu32
+           " x %" PRIu32 " streams, vocab %" PRIu32 ", %" PRIu32 " experts top-%" PRIu32, hp->n_layer,
+           hp->n_layer - qsa, qsa, hp->n_mtp ? " + MTP" : "", hp->n_embd, hp->hc_count, hp->n_vocab, hp->n_expert,
+           hp->n_expert_used);
+    if (qsa) printf(", QSA budget %" PRIu32 " tokens in blocks of %" PRIu32, hp->idx_top_k, hp->compress);
+    if (hp->ple_layer >= 0) printf(", PLE on layer %" PRId32 " (%" PRIu32 "-grams, %" PRIu32 " heads)", hp->ple_layer, hp->ple_n, hp->ple_nh);
+    printf("\n");
+    ts_model_free(m);
+}
+
 static void print_tensors(const ts_gguf *g) {
     printf("tensor list   (index, name, type, shape as ggml ne, bytes, offset in data section)\n");
     for (int64_t i = 0; i < ts_gguf_tensor_count(g); i++) {
@@ -211,6 +234,7 @@ int ts_cmd_inspect(int argc, char **argv) {
         rc = dump_tensor(g, dump, out);
     } else {
         print_summary(g);
+        print_binding(g);
         if (tensors) print_tensors(g);
     }
     ts_gguf_close(g);
