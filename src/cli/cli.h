@@ -5,5 +5,7 @@
 int ts_cmd_inspect(int argc, char **argv);
 int ts_cmd_devices(int argc, char **argv);
 int ts_cmd_synth(int argc, char **argv);
+int ts_cmd_logits(int argc, char **argv);
+int ts_cmd_generate(int argc, char **argv);
 
 #endif

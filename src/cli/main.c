@@ -12,6 +12,8 @@ typedef struct command {
 
 static const command k_commands[] = {
     {"inspect", ts_cmd_inspect, "show a GGUF file's metadata, tensors and types; dump a tensor as .npy"},
+    {"logits", ts_cmd_logits, "run a token prompt (.npy) and write the logits of every position (.npy)"},
+    {"generate", ts_cmd_generate, "greedy continuation of a token prompt (.npy in, .npy out)"},
     {"synth", ts_cmd_synth, "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
     {"devices", ts_cmd_devices, "list the backends of this build and the CUDA devices it sees"},
 };

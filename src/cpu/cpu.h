@@ -1,0 +1,42 @@
+/* CPU kernels of the qwen4exp forward (spec §5), one op per function, each the CPU twin of a
+ * CUDA kernel of the same name in src/cuda/.
+ *
+ * Precision: activations and state are fp32 end to end; weights are dequantized from their file
+ * encoding to fp32 as they are read. This matches transformers run in fp32 (the golden fixtures)
+ * to rounding; against the bf16 reference it drifts slightly because the reference rounds to
+ * bf16 after every op (spec §5.10) — a documented deviation, see docs/CPU.md.
+ *
+ * Rows: a "T × n" buffer holds T tokens of n values, token-major. */
+#ifndef TS_CPU_H
+#define TS_CPU_H
+
+#include "gguf/gguf.h"
+#include "model/qwen4exp.h"
+
+#include <stdint.h>
+
+/* y[t, o] = Σ_i W[row0 + o, i] · x[t, i]  for t < T, o < n_out. W is any bound matrix (rows of ne0
+ * elements, quantized or not; row0 selects e.g. one expert of a 3-D tensor). x: T × ne0, y: T × n_out. */
+void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y);
+
+/* Row r of any tensor, dequantized: out[ne0]. */
+void ts_cpu_get_row(const ts_gguf_tensor *t, int64_t r, float *out);
+
+/* y = x · rsqrt(mean(x²) + eps) · g over each group of `group` elements; x, y: n (a multiple of
+ * group); g: n weights (the stored 1+w) or NULL for no weight. In place allowed. */
+void ts_cpu_rmsnorm(const float *x, const float *g, int64_t n, int64_t group, float eps, float *y);
+
+/* The values of a 1-D or conv weight tensor (F32/F16/BF16) as floats: a pointer into the file for
+ * F32, else dequantized into scratch (nelements floats). */
+const float *ts_cpu_f32(const ts_gguf_tensor *t, float *scratch);
+
+/* NeoX rotary embedding of the first n_rot dims of one head x[head_dim] at position pos:
+ * pairs (d, d + n_rot/2), inv_d = θ^(−2d/n_rot). */
+void ts_cpu_rope(float *x, int64_t n_rot, float theta, int64_t pos);
+
+static inline float ts_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+static inline float ts_silu(float x) { return x * ts_sigmoid(x); }
+/* softplus as the reference computes it (linear above 20) */
+static inline float ts_softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
+
+#endif

@@ -1,0 +1,202 @@
+/* The qwen4exp forward on the CPU, top to bottom (spec §5.1, §5.3):
+ *
+ *   R = [embed(id)] × C
+ *   for each layer l:
+ *       if l is the PLE layer:  R += PLE(R, ids)
+ *       x, inj = HC_attn(R);  y = GDN(x) or QSA(x);  R_s += y·inj_s
+ *       x, inj = HC_ffn(R);   y = MoE(x);             R_s += y·inj_s
+ *   logits = output · FinalMixer(R)          (no final RMSNorm)
+ */
+#include "cpu/forward.h"
+
+#include "common/error.h"
+#include "cpu/layers.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- per-sequence state -------------------------------------------------------------------- */
+
+static float *state_alloc(ts_seq_state *st, size_t n) {
+    st->bytes += n * sizeof(float);
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen) {
+    const ts_hparams *hp = &m->hp;
+    memset(st, 0, sizeof *st);
+    if (n_ctx < 1) return ts_errf(err, errlen, "the context must hold at least one token (got %" PRId64 ")", n_ctx);
+    st->n_ctx = n_ctx;
+    st->n_layer = hp->n_layer;
+    const int64_t L = hp->n_layer, W = (int64_t)hp->hc_count * hp->n_embd;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    st->k = calloc(L, sizeof *st->k), st->v = calloc(L, sizeof *st->v);
+    st->idx_raw = calloc(L, sizeof *st->idx_raw), st->idx_blk = calloc(L, sizeof *st->idx_blk);
+    st->conv = calloc(L, sizeof *st->conv), st->S = calloc(L, sizeof *st->S);
+    bool ok = st->k && st->v && st->idx_raw && st->idx_blk && st->conv && st->S;
+    for (int64_t l = 0; ok && l < L; l++) {
+        if (hp->kind[l] == TS_LAYER_QSA) {
+            ok = (st->k[l] = state_alloc(st, (size_t)(n_ctx * kvw))) && (st->v[l] = state_alloc(st, (size_t)(n_ctx * kvw))) &&
+                 (st->idx_raw[l] = state_alloc(st, (size_t)(n_ctx * hp->idx_head_dim))) &&
+                 (st->idx_blk[l] = state_alloc(st, (size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim)));
+        } else {
+            ok = (st->conv[l] = state_alloc(st, (size_t)((hp->ssm_conv - 1) * cd))) &&
+                 (st->S[l] = state_alloc(st, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv));
+        }
+    }
+    if (ok && hp->ple_layer >= 0)
+        ok = (st->ple_conv = state_alloc(st, (size_t)((hp->ple_conv - 1) * hp->ple_n * W))) != NULL;
+    if (!ok) {
+        size_t asked = st->bytes;
+        ts_seq_state_free(st);
+        return ts_errf(err, errlen, "out of memory allocating the sequence state for %" PRId64 " tokens (%.1f MiB)",
+                       n_ctx, asked / 1048576.0);
+    }
+    ts_seq_state_reset(st, m);
+    return 0;
+}
+
+void ts_seq_state_reset(ts_seq_state *st, const ts_model *m) {
+    const ts_hparams *hp = &m->hp;
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    st->pos = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (st->conv[l]) memset(st->conv[l], 0, (size_t)((hp->ssm_conv - 1) * cd) * sizeof(float));
+        if (st->S[l]) memset(st->S[l], 0, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+    }
+    if (st->ple_conv) memset(st->ple_conv, 0, (size_t)((hp->ple_conv - 1) * hp->ple_n * W) * sizeof(float));
+    for (int i = 0; i < TS_MAX_NGRAM; i++) st->ple_ctx[i] = (int32_t)hp->ple_eos; /* context starts as EOS */
+    /* K/V and indexer caches are position-indexed: entries ≥ pos are never read */
+}
+
+void ts_seq_state_free(ts_seq_state *st) {
+    for (int64_t l = 0; l < st->n_layer; l++) {
+        if (st->k) free(st->k[l]);
+        if (st->v) free(st->v[l]);
+        if (st->idx_raw) free(st->idx_raw[l]);
+        if (st->idx_blk) free(st->idx_blk[l]);
+        if (st->conv) free(st->conv[l]);
+        if (st->S) free(st->S[l]);
+    }
+    free(st->k), free(st->v), free(st->idx_raw), free(st->idx_blk), free(st->conv), free(st->S), free(st->ple_conv);
+    memset(st, 0, sizeof *st);
+}
+
+/* ---- workspaces ---------------------------------------------------------------------------- */
+
+static float *work_alloc(ts_cpu_work *w, int64_t n) {
+    w->bytes += (size_t)n * sizeof(float);
+    return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, char *err, size_t errlen) {
+    const ts_hparams *hp = &m->hp;
+    if (ubatch < 1 || n_ctx < 1) {
+        ts_errf(err, errlen, "micro-batch and context must be at least 1 (got %" PRId64 " and %" PRId64 ")", ubatch, n_ctx);
+        return NULL;
+    }
+    if (hp->ssm_dk > 512 || hp->ssm_dv > 512 || hp->n_expert_used > 64) {
+        ts_errf(err, errlen, "this CPU backend supports GDN head dims up to 512 and up to 64 experts per token");
+        return NULL;
+    }
+    ts_cpu_work *w = calloc(1, sizeof *w);
+    if (!w) {
+        ts_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    const int64_t T = ubatch, H = hp->n_embd, C = hp->hc_count, W = C * H;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t vdim = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, NE = (int64_t)hp->ple_nh * hp->ple_dh;
+    int64_t Fmax = hp->n_ff_shexp;
+    for (uint32_t l = 0; l < hp->n_block; l++) Fmax = max64(Fmax, hp->n_ff_exp[l]);
+    const int64_t ple_hist = hp->ple_layer >= 0 ? (int64_t)(hp->ple_conv - 1) * hp->ple_n : 0;
+    /* the largest weight vector dequantized at once: conv weights, norms, or the packed GDN/QSA vectors */
+    const int64_t vec = max64(max64(W * max64(hp->ple_conv, 1), cd * hp->ssm_conv),
+                              max64(2 * hd + hp->idx_head_dim, max64(H, 2 * hp->ssm_nv + hp->ssm_dv)));
+    w->m = m, w->ubatch = ubatch, w->n_ctx = n_ctx;
+    w->R = work_alloc(w, T * W), w->xn = work_alloc(w, T * W), w->mix = work_alloc(w, T * W);
+    w->lr = work_alloc(w, T * hp->hc_rank), w->x = work_alloc(w, T * H), w->y = work_alloc(w, T * H);
+    w->inj = work_alloc(w, T * C), w->vec = work_alloc(w, vec), w->vec2 = work_alloc(w, vec);
+    w->qkv = work_alloc(w, (hp->ssm_conv - 1 + T) * cd), w->u = work_alloc(w, T * cd);
+    w->z = work_alloc(w, T * vdim), w->o = work_alloc(w, T * vdim), w->ba = work_alloc(w, 2 * T * hp->ssm_nv);
+    w->qg = work_alloc(w, T * nh * 2 * hd), w->kv = work_alloc(w, 2 * T * kvw);
+    w->iq = work_alloc(w, T * (int64_t)hp->idx_n_head * hp->idx_head_dim), w->att = work_alloc(w, T * nh * hd);
+    w->scores = work_alloc(w, n_ctx), w->probs = work_alloc(w, n_ctx);
+    w->order = malloc((size_t)n_ctx * sizeof *w->order), w->allowed = malloc((size_t)n_ctx * sizeof *w->allowed);
+    w->bytes += 2 * (size_t)n_ctx * sizeof(int64_t);
+    w->router = work_alloc(w, E), w->gu = work_alloc(w, 2 * Fmax * T), w->eo = work_alloc(w, T * H);
+    w->emb = work_alloc(w, T * NE), w->pv = work_alloc(w, T * H), w->pn = work_alloc(w, (ple_hist + T) * W);
+    void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
+                   w->ba, w->qg, w->kv, w->iq, w->att, w->scores, w->probs, w->order, w->allowed, w->router,
+                   w->gu, w->eo, w->emb, w->pv, w->pn};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (!all[i]) {
+            ts_errf(err, errlen, "out of memory allocating CPU workspaces (%.1f MiB for micro-batches of %" PRId64 ")",
+                    w->bytes / 1048576.0, ubatch);
+            ts_cpu_work_free(w);
+            return NULL;
+        }
+    return w;
+}
+
+void ts_cpu_work_free(ts_cpu_work *w) {
+    if (!w) return;
+    void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
+                   w->ba, w->qg, w->kv, w->iq, w->att, w->scores, w->probs, w->order, w->allowed, w->router,
+                   w->gu, w->eo, w->emb, w->pv, w->pn};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(w);
+}
+
+size_t ts_cpu_work_bytes(const ts_cpu_work *w) { return w->bytes; }
+
+/* ---- the forward --------------------------------------------------------------------------- */
+
+int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
+                   char *err, size_t errlen) {
+    const ts_model *m = w->m;
+    const ts_hparams *hp = &m->hp;
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H;
+    if (T < 1 || T > w->ubatch)
+        return ts_errf(err, errlen, "a chunk holds 1 to %" PRId64 " tokens (got %" PRId64 ")", w->ubatch, T);
+    if (st->pos + T > st->n_ctx || st->pos + T > w->n_ctx)
+        return ts_errf(err, errlen, "the sequence would reach %" PRId64 " tokens, past the context of %" PRId64
+                       "; start a new sequence or use a larger context", st->pos + T, st->n_ctx < w->n_ctx ? st->n_ctx : w->n_ctx);
+    for (int64_t t = 0; t < T; t++)
+        if (ids[t] < 0 || (uint32_t)ids[t] >= hp->n_vocab)
+            return ts_errf(err, errlen, "token id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRIu32 ")",
+                           ids[t], st->pos + t, hp->n_vocab - 1);
+
+    /* the embedding, replicated into the C streams */
+    for (int64_t t = 0; t < T; t++) {
+        ts_cpu_get_row(m->token_embd, ids[t], w->R + t * W);
+        for (int64_t c = 1; c < C; c++) memcpy(w->R + t * W + c * H, w->R + t * W, (size_t)H * sizeof(float));
+    }
+
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const ts_layer_weights *L = &m->layers[l];
+        if ((int32_t)l == hp->ple_layer) ts_cpu_ple(w, L, st, ids, T, w->R);
+
+        ts_cpu_hc_read(w, &L->hc_attn, w->R, T, w->x, w->inj);
+        if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, st->conv[l], st->S[l], w->x, T, w->y);
+        else ts_cpu_qsa(w, L, st, l, w->x, T, w->y);
+        ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
+
+        ts_cpu_hc_read(w, &L->hc_ffn, w->R, T, w->x, w->inj);
+        ts_cpu_moe(w, L, l, w->x, T, w->y);
+        ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
+    }
+    st->pos += T;
+
+    if (!logits) return 0;
+    const int64_t first = all_logits ? 0 : T - 1, n = T - first;
+    ts_cpu_hc_read(w, &m->output_hc, w->R + first * W, n, w->x, NULL);
+    ts_cpu_matmul(m->output, 0, hp->n_vocab, w->x, n, logits);
+    return 0;
+}

@@ -1,0 +1,48 @@
+/* The CPU forward of qwen4exp: per-sequence state (spec §6) and the layer-by-layer pass (spec §5).
+ *
+ * A sequence's state is sized once, at creation, for n_ctx tokens; the forward allocates nothing.
+ * Prefill runs in chunks of up to `ubatch` tokens (each chunk is one call); decode is a chunk of 1.
+ * Chunking is exact: every op that couples tokens (GDN conv and recurrence, PLE context and conv,
+ * QSA caches) carries its state across calls. */
+#ifndef TS_CPU_FORWARD_H
+#define TS_CPU_FORWARD_H
+
+#include "model/qwen4exp.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ts_seq_state {
+    int64_t n_ctx;   /* capacity in tokens */
+    int64_t pos;     /* tokens consumed so far = position of the next token */
+    int64_t n_layer; /* trunk layers (length of the per-layer arrays) */
+    /* per trunk layer l (NULL where layer l's kind does not use it) */
+    float **k;       /* QSA: [n_ctx, nkv, hd] post-norm post-rope keys */
+    float **v;       /* QSA: [n_ctx, nkv, hd] values */
+    float **idx_raw; /* QSA: [n_ctx, di] raw indexer keys (no norm, no rope) */
+    float **idx_blk; /* QSA: [n_ctx / B, di] pooled block keys (normed, roped at 4b), once complete */
+    float **conv;    /* GDN: [Kc − 1, conv_dim] last raw qkv rows, oldest first */
+    float **S;       /* GDN: [nv, dk, dv] fp32 recurrent state */
+    float *ple_conv; /* PLE: [(Kp − 1)·n, W] last normalised gated rows, oldest first */
+    int32_t ple_ctx[TS_MAX_NGRAM]; /* PLE: last n − 1 ids, most recent last (starts all EOS) */
+    size_t bytes;    /* total state bytes */
+} ts_seq_state;
+
+int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen);
+void ts_seq_state_reset(ts_seq_state *st, const ts_model *m); /* back to an empty sequence */
+void ts_seq_state_free(ts_seq_state *st);
+
+typedef struct ts_cpu_work ts_cpu_work; /* workspaces for chunks of up to ubatch tokens */
+
+ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, char *err, size_t errlen);
+void ts_cpu_work_free(ts_cpu_work *w);
+size_t ts_cpu_work_bytes(const ts_cpu_work *w);
+
+/* Runs ids[0..T) (T ≤ ubatch) at positions st->pos … st->pos+T−1 and advances st. Writes logits
+ * for every token (all_logits: T × V) or for the last one only (V), or none if logits is NULL.
+ * Refuses, with a sentence, token ids ≥ V and a chunk that would pass n_ctx. */
+int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
+                   char *err, size_t errlen);
+
+#endif

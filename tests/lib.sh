@@ -1,0 +1,12 @@
+# Shared helpers for the shell tests in tests/cli (sourced, not run).
+# Env (set by tests/CMakeLists.txt): TS_BIN, TS_FIXTURES, TS_TMP.
+
+# PY: a python3 with numpy (Debian's python3-numpy lives in /usr/bin/python3; a pyenv one may lack it).
+ts_find_python() {
+    PY=""
+    for p in python3 /usr/bin/python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c "import numpy" 2>/dev/null; then PY=$p; return 0; fi
+    done
+    echo "FAIL: no python3 with numpy (install python3-numpy)" >&2
+    exit 1
+}
