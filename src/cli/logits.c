@@ -3,7 +3,7 @@
 #include "cli/cli.h"
 
 #include "common/npy.h"
-#include "cpu/forward.h"
+#include "turbospark.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -73,19 +73,17 @@ static int parse(int argc, char **argv, bool generate, run_opts *o) {
     return 0;
 }
 
-/* Loads the model and the prompt, sets up a sequence; returns 0 or prints the error. */
+/* The model, one session and the prompt. */
 typedef struct runner {
     ts_model *m;
-    ts_seq_state st;
-    ts_cpu_work *w;
+    ts_session *s;
     int32_t *ids;
     int64_t T;
     int64_t ub; /* micro-batch */
 } runner;
 
 static void runner_free(runner *r) {
-    ts_cpu_work_free(r->w);
-    if (r->m) ts_seq_state_free(&r->st);
+    ts_session_free(r->s);
     ts_model_free(r->m);
     free(r->ids);
 }
@@ -111,13 +109,12 @@ static int runner_init(runner *r, const run_opts *o, int64_t extra, const char *
                  r->T, extra, n_ctx);
         goto fail;
     }
-    int64_t ub = o->ubatch < r->T ? o->ubatch : r->T;
-    if (ts_seq_state_init(&r->st, r->m, n_ctx, err, sizeof err)) goto fail;
-    if (!(r->w = ts_cpu_work_new(r->m, ub, n_ctx, err, sizeof err))) goto fail;
-    r->ub = ub;
-    fprintf(stderr, "%s: loaded %s in %.2f s; sequence state %.2f MiB for %" PRId64 " tokens, workspaces %.2f MiB (micro-batch %" PRId64 ")\n",
-            cmd, o->model, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, r->st.bytes / 1048576.0, n_ctx,
-            ts_cpu_work_bytes(r->w) / 1048576.0, ub);
+    r->ub = o->ubatch < r->T ? o->ubatch : r->T;
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = r->ub};
+    if (ts_session_new(r->m, &sp, &r->s, err, sizeof err)) goto fail;
+    fprintf(stderr, "%s: loaded %s in %.2f s; session state and workspaces %.2f MiB for %" PRId64 " tokens (micro-batch %" PRId64 ")\n",
+            cmd, o->model, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,
+            ts_session_state_bytes(r->s) / 1048576.0, n_ctx, r->ub);
     return 0;
 fail:
     fprintf(stderr, "turbospark %s: %s\n", cmd, err);
@@ -130,7 +127,7 @@ int ts_cmd_logits(int argc, char **argv) {
     if (parse(argc, argv, false, &o)) { usage(stderr, false); return 2; }
     runner r;
     if (runner_init(&r, &o, 0, "logits")) return 1;
-    const int64_t V = r.m->hp.n_vocab;
+    const int64_t V = ts_model_n_vocab(r.m);
     float *logits = malloc((size_t)(r.ub * V) * sizeof(float));
     FILE *f = fopen(o.out, "wb");
     char err[1024] = "";
@@ -139,7 +136,7 @@ int ts_cmd_logits(int argc, char **argv) {
     if (!rc) rc = ts_npy_write_header(f, "<f4", 2, shape, err, sizeof err);
     for (int64_t t0 = 0; !rc && t0 < r.T; t0 += r.ub) {
         int64_t n = r.T - t0 < r.ub ? r.T - t0 : r.ub;
-        rc = ts_cpu_forward(r.w, &r.st, r.ids + t0, n, logits, true, err, sizeof err);
+        rc = ts_session_eval(r.s, r.ids + t0, n, logits, true, err, sizeof err);
         if (!rc && fwrite(logits, sizeof(float), (size_t)(n * V), f) != (size_t)(n * V))
             rc = -1, snprintf(err, sizeof err, "cannot write %s", o.out);
     }
@@ -165,18 +162,15 @@ int ts_cmd_generate(int argc, char **argv) {
     if (parse(argc, argv, true, &o)) { usage(stderr, true); return 2; }
     runner r;
     if (runner_init(&r, &o, o.n_predict, "generate")) return 1;
-    const int64_t V = r.m->hp.n_vocab;
+    const int64_t V = ts_model_n_vocab(r.m);
     float *logits = malloc((size_t)V * sizeof(float));
     int32_t *out = malloc((size_t)(o.n_predict + 1) * sizeof(int32_t));
     char err[1024] = "";
     int rc = !logits || !out ? (snprintf(err, sizeof err, "out of memory"), -1) : 0;
-    for (int64_t t0 = 0; !rc && t0 < r.T; t0 += r.ub) {
-        int64_t n = r.T - t0 < r.ub ? r.T - t0 : r.ub;
-        rc = ts_cpu_forward(r.w, &r.st, r.ids + t0, n, logits, false, err, sizeof err);
-    }
+    if (!rc) rc = ts_session_eval(r.s, r.ids, r.T, logits, false, err, sizeof err);
     for (int64_t i = 0; !rc && i < o.n_predict; i++) {
         out[i] = argmax(logits, V);
-        if (i + 1 < o.n_predict) rc = ts_cpu_forward(r.w, &r.st, &out[i], 1, logits, false, err, sizeof err);
+        if (i + 1 < o.n_predict) rc = ts_session_eval(r.s, &out[i], 1, logits, false, err, sizeof err);
     }
     if (!rc) {
         FILE *f = fopen(o.out, "wb");
