@@ -1,0 +1,47 @@
+/* Token sampling from logits: penalties, then temperature, top-k, top-p, min-p, then a seeded
+ * draw — the llama.cpp order and semantics, so users' settings mean the same thing here.
+ *
+ *   repetition penalty (CTRL-style: positive logits divided, negative multiplied) over the last
+ *   `penalty_last_n` tokens; presence/frequency penalties (OpenAI): logit −= presence·[count>0] +
+ *   frequency·count; temperature ≤ 0 means greedy (argmax, lowest id on ties); top_k ≤ 0 keeps all;
+ *   top_p ≥ 1 keeps all; min_p ≤ 0 keeps all.
+ *
+ * The sampler owns a scratch buffer of n_vocab candidates and a token history ring; sampling
+ * allocates nothing. Draws come from a xoshiro256** generator seeded by `seed`, so a fixed seed
+ * reproduces a run exactly. */
+#ifndef TS_ENGINE_SAMPLER_H
+#define TS_ENGINE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ts_sampler_params {
+    float temperature;      /* ≤ 0: greedy */
+    int32_t top_k;          /* ≤ 0: off */
+    float top_p;            /* ≥ 1: off */
+    float min_p;            /* ≤ 0: off */
+    float repeat_penalty;   /* 1: off */
+    int32_t penalty_last_n; /* tokens of history the penalties look at (0: off, −1: all kept, up to 4096) */
+    float presence_penalty; /* 0: off */
+    float frequency_penalty;/* 0: off */
+    uint64_t seed;
+} ts_sampler_params;
+
+/* llama.cpp's defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties). */
+ts_sampler_params ts_sampler_default_params(void);
+
+typedef struct ts_sampler ts_sampler;
+
+/* Checks the parameters (a sentence for each bad one) and allocates for n_vocab. */
+int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
+void ts_sampler_free(ts_sampler *s);
+
+/* Records a token of the context (prompt or generated) for the penalties. */
+void ts_sampler_accept(ts_sampler *s, int32_t token);
+void ts_sampler_reset(ts_sampler *s, uint64_t seed); /* clears the history, reseeds */
+
+/* Picks the next token from logits[n_vocab] (not modified). */
+int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
+
+#endif
