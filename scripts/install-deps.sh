@@ -6,8 +6,9 @@ set -euo pipefail
 packages=(
   cmake            # build system (>= 3.25)
   make gcc         # compiler and driver
-  pkg-config       # finds cmocka
+  pkg-config       # finds cmocka and cJSON
   libcmocka-dev    # unit-test framework
+  libcjson-dev     # JSON parser for config.json and safetensors headers (turbospark convert)
   libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
   clang            # libFuzzer target and sanitizer builds
   python3          # fixture and broken-file generators, oracle

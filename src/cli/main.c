@@ -14,7 +14,10 @@ static const command k_commands[] = {
     {"inspect", ts_cmd_inspect, "show a GGUF file's metadata, tensors and types; dump a tensor as .npy"},
     {"logits", ts_cmd_logits, "run a token prompt (.npy) and write the logits of every position (.npy)"},
     {"generate", ts_cmd_generate, "greedy continuation of a token prompt (.npy in, .npy out)"},
+    {"bench", ts_cmd_bench, "prompt and generation tokens/s against the memory-bandwidth floor"},
     {"synth", ts_cmd_synth, "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
+    {"convert", ts_cmd_convert, "convert a transformers qwen4_exp checkpoint to GGUF"},
+    {"quantize", ts_cmd_quantize, "re-encode a qwen4exp GGUF with a quantization mix (q8_0, q4_k_m, ...)"},
     {"devices", ts_cmd_devices, "list the backends of this build and the CUDA devices it sees"},
 };
 

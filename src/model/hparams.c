@@ -405,6 +405,19 @@ int ts_hparams_tiny(ts_hparams *hp, char *err, size_t errlen) {
     return 0;
 }
 
+int ts_hparams_mid(ts_hparams *hp, char *err, size_t errlen) {
+    if (ts_hparams_tiny(hp, err, errlen)) return -1;
+    /* every width a multiple of 256, so any quantization applies; ~0.9 B parameters, 8 layers */
+    hp->n_vocab = 32768, hp->n_embd = 1024, hp->hc_rank = 256, hp->n_head = 8, hp->n_head_kv = 2;
+    hp->head_dim = 256, hp->n_rot = 64, hp->rope_sections[0] = 11, hp->rope_sections[1] = 11;
+    hp->rope_sections[2] = 10, hp->idx_n_head = 4, hp->idx_head_dim = 128, hp->idx_top_k = 2048;
+    hp->idx_top_blocks = 512, hp->ssm_dk = 128, hp->ssm_nk = 4, hp->ssm_nv = 12, hp->ssm_dv = 128;
+    hp->n_expert = 64, hp->n_expert_used = 8, hp->n_ff_shexp = 512, hp->ple_eos = 32000;
+    hp->n_ff_exp[0] = 512;
+    ts_ple_multipliers(hp->n_vocab, hp->ple_n, 1234, 0, hp->ple_mult);
+    return ts_hparams_set_layers(hp, 8, 0, err, errlen);
+}
+
 int ts_hparams_released(ts_hparams *hp, char *err, size_t errlen) {
     static const uint64_t sizes[16] = {20000003, 20000023, 20000033, 20000047, 20000059, 20000063, 20000069, 20000077,
                                        20000081, 20000093, 20000107, 20000147, 20000153, 20000159, 20000161, 20000171};

@@ -1,0 +1,28 @@
+/* HF → GGUF: a transformers qwen4_exp checkpoint directory to a qwen4exp GGUF file (spec §3–§4),
+ * and GGUF → GGUF re-quantization. Both stream tensor by tensor and row by row (bounded memory),
+ * report progress on stderr, check the result binds with ts_model_load, and remove the output
+ * file when anything fails. */
+#ifndef TS_CONVERT_CONVERT_H
+#define TS_CONVERT_CONVERT_H
+
+#include "convert/mix.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct ts_convert_opts {
+    const ts_mix *mix; /* matrix types (vectors are F32) */
+    bool mtp;          /* also convert the MTP block (mtp.*) as blk.L */
+    bool quiet;        /* no progress */
+} ts_convert_opts;
+
+/* Converts the checkpoint in hf_dir (config.json + safetensors) to out_path. */
+int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opts *o, char *err,
+                  size_t errlen);
+
+/* Re-encodes every matrix of a qwen4exp GGUF with `mix` (dequantize row → quantize row; a tensor
+ * already of its target type is copied as it is), keeps vectors and all metadata. */
+int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mix, bool quiet, char *err,
+                     size_t errlen);
+
+#endif

@@ -1,0 +1,46 @@
+/* Quantization mixes: which ggml type each tensor of a qwen4exp file gets, for `convert --type`
+ * and `quantize`. One function decides (ts_mix_type), so the two commands cannot disagree.
+ *
+ * The policy follows llama.cpp's llama_tensor_get_type in simplified, documented form:
+ *   - vectors (norms, biases, conv kernels, ssm_a/ssm_dt, the shared-expert gate) stay F32;
+ *   - routers (ffn_gate_inp) stay F32: top-k selection is sensitive to their rounding;
+ *   - f32 / f16 / bf16 / q8_0 / q6_k / q4_0 / q5_0 / iq4_nl: every other matrix gets the type,
+ *     except that in the quantized mixes below 8 bits output.weight and token_embd.weight get Q6_K
+ *     (llama.cpp bumps output to Q6_K in every mix but Q8_0; it leaves token_embd at the base type
+ *     unless embeddings are tied — we bump both, the embedding table is gathered one row a token so
+ *     its precision costs memory, not bandwidth);
+ *   - q4_k_m / q5_k_m: base Q4_K / Q5_K; attn_qkv (the GDN fused projection) one step up (Q5_K /
+ *     Q6_K, llama.cpp's rule for attn_qkv); attn_v and every ffn_down (routed and shared) Q6_K on
+ *     llama.cpp's "use_more_bits" layers — the first and last eighth of the layers and every third
+ *     layer in between (about half) — counted over QSA layers for attn_v and over all blocks for
+ *     ffn_down; output / token_embd Q6_K;
+ *   - a type whose block does not divide the row (ne0 = 160 PLE table, 320 HC up, 640 expert down)
+ *     falls back as llama.cpp does (spec §9): Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, IQ4_XS→IQ4_NL,
+ *     anything else→Q8_0, and F16 when even 32 does not divide the row (ts_synth_fallback_type). */
+#ifndef TS_CONVERT_MIX_H
+#define TS_CONVERT_MIX_H
+
+#include "model/qwen4exp.h"
+
+#include <stdint.h>
+
+typedef struct ts_mix {
+    const char *name; /* as typed on the command line, e.g. "q4_k_m" */
+    uint32_t base;    /* ggml type of most matrices */
+    uint32_t ftype;   /* llama.cpp general.file_type (LLAMA_FTYPE_*) */
+    int k_mix;        /* 1: the _M rules (attn_qkv up a step, attn_v/ffn_down Q6_K on half the layers) */
+} ts_mix;
+
+/* The mix of a name (case-insensitive: f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl), or NULL. */
+const ts_mix *ts_mix_from_name(const char *name);
+
+/* A list of the mix names, for usage messages. */
+const char *ts_mix_names(void);
+
+/* Whether a tensor of role 'm' is quantized by the mix (routers are not). */
+int ts_mix_is_router(const char *name);
+
+/* The ggml type `spec` gets in `mix` for a model of hp. */
+uint32_t ts_mix_type(const ts_mix *mix, const ts_hparams *hp, const ts_tensor_spec *spec);
+
+#endif
