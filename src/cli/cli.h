@@ -10,5 +10,6 @@ int ts_cmd_quantize(int argc, char **argv);
 int ts_cmd_logits(int argc, char **argv);
 int ts_cmd_generate(int argc, char **argv);
 int ts_cmd_bench(int argc, char **argv);
+int ts_cmd_perplexity(int argc, char **argv);
 
 #endif
