@@ -98,11 +98,12 @@ static int str_cmp(ts_gguf_str a, ts_gguf_str b) {
 /* A printable excerpt of a name for messages (names may hold any bytes). */
 static const char *excerpt(ts_gguf_str s, char *buf, size_t buflen) {
     size_t n = 0;
-    for (uint64_t i = 0; i < s.len && n + 5 < buflen; i++) {
+    /* Stop while there is room for one more escape (4 bytes), "..." (3) and the NUL. */
+    for (uint64_t i = 0; i < s.len && n + 8 < buflen; i++) {
         unsigned char ch = (unsigned char)s.ptr[i];
         if (ch >= 0x20 && ch < 0x7f) buf[n++] = (char)ch;
         else n += (size_t)snprintf(buf + n, buflen - n, "\\x%02x", ch);
-        if (i + 1 < s.len && n + 5 >= buflen) {
+        if (i + 1 < s.len && n + 8 >= buflen) {
             buf[n++] = '.', buf[n++] = '.', buf[n++] = '.';
             break;
         }
@@ -298,20 +299,22 @@ static int parse_tensor_info(ts_gguf *g, cursor *c, int64_t i) {
     const char *nm = excerpt(t->name, ex, sizeof ex);
     if (memchr(t->name.ptr, 0, t->name.len))
         return ts_errf(c->err, c->errlen, "%s: tensor #%" PRId64 " name ('%s') contains a NUL byte", c->name, i, nm);
-    if (read_u32(c, &t->n_dims, nm)) return -1;
+    char what[112];
+    snprintf(what, sizeof what, "tensor '%s'", nm);
+    if (read_u32(c, &t->n_dims, what)) return -1;
     if (t->n_dims < 1 || t->n_dims > TS_GGUF_MAX_DIMS)
         return ts_errf(c->err, c->errlen, "%s: tensor '%s' has %" PRIu32 " dimensions (must be 1 to %d)", c->name, nm,
                        t->n_dims, TS_GGUF_MAX_DIMS);
     for (int d = 0; d < TS_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne;
-        if (read_u64(c, &ne, nm)) return -1;
+        if (read_u64(c, &ne, what)) return -1;
         if (ne == 0 || ne > (uint64_t)INT64_MAX)
             return ts_errf(c->err, c->errlen, "%s: tensor '%s' dimension %" PRIu32 " is %" PRIu64
                            " (must be between 1 and 2^63-1)", c->name, nm, d, ne);
         t->ne[d] = (int64_t)ne;
     }
-    if (read_u32(c, &t->type, nm) || read_u64(c, &t->offset, nm)) return -1;
+    if (read_u32(c, &t->type, what) || read_u64(c, &t->offset, what)) return -1;
 
     const ts_type_traits *tt = ts_type_get(t->type);
     if (!tt)
@@ -329,9 +332,12 @@ static int parse_tensor_info(ts_gguf *g, cursor *c, int64_t i) {
     uint64_t bytes;
     bool overflow = __builtin_mul_overflow((uint64_t)(t->ne[0] / tt->block_size), (uint64_t)tt->type_size, &bytes);
     for (int d = 1; d < TS_GGUF_MAX_DIMS; d++) overflow |= __builtin_mul_overflow(bytes, (uint64_t)t->ne[d], &bytes);
-    if (overflow || bytes > g->size)
-        return ts_errf(c->err, c->errlen, "%s: tensor '%s' (%s, %" PRId64 " elements) needs more bytes of data than "
-                       "the whole file holds (%" PRIu64 " bytes)", c->name, nm, tt->name, nel, g->size);
+    if (overflow)
+        return ts_errf(c->err, c->errlen, "%s: tensor '%s' (%s, %" PRId64 " elements) has a byte size that overflows "
+                       "64 bits", c->name, nm, tt->name, nel);
+    if (bytes > g->size)
+        return ts_errf(c->err, c->errlen, "%s: tensor '%s' (%s, %" PRId64 " elements) needs %" PRIu64 " bytes of data, "
+                       "more than the whole file holds (%" PRIu64 " bytes)", c->name, nm, tt->name, nel, bytes, g->size);
     t->nbytes = bytes;
     return 0;
 }
@@ -388,10 +394,10 @@ static int parse(ts_gguf *g, char *err, size_t errlen) {
     /* A metadata entry takes at least 13 bytes (key length, type, one byte); a tensor info 32. */
     if (n_kv > left / 13)
         return ts_errf(err, errlen, "%s claims %" PRIu64 " metadata entries, impossible in the %" PRIu64
-                       " bytes that follow the header", g->path, n_kv, left);
+                       " bytes that follow the header (file truncated?)", g->path, n_kv, left);
     if (n_tensors > left / 32)
         return ts_errf(err, errlen, "%s claims %" PRIu64 " tensors, impossible in the %" PRIu64
-                       " bytes that follow the header", g->path, n_tensors, left);
+                       " bytes that follow the header (file truncated?)", g->path, n_tensors, left);
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);

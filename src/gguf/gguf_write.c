@@ -65,6 +65,7 @@ static int fail(ts_gguf_writer *w, const char *fmt, ...) {
 }
 
 static int buf_put(ts_gguf_writer *w, buf *b, const void *data, size_t n) {
+    if (n == 0) return 0; /* data may be NULL for an empty array */
     if (b->cap - b->len < n) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap - b->len < n) cap *= 2;
