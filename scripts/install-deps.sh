@@ -9,6 +9,8 @@ packages=(
   pkg-config       # finds cmocka and cJSON
   libcmocka-dev    # unit-test framework
   libcjson-dev     # JSON parser for config.json and safetensors headers (turbospark convert)
+  libpcre2-dev     # tokenizer: pre-tokenizer regexes (Unicode classes, lookahead), PCRE2 UTF + UCP
+  libutf8proc-dev  # tokenizer: NFC normalization, as Hugging Face tokenizer.json applies it
   libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
   clang            # libFuzzer target and sanitizer builds
   python3          # fixture and broken-file generators, oracle

@@ -2,6 +2,10 @@
 #ifndef TS_CLI_H
 #define TS_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 int ts_cmd_inspect(int argc, char **argv);
 int ts_cmd_devices(int argc, char **argv);
 int ts_cmd_synth(int argc, char **argv);
@@ -11,5 +15,10 @@ int ts_cmd_logits(int argc, char **argv);
 int ts_cmd_generate(int argc, char **argv);
 int ts_cmd_bench(int argc, char **argv);
 int ts_cmd_perplexity(int argc, char **argv);
+int ts_cmd_tokenize(int argc, char **argv);
+
+/* The ids of a text file under a GGUF's tokenizer (tokenize.c); *ids is malloc'd. 0 or -1 + err. */
+int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids, int64_t *n,
+                         char *err, size_t errlen);
 
 #endif

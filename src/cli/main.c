@@ -14,6 +14,7 @@ static const command k_commands[] = {
     {"inspect", ts_cmd_inspect, "show a GGUF file's metadata, tensors and types; dump a tensor as .npy"},
     {"logits", ts_cmd_logits, "run a token prompt (.npy) and write the logits of every position (.npy)"},
     {"generate", ts_cmd_generate, "greedy continuation of a token prompt (.npy in, .npy out)"},
+    {"tokenize", ts_cmd_tokenize, "text to token ids with a model's tokenizer (or a Hugging Face folder's)"},
     {"perplexity", ts_cmd_perplexity, "perplexity of a token file in llama.cpp's convention"},
     {"bench", ts_cmd_bench, "prompt and generation tokens/s against the memory-bandwidth floor"},
     {"synth", ts_cmd_synth, "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},

@@ -17,9 +17,10 @@
 #include <time.h>
 
 static void ppl_usage(FILE *f) {
-    fprintf(f, "usage: turbospark perplexity -m FILE.gguf --tokens-npy TOKENS.npy [-c 512] [--chunks N] [-ub N]\n"
+    fprintf(f, "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks N] [-ub N]\n"
                "llama.cpp's convention: windows of -c tokens, the second half of each window scored.\n"
-               "(-f TEXT arrives with the tokenizer; until then give the text's token ids as int32 .npy.)\n");
+               "-f: a text file, tokenized with the model's tokenizer (no BOS, special tokens not parsed);\n"
+               "--tokens-npy: its token ids as an int32 1-D .npy instead.\n");
 }
 
 /* −log softmax(logits)[target], computed stably in double. */
@@ -32,7 +33,7 @@ static double nll(const float *logits, int64_t V, int32_t target) {
 }
 
 int ts_cmd_perplexity(int argc, char **argv) {
-    const char *path = NULL, *tokens = NULL;
+    const char *path = NULL, *tokens = NULL, *text = NULL;
     long ctx = 512, chunks = -1, ub = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -41,6 +42,7 @@ int ts_cmd_perplexity(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { ppl_usage(stdout); return 0; }
         else if (!strcmp(a, "-m") && v) path = argv[++i];
         else if (!strcmp(a, "--tokens-npy") && v) tokens = argv[++i];
+        else if (!strcmp(a, "-f") && v) text = argv[++i];
         else if (!strcmp(a, "-c") && v) ctx = strtol(argv[++i], &end, 10);
         else if (!strcmp(a, "--chunks") && v) chunks = strtol(argv[++i], &end, 10);
         else if ((!strcmp(a, "-ub") || !strcmp(a, "--ubatch")) && v) ub = strtol(argv[++i], &end, 10);
@@ -50,15 +52,17 @@ int ts_cmd_perplexity(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || !tokens) { fprintf(stderr, "turbospark perplexity: -m and --tokens-npy are required\n"); ppl_usage(stderr); return 2; }
+    if (!path || !tokens == !text) { fprintf(stderr, "turbospark perplexity: -m and one of -f / --tokens-npy are required\n"); ppl_usage(stderr); return 2; }
     char err[1024];
     int32_t *ids = NULL;
     int n_dims;
     int64_t shape[TS_NPY_MAX_DIMS];
-    if (ts_npy_read(tokens, 'i', (void **)&ids, &n_dims, shape, err, sizeof err)) {
+    if (text ? ts_cli_tokenize_file(path, text, false, &ids, &shape[0], err, sizeof err)
+             : ts_npy_read(tokens, 'i', (void **)&ids, &n_dims, shape, err, sizeof err)) {
         fprintf(stderr, "turbospark perplexity: %s\n", err);
         return 1;
     }
+    if (text) n_dims = 1;
     int64_t n = n_dims == 1 ? shape[0] : 0, n_chunks = n / ctx;
     if (chunks >= 0 && chunks < n_chunks) n_chunks = chunks;
     if (n_chunks < 1) {

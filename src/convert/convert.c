@@ -22,7 +22,7 @@
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
 #include "convert/stream.h"
-#include "convert/tokenizer_meta.h"
+#include "tokenizer/tokenizer.h"
 #include "quant/quant.h"
 
 #include <inttypes.h>
@@ -751,8 +751,10 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
         rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
         goto done;
     }
-    bool has_tokenizer;
-    if ((rc = ts_tokenizer_meta_write(hf_dir, cfg.hp.n_vocab, w, &has_tokenizer, err, errlen))) goto done;
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", hf_dir);
+    bool has_tokenizer = access(tok_path, R_OK) == 0;
+    if (has_tokenizer && (rc = ts_tokenizer_write_gguf(w, hf_dir, cfg.hp.n_vocab, err, errlen))) goto done;
     if (!has_tokenizer && !o->quiet)
         fprintf(stderr,
                 "convert: %s has no tokenizer.json; the file will hold no tokenizer (token ids only)\n",

@@ -171,7 +171,9 @@ V = json.load(open(f"{d}/config.json")).get("vocab_size")
 vocab = {("\u0120" if i % 2 else "") + f"t{i}": i for i in range(V - 5)}
 added = [{"id": V - 3 + k, "content": c, "special": True, "normalized": False}
          for k, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
+demo = json.load(open(f"{repo}/models/demo/tokenizer.json"))  # Qwen's split regex + ByteLevel
 json.dump({"version": "1.0", "added_tokens": added, "normalizer": {"type": "NFC"},
+           "pre_tokenizer": demo["pre_tokenizer"], "decoder": demo["decoder"],
            "model": {"type": "BPE", "vocab": vocab, "merges": [["t", "1"], "t 2"]}}, open(f"{d}/tokenizer.json", "w"))
 json.dump({"eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>"}, "bos_token": None,
            "add_bos_token": False}, open(f"{d}/tokenizer_config.json", "w"))
@@ -190,9 +192,10 @@ assert toks[0] == "t0" and toks[1] == "\u0120t1" and toks[V - 5] == f"[PAD{V - 5
 assert types[0] == 1 and types[V - 5] == 5 and types[V - 1] == 3, types[-6:]
 assert kv["tokenizer.ggml.merges"] == ["t 1", "t 2"]
 assert kv["tokenizer.ggml.eos_token_id"] == V - 1 and kv["tokenizer.ggml.padding_token_id"] == V - 3
-assert kv["tokenizer.ggml.bos_token_id"] == V - 3 and kv["tokenizer.ggml.add_bos_token"] is False
+# bos_token is None here and config.json has no bos_token_id: as llama.cpp, no bos key is written
+assert kv.get("tokenizer.ggml.bos_token_id") is None and kv["tokenizer.ggml.add_bos_token"] is False
 assert kv["tokenizer.chat_template"].startswith("{% for m in messages %}")
-print(f"tokenizer: {V} tokens (2 padded), 2 merges, eos/bos/pad ids and chat template written")
+print(f"tokenizer: {V} tokens (2 padded), 2 merges, eos/pad ids and chat template written")
 PY
 rm -rf "$bad" "$TS_TMP/bad.gguf"
 

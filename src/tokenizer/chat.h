@@ -1,0 +1,57 @@
+/* Chat templates rendered in C: the ChatML family of Qwen models.
+ *
+ * A GGUF carries its chat template as Jinja (tokenizer.chat_template). Rather than embed a Jinja
+ * engine, turbospark recognises the templates it knows by their markers and renders them here,
+ * byte for byte as transformers' apply_chat_template does (tests/fixtures/chat):
+ *   chatml          every message "<|im_start|>{role}\n{content}<|im_end|>\n"; generation prompt
+ *                   "<|im_start|>assistant\n".
+ *   qwen3           the Qwen3 template without tools: system first; assistant turns before the last
+ *                   user query lose their <think> reasoning (taken from reasoning_content or split
+ *                   off the content at </think>), later ones keep it as "<think>\n...\n</think>\n\n";
+ *                   consecutive "tool" messages become one user turn of <tool_response> blocks;
+ *                   the generation prompt gets an empty "<think>\n\n</think>\n\n" when
+ *                   enable_thinking is false.
+ *   qwen3-thinking  the same, but the generation prompt opens "<think>\n" unless enable_thinking is
+ *                   false (templates of thinking models, e.g. Qwen3 "Thinking" releases).
+ * Recognition: <|im_start|> and <|im_end|> must appear; a template that mentions </think> is of the
+ * qwen3 kind, thinking when its generation-prompt section opens more <think> than it closes.
+ * Anything else (tool definitions and tool calls in the prompt included) is refused with a message
+ * that names the --chat-template override. */
+#ifndef TS_TOKENIZER_CHAT_H
+#define TS_TOKENIZER_CHAT_H
+
+#include "tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum ts_chat_kind {
+    TS_CHAT_CHATML = 1,
+    TS_CHAT_QWEN3 = 2,
+    TS_CHAT_QWEN3_THINKING = 3,
+} ts_chat_kind;
+
+typedef struct ts_chat_msg {
+    const char *role;              /* "system", "user", "assistant", "tool" (qwen3 kinds ignore others) */
+    const char *content;           /* NULL is "" */
+    const char *reasoning_content; /* assistant turns: the reasoning, or NULL when not given */
+} ts_chat_msg;
+
+typedef struct ts_chat_opts {
+    bool add_generation_prompt; /* end with the opening of an assistant turn */
+    int enable_thinking;        /* -1: not given (the template's default), 0: false, 1: true */
+} ts_chat_opts;
+
+const char *ts_chat_kind_name(ts_chat_kind k);
+/* "chatml", "qwen3", "qwen3-thinking" (the --chat-template values). */
+int ts_chat_kind_from_name(const char *name, ts_chat_kind *k, char *err, size_t errlen);
+/* Recognises a Jinja template (tokenizer.chat_template); fails with a sentence naming the override. */
+int ts_chat_detect(const char *jinja, ts_chat_kind *k, char *err, size_t errlen);
+/* The override when given (non-NULL, non-empty), else the detected kind of jinja (may be NULL:
+ * the file has no template). */
+int ts_chat_select(const char *override_name, const char *jinja, ts_chat_kind *k, char *err, size_t errlen);
+/* Renders the conversation and APPENDS the prompt text to out. */
+int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const ts_chat_opts *o, ts_text *out,
+                   char *err, size_t errlen);
+
+#endif
