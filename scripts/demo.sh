@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# make demo: the engine's main job on the bundled model.
-# Generation lands with the CPU forward pass and the tokenizer (issues 4 and 5); until then the demo
-# shows what the loader sees in the bundled GGUF, through the same validating reader.
+# make demo: generate text on the CPU with the bundled demo model (models/demo.gguf: a small
+# qwen4_exp trained on the King James Bible — PLE, sparse QSA, MoE and hyper-connections all active;
+# see tools/demo/README.md), then show what the loader sees in it.
 set -euo pipefail
 bin=${1:-build/turbospark}
 cd "$(dirname "$0")/.."
-model=tests/fixtures/gguf/sample.gguf
-echo "== turbospark inspect $model"
-"$bin" inspect "$model"
+model=models/demo.gguf
+echo "== turbospark run -m $model -p \"And it came to pass\" -n 200"
+"$bin" run -m "$model" -p "And it came to pass" -n 200 -s 42
 echo
-echo "== turbospark inspect $model --tensors"
-"$bin" inspect "$model" --tensors | sed -n '/^tensor list/,$p'
+echo "== turbospark run (greedy, a second prompt)"
+"$bin" run -m "$model" -p "In the beginning God created" -n 60 --temp 0
 echo
-echo "== turbospark devices"
-"$bin" devices
+echo "== turbospark inspect $model (summary)"
+"$bin" inspect "$model" | grep -E "^(file|architecture|tensors|model) "
 cat <<'TXT'
 
-This build reads and validates GGUF files (any architecture), lists their metadata and tensors, and
-dequantizes any tensor to .npy (turbospark inspect FILE --dump NAME -o OUT.npy).
-Once the CPU forward pass and the tokenizer land, `make demo` will generate text from the bundled
-demo model (models/) with `turbospark run`.
+Try it yourself:
+  build/turbospark run -m models/demo.gguf -p "Blessed are the" -n 100
+  build/turbospark chat -m models/demo.gguf          (the demo model knows scripture, not chat)
+  build/turbospark --help
 TXT

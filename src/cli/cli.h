@@ -15,6 +15,8 @@ int ts_cmd_logits(int argc, char **argv);
 int ts_cmd_generate(int argc, char **argv);
 int ts_cmd_bench(int argc, char **argv);
 int ts_cmd_perplexity(int argc, char **argv);
+int ts_cmd_run(int argc, char **argv);
+int ts_cmd_chat(int argc, char **argv);
 int ts_cmd_tokenize(int argc, char **argv);
 
 /* The ids of a text file under a GGUF's tokenizer (tokenize.c); *ids is malloc'd. 0 or -1 + err. */

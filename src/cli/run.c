@@ -1,0 +1,392 @@
+/* turbospark run | chat: text in, streamed text out.
+ *
+ * run:  the prompt (-p TEXT or -f FILE) is completed as is (no chat template), the continuation
+ *       streams to stdout; load time, prompt and generation speed go to stderr.
+ * chat: an interactive conversation rendered with the model's chat template; the history stays in
+ *       the session (only the new turn is evaluated), `/exit` or end of input leaves, Ctrl-C stops
+ *       the reply being written (at the prompt it leaves). */
+#include "cli/cli.h"
+
+#include "common/error.h"
+#include "engine/sampler.h"
+#include "gguf/gguf.h"
+#include "model/qwen4exp.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "turbospark.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_STOPS 8
+
+typedef struct gen_opts {
+    const char *model, *prompt, *file, *backend, *chat_template, *system;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+    long n_predict, n_ctx, ubatch, threads;
+    int enable_thinking; /* −1 template default */
+    bool no_special;      /* do not parse special tokens in the prompt */
+    ts_sampler_params sp;
+    bool sp_set[4];       /* temperature, top_k, top_p given on the command line (else the file's) */
+} gen_opts;
+
+static volatile sig_atomic_t g_interrupted;
+static void on_sigint(int sig) { (void)sig, g_interrupted = 1; }
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f, bool chat) {
+    fprintf(f, "usage: turbospark %s -m FILE.gguf %s[options]\n", chat ? "chat" : "run",
+            chat ? "" : "(-p PROMPT | -f FILE) ");
+    fprintf(f, "  -n N               tokens to generate (default %s)\n"
+               "  -c N               context size (default 4096, at most the model's)\n"
+               "  -ub N              prompt micro-batch (default 512)\n"
+               "  -t N               CPU threads\n"
+               "  -s SEED            sampling seed (default 0)\n"
+               "  --temp T           temperature (0 = greedy); defaults come from the file's general.sampling.*\n"
+               "  --top-k K  --top-p P  --min-p P\n"
+               "  --repeat-penalty R --repeat-last-n N  --presence-penalty P  --frequency-penalty F\n"
+               "  --stop STR         stop when the output contains STR (up to %d)\n"
+               "  --backend cpu      (the CUDA backend arrives with its issue)\n",
+            chat ? "512 per reply" : "128", MAX_STOPS);
+    if (chat)
+        fprintf(f, "  -sys TEXT          system message\n"
+                   "  --chat-template K  chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+                   "  --think / --no-think   enable_thinking for Qwen3 templates\n"
+                   "In the conversation: /exit quits; Ctrl-C stops the reply being written.\n");
+    else
+        fprintf(f, "  --no-special       treat <|...|> markers in the prompt as plain text\n");
+}
+
+static int parse_long(const char *s, long lo, long hi, long *v) {
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || end == s || x < lo || x > hi) return -1;
+    *v = x;
+    return 0;
+}
+
+static int parse_float(const char *s, float *v) {
+    char *end;
+    errno = 0;
+    float x = strtof(s, &end);
+    if (errno || *end || end == s) return -1;
+    *v = x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = "cpu";
+    o->n_predict = chat ? 512 : 128, o->n_ctx = 4096, o->ubatch = 512, o->enable_thinking = -1;
+    o->sp = ts_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout, chat); exit(0); }
+        else if (!strcmp(a, "--no-special")) { o->no_special = true; continue; }
+        else if (!strcmp(a, "--think")) { o->enable_thinking = 1; continue; }
+        else if (!strcmp(a, "--no-think")) { o->enable_thinking = 0; continue; }
+        if (!v) { fprintf(stderr, "unknown or incomplete option '%s'\n", a); return -1; }
+        i++;
+        if (!strcmp(a, "-m")) o->model = v;
+        else if (!strcmp(a, "-p") && !chat) o->prompt = v;
+        else if (!strcmp(a, "-f") && !chat) o->file = v;
+        else if (!strcmp(a, "-sys") && chat) o->system = v;
+        else if (!strcmp(a, "--chat-template") && chat) o->chat_template = v;
+        else if (!strcmp(a, "--backend")) o->backend = v;
+        else if (!strcmp(a, "-n")) bad = parse_long(v, 0, 1 << 24, &o->n_predict);
+        else if (!strcmp(a, "-c")) bad = parse_long(v, 8, INT32_MAX, &o->n_ctx);
+        else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
+        else if (!strcmp(a, "-t")) bad = parse_long(v, 1, 4096, &o->threads);
+        else if (!strcmp(a, "-s")) { long s = 0; bad = parse_long(v, 0, LONG_MAX, &s); o->sp.seed = (uint64_t)s; }
+        else if (!strcmp(a, "--temp")) bad = parse_float(v, &o->sp.temperature), o->sp_set[0] = true;
+        else if (!strcmp(a, "--top-k")) { long k = 0; bad = parse_long(v, 0, INT32_MAX, &k); o->sp.top_k = (int32_t)k; o->sp_set[1] = true; }
+        else if (!strcmp(a, "--top-p")) bad = parse_float(v, &o->sp.top_p), o->sp_set[2] = true;
+        else if (!strcmp(a, "--min-p")) bad = parse_float(v, &o->sp.min_p);
+        else if (!strcmp(a, "--repeat-penalty")) bad = parse_float(v, &o->sp.repeat_penalty);
+        else if (!strcmp(a, "--repeat-last-n")) { long k = 0; bad = parse_long(v, -1, 4096, &k); o->sp.penalty_last_n = (int32_t)k; }
+        else if (!strcmp(a, "--presence-penalty")) bad = parse_float(v, &o->sp.presence_penalty);
+        else if (!strcmp(a, "--frequency-penalty")) bad = parse_float(v, &o->sp.frequency_penalty);
+        else if (!strcmp(a, "--stop")) {
+            if (o->n_stops == MAX_STOPS || !*v) { fprintf(stderr, "--stop: at most %d non-empty strings\n", MAX_STOPS); return -1; }
+            o->stops[o->n_stops++] = v;
+        } else { fprintf(stderr, "unknown option '%s'\n", a); return -1; }
+        if (bad) { fprintf(stderr, "'%s %s' is not a valid value\n", a, v); return -1; }
+    }
+    if (!o->model) { fprintf(stderr, "no model given (-m FILE.gguf)\n"); return -1; }
+    if (!chat && !o->prompt == !o->file) { fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n"); return -1; }
+    if (strcmp(o->backend, "cpu") != 0) { fprintf(stderr, "backend '%s' is not available in this build (available: cpu)\n", o->backend); return -1; }
+    return 0;
+}
+
+/* Model, tokenizer, session and sampler of one run. */
+typedef struct engine {
+    ts_model *m;
+    ts_tokenizer *tok;
+    ts_session *s;
+    ts_sampler *smp;
+    float *logits;
+    int32_t V;
+    uint64_t seed;
+    ts_tokens ctx; /* the ids the session holds, in order */
+} engine;
+
+static void engine_free(engine *e) {
+    ts_sampler_free(e->smp);
+    ts_session_free(e->s);
+    ts_tokenizer_free(e->tok);
+    ts_model_free(e->m);
+    free(e->logits);
+    ts_tokens_free(&e->ctx);
+}
+
+/* The file's recommended sampling (general.sampling.*) unless given on the command line. */
+static void file_sampling(const ts_gguf *g, gen_opts *o) {
+    float f;
+    uint32_t k;
+    if (!o->sp_set[0] && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0)) o->sp.temperature = f;
+    if (!o->sp_set[1] && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0)) o->sp.top_k = (int32_t)k;
+    if (!o->sp_set[2] && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0)) o->sp.top_p = f;
+}
+
+static int engine_init(engine *e, gen_opts *o, const char *cmd) {
+    char err[1024];
+    memset(e, 0, sizeof *e);
+    double t0 = now();
+    if (ts_model_load(o->model, &e->m, err, sizeof err)) goto fail;
+    if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;
+    file_sampling(e->m->gguf, o);
+    e->V = ts_model_n_vocab(e->m);
+    int64_t n_ctx = o->n_ctx < ts_model_n_ctx_train(e->m) ? o->n_ctx : ts_model_n_ctx_train(e->m);
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->ubatch};
+    if (ts_session_new(e->m, &sp, &e->s, err, sizeof err)) goto fail;
+    if (ts_sampler_new(&o->sp, e->V, &e->smp, err, sizeof err)) goto fail;
+    if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    o->n_ctx = n_ctx;
+    e->seed = o->sp.seed;
+    fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "\n",
+            cmd, o->model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->sp.temperature, o->sp.top_k,
+            o->sp.top_p, o->sp.min_p, o->sp.seed);
+    return 0;
+fail:
+    fprintf(stderr, "turbospark %s: %s\n", cmd, err);
+    engine_free(e);
+    return -1;
+}
+
+/* Evaluates ids after what the session holds (reusing the common prefix of a re-rendered chat). */
+static int feed(engine *e, const int32_t *ids, size_t n, char *err, size_t errlen) {
+    size_t common = 0;
+    while (common < e->ctx.n && common < n && e->ctx.ids[common] == ids[common]) common++;
+    if (common < e->ctx.n) { /* the history changed: start over (the recurrent state cannot rewind) */
+        ts_session_reset(e->s);
+        e->ctx.n = 0, common = 0;
+        ts_sampler_reset(e->smp, e->seed);
+    }
+    if (common == n) return ts_errf(err, errlen, "nothing new to evaluate");
+    for (size_t i = common; i < n; i++)
+        if (ts_tokens_push(&e->ctx, ids[i])) return ts_errf(err, errlen, "out of memory");
+    for (size_t i = common; i < n; i++) ts_sampler_accept(e->smp, ids[i]);
+    return ts_session_eval(e->s, ids + common, (int64_t)(n - common), e->logits, false, err, errlen);
+}
+
+/* Length of the longest suffix of s that is a proper prefix of a stop string (held back). */
+static size_t stop_overlap(const gen_opts *o, const char *s, size_t n) {
+    size_t best = 0;
+    for (int k = 0; k < o->n_stops; k++) {
+        size_t L = strlen(o->stops[k]);
+        for (size_t m = L - 1; m > best; m--)
+            if (m <= n && memcmp(s + n - m, o->stops[k], m) == 0) { best = m; break; }
+    }
+    return best;
+}
+
+typedef struct gen_stats {
+    int64_t n_gen;
+    double t_gen;
+    const char *why;
+} gen_stats;
+
+/* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
+ * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
+static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
+    ts_detok d;
+    ts_detok_init(&d, e->tok, false);
+    size_t printed = 0; /* bytes of reply already written to stdout */
+    double t0 = now();
+    st->n_gen = 0, st->why = "n_predict";
+    g_interrupted = 0;
+    for (long i = 0; i < o->n_predict; i++) {
+        if (g_interrupted) { st->why = "interrupted"; break; }
+        int32_t id = ts_sampler_sample(e->smp, e->logits);
+        if (ts_tokenizer_is_eog(e->tok, id)) { st->why = "end of generation"; break; }
+        if (ts_detok_push(&d, id, reply, err, errlen)) return -1;
+        st->n_gen++;
+        bool stopped = false;
+        for (int k = 0; k < o->n_stops && !stopped; k++) {
+            const char *hit = reply->n ? strstr(reply->s + (printed > 64 ? printed - 64 : 0), o->stops[k]) : NULL;
+            if (hit) reply->n = (size_t)(hit - reply->s), reply->s[reply->n] = 0, stopped = true;
+        }
+        size_t safe = reply->n - (stopped ? 0 : stop_overlap(o, reply->s, reply->n));
+        if (safe > printed) fwrite(reply->s + printed, 1, safe - printed, stdout), printed = safe;
+        fflush(stdout);
+        if (stopped) { st->why = "stop string"; break; }
+        if (ts_session_pos(e->s) >= o->n_ctx) { st->why = "context full"; break; }
+        ts_sampler_accept(e->smp, id);
+        if (ts_tokens_push(&e->ctx, id)) return ts_errf(err, errlen, "out of memory");
+        if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) return -1;
+    }
+    if (strcmp(st->why, "stop string") != 0) {
+        ts_detok_flush(&d, reply);
+        if (reply->n > printed) fwrite(reply->s + printed, 1, reply->n - printed, stdout);
+    }
+    fflush(stdout);
+    st->t_gen = now() - t0;
+    return 0;
+}
+
+static char *read_file(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ts_errf(err, errlen, "cannot open %s: %s", path, strerror(errno)), NULL;
+    ts_text t = {0};
+    char buf[65536];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0)
+        if (ts_text_append(&t, buf, k)) { fclose(f); ts_text_free(&t); return ts_errf(err, errlen, "out of memory"), NULL; }
+    fclose(f);
+    if (ts_text_append(&t, "", 1)) { ts_text_free(&t); return NULL; }
+    return t.s;
+}
+
+int ts_cmd_run(int argc, char **argv) {
+    gen_opts o;
+    if (parse_args(argc, argv, false, &o)) { usage(stderr, false); return 2; }
+    char err[1024];
+    char *file_text = NULL;
+    if (o.file && !(file_text = read_file(o.file, err, sizeof err))) { fprintf(stderr, "turbospark run: %s\n", err); return 1; }
+    engine e;
+    if (engine_init(&e, &o, "run")) { free(file_text); return 1; }
+    const char *text = o.prompt ? o.prompt : file_text;
+    ts_tokens prompt = {0};
+    ts_text reply = {0};
+    gen_stats st = {0};
+    int rc = ts_tokenize(e.tok, text, strlen(text), !o.no_special, &prompt, err, sizeof err);
+    if (!rc && prompt.n == 0) rc = ts_errf(err, sizeof err, "the prompt is empty");
+    if (!rc && (int64_t)prompt.n >= o.n_ctx)
+        rc = ts_errf(err, sizeof err, "the prompt has %zu tokens, more than the context of %ld allows (use -c)", prompt.n, o.n_ctx);
+    double t0 = now();
+    if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
+    double t_prompt = now() - t0;
+    signal(SIGINT, on_sigint);
+    if (!rc) fwrite(text, 1, strlen(text), stdout);
+    if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+    signal(SIGINT, SIG_DFL);
+    if (rc) {
+        fprintf(stderr, "\nturbospark run: %s\n", err);
+    } else {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr, "prompt: %zu tokens in %.2f s (%.1f tokens/s); generation: %" PRId64 " tokens in %.2f s (%.1f tokens/s); stopped by %s\n",
+                prompt.n, t_prompt, prompt.n / t_prompt, st.n_gen, st.t_gen, st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
+    }
+    ts_tokens_free(&prompt);
+    ts_text_free(&reply);
+    free(file_text);
+    engine_free(&e);
+    return rc ? 1 : 0;
+}
+
+/* ---- chat ----------------------------------------------------------------------------------- */
+
+typedef struct history {
+    ts_chat_msg *msgs;
+    char **owned;
+    size_t n, cap;
+} history;
+
+static int history_add(history *h, const char *role, const char *content) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 16;
+        ts_chat_msg *m = realloc(h->msgs, cap * sizeof *m);
+        if (m) h->msgs = m;
+        char **o = realloc(h->owned, cap * sizeof *o);
+        if (o) h->owned = o;
+        if (!m || !o) return -1;
+        h->cap = cap;
+    }
+    char *c = strdup(content);
+    if (!c) return -1;
+    h->owned[h->n] = c;
+    h->msgs[h->n++] = (ts_chat_msg){.role = role, .content = c};
+    return 0;
+}
+
+static void history_free(history *h) {
+    for (size_t i = 0; i < h->n; i++) free(h->owned[i]);
+    free(h->msgs), free(h->owned);
+}
+
+int ts_cmd_chat(int argc, char **argv) {
+    gen_opts o;
+    if (parse_args(argc, argv, true, &o)) { usage(stderr, true); return 2; }
+    char err[1024];
+    engine e;
+    if (engine_init(&e, &o, "chat")) return 1;
+    ts_chat_kind kind;
+    if (ts_chat_select(o.chat_template, ts_tokenizer_chat_template(e.tok), &kind, err, sizeof err)) {
+        fprintf(stderr, "turbospark chat: %s\n", err);
+        engine_free(&e);
+        return 1;
+    }
+    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n", ts_chat_kind_name(kind));
+    history h = {0};
+    int rc = o.system ? history_add(&h, "system", o.system) : 0;
+    char line[16384];
+    while (!rc) {
+        fprintf(stderr, "\n> ");
+        g_interrupted = 0;
+        signal(SIGINT, SIG_DFL); /* at the prompt, Ctrl-C leaves */
+        if (!fgets(line, sizeof line, stdin)) break;
+        size_t L = strlen(line);
+        while (L && (line[L - 1] == '\n' || line[L - 1] == '\r')) line[--L] = 0;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!L) continue;
+        if (history_add(&h, "user", line)) { rc = ts_errf(err, sizeof err, "out of memory"); break; }
+        ts_text prompt_text = {0}, reply = {0};
+        ts_tokens prompt = {0};
+        ts_chat_opts co = {.add_generation_prompt = true, .enable_thinking = o.enable_thinking};
+        gen_stats st = {0};
+        rc = ts_chat_render(kind, h.msgs, h.n, &co, &prompt_text, err, sizeof err);
+        if (!rc) rc = ts_tokenize(e.tok, prompt_text.s, prompt_text.n, true, &prompt, err, sizeof err);
+        if (!rc && (int64_t)prompt.n + 1 >= o.n_ctx)
+            rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.n_ctx);
+        if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
+        signal(SIGINT, on_sigint);
+        if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+        signal(SIGINT, SIG_DFL);
+        if (!rc) {
+            printf("\n");
+            fflush(stdout);
+            fprintf(stderr, "[%" PRId64 " tokens, %.1f tokens/s, %s]\n", st.n_gen, st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
+            rc = history_add(&h, "assistant", reply.n ? reply.s : "");
+        }
+        ts_text_free(&prompt_text), ts_text_free(&reply), ts_tokens_free(&prompt);
+    }
+    if (rc) fprintf(stderr, "turbospark chat: %s\n", err);
+    history_free(&h);
+    engine_free(&e);
+    return rc ? 1 : 0;
+}
