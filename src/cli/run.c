@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define MAX_STOPS 8
 
@@ -165,6 +168,9 @@ static void file_sampling(const ts_gguf *g, gen_opts *o) {
 static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     char err[1024];
     memset(e, 0, sizeof *e);
+#ifdef _OPENMP
+    if (o->threads > 0) omp_set_num_threads((int)o->threads);
+#endif
     double t0 = now();
     if (ts_model_load(o->model, &e->m, err, sizeof err)) goto fail;
     if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;

@@ -2,6 +2,7 @@
  * with seeded random data (or sparse) — for loader tests and benchmarks at real shapes. */
 #include "cli/cli.h"
 
+#include "convert/hf_config.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
@@ -11,12 +12,13 @@
 #include <string.h>
 
 static void synth_usage(FILE *f) {
-    fprintf(f, "usage: turbospark synth -o OUT.gguf [--released | --tiny | --mid] [--type TYPE] [--sparse] [--seed N]\n"
+    fprintf(f, "usage: turbospark synth -o OUT.gguf [--released | --tiny | --mid | --config config.json] [--type TYPE] [--sparse] [--seed N]\n"
                "                        [--layers N] [--mtp] [--ple-split] [--fused-experts]\n"
                "\n"
                "  --released       the released Qwen3.8-Flash-Next config (48 layers, 1,224 tensors; default)\n"
                "  --tiny           a 4-layer config with every feature on (hidden 64, vocab 512)\n"
                "  --mid            an 8-layer config for CPU benchmarks (hidden 1024, 64 experts, vocab 32768)\n"
+               "  --config FILE    any config of the family, from a transformers qwen4_exp config.json\n"
                "  --type TYPE      matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K iq4_nl\n"
                "                   (default q8_0; 256-block types fall back on narrow rows as llama.cpp does)\n"
                "  --sparse         leave tensor data unwritten: a sparse file that takes no disk space\n"
@@ -29,7 +31,8 @@ static void synth_usage(FILE *f) {
 
 int ts_cmd_synth(int argc, char **argv) {
     const char *out = NULL;
-    int config = 0; /* 0 released, 1 tiny, 2 mid */
+    int config = 0; /* 0 released, 1 tiny, 2 mid, 3 config.json */
+    const char *config_json = NULL;
     long layers = -1;
     int mtp = 0;
     ts_synth_opts o = {.type = TS_TYPE_Q8_0, .seed = 1};
@@ -41,6 +44,7 @@ int ts_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--released")) config = 0;
         else if (!strcmp(a, "--tiny")) config = 1;
         else if (!strcmp(a, "--mid")) config = 2;
+        else if (!strcmp(a, "--config") && has_val) config = 3, config_json = argv[++i];
         else if (!strcmp(a, "--sparse")) o.sparse = true;
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--ple-split")) o.layout.ple_split = true;
@@ -73,9 +77,17 @@ int ts_cmd_synth(int argc, char **argv) {
     }
     char err[1024];
     ts_hparams hp;
-    int rc = config == 1 ? ts_hparams_tiny(&hp, err, sizeof err)
+    int rc;
+    if (config == 3) { /* a transformers config.json: the hyperparameters convert would write */
+        ts_hf_config hc;
+        rc = ts_hf_config_read(config_json, &hc, err, sizeof err);
+        if (!rc) hp = hc.hp, memset(&hc.hp, 0, sizeof hc.hp), ts_hf_config_free(&hc);
+        else memset(&hp, 0, sizeof hp);
+    } else {
+        rc = config == 1 ? ts_hparams_tiny(&hp, err, sizeof err)
              : config == 2 ? ts_hparams_mid(&hp, err, sizeof err)
                            : ts_hparams_released(&hp, err, sizeof err);
+    }
     if (rc ||
         ts_hparams_set_layers(&hp, layers > 0 ? (uint32_t)layers : hp.n_layer, (uint32_t)mtp, err, sizeof err) ||
         ts_synth_write(&hp, &o, out, err, sizeof err)) {
@@ -83,7 +95,7 @@ int ts_cmd_synth(int argc, char **argv) {
         ts_hparams_free(&hp);
         return 1;
     }
-    fprintf(stderr, "wrote %s: %s config, %" PRIu32 " layers%s, matrices %s%s\n", out, config == 1 ? "tiny" : config == 2 ? "mid" : "released",
+    fprintf(stderr, "wrote %s: %s config, %" PRIu32 " layers%s, matrices %s%s\n", out, config == 1 ? "tiny" : config == 2 ? "mid" : config == 3 ? config_json : "released",
             hp.n_layer, mtp ? " + MTP" : "", ts_type_name(o.type), o.sparse ? ", sparse (no data written)" : "");
     ts_hparams_free(&hp);
     return 0;

@@ -17,6 +17,15 @@ for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K iq4_nl; do
   "$TS_BIN" synth --tiny --type "$t" -o "$TS_TMP/tiny.gguf" 2>/dev/null
   "$TS_BIN" inspect "$TS_TMP/tiny.gguf" | grep -q "qwen4exp binds: 4 layers" || { echo "tiny $t does not bind"; exit 1; }
 done
+# any config of the family from a config.json: the same model line as the converted checkpoint
+for fx in "$TS_FIXTURES"/golden/*/; do
+  "$TS_BIN" synth --config "$fx/config.json" --type f32 -o "$TS_TMP/cfg.gguf" 2>/dev/null
+  "$TS_BIN" convert "$fx" -o "$TS_TMP/conv.gguf" --type f32 >/dev/null 2>&1
+  a=$("$TS_BIN" inspect "$TS_TMP/cfg.gguf" | grep "^model")
+  b=$("$TS_BIN" inspect "$TS_TMP/conv.gguf" | grep "^model")
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "synth --config $fx: '$a' vs converted '$b'"; exit 1; }
+done
+rm -f "$TS_TMP/cfg.gguf" "$TS_TMP/conv.gguf"
 # bad usage
 set +e
 "$TS_BIN" synth --tiny 2>/dev/null; [ $? -eq 2 ] || { echo "synth without -o should exit 2"; exit 1; }
