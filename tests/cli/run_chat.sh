@@ -4,8 +4,9 @@
 # input gets a clear error.
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
-m="$repo/models/demo.gguf"
 mkdir -p "$TS_TMP"; cd "$TS_TMP"
+m="$TS_TMP/demo.gguf"
+"$TS_BIN" convert "$repo/models/demo" -o "$m" --type bf16 --quiet || exit 1
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 a=$("$TS_BIN" run -m "$m" -p "And the LORD said" -n 40 -s 7 2>/dev/null)
