@@ -1,0 +1,657 @@
+// Quantized GEMV and small-batch matrix products, the CUDA twin of ts_cpu_matmul (see matmul.h).
+//
+// Design (decode is memory-bound: every weight byte is read once per launch, so the kernels are
+// built to keep HBM busy and to spend as few instructions as possible per weight):
+//
+//  * One warp owns R whole rows (R = 1, 2 or 4) and loops over them in steps of 32 "units", one
+//    unit a lane. A unit is 32 weights that share their scales: a 32-element block (Q8_0, Q4_0,
+//    Q5_0, Q5_1, IQ4_NL) or an eighth of a 256-element super-block (Q4_K, Q5_K, Q6_K), seen as two
+//    runs of 16 consecutive elements (src/cuda/quant_decode.cuh). Reusing each decoded weight for
+//    T ≤ 8 tokens costs only the FMAs.
+//  * x is staged once per thread block in shared memory (T·ne0 floats up to 48 KiB), swizzled so
+//    that the lanes' float4 reads, 32 to 128 bytes apart, hit distinct banks; the grid is sized to
+//    be resident and each block loops over row groups, so x is copied once per block, not per row.
+//    Read straight through L1 instead, those strided reads touch 32 cache lines per instruction:
+//    the first version did that and streamed only 20-25 % of HBM bandwidth (docs/BENCHMARKS.md).
+//    Larger T·ne0 still takes that path (TODO: stage x per step for it).
+//  * Block bytes are staged in shared memory by cp.async (16-byte lines, L1 bypassed, coalesced
+//    whatever the block size): the blocks of Q8_0 (34 bytes), Q4_0 (18), Q6_K (210) ... are only
+//    2-byte aligned, so lanes cannot load their own block with 16-byte loads, but the warp can load
+//    the row's byte range with them. A 4-stage pipeline (2 for R = 4) keeps up to 3 steps of every
+//    row in flight per warp while it decodes the current one.
+//  * Decode without integer-to-float conversions (I2F runs at a quarter of the FMA rate): each
+//    quant is first made an unsigned byte (q + bias) with a few 32-bit mask/shift/permute ops per 4
+//    or 8 quants, then PRMT places the byte in the mantissa of 2^23, and one FADD of -(2^23 + bias)
+//    gives the exact integer value. Per weight: PRMT + FADD + T FFMAs, plus shared mask work.
+//    Scales (and K-quant mins, through Σx of the run) are applied once per 16-element run.
+//  * Plain types (F32, F16, BF16) need no staging: 16-byte streaming loads straight from global
+//    memory, 8 elements a lane; rows whose length is not a multiple of 8 take a scalar path.
+//
+// Numerics: weights decode to exactly the values of ts_dequantize_row (integer quants are exact in
+// fp32, scales are the same fp32 products); sums are fp32 with a different order than the CPU's,
+// so results agree to a few ulps of Σ|w·x| (tests/cuda/test_cuda_matmul.c states the bound).
+//
+// TODO: the per-weight instruction count (~3.5 for 4-bit types) is near the issue limit at full
+// HBM rate; a tensor-core path (integer weights as bf16, x split into bf16 terms) or int8 dot
+// products would take it lower. TODO: split-K for launches with few rows (a single expert slice).
+extern "C" {
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+}
+#include "cuda/cuda_common.h"
+#include "cuda/matmul.h"
+#include "cuda/quant_decode.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdint.h>
+
+namespace {
+
+using namespace ts_cu;
+
+constexpr int kWarps = 4; // warps per thread block
+constexpr int kMaxT = 8;  // tokens per launch; larger T is sliced on the host
+
+// ---- the block-type kernel -------------------------------------------------------------------
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ const uint8_t *align_down16(const uint8_t *p) {
+    return p - (reinterpret_cast<uintptr_t>(p) & 15u);
+}
+
+// One unit of R rows against T tokens: acc[r][t] += Σ over the unit's 32 elements. eb: index of
+// the block's first element in a row of x. x comes from global memory (x, through L1) or, when XS,
+// from the swizzled copy in shared memory (xs, see x_swizzle).
+template <class Q, int R, int T, bool XS>
+__device__ __forceinline__ void unit_dot(const uint8_t *const (&blk)[R], int k, const float *__restrict__ x,
+                                         const float4 *xs, int eb, int ne0, float (&acc)[R][T]) {
+    unit_t u[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) Q::decode(blk[r], k, u[r]);
+    constexpr float kMagic = 8388608.0f + static_cast<float>(Q::BIAS);
+#pragma unroll
+    for (int run = 0; run < 2; run++) {
+        float w[R][16];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                w[r][4 * i + 0] = byte_plus_2p23<0>(u[r].q[run][i]) - kMagic;
+                w[r][4 * i + 1] = byte_plus_2p23<1>(u[r].q[run][i]) - kMagic;
+                w[r][4 * i + 2] = byte_plus_2p23<2>(u[r].q[run][i]) - kMagic;
+                w[r][4 * i + 3] = byte_plus_2p23<3>(u[r].q[run][i]) - kMagic;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const int e = t * ne0 + eb + u[0].e[run]; // a multiple of 16
+            float xv[16];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 v;
+                if constexpr (XS)
+                    v = xs[x_swizzle<Q>(static_cast<uint32_t>(e >> 2)) ^ static_cast<uint32_t>(i)];
+                else
+                    v = __ldg(reinterpret_cast<const float4 *>(x + e) + i);
+                xv[4 * i + 0] = v.x;
+                xv[4 * i + 1] = v.y;
+                xv[4 * i + 2] = v.z;
+                xv[4 * i + 3] = v.w;
+            }
+            float sx = 0.0f;
+            if (Q::HAS_MIN) {
+                float s4[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s4[i] = (xv[4 * i] + xv[4 * i + 1]) + (xv[4 * i + 2] + xv[4 * i + 3]);
+                sx = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 16; i += 2) {
+                    s0 = fmaf(w[r][i], xv[i], s0);
+                    s1 = fmaf(w[r][i + 1], xv[i + 1], s1);
+                }
+                acc[r][t] = fmaf(u[r].scale[run], s0 + s1, acc[r][t]);
+                if (Q::HAS_MIN) acc[r][t] = fmaf(u[r].min[run], sx, acc[r][t]);
+            }
+        }
+    }
+}
+
+// Sums each accumulator over the warp; lane 0 writes the valid rows.
+template <int R, int T>
+__device__ __forceinline__ void warp_reduce_store(float (&acc)[R][T], int lane, int o0, int nr, int n_out,
+                                                  float *__restrict__ y) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float v = acc[r][t];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            acc[r][t] = v;
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < nr) {
+#pragma unroll
+                for (int t = 0; t < T; t++) y[static_cast<size_t>(t) * n_out + o0 + r] = acc[r][t];
+            }
+        }
+    }
+}
+
+// W: first row of the product (row0 applied); rb: bytes per row; nb: blocks per row. A block
+// owns groups of kWarps·R consecutive rows (group g, g + gridDim.x, ...: the grid is sized to be
+// resident, so x is staged once per block, not once per group). XS: x (T·ne0 floats) is first
+// copied to dynamic shared memory, swizzled.
+template <int TYPE, int R, int T, bool XS>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_blocks_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int nb, int ne0,
+                         const float *__restrict__ x, float *__restrict__ y) {
+    using Q = qtype<TYPE>;
+    constexpr int BPS = 32 / Q::UPB;            // blocks per step
+    constexpr int STEP = BPS * Q::BS;           // bytes of one row per step
+    constexpr int LINES = (STEP + 15) / 16 + 1; // 16-byte lines that can cover a step at any offset
+    constexpr int BUF = LINES * 16 + 16;        // + slack read by lds_words_a2
+    constexpr int NS = R >= 4 ? 2 : 4;          // pipeline stages
+    __shared__ __align__(16) uint8_t stage[kWarps][NS][R][BUF];
+    extern __shared__ float4 xs[]; // XS: T·ne0/4 float4s
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if constexpr (XS) {
+        const int n4 = T * ne0 / 4;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        for (int f = threadIdx.x; f < n4; f += kWarps * 32)
+            xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
+        __syncthreads();
+    }
+    const int nsteps = (nb + BPS - 1) / BPS;
+    const int ngroups = (n_out + kWarps * R - 1) / (kWarps * R);
+
+    for (int g = blockIdx.x; g < ngroups; g += gridDim.x) {
+        const int o0 = (g * kWarps + warp) * R;
+        if (o0 >= n_out) break; // only in the last group; warps never wait for each other below
+        const int nr = min(R, n_out - o0);
+        const uint8_t *rowp[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) rowp[r] = W + static_cast<size_t>(min(o0 + r, n_out - 1)) * rb;
+
+        // Copies the bytes of step s of every row into stage s % NS; always commits a group
+        // (possibly empty) so that group s holds step s.
+        auto issue = [&](int s) {
+            if (s < nsteps) {
+                const int b0 = s * BPS, b1 = min(b0 + BPS, nb);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *start = rowp[r] + static_cast<size_t>(b0) * Q::BS;
+                    const uint8_t *a0 = align_down16(start);
+                    const int nl =
+                        static_cast<int>((start + static_cast<size_t>(b1 - b0) * Q::BS - a0 + 15) >> 4);
+                    uint8_t *dst = stage[warp][s % NS][r];
+                    for (int l = lane; l < nl; l += 32) cp_async16(dst + 16 * l, a0 + 16 * l);
+                }
+            }
+            cp_async_commit();
+        };
+
+#pragma unroll
+        for (int s = 0; s < NS - 1; s++) issue(s);
+
+        float acc[R][T];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
+
+        for (int s = 0; s < nsteps; s++) {
+            issue(s + NS - 1);
+            cp_async_wait<NS - 1>(); // this lane's copies of step s have landed
+            __syncwarp();            // ... and every other lane's
+            const int b = s * BPS + lane / Q::UPB;
+            if (b < nb) {
+                const int k = lane % Q::UPB;
+                const uint8_t *blk[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *start = rowp[r] + static_cast<size_t>(s) * STEP;
+                    blk[r] = stage[warp][s % NS][r] + (reinterpret_cast<uintptr_t>(start) & 15u) +
+                             (lane / Q::UPB) * Q::BS;
+                }
+                unit_dot<Q, R, T, XS>(blk, k, x, xs, b * Q::QK, ne0, acc);
+            }
+            __syncwarp(); // stage s % NS is refilled by the next iteration's issue
+        }
+        // The groups still pending here are empty (steps past the end): stages are free.
+        warp_reduce_store<R, T>(acc, lane, o0, nr, n_out, y);
+    }
+}
+
+// ---- plain types -----------------------------------------------------------------------------
+
+template <int TYPE> struct ptype;
+template <> struct ptype<TS_TYPE_F32> {
+    static constexpr int ESZ = 4;
+    static __device__ __forceinline__ void load8(const uint8_t *p, float (&w)[8]) {
+        const float4 a = __ldcs(reinterpret_cast<const float4 *>(p));
+        const float4 b = __ldcs(reinterpret_cast<const float4 *>(p) + 1);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    }
+    static __device__ __forceinline__ float at(const uint8_t *row, int i) {
+        return reinterpret_cast<const float *>(row)[i];
+    }
+};
+template <> struct ptype<TS_TYPE_F16> {
+    static constexpr int ESZ = 2;
+    static __device__ __forceinline__ void load8(const uint8_t *p, float (&w)[8]) {
+        const uint4 v = __ldcs(reinterpret_cast<const uint4 *>(p));
+        const uint32_t a[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[2 * i] = ts_cu_half_to_float(a[i] & 0xFFFFu);
+            w[2 * i + 1] = ts_cu_half_to_float(a[i] >> 16);
+        }
+    }
+    static __device__ __forceinline__ float at(const uint8_t *row, int i) {
+        return ts_cu_half_to_float(reinterpret_cast<const uint16_t *>(row)[i]);
+    }
+};
+template <> struct ptype<TS_TYPE_BF16> {
+    static constexpr int ESZ = 2;
+    static __device__ __forceinline__ void load8(const uint8_t *p, float (&w)[8]) {
+        const uint4 v = __ldcs(reinterpret_cast<const uint4 *>(p));
+        const uint32_t a[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[2 * i] = __uint_as_float(a[i] << 16);
+            w[2 * i + 1] = __uint_as_float(a[i] & 0xFFFF0000u);
+        }
+    }
+    static __device__ __forceinline__ float at(const uint8_t *row, int i) {
+        return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t *>(row)[i]) << 16);
+    }
+};
+
+// ne0 % 8 == 0: lane handles 8 consecutive elements per iteration with one or two 16-byte loads.
+template <int TYPE, int R, int T>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_plain_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
+                        const float *__restrict__ x, float *__restrict__ y) {
+    using P = ptype<TYPE>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int o0 = (blockIdx.x * kWarps + warp) * R;
+    if (o0 >= n_out) return;
+    const int nr = min(R, n_out - o0);
+    const uint8_t *rowp[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rowp[r] = W + static_cast<size_t>(min(o0 + r, n_out - 1)) * rb;
+    float acc[R][T];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
+
+    // U units a lane in flight: their loads are all issued before the first FMA, so each warp keeps
+    // U·R·16 bytes a lane outstanding (with few rows per SM, memory parallelism is the limit).
+    constexpr int U = 4;
+    const int nu = ne0 / 8;
+    for (int u0 = lane; u0 < nu; u0 += 32 * U) {
+        float w[U][R][8];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int u = u0 + 32 * j;
+            if (u < nu) {
+#pragma unroll
+                for (int r = 0; r < R; r++) P::load8(rowp[r] + static_cast<size_t>(u) * 8 * P::ESZ, w[j][r]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int u = u0 + 32 * j;
+            if (u >= nu) break;
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float4 *xp = reinterpret_cast<const float4 *>(x + static_cast<size_t>(t) * ne0 + 8 * u);
+                const float4 a = __ldg(xp), b = __ldg(xp + 1);
+                const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < 8; i += 2) {
+                        s0 = fmaf(w[j][r][i], xv[i], s0);
+                        s1 = fmaf(w[j][r][i + 1], xv[i + 1], s1);
+                    }
+                    acc[r][t] += s0 + s1;
+                }
+            }
+        }
+    }
+    warp_reduce_store<R, T>(acc, lane, o0, nr, n_out, y);
+}
+
+// Any row length: one warp a row, element by element, any T (the slow path; rare shapes only).
+template <int TYPE>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_plain_any_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
+                            const float *__restrict__ x, int T, float *__restrict__ y) {
+    using P = ptype<TYPE>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int o = blockIdx.x * kWarps + warp;
+    if (o >= n_out) return;
+    const uint8_t *row = W + static_cast<size_t>(o) * rb;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + static_cast<size_t>(t) * ne0;
+        float s = 0.0f;
+        for (int i = lane; i < ne0; i += 32) s = fmaf(P::at(row, i), __ldg(xt + i), s);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) y[static_cast<size_t>(t) * n_out + o] = s;
+    }
+}
+
+// ---- dispatch --------------------------------------------------------------------------------
+
+struct launch_args {
+    const uint8_t *w; // row0 applied
+    size_t rb;
+    int n_out, ne0;
+    const float *x;
+    float *y;
+    cudaStream_t s;
+};
+
+inline int blocks_for(int n_out, int R) {
+    return ((n_out + R - 1) / R + kWarps - 1) / kWarps;
+}
+
+// x is staged in shared memory when T·ne0 floats fit this (all T = 1 shapes of the model; T = 2 up
+// to 6144): beyond it the block kernels read x through L1, uncoalesced (see the design note).
+constexpr int kXsBudgetBytes = 48 * 1024;
+
+bool g_x_shared = true;
+
+int sm_count() {
+    thread_local int dev = -1, n = 0;
+    int d = 0;
+    cudaGetDevice(&d);
+    if (d != dev) {
+        dev = d;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n < 1) n = 1;
+    }
+    return n;
+}
+
+// Blocks for a grid that is resident at once (the block kernel loops over row groups). The caller
+// keeps the cache, one per kernel instantiation and thread.
+struct occupancy_cache {
+    bool opted_in = false;
+    size_t dyn = ~static_cast<size_t>(0);
+    int blocks = 1;
+};
+
+template <typename K> int resident_blocks(K kernel, size_t dyn_smem, bool needs_opt_in, occupancy_cache &c) {
+    if (needs_opt_in && !c.opted_in) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
+        c.opted_in = true;
+    }
+    if (dyn_smem != c.dyn) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, dyn_smem) !=
+                cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        c.dyn = dyn_smem;
+        c.blocks = per_sm * sm_count();
+    }
+    return c.blocks;
+}
+
+template <int TYPE, int R, int T> void launch_one(const launch_args &a) {
+    if constexpr (TYPE == TS_TYPE_F32 || TYPE == TS_TYPE_F16 || TYPE == TS_TYPE_BF16) {
+        matmul_plain_kernel<TYPE, R, T>
+            <<<blocks_for(a.n_out, R), kWarps * 32, 0, a.s>>>(a.w, a.rb, a.n_out, a.ne0, a.x, a.y);
+    } else {
+        const int nb = a.ne0 / qtype<TYPE>::QK;
+        const size_t xbytes = static_cast<size_t>(T) * a.ne0 * sizeof(float);
+        const int want = blocks_for(a.n_out, R);
+        if (g_x_shared && xbytes <= static_cast<size_t>(kXsBudgetBytes)) {
+            const auto kernel = matmul_blocks_kernel<TYPE, R, T, true>;
+            thread_local occupancy_cache cache;
+            const int blocks = min(want, resident_blocks(kernel, xbytes, true, cache));
+            kernel<<<blocks, kWarps * 32, xbytes, a.s>>>(a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
+        } else {
+            const auto kernel = matmul_blocks_kernel<TYPE, R, T, false>;
+            thread_local occupancy_cache cache;
+            const int blocks = min(want, resident_blocks(kernel, 0, false, cache));
+            kernel<<<blocks, kWarps * 32, 0, a.s>>>(a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
+        }
+    }
+}
+
+template <int TYPE, int R> void launch_T(int T, const launch_args &a) {
+    switch (T) {
+    case 1:
+        launch_one<TYPE, R, 1>(a);
+        break;
+    case 2:
+        launch_one<TYPE, R, 2>(a);
+        break;
+    case 3:
+        launch_one<TYPE, R, 3>(a);
+        break;
+    case 4:
+        launch_one<TYPE, R, 4>(a);
+        break;
+    case 5:
+        launch_one<TYPE, R, 5>(a);
+        break;
+    case 6:
+        launch_one<TYPE, R, 6>(a);
+        break;
+    case 7:
+        launch_one<TYPE, R, 7>(a);
+        break;
+    default:
+        launch_one<TYPE, R, 8>(a);
+        break;
+    }
+}
+
+// R = 4 is compiled for T = 1 only (its extra registers do not pay for more tokens).
+template <int TYPE> void launch_type(int R, int T, const launch_args &a) {
+    if (R == 4 && T == 1)
+        launch_one<TYPE, 4, 1>(a);
+    else if (R >= 2)
+        launch_T<TYPE, 2>(T, a);
+    else
+        launch_T<TYPE, 1>(T, a);
+}
+
+int g_forced_rows_per_warp = 0;
+
+bool is_plain(uint32_t type) {
+    return type == TS_TYPE_F32 || type == TS_TYPE_F16 || type == TS_TYPE_BF16;
+}
+
+// Rows per warp: for block types two rows share each x load and Σx sum but halve the number of
+// warps, so two only when there are rows enough to fill the GPU anyway; plain types need no x
+// reuse (2 or 4 bytes a weight) and want the warps.
+int rows_per_warp(uint32_t type, int n_out, int T) {
+    if (g_forced_rows_per_warp == 1 || g_forced_rows_per_warp == 2 || g_forced_rows_per_warp == 4)
+        return g_forced_rows_per_warp;
+    if (is_plain(type)) return 1;
+    return (T <= 2 && n_out >= 4096) ? 2 : 1;
+}
+
+} // namespace
+
+extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_F32:
+    case TS_TYPE_F16:
+    case TS_TYPE_BF16:
+    case TS_TYPE_Q8_0:
+    case TS_TYPE_Q4_0:
+    case TS_TYPE_Q5_0:
+    case TS_TYPE_Q5_1:
+    case TS_TYPE_IQ4_NL:
+    case TS_TYPE_Q4_K:
+    case TS_TYPE_Q5_K:
+    case TS_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+extern "C" void ts_cuda_matmul_force_rows_per_warp(int rows) {
+    g_forced_rows_per_warp = rows;
+}
+
+extern "C" void ts_cuda_matmul_allow_x_shared(bool allow) {
+    g_x_shared = allow;
+}
+
+extern "C" int ts_cuda_tensor_upload(const ts_gguf_tensor *t, ts_cuda_tensor *out, char *err, size_t errlen) {
+    if (!t || !out) return ts_errf(err, errlen, "ts_cuda_tensor_upload: no tensor given");
+    const char *name = t->name.ptr ? t->name.ptr : "";
+    const int name_len = static_cast<int>(t->name.ptr ? (t->name.len > 200 ? 200 : t->name.len) : 0);
+    if (!ts_cuda_matmul_supports(t->type))
+        return ts_errf(err, errlen, "tensor '%.*s' has type %s, which the CUDA matrix kernels do not support",
+                       name_len, name, ts_type_name(t->type));
+    const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const size_t rb = ts_row_size(t->type, t->ne[0]);
+    if (rb == 0 || rows <= 0 || t->ne[0] > INT_MAX)
+        return ts_errf(err, errlen, "tensor '%.*s' (%s, %lld elements a row) cannot be used as a matrix",
+                       name_len, name, ts_type_name(t->type), static_cast<long long>(t->ne[0]));
+    const size_t bytes = rb * static_cast<size_t>(rows), padded = (bytes + 15) & ~static_cast<size_t>(15);
+    void *d = nullptr;
+    cudaError_t e = cudaMalloc(&d, padded);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        return ts_errf(err, errlen,
+                       "out of GPU memory for tensor '%.*s': asked %.1f MiB, %.1f MiB free of %.1f MiB",
+                       name_len, name, padded / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
+    e = cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && padded > bytes)
+        e = cudaMemset(static_cast<uint8_t *>(d) + bytes, 0, padded - bytes);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        return ts_errf(err, errlen, "copying tensor '%.*s' to the GPU failed: %s", name_len, name,
+                       cudaGetErrorString(e));
+    }
+    out->type = t->type;
+    out->ne0 = t->ne[0];
+    out->rows = rows;
+    out->row_bytes = rb;
+    out->data = d;
+    out->owned = d;
+    return 0;
+}
+
+extern "C" void ts_cuda_tensor_free(ts_cuda_tensor *t) {
+    if (!t) return;
+    if (t->owned) cudaFree(t->owned);
+    t->owned = nullptr;
+    t->data = nullptr;
+}
+
+extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
+                              int64_t T, float *y_dev, cudaStream_t s) {
+    if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
+    if (row0 < 0 || n_out < 0 || T < 0 || row0 > W->rows || n_out > W->rows - row0) return -1;
+    if (W->ne0 <= 0 || W->ne0 > INT_MAX / kMaxT || n_out > INT_MAX) return -1;
+    if (n_out == 0 || T == 0) return 0;
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(y_dev) & 15u) || (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return -1;
+    const ts_type_traits *tr = ts_type_get(W->type);
+    if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
+
+    const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
+    const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    if (is_plain(W->type) && ne0 % 8 != 0) {
+        const int blocks = (no + kWarps - 1) / kWarps;
+        switch (W->type) {
+        case TS_TYPE_F32:
+            matmul_plain_any_kernel<TS_TYPE_F32>
+                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            break;
+        case TS_TYPE_F16:
+            matmul_plain_any_kernel<TS_TYPE_F16>
+                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            break;
+        default:
+            matmul_plain_any_kernel<TS_TYPE_BF16>
+                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            break;
+        }
+        return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
+        const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
+        const launch_args a = {w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, y_dev + t0 * n_out, s};
+        const int R = rows_per_warp(W->type, no, tc);
+        switch (W->type) {
+        case TS_TYPE_F32:
+            launch_type<TS_TYPE_F32>(R, tc, a);
+            break;
+        case TS_TYPE_F16:
+            launch_type<TS_TYPE_F16>(R, tc, a);
+            break;
+        case TS_TYPE_BF16:
+            launch_type<TS_TYPE_BF16>(R, tc, a);
+            break;
+        case TS_TYPE_Q8_0:
+            launch_type<TS_TYPE_Q8_0>(R, tc, a);
+            break;
+        case TS_TYPE_Q4_0:
+            launch_type<TS_TYPE_Q4_0>(R, tc, a);
+            break;
+        case TS_TYPE_Q5_0:
+            launch_type<TS_TYPE_Q5_0>(R, tc, a);
+            break;
+        case TS_TYPE_Q5_1:
+            launch_type<TS_TYPE_Q5_1>(R, tc, a);
+            break;
+        case TS_TYPE_IQ4_NL:
+            launch_type<TS_TYPE_IQ4_NL>(R, tc, a);
+            break;
+        case TS_TYPE_Q4_K:
+            launch_type<TS_TYPE_Q4_K>(R, tc, a);
+            break;
+        case TS_TYPE_Q5_K:
+            launch_type<TS_TYPE_Q5_K>(R, tc, a);
+            break;
+        case TS_TYPE_Q6_K:
+            launch_type<TS_TYPE_Q6_K>(R, tc, a);
+            break;
+        default:
+            return -1;
+        }
+    }
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}

@@ -1,0 +1,378 @@
+// Decoders of ggml block formats for the CUDA kernels: a "unit" of 32 weights of one row, as
+// unsigned bytes plus per-run scales, ready for the exact byte-to-float trick of matmul.cu.
+//
+// Shared by every kernel that reads quantized weights (matmul.cu now; MoE and the others later)
+// and by tests/cuda/test_cuda_decode.cu, which runs these same functions on the host against
+// ts_dequantize_row (src/quant/dequant.c, the byte-exact reference of each layout) with no GPU:
+// every function here is __host__ __device__, with portable host versions of the intrinsics.
+//
+// A unit is two runs of 16 consecutive elements that each share one scale (and one min):
+//   q[r][i]   quants of elements e[r] + 4i .. e[r] + 4i + 3 of run r, one unsigned byte each,
+//             holding q + BIAS (BIAS makes signed quants and codebook values non-negative)
+//   weight    scale[r] · (byte − BIAS)  (+ min[r] for types with mins, HAS_MIN)
+// which is the value ts_dequantize_row gives, up to the rounding of one fp32 product.
+// Block pointers address shared memory in the kernels (plain memory on the host); blocks of
+// A16 types (Q4_K, Q5_K) must be 16-byte aligned, the others 2-byte aligned.
+#ifndef TS_CUDA_QUANT_DECODE_CUH
+#define TS_CUDA_QUANT_DECODE_CUH
+
+extern "C" {
+#include "common/half.h"
+#include "quant/quant.h"
+}
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TS_HD __host__ __device__ __forceinline__
+
+namespace ts_cu {
+
+// ---- intrinsics with host versions -----------------------------------------------------------
+
+// PRMT: byte n of the result is byte (s >> 4n) & 7 of the 8 bytes {y:x} (callers never set the
+// sign-replicate bit 3 of a selector nibble).
+TS_HD uint32_t ts_cu_prmt(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++)
+        r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+    return r;
+#endif
+}
+
+// Low word of {hi:lo} >> (sh & 31).
+TS_HD uint32_t ts_cu_funnel_r(uint32_t lo, uint32_t hi, uint32_t sh) {
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | lo) >> (sh & 31));
+#endif
+}
+
+TS_HD float ts_cu_bits_to_float(uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(b);
+#else
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+#endif
+}
+
+TS_HD float ts_cu_half_to_float(uint32_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+#else
+    return ts_fp16_to_fp32(static_cast<uint16_t>(h));
+#endif
+}
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+TS_HD uint32_t lds_u16(const uint8_t *p) {
+    return *reinterpret_cast<const uint16_t *>(p);
+}
+
+// 32-bit little-endian word at a 2-byte aligned address.
+TS_HD uint32_t lds_u32_a2(const uint8_t *p) {
+    return lds_u16(p) | (lds_u16(p + 2) << 16);
+}
+
+// N consecutive little-endian words starting at a 2-byte aligned address: N + 1 aligned
+// 32-bit loads and N funnel shifts (shift 0 when the address happens to be 4-byte aligned; the one
+// extra word read then is unused and lies in the buffer's slack).
+template <int N> TS_HD void lds_words_a2(const uint8_t *p, uint32_t (&w)[N]) {
+    const unsigned mis = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p) & 3u);
+    const uint32_t *a = reinterpret_cast<const uint32_t *>(p - mis);
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; i++) v[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < N; i++) w[i] = ts_cu_funnel_r(v[i], v[i + 1], mis * 8);
+}
+
+// Four words from a 16-byte aligned address.
+TS_HD void lds_words_a16(const uint8_t *p, uint32_t (&w)[4]) {
+    const uint4 v = *reinterpret_cast<const uint4 *>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+}
+
+// Byte i of w as the float 2^23 + byte (exact): PRMT of the byte under the exponent of 2^23.
+template <int I> TS_HD float byte_plus_2p23(uint32_t w) {
+    return ts_cu_bits_to_float((ts_cu_prmt(w, 0x4B000000u, 0x7650u | I)));
+}
+
+// Spreads the 4 low bits of h to bit 4 of each byte (bit j -> bit 8j + 4): the fifth bit of 4
+// quants. The four shifted copies of h occupy disjoint bit ranges, so the product has no carries.
+TS_HD uint32_t spread4_to_bit4(uint32_t h) {
+    return ((h & 0xFu) * 0x02040810u) & 0x10101010u;
+}
+
+// IQ4_NL codebook + 128 as unsigned bytes, four to a word (little-endian).
+constexpr uint32_t iq4nl_word(int a, int b, int c, int d) {
+    return static_cast<uint32_t>(a + 128) | static_cast<uint32_t>(b + 128) << 8 |
+           static_cast<uint32_t>(c + 128) << 16 | static_cast<uint32_t>(d + 128) << 24;
+}
+constexpr uint32_t kIq4nl0 = iq4nl_word(-127, -104, -83, -65), kIq4nl1 = iq4nl_word(-49, -35, -22, -10),
+                   kIq4nl2 = iq4nl_word(1, 13, 25, 38), kIq4nl3 = iq4nl_word(53, 69, 89, 113);
+
+// The codebook bytes of the 4 nibbles in the low 16 bits of n (nibble i -> byte i): two
+// permutes pick entry (nibble & 7) from each half of the table, a third picks the half by bit 3.
+// Selectors are masked to 3 bits so no permute ever sees the sign-replicate bit.
+TS_HD uint32_t iq4nl_lookup4(uint32_t n) {
+    const uint32_t lo = ts_cu_prmt(kIq4nl0, kIq4nl1, n & 0x7777u);
+    const uint32_t hi = ts_cu_prmt(kIq4nl2, kIq4nl3, n & 0x7777u);
+    return ts_cu_prmt(lo, hi, 0x3210u | ((n & 0x8888u) >> 1));
+}
+
+// K-quant 6-bit scale and min j (0..7) of Q4_K / Q5_K from the 12 packed bytes (ts_scale_min_k4).
+TS_HD void scale_min_k4(int j, const uint8_t *q, int &sc, int &m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// ---- per-type unit decoders ------------------------------------------------------------------
+//
+// qtype<T>: QK elements and BS bytes a block, UPB units a block (decode's k < UPB), BIAS,
+// HAS_MIN, A16 (blocks 16-byte aligned whenever the row is) and XSW (which x_swizzle, below).
+
+struct unit_t {
+    uint32_t q[2][4];
+    float scale[2];
+    float min[2];
+    int e[2]; // element offset of each run inside the block
+};
+
+template <int TYPE> struct qtype;
+
+// Q8_0: fp16 d, 32 int8 quants; w = d·q.
+template <> struct qtype<TS_TYPE_Q8_0> {
+    static constexpr int QK = 32, BS = 34, UPB = 1, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b));
+        uint32_t w[8];
+        lds_words_a2<8>(b + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = w[i] ^ 0x80808080u; // int8 q -> q + 128
+            u.q[1][i] = w[4 + i] ^ 0x80808080u;
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
+// Q4_0: byte j holds element j (low nibble) and j + 16 (high); w = d·(q − 8).
+template <> struct qtype<TS_TYPE_Q4_0> {
+    static constexpr int QK = 32, BS = 18, UPB = 1, BIAS = 8;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b));
+        uint32_t w[4];
+        lds_words_a2<4>(b + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
+            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
+// IQ4_NL: nibbles placed as Q4_0, each an index into the codebook; w = d·kv[q].
+template <> struct qtype<TS_TYPE_IQ4_NL> {
+    static constexpr int QK = 32, BS = 18, UPB = 1, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b));
+        uint32_t w[4];
+        lds_words_a2<4>(b + 2, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            // nibbles of w in order: lo(qs[4i]), hi(qs[4i]), lo(qs[4i+1]), hi(qs[4i+1]), ...
+            const uint32_t a = iq4nl_lookup4(w[i] & 0xFFFFu), c = iq4nl_lookup4(w[i] >> 16);
+            u.q[0][i] = ts_cu_prmt(a, c, 0x6420u); // low nibbles: elements 4i .. 4i+3
+            u.q[1][i] = ts_cu_prmt(a, c, 0x7531u); // high nibbles: elements 16+4i ..
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
+// Q5_0: nibbles as Q4_0, fifth bit of element j is bit j of the little-endian qh; w = d·(q − 16).
+template <> struct qtype<TS_TYPE_Q5_0> {
+    static constexpr int QK = 32, BS = 22, UPB = 1, BIAS = 16;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b));
+        const uint32_t qh = lds_u32_a2(b + 2);
+        uint32_t w[4];
+        lds_words_a2<4>(b + 6, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = (w[i] & 0x0F0F0F0Fu) | spread4_to_bit4(qh >> (4 * i));
+            u.q[1][i] = ((w[i] >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4(qh >> (16 + 4 * i));
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
+// Q5_1: bits as Q5_0; w = d·q + m.
+template <> struct qtype<TS_TYPE_Q5_1> {
+    static constexpr int QK = 32, BS = 24, UPB = 1, BIAS = 0;
+    static constexpr bool HAS_MIN = true, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b)), m = ts_cu_half_to_float(lds_u16(b + 2));
+        const uint32_t qh = lds_u32_a2(b + 4);
+        uint32_t w[4];
+        lds_words_a2<4>(b + 8, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = (w[i] & 0x0F0F0F0Fu) | spread4_to_bit4(qh >> (4 * i));
+            u.q[1][i] = ((w[i] >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4(qh >> (16 + 4 * i));
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.min[0] = u.min[1] = m;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
+// Q4_K: unit k = (pair p = k/2, half l0 = 16·(k%2)) reads qs[32p + l0 .. +16): low nibbles are
+// elements 64p + l0 + i (sub-block 2p), high nibbles 64p + 32 + l0 + i (sub-block 2p + 1).
+// w = d·sc·q − dmin·m. Blocks are 144 bytes, so rows and blocks are 16-byte aligned.
+template <> struct qtype<TS_TYPE_Q4_K> {
+    static constexpr int QK = 256, BS = 144, UPB = 8, BIAS = 0;
+    static constexpr bool HAS_MIN = true, A16 = true;
+    static constexpr int XSW = 1;
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        const int p = k >> 1, l0 = 16 * (k & 1);
+        const uint32_t dd = *reinterpret_cast<const uint32_t *>(b);
+        const float d = ts_cu_half_to_float(dd & 0xFFFFu), dmin = ts_cu_half_to_float(dd >> 16);
+        uint32_t w[4];
+        lds_words_a16(b + 16 + 32 * p + l0, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
+            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int sc, m;
+            scale_min_k4(2 * p + r, b + 4, sc, m);
+            u.scale[r] = d * static_cast<float>(sc);
+            u.min[r] = -(dmin * static_cast<float>(m));
+            u.e[r] = 64 * p + 32 * r + l0;
+        }
+    }
+};
+
+// Q5_K: low 4 bits as Q4_K (qs at 48), the fifth bit of element l of sub-block sb is bit sb of
+// qh[l] (qh at 16). 176-byte blocks: 16-byte aligned.
+template <> struct qtype<TS_TYPE_Q5_K> {
+    static constexpr int QK = 256, BS = 176, UPB = 8, BIAS = 0;
+    static constexpr bool HAS_MIN = true, A16 = true;
+    static constexpr int XSW = 1;
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        const int p = k >> 1, l0 = 16 * (k & 1);
+        const uint32_t dd = *reinterpret_cast<const uint32_t *>(b);
+        const float d = ts_cu_half_to_float(dd & 0xFFFFu), dmin = ts_cu_half_to_float(dd >> 16);
+        uint32_t w[4], h[4];
+        lds_words_a16(b + 48 + 32 * p + l0, w);
+        lds_words_a16(b + 16 + l0, h);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t hs = h[i] >> (2 * p); // bit 2p of each byte -> bit 0 of that byte
+            u.q[0][i] = (w[i] & 0x0F0F0F0Fu) | ((hs << 4) & 0x10101010u);
+            u.q[1][i] = ((w[i] >> 4) & 0x0F0F0F0Fu) | ((hs << 3) & 0x10101010u);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int sc, m;
+            scale_min_k4(2 * p + r, b + 4, sc, m);
+            u.scale[r] = d * static_cast<float>(sc);
+            u.min[r] = -(dmin * static_cast<float>(m));
+            u.e[r] = 64 * p + 32 * r + l0;
+        }
+    }
+};
+
+// Q6_K: unit k = (half h = k/4, sp = (k/2)%2, hl = k%2, l0 = 16·hl) reads ql[64h + 32sp + l0 ..
+// +16) and qh[32h + l0 .. +16): the low nibbles with qh bits 2sp are elements 128h + 32sp + l0 + i
+// (s = sp), the high nibbles with qh bits 2sp + 4 are the same + 64 (s = sp + 2).
+// w = d·scale[e/16]·(q − 32). 210-byte blocks: only 2-byte aligned.
+template <> struct qtype<TS_TYPE_Q6_K> {
+    static constexpr int QK = 256, BS = 210, UPB = 8, BIAS = 32;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 2;
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        const int h = k >> 2, sp = (k >> 1) & 1, hl = k & 1, l0 = 16 * hl;
+        const float d = ts_cu_half_to_float(lds_u16(b + 208));
+        uint32_t w[4], qh[4];
+        lds_words_a2<4>(b + 64 * h + 32 * sp + l0, w);
+        lds_words_a2<4>(b + 128 + 32 * h + l0, qh);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = (w[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * sp)) & 0x03030303u) << 4);
+            u.q[1][i] = ((w[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * sp + 4)) & 0x03030303u) << 4);
+        }
+        const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192);
+        u.scale[0] = d * static_cast<float>(sc[8 * h + 2 * sp + hl]);
+        u.scale[1] = d * static_cast<float>(sc[8 * h + 2 * sp + 4 + hl]);
+        u.e[0] = 128 * h + 32 * sp + l0;
+        u.e[1] = u.e[0] + 64;
+    }
+};
+
+// ---- x in shared memory ----------------------------------------------------------------------
+//
+// The kernels give each lane one unit, so in one 16-byte load of x the lanes of a quarter-warp
+// read float4s 32, 64 or 128 bytes apart: in a plain layout they all hit the same 4 banks (an
+// 8-way conflict). Staged x is therefore stored with float4 f at f ^ H((f >> 3) & 7), an XOR of
+// the low 3 bits (a permutation inside each aligned group of 8 float4s, so any prefix of whole
+// groups maps onto itself), with H chosen per unit layout so that the 8 lanes of a quarter-warp
+// land in 8 distinct bank groups:
+//   XSW 0, 32-element blocks: lane j reads f = 8j + c          -> H(v) = v
+//   XSW 1, Q4_K / Q5_K:       lane k reads 16(k/2) + 4(k%2) + c -> H(v) = rotate v right by 1
+//   XSW 2, Q6_K:              lane k reads 32(k/4) + 8((k/2)%2) + 4(k%2) + c -> H(v) = 2(v&1) + v/4
+// (tests/cuda/test_cuda_decode.cu checks both properties). A run's 4 float4s f0 + i (f0 a
+// multiple of 4) sit at x_swizzle(f0) ^ i.
+template <int XSW> TS_HD uint32_t x_swizzle_h(uint32_t v) {
+    if (XSW == 0) return v;
+    if (XSW == 1) return (v >> 1) | ((v & 1u) << 2);
+    return ((v & 1u) << 1) | ((v >> 2) & 1u);
+}
+
+template <class Q> TS_HD uint32_t x_swizzle(uint32_t f) {
+    return f ^ x_swizzle_h<Q::XSW>((f >> 3) & 7u);
+}
+
+} // namespace ts_cu
+
+#endif
