@@ -17,6 +17,9 @@
 
 /* y[t, o] = Σ_i W[row0 + o, i] · x[t, i]  for t < T, o < n_out. W is any bound matrix (rows of ne0
  * elements, quantized or not; row0 selects e.g. one expert of a 3-D tensor). x: T × ne0, y: T × n_out. */
+/* Kernels in src/cpu/dot.c: per-type fused decode + FMA, SIMD path chosen at run time (TS_DOT=scalar|avx2|
+ * avx512 overrides); equal to dequantize-then-dot within fp32 rounding (≤ 1e-6 · Σ|w·x|). Products of at
+ * least 2^16 multiply-adds are split by rows over a pool of omp_get_max_threads() threads (src/cpu/ops.c). */
 void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y);
 
 /* Row r of any tensor, dequantized: out[ne0]. */
