@@ -11,6 +11,8 @@ packages=(
   libcjson-dev     # JSON parser for config.json and safetensors headers (turbospark convert)
   libpcre2-dev     # tokenizer: pre-tokenizer regexes (Unicode classes, lookahead), PCRE2 UTF + UCP
   libutf8proc-dev  # tokenizer: NFC normalization, as Hugging Face tokenizer.json applies it
+  libmicrohttpd-dev # turbospark serve: HTTP/1.1 server (thread per connection, chunked SSE responses)
+  curl             # server tests: raw HTTP requests (malformed-request suite)
   libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
   clang            # libFuzzer target and sanitizer builds
   python3          # fixture and broken-file generators, oracle
@@ -21,6 +23,15 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm run the server tests with the official OpenAI client (tests/server, pinned in its
+# package-lock.json and installed by `npm ci` from ctest). Any node >= 18 with npm will do: Debian's
+# packages are installed only when no `node` is on the PATH (a NodeSource node already bundles npm,
+# and Debian's npm package would conflict with it).
+if ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+elif ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "turbospark: installing missing packages: ${missing[*]}"

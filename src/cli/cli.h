@@ -18,6 +18,7 @@ int ts_cmd_perplexity(int argc, char **argv);
 int ts_cmd_run(int argc, char **argv);
 int ts_cmd_chat(int argc, char **argv);
 int ts_cmd_tokenize(int argc, char **argv);
+int ts_cmd_serve(int argc, char **argv);
 
 /* The ids of a text file under a GGUF's tokenizer (tokenize.c); *ids is malloc'd. 0 or -1 + err. */
 int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids, int64_t *n,

@@ -13,6 +13,7 @@ typedef struct command {
 static const command k_commands[] = {
     {"run", ts_cmd_run, "complete a text prompt, streaming the continuation"},
     {"chat", ts_cmd_chat, "an interactive conversation with the model's chat template"},
+    {"serve", ts_cmd_serve, "an OpenAI-compatible HTTP server with continuous batching"},
     {"inspect", ts_cmd_inspect, "show a GGUF file's metadata, tensors and types; dump a tensor as .npy"},
     {"logits", ts_cmd_logits, "run a token prompt (.npy) and write the logits of every position (.npy)"},
     {"generate", ts_cmd_generate, "greedy continuation of a token prompt (.npy in, .npy out)"},

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 
 #include "common/error.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
@@ -37,7 +38,7 @@ typedef struct gen_opts {
     int enable_thinking; /* −1 template default */
     bool no_special;      /* do not parse special tokens in the prompt */
     ts_sampler_params sp;
-    bool sp_set[4];       /* temperature, top_k, top_p given on the command line (else the file's) */
+    bool sp_set[TS_SAMPLING_N_KEYS]; /* temperature, top_k, top_p, min_p given on the command line (else the file's) */
 } gen_opts;
 
 static volatile sig_atomic_t g_interrupted;
@@ -115,10 +116,10 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
         else if (!strcmp(a, "-t")) bad = parse_long(v, 1, 4096, &o->threads);
         else if (!strcmp(a, "-s")) { long s = 0; bad = parse_long(v, 0, LONG_MAX, &s); o->sp.seed = (uint64_t)s; }
-        else if (!strcmp(a, "--temp")) bad = parse_float(v, &o->sp.temperature), o->sp_set[0] = true;
-        else if (!strcmp(a, "--top-k")) { long k = 0; bad = parse_long(v, 0, INT32_MAX, &k); o->sp.top_k = (int32_t)k; o->sp_set[1] = true; }
-        else if (!strcmp(a, "--top-p")) bad = parse_float(v, &o->sp.top_p), o->sp_set[2] = true;
-        else if (!strcmp(a, "--min-p")) bad = parse_float(v, &o->sp.min_p);
+        else if (!strcmp(a, "--temp")) bad = parse_float(v, &o->sp.temperature), o->sp_set[TS_SAMPLING_TEMP] = true;
+        else if (!strcmp(a, "--top-k")) { long k = 0; bad = parse_long(v, 0, INT32_MAX, &k); o->sp.top_k = (int32_t)k; o->sp_set[TS_SAMPLING_TOP_K] = true; }
+        else if (!strcmp(a, "--top-p")) bad = parse_float(v, &o->sp.top_p), o->sp_set[TS_SAMPLING_TOP_P] = true;
+        else if (!strcmp(a, "--min-p")) bad = parse_float(v, &o->sp.min_p), o->sp_set[TS_SAMPLING_MIN_P] = true;
         else if (!strcmp(a, "--repeat-penalty")) bad = parse_float(v, &o->sp.repeat_penalty);
         else if (!strcmp(a, "--repeat-last-n")) { long k = 0; bad = parse_long(v, -1, 4096, &k); o->sp.penalty_last_n = (int32_t)k; }
         else if (!strcmp(a, "--presence-penalty")) bad = parse_float(v, &o->sp.presence_penalty);
@@ -156,15 +157,6 @@ static void engine_free(engine *e) {
     ts_tokens_free(&e->ctx);
 }
 
-/* The file's recommended sampling (general.sampling.*) unless given on the command line. */
-static void file_sampling(const ts_gguf *g, gen_opts *o) {
-    float f;
-    uint32_t k;
-    if (!o->sp_set[0] && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0)) o->sp.temperature = f;
-    if (!o->sp_set[1] && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0)) o->sp.top_k = (int32_t)k;
-    if (!o->sp_set[2] && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0)) o->sp.top_p = f;
-}
-
 static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     char err[1024];
     memset(e, 0, sizeof *e);
@@ -174,7 +166,7 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     double t0 = now();
     if (ts_model_load(o->model, &e->m, err, sizeof err)) goto fail;
     if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;
-    file_sampling(e->m->gguf, o);
+    ts_sampling_from_gguf(e->m->gguf, &o->sp, o->sp_set); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     int64_t n_ctx = o->n_ctx < ts_model_n_ctx_train(e->m) ? o->n_ctx : ts_model_n_ctx_train(e->m);
     ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->ubatch};
@@ -209,17 +201,6 @@ static int feed(engine *e, const int32_t *ids, size_t n, char *err, size_t errle
     return ts_session_eval(e->s, ids + common, (int64_t)(n - common), e->logits, false, err, errlen);
 }
 
-/* Length of the longest suffix of s that is a proper prefix of a stop string (held back). */
-static size_t stop_overlap(const gen_opts *o, const char *s, size_t n) {
-    size_t best = 0;
-    for (int k = 0; k < o->n_stops; k++) {
-        size_t L = strlen(o->stops[k]);
-        for (size_t m = L - 1; m > best; m--)
-            if (m <= n && memcmp(s + n - m, o->stops[k], m) == 0) { best = m; break; }
-    }
-    return best;
-}
-
 typedef struct gen_stats {
     int64_t n_gen;
     double t_gen;
@@ -229,8 +210,8 @@ typedef struct gen_stats {
 /* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
  * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
 static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
-    ts_detok d;
-    ts_detok_init(&d, e->tok, false);
+    ts_textgen g;
+    ts_textgen_init(&g, e->tok, o->stops, o->n_stops, reply);
     size_t printed = 0; /* bytes of reply already written to stdout */
     double t0 = now();
     st->n_gen = 0, st->why = "n_predict";
@@ -239,26 +220,20 @@ static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st,
         if (g_interrupted) { st->why = "interrupted"; break; }
         int32_t id = ts_sampler_sample(e->smp, e->logits);
         if (ts_tokenizer_is_eog(e->tok, id)) { st->why = "end of generation"; break; }
-        if (ts_detok_push(&d, id, reply, err, errlen)) return -1;
+        int r = ts_textgen_push(&g, id, err, errlen);
+        if (r < 0) return -1;
         st->n_gen++;
-        bool stopped = false;
-        for (int k = 0; k < o->n_stops && !stopped; k++) {
-            const char *hit = reply->n ? strstr(reply->s + (printed > 64 ? printed - 64 : 0), o->stops[k]) : NULL;
-            if (hit) reply->n = (size_t)(hit - reply->s), reply->s[reply->n] = 0, stopped = true;
-        }
-        size_t safe = reply->n - (stopped ? 0 : stop_overlap(o, reply->s, reply->n));
+        size_t safe = ts_textgen_safe(&g);
         if (safe > printed) fwrite(reply->s + printed, 1, safe - printed, stdout), printed = safe;
         fflush(stdout);
-        if (stopped) { st->why = "stop string"; break; }
+        if (r == 1) { st->why = "stop string"; break; }
         if (ts_session_pos(e->s) >= o->n_ctx) { st->why = "context full"; break; }
         ts_sampler_accept(e->smp, id);
         if (ts_tokens_push(&e->ctx, id)) return ts_errf(err, errlen, "out of memory");
         if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) return -1;
     }
-    if (strcmp(st->why, "stop string") != 0) {
-        ts_detok_flush(&d, reply);
-        if (reply->n > printed) fwrite(reply->s + printed, 1, reply->n - printed, stdout);
-    }
+    if (ts_textgen_finish(&g)) return ts_errf(err, errlen, "out of memory");
+    if (reply->n > printed) fwrite(reply->s + printed, 1, reply->n - printed, stdout);
     fflush(stdout);
     st->t_gen = now() - t0;
     return 0;

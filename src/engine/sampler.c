@@ -53,9 +53,7 @@ void ts_sampler_reset(ts_sampler *s, uint64_t seed) {
     s->n_hist = 0;
 }
 
-int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen) {
-    *out = NULL;
-    if (n_vocab < 1) return ts_errf(err, errlen, "the vocabulary is empty");
+static int check_params(const ts_sampler_params *p, char *err, size_t errlen) {
     if (!(p->temperature >= 0) || p->temperature > 100) return ts_errf(err, errlen, "temperature must be between 0 and 100");
     if (!(p->top_p >= 0) || p->top_p > 1) return ts_errf(err, errlen, "top_p must be between 0 and 1");
     if (!(p->min_p >= 0) || p->min_p > 1) return ts_errf(err, errlen, "min_p must be between 0 and 1");
@@ -66,6 +64,13 @@ int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out
     if (p->penalty_last_n < -1 || p->penalty_last_n > TS_PENALTY_MAX_HISTORY)
         return ts_errf(err, errlen, "penalty_last_n must be -1 (all, up to %d) or 0 to %d", TS_PENALTY_MAX_HISTORY,
                        TS_PENALTY_MAX_HISTORY);
+    return 0;
+}
+
+int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (n_vocab < 1) return ts_errf(err, errlen, "the vocabulary is empty");
+    if (check_params(p, err, errlen)) return -1;
     ts_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->c = malloc((size_t)n_vocab * sizeof *s->c);
@@ -80,6 +85,13 @@ int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out
     s->n_vocab = n_vocab;
     ts_sampler_reset(s, p->seed);
     *out = s;
+    return 0;
+}
+
+int ts_sampler_configure(ts_sampler *s, const ts_sampler_params *p, char *err, size_t errlen) {
+    if (check_params(p, err, errlen)) return -1;
+    s->p = *p;
+    ts_sampler_reset(s, p->seed);
     return 0;
 }
 

@@ -36,6 +36,9 @@ typedef struct ts_sampler ts_sampler;
 /* Checks the parameters (a sentence for each bad one) and allocates for n_vocab. */
 int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
 void ts_sampler_free(ts_sampler *s);
+/* New parameters (checked as ts_sampler_new checks them), empty history, reseeded: one sampler
+ * serves request after request without allocating. On failure the sampler is unchanged. */
+int ts_sampler_configure(ts_sampler *s, const ts_sampler_params *p, char *err, size_t errlen);
 
 /* Records a token of the context (prompt or generated) for the penalties. */
 void ts_sampler_accept(ts_sampler *s, int32_t token);

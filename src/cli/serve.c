@@ -1,0 +1,200 @@
+/* turbospark serve: the OpenAI-compatible HTTP server (src/server/). */
+#include "cli/cli.h"
+
+#include "server/server.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: turbospark serve -m FILE.gguf [options]\n"
+            "  --host ADDR          address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for "
+            "all)\n"
+            "  --port N             port (default 8080; 0 picks a free one, printed on stderr)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' (GET /health stays open)\n"
+            "  --api-key-file FILE  the same, the key read from FILE (keeps it out of the process list)\n"
+            "  -np N                slots: requests decoded together (default 4)\n"
+            "  -c N                 context of each slot in tokens (default 4096, at most the model's)\n"
+            "  -ub N                prompt tokens a slot evaluates per step (default 256)\n"
+            "  -b N                 prompt tokens per step over all slots (default 512): bounds how long a\n"
+            "                       long prompt can hold up the running streams\n"
+            "  -t N                 CPU threads\n"
+            "  --alias NAME         the model's id in the API (default: the file's name)\n"
+            "  --chat-template K    chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
+            "  --max-connections N  open connections (default 512)\n"
+            "  --max-body BYTES     largest request body (default 8388608)\n"
+            "  --timeout S          seconds an idle connection is kept (default 60)\n"
+            "  --drain S            on SIGINT/SIGTERM, seconds running requests may finish (default 30)\n"
+            "  --no-cache-prompt    never reuse a slot's previous sequence as a prompt prefix\n"
+            "  --quiet              no per-request log lines\n"
+            "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
+            "  --presence-penalty P --frequency-penalty F\n"
+            "                       sampling defaults for requests that leave them out (else the file's\n"
+            "                       general.sampling.*, else llama.cpp's)\n"
+            "  --backend cpu        (the CUDA backend arrives with its issue)\n");
+}
+
+static int parse_long(const char *s, long lo, long hi, long *v) {
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || end == s || x < lo || x > hi) return -1;
+    *v = x;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *v) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || end == s || !(x >= lo && x <= hi)) return -1;
+    *v = x;
+    return 0;
+}
+
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "turbospark serve: cannot open --api-key-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
+    if (!n) {
+        fprintf(stderr, "turbospark serve: --api-key-file %s is empty\n", path);
+        return NULL;
+    }
+    return strdup(buf);
+}
+
+int ts_cmd_serve(int argc, char **argv) {
+    ts_server_opts o;
+    ts_server_default_opts(&o);
+    const char *backend = "cpu", *key_file = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long k = 0;
+        double d = 0;
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-cache-prompt")) {
+            o.cache_prompt = false;
+            continue;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o.quiet = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "turbospark serve: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m"))
+            o.model_path = v;
+        else if (!strcmp(a, "--host"))
+            o.host = v;
+        else if (!strcmp(a, "--port"))
+            bad = parse_long(v, 0, 65535, &k), o.port = (int)k;
+        else if (!strcmp(a, "--api-key"))
+            o.api_key = v;
+        else if (!strcmp(a, "--api-key-file"))
+            key_file = v;
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel"))
+            bad = parse_long(v, 1, 1024, &k), o.n_slots = (int)k;
+        else if (!strcmp(a, "-c"))
+            bad = parse_long(v, 8, INT32_MAX, &k), o.n_ctx = k;
+        else if (!strcmp(a, "-ub"))
+            bad = parse_long(v, 1, 1 << 20, &k), o.chunk = k;
+        else if (!strcmp(a, "-b"))
+            bad = parse_long(v, 1, 1 << 22, &k), o.step_tokens = k;
+        else if (!strcmp(a, "-t"))
+            bad = parse_long(v, 1, 4096, &k), o.threads = (int)k;
+        else if (!strcmp(a, "--alias"))
+            o.alias = v;
+        else if (!strcmp(a, "--chat-template"))
+            o.chat_template = v;
+        else if (!strcmp(a, "--max-queue"))
+            bad = parse_long(v, 0, 1 << 20, &k), o.max_queue = (int)k;
+        else if (!strcmp(a, "--max-connections"))
+            bad = parse_long(v, 1, 1 << 16, &k), o.max_connections = (int)k;
+        else if (!strcmp(a, "--max-body"))
+            bad = parse_long(v, 1024, 1L << 30, &k), o.max_body = (size_t)k;
+        else if (!strcmp(a, "--timeout"))
+            bad = parse_long(v, 1, 86400, &k), o.idle_timeout = (int)k;
+        else if (!strcmp(a, "--drain"))
+            bad = parse_double(v, 0, 86400, &o.drain_seconds);
+        else if (!strcmp(a, "--backend"))
+            backend = v;
+        else if (!strcmp(a, "--temp"))
+            bad = parse_double(v, 0, 100, &d), o.sp.temperature = (float)d,
+            o.sp_given[TS_SAMPLING_TEMP] = true;
+        else if (!strcmp(a, "--top-k"))
+            bad = parse_long(v, 0, INT32_MAX, &k), o.sp.top_k = (int32_t)k,
+            o.sp_given[TS_SAMPLING_TOP_K] = true;
+        else if (!strcmp(a, "--top-p"))
+            bad = parse_double(v, 0, 1, &d), o.sp.top_p = (float)d, o.sp_given[TS_SAMPLING_TOP_P] = true;
+        else if (!strcmp(a, "--min-p"))
+            bad = parse_double(v, 0, 1, &d), o.sp.min_p = (float)d, o.sp_given[TS_SAMPLING_MIN_P] = true;
+        else if (!strcmp(a, "--repeat-penalty"))
+            bad = parse_double(v, 1e-6, 100, &d), o.sp.repeat_penalty = (float)d;
+        else if (!strcmp(a, "--repeat-last-n"))
+            bad = parse_long(v, -1, 4096, &k), o.sp.penalty_last_n = (int32_t)k;
+        else if (!strcmp(a, "--presence-penalty"))
+            bad = parse_double(v, -2, 2, &d), o.sp.presence_penalty = (float)d;
+        else if (!strcmp(a, "--frequency-penalty"))
+            bad = parse_double(v, -2, 2, &d), o.sp.frequency_penalty = (float)d;
+        else {
+            fprintf(stderr, "turbospark serve: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "turbospark serve: '%s %s' is not a valid value\n", a, v);
+            return 2;
+        }
+    }
+    if (!o.model_path) {
+        fprintf(stderr, "turbospark serve: no model given (-m FILE.gguf)\n");
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(backend, "cpu") != 0) {
+        fprintf(stderr, "turbospark serve: backend '%s' is not available in this build (available: cpu)\n",
+                backend);
+        return 2;
+    }
+    if (o.step_tokens < o.chunk) {
+        fprintf(stderr, "turbospark serve: -b (%ld) must be at least -ub (%ld)\n", (long)o.step_tokens,
+                (long)o.chunk);
+        return 2;
+    }
+    char *key = NULL;
+    if (key_file) {
+        if (o.api_key) {
+            fprintf(stderr, "turbospark serve: give --api-key or --api-key-file, not both\n");
+            return 2;
+        }
+        if (!(key = read_key_file(key_file))) return 1;
+        o.api_key = key;
+    }
+    if (o.api_key && !*o.api_key) {
+        fprintf(stderr, "turbospark serve: --api-key is empty\n");
+        return 2;
+    }
+    int rc = ts_serve(&o);
+    free(key);
+    return rc;
+}

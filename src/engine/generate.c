@@ -1,0 +1,72 @@
+/* Sampling defaults from the file and the text of a generation (see generate.h). */
+#include "engine/generate.h"
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+
+#include <string.h>
+
+void ts_sampling_from_gguf(const ts_gguf *g, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]) {
+    float f;
+    uint32_t k;
+    if (!(given && given[TS_SAMPLING_TEMP]) && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0))
+        p->temperature = f;
+    if (!(given && given[TS_SAMPLING_TOP_K]) && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0))
+        p->top_k = (int32_t)k;
+    if (!(given && given[TS_SAMPLING_TOP_P]) && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0))
+        p->top_p = f;
+    if (!(given && given[TS_SAMPLING_MIN_P]) && !ts_gguf_get_f32(g, "general.sampling.min_p", &f, NULL, 0))
+        p->min_p = f;
+}
+
+void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops,
+                     ts_text *out) {
+    memset(g, 0, sizeof *g);
+    ts_detok_init(&g->d, t, false);
+    g->stops = stops, g->n_stops = n_stops, g->out = out;
+    g->safe = out->n;
+}
+
+size_t ts_stop_overlap(const char *const *stops, int n_stops, const char *s, size_t n) {
+    size_t best = 0;
+    for (int k = 0; k < n_stops; k++) {
+        size_t L = strlen(stops[k]);
+        for (size_t m = L ? L - 1 : 0; m > best; m--)
+            if (m <= n && memcmp(s + n - m, stops[k], m) == 0) {
+                best = m;
+                break;
+            }
+    }
+    return best;
+}
+
+int ts_textgen_push(ts_textgen *g, int32_t id, char *err, size_t errlen) {
+    if (g->stopped || g->finished) return ts_errf(err, errlen, "the generation is already over");
+    if (ts_detok_push(&g->d, id, g->out, err, errlen)) return -1;
+    ts_text *o = g->out;
+    /* the earliest match of any stop string; none can start before g->safe */
+    const char *first = NULL;
+    for (int k = 0; k < g->n_stops; k++) {
+        size_t L = strlen(g->stops[k]);
+        if (!L || o->n < g->safe + L) continue;
+        const char *hit = memmem(o->s + g->safe, o->n - g->safe, g->stops[k], L);
+        if (hit && (!first || hit < first)) first = hit;
+    }
+    if (first) {
+        o->n = (size_t)(first - o->s);
+        if (o->s) o->s[o->n] = 0;
+        g->safe = o->n;
+        g->stopped = true;
+        return 1;
+    }
+    g->safe = o->n - ts_stop_overlap(g->stops, g->n_stops, o->s, o->n);
+    return 0;
+}
+
+int ts_textgen_finish(ts_textgen *g) {
+    if (g->stopped || g->finished) return 0;
+    g->finished = true;
+    if (ts_detok_flush(&g->d, g->out)) return -1;
+    g->safe = g->out->n;
+    return 0;
+}

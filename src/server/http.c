@@ -1,0 +1,780 @@
+/* HTTP front end of turbospark serve (see server.h): routing, authentication, limits, the OpenAI
+ * endpoints over the scheduler, server-sent events, and the process's life cycle. */
+#include "server/server.h"
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "model/qwen4exp.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/sched.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "turbospark.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_SLICE_MS 100 /* how often a waiting connection looks at its socket */
+
+typedef struct server {
+    const ts_server_opts *o;
+    ts_model *m;
+    ts_tokenizer *tok;
+    ts_sched *sched;
+    ts_metrics mt;
+    ts_sampler_params defaults;
+    bool chat_ok;
+    ts_chat_kind chat_kind;
+    char chat_err[512];
+    char model_name[256];
+    long long created;
+    int64_t n_ctx;
+    atomic_int in_flight;
+    atomic_bool draining;
+    struct MHD_Daemon *d;
+} server;
+
+typedef struct route route;
+
+typedef struct req {
+    server *S;
+    struct MHD_Connection *conn;
+    const route *rt;
+    char method[16], path[160];
+    double t0;
+    ts_text body;
+    size_t discarded; /* body bytes dropped past the limit */
+    bool responded;   /* a response is queued */
+    unsigned status;
+    /* a generation */
+    ts_job *job;
+    ts_api_resp resp;
+    bool stream, include_usage;
+    int64_t n_prompt, n_cached, n_gen;
+    const char *outcome; /* finish reason, or what happened */
+    /* streaming */
+    ts_text pend, delta;
+    size_t pend_off, have;
+    bool sent_role, over;
+} req;
+
+struct route {
+    const char *path;
+    const char *method;
+    bool auth;
+    enum MHD_Result (*handle)(req *q);
+};
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static enum MHD_Result queue(req *q, unsigned status, const char *ctype, const char *body, size_t n,
+                             const char *h1, const char *v1) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (h1) MHD_add_response_header(r, h1, v1);
+    enum MHD_Result rc = MHD_queue_response(q->conn, status, r);
+    MHD_destroy_response(r);
+    q->responded = true;
+    q->status = status;
+    return rc;
+}
+
+static enum MHD_Result queue_json(req *q, unsigned status, const ts_text *t, const char *h1, const char *v1) {
+    return queue(q, status, "application/json", t->s ? t->s : "", t->n, h1, v1);
+}
+
+static enum MHD_Result send_error(req *q, const ts_api_error *e, const char *h1, const char *v1) {
+    ts_text t = {0};
+    if (ts_api_error_json(e, &t)) return MHD_NO;
+    enum MHD_Result rc = queue_json(q, (unsigned)e->status, &t, h1, v1);
+    ts_text_free(&t);
+    if (!q->outcome) q->outcome = e->code ? e->code : e->type;
+    return rc;
+}
+
+#define FAIL(q, status, type, code, param, ...)                                                              \
+    do {                                                                                                     \
+        ts_api_error e_;                                                                                     \
+        ts_api_fail(&e_, status, type, code, param, __VA_ARGS__);                                            \
+        return send_error(q, &e_, NULL, NULL);                                                               \
+    } while (0)
+
+static void random_bytes(void *buf, size_t n) {
+    if (getrandom(buf, n, 0) == (ssize_t)n) return;
+    uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)buf << 17) ^ (uint64_t)clock();
+    for (size_t i = 0; i < n; i++)
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL,
+        ((unsigned char *)buf)[i] = (unsigned char)(x >> 56);
+}
+
+/* Constant-time in the key: the loop runs over the configured key's length whatever is given. */
+static bool key_matches(const char *given, const char *key) {
+    size_t gn = strlen(given), kn = strlen(key);
+    volatile unsigned char d = (unsigned char)(gn != kn);
+    for (size_t i = 0; i < kn; i++) d |= (unsigned char)(key[i] ^ (i < gn ? given[i] : 0));
+    return d == 0;
+}
+
+/* The client closed its end (or the socket failed) while we wait; nothing is read. */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return true;
+    if (p.revents & POLLIN) { /* bytes of a pipelined request, or an orderly close (0) */
+        char b;
+        ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return false;
+}
+
+/* ---- GET endpoints -------------------------------------------------------------------------- */
+
+static enum MHD_Result handle_health(req *q) {
+    server *S = q->S;
+    ts_metrics_gauges g = {0};
+    ts_sched_gauges(S->sched, &g);
+    char buf[256];
+    bool draining = atomic_load(&S->draining);
+    int n = snprintf(
+        buf, sizeof buf, "{\"status\":\"%s\",\"slots_idle\":%d,\"slots_processing\":%d,\"queue\":%d}",
+        draining ? "shutting down" : "ok", g.slots_total - g.slots_busy, g.slots_busy, g.queue_depth);
+    return queue(q, draining ? 503 : 200, "application/json", buf, (size_t)n, NULL, NULL);
+}
+
+static int model_json(server *S, ts_text *t) {
+    int rc = ts_text_append(t, "{\"id\":", 6); /* 6 bytes: {"id": */
+    rc |= ts_json_string(t, S->model_name, strlen(S->model_name));
+    char buf[384];
+    int n = snprintf(
+        buf, sizeof buf,
+        ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"turbospark\",\"meta\":{\"n_ctx_slot\":%" PRId64
+        ",\"n_slots\":%d,\"n_ctx_train\":%" PRId64 ",\"n_vocab\":%d,\"chat_template\":\"%s\"}}",
+        S->created, S->n_ctx, S->o->n_slots, ts_model_n_ctx_train(S->m), (int)ts_model_n_vocab(S->m),
+        S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none");
+    rc |= ts_text_append(t, buf, (size_t)n);
+    return rc;
+}
+
+static enum MHD_Result handle_models(req *q) {
+    ts_text t = {0};
+    static const char open[] = "{\"object\":\"list\",\"data\":[";
+    int rc = ts_text_append(&t, open, sizeof open - 1);
+    rc |= model_json(q->S, &t);
+    rc |= ts_text_append(&t, "]}", 2);
+    enum MHD_Result r = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return r;
+}
+
+static enum MHD_Result handle_model(req *q) { /* GET /v1/models/{id} */
+    const char *id = strrchr(q->path, '/') + 1;
+    if (strcmp(id, q->S->model_name) != 0)
+        FAIL(q, 404, "invalid_request_error", "model_not_found", "model",
+             "the model '%.128s' does not exist here (this server has '%s')", id, q->S->model_name);
+    ts_text t = {0};
+    enum MHD_Result r = model_json(q->S, &t) ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return r;
+}
+
+static enum MHD_Result handle_metrics(req *q) {
+    server *S = q->S;
+    ts_metrics_gauges g = {0};
+    ts_sched_gauges(S->sched, &g);
+    g.http_in_flight = atomic_load(&S->in_flight);
+    ts_text t = {0};
+    enum MHD_Result r =
+        ts_metrics_render(&S->mt, &g, &t)
+            ? MHD_NO
+            : queue(q, 200, "text/plain; version=0.0.4; charset=utf-8", t.s ? t.s : "", t.n, NULL, NULL);
+    ts_text_free(&t);
+    return r;
+}
+
+/* ---- completions ---------------------------------------------------------------------------- */
+
+static const char *finish_str(ts_finish f) {
+    return f == TS_FINISH_LENGTH ? "length" : "stop";
+}
+
+static void usage_of(const ts_job_state *st, ts_api_usage *u) {
+    u->prompt_tokens = st->n_prompt, u->completion_tokens = st->n_gen, u->cached_tokens = st->n_cached;
+}
+
+/* The error a finished-but-failed job gets (500 engine failure, 503 shutdown). */
+static void job_error(const ts_job_state *st, ts_api_error *e) {
+    if (st->finish == TS_FINISH_SHUTDOWN)
+        ts_api_fail(e, 503, "server_error", "shutting_down", NULL,
+                    "the server is shutting down; the request was not finished");
+    else
+        ts_api_fail(e, 500, "server_error", "engine_error", NULL, "%s",
+                    st->error[0] ? st->error : "the engine failed");
+}
+
+static void note_job(req *q, const ts_job_state *st) {
+    q->n_prompt = st->n_prompt, q->n_cached = st->n_cached, q->n_gen = st->n_gen;
+    q->outcome = st->finish == TS_FINISH_STOP || st->finish == TS_FINISH_LENGTH ? finish_str(st->finish)
+                                                                                : ts_finish_name(st->finish);
+}
+
+/* Server-sent events: MHD asks for bytes; we block (in this connection's own thread) until the
+ * scheduler publishes text, watching the socket meanwhile. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    req *q = cls;
+    (void)pos;
+    for (;;) {
+        if (q->pend_off < q->pend.n) {
+            size_t k = q->pend.n - q->pend_off < max ? q->pend.n - q->pend_off : max;
+            memcpy(buf, q->pend.s + q->pend_off, k);
+            q->pend_off += k;
+            return (ssize_t)k;
+        }
+        q->pend.n = q->pend_off = 0;
+        if (q->over) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (q->resp.kind == TS_API_CHAT && !q->sent_role) {
+            q->sent_role = true;
+            if (ts_api_chunk_sse(&q->resp, true, NULL, 0, NULL, NULL, &q->pend))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        ts_job_state st;
+        q->delta.n = 0;
+        ts_job_wait(q->job, q->have, WAIT_SLICE_MS, &q->delta, &st);
+        if (q->delta.n) {
+            q->have += q->delta.n;
+            if (ts_api_chunk_sse(&q->resp, false, q->delta.s, q->delta.n, NULL, NULL, &q->pend))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (st.done) {
+            note_job(q, &st);
+            int rc = 0;
+            if (st.finish == TS_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH) {
+                rc |= ts_api_chunk_sse(&q->resp, false, "", 0, finish_str(st.finish), NULL, &q->pend);
+                if (q->include_usage) {
+                    ts_api_usage u;
+                    usage_of(&st, &u);
+                    rc |= ts_api_chunk_sse(&q->resp, false, NULL, 0, NULL, &u, &q->pend);
+                }
+            } else {
+                ts_api_error e;
+                job_error(&st, &e);
+                rc |= ts_text_append(&q->pend, "data: ", 6);
+                rc |= ts_api_error_json(&e, &q->pend);
+                rc |= ts_text_append(&q->pend, "\n\n", 2);
+            }
+            rc |= ts_text_append(&q->pend, "data: [DONE]\n\n", 14);
+            if (rc) return MHD_CONTENT_READER_END_WITH_ERROR;
+            q->over = true;
+            continue;
+        }
+        if (client_gone(q->conn)) {
+            ts_job_cancel(q->job);
+            q->outcome = "client gone";
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* Waits for a whole (non-streamed) completion and answers it. */
+static enum MHD_Result finish_blocking(req *q) {
+    ts_text text = {0};
+    ts_job_state st;
+    for (;;) {
+        ts_job_wait(q->job, text.n, WAIT_SLICE_MS, &text, &st);
+        if (st.done) break;
+        if (client_gone(q->conn)) {
+            ts_job_cancel(q->job);
+            ts_text_free(&text);
+            q->outcome = "client gone";
+            q->status = 499; /* nginx's "client closed request", for the log only */
+            return MHD_NO;   /* closes the connection */
+        }
+    }
+    note_job(q, &st);
+    enum MHD_Result rc;
+    if (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH) {
+        ts_api_usage u;
+        usage_of(&st, &u);
+        ts_text out = {0};
+        rc = ts_api_response_json(&q->resp, text.s ? text.s : "", text.n, finish_str(st.finish), &u, &out)
+                 ? MHD_NO
+                 : queue_json(q, 200, &out, NULL, NULL);
+        ts_text_free(&out);
+    } else if (st.finish == TS_FINISH_CANCELLED) {
+        rc = MHD_NO;
+    } else {
+        ts_api_error e;
+        job_error(&st, &e);
+        rc = send_error(q, &e, NULL, NULL);
+    }
+    ts_text_free(&text);
+    return rc;
+}
+
+static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
+    server *S = q->S;
+    ts_api_request r;
+    ts_api_error e;
+    if (ts_api_parse(kind, q->body.s ? q->body.s : "", q->body.n, &S->defaults, &r, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_tokens ids = {0};
+    char err[512];
+    enum MHD_Result rc;
+    const char *param = kind == TS_API_CHAT ? "messages" : "prompt";
+    if (kind == TS_API_CHAT) {
+        if (!S->chat_ok) {
+            ts_api_fail(&e, 500, "server_error", "chat_template_unsupported", NULL,
+                        "this server cannot render the model's chat template (%s); use /v1/completions or "
+                        "restart with --chat-template",
+                        S->chat_err);
+            goto refuse;
+        }
+        ts_text prompt = {0};
+        ts_chat_opts co = {.add_generation_prompt = r.add_generation_prompt,
+                           .enable_thinking = r.enable_thinking};
+        int bad = ts_chat_render(S->chat_kind, r.msgs, r.n_msgs, &co, &prompt, err, sizeof err);
+        if (!bad) bad = ts_tokenize(S->tok, prompt.s ? prompt.s : "", prompt.n, true, &ids, err, sizeof err);
+        ts_text_free(&prompt);
+        if (bad) {
+            ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err);
+            goto refuse;
+        }
+    } else if (r.prompt_is_ids) {
+        ids = r.prompt_ids;
+        r.prompt_ids = (ts_tokens){0};
+        int32_t V = ts_model_n_vocab(S->m);
+        for (size_t i = 0; i < ids.n; i++)
+            if (ids.ids[i] >= V) {
+                ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "prompt",
+                            "token id %" PRId32 " at prompt[%zu] is outside the vocabulary (0..%" PRId32 ")",
+                            ids.ids[i], i, V - 1);
+                goto refuse;
+            }
+    } else if (ts_tokenize(S->tok, r.prompt, r.prompt_len, true, &ids, err, sizeof err)) {
+        ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "prompt", "%s", err);
+        goto refuse;
+    }
+    if (ids.n == 0) {
+        ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", param, "the %s is empty (no tokens)",
+                    param);
+        goto refuse;
+    }
+    if ((int64_t)ids.n >= S->n_ctx) {
+        ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", param,
+                    "this model's context is %" PRId64
+                    " tokens per request, but the %s has %zu tokens (at least one "
+                    "token must be left to generate)",
+                    S->n_ctx, param, ids.n);
+        goto refuse;
+    }
+    int64_t max_tokens = r.max_tokens < 0 ? S->n_ctx - (int64_t)ids.n : r.max_tokens;
+    if ((int64_t)ids.n + max_tokens > S->n_ctx) {
+        const char *mt = "max_tokens";
+        ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", mt,
+                    "this model's context is %" PRId64
+                    " tokens per request; you asked for %zu in the %s plus %" PRId64
+                    " to generate; lower max_tokens to at most %" PRId64,
+                    S->n_ctx, ids.n, param, max_tokens, S->n_ctx - (int64_t)ids.n);
+        goto refuse;
+    }
+    if (!r.seed_given) random_bytes(&r.sp.seed, sizeof r.sp.seed);
+    ts_job_params jp = {.prompt = ids.ids,
+                        .n_prompt = ids.n,
+                        .sp = r.sp,
+                        .n_stops = r.n_stops,
+                        .max_tokens = max_tokens,
+                        .ignore_eos = r.ignore_eos,
+                        .cache_prompt = r.cache_prompt};
+    for (int i = 0; i < r.n_stops; i++) jp.stops[i] = r.stops[i];
+    bool busy = false;
+    q->job = ts_sched_submit(S->sched, &jp, &busy, err, sizeof err);
+    if (!q->job) {
+        if (busy && atomic_load(&S->draining))
+            ts_api_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        else if (busy)
+            ts_api_fail(&e, 503, "server_error", "server_busy", NULL,
+                        "the server is busy (%d requests are already waiting); retry later", S->o->max_queue);
+        else
+            ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", NULL, "%s", err);
+        ts_tokens_free(&ids);
+        ts_api_request_free(&r);
+        return send_error(q, &e, e.status == 503 ? "Retry-After" : NULL, "1");
+    }
+    q->n_prompt = (int64_t)ids.n;
+    ts_tokens_free(&ids);
+    q->resp.kind = kind;
+    q->resp.created = (long long)time(NULL);
+    q->resp.model = S->model_name;
+    unsigned char rnd[12];
+    random_bytes(rnd, sizeof rnd);
+    int k = snprintf(q->resp.id, sizeof q->resp.id, "%s", kind == TS_API_CHAT ? "chatcmpl-" : "cmpl-");
+    for (size_t i = 0; i < sizeof rnd; i++)
+        k += snprintf(q->resp.id + k, sizeof q->resp.id - (size_t)k, "%02x", rnd[i]);
+    q->stream = r.stream;
+    q->include_usage = r.include_usage;
+    ts_api_request_free(&r);
+    if (!q->stream) return finish_blocking(q);
+
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, q, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    rc = MHD_queue_response(q->conn, 200, resp);
+    MHD_destroy_response(resp);
+    q->responded = true;
+    q->status = 200;
+    return rc;
+
+refuse:
+    ts_tokens_free(&ids);
+    ts_api_request_free(&r);
+    return send_error(q, &e, NULL, NULL);
+}
+
+static enum MHD_Result handle_chat(req *q) {
+    return handle_generate(q, TS_API_CHAT);
+}
+static enum MHD_Result handle_completion(req *q) {
+    return handle_generate(q, TS_API_COMPLETION);
+}
+
+/* ---- routing -------------------------------------------------------------------------------- */
+
+static const route k_routes[] = {
+    {"/health", "GET", false, handle_health},
+    {"/v1/health", "GET", false, handle_health},
+    {"/v1/models", "GET", true, handle_models},
+    {"/models", "GET", true, handle_models},
+    {"/v1/models/*", "GET", true, handle_model},
+    {"/metrics", "GET", true, handle_metrics},
+    {"/v1/chat/completions", "POST", true, handle_chat},
+    {"/chat/completions", "POST", true, handle_chat},
+    {"/v1/completions", "POST", true, handle_completion},
+    {"/completions", "POST", true, handle_completion},
+};
+
+static const route *find_route(const char *url) {
+    for (size_t i = 0; i < sizeof k_routes / sizeof *k_routes; i++) {
+        const char *p = k_routes[i].path;
+        size_t L = strlen(p);
+        if (p[L - 1] == '*') {
+            if (!strncmp(url, p, L - 1) && url[L - 1] && !strchr(url + L - 1, '/')) return &k_routes[i];
+        } else if (!strcmp(url, p)) {
+            return &k_routes[i];
+        }
+    }
+    return NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size,
+                                  void **con_cls) {
+    server *S = cls;
+    req *q = *con_cls;
+    (void)version;
+    if (!q) { /* headers only: decide everything that does not need the body */
+        if (!(q = calloc(1, sizeof *q))) return MHD_NO;
+        *con_cls = q;
+        q->S = S, q->conn = c, q->t0 = ts_now();
+        atomic_fetch_add(&S->in_flight, 1);
+        snprintf(q->method, sizeof q->method, "%s", method);
+        snprintf(q->path, sizeof q->path, "%s", url);
+        const route *rt = find_route(url);
+        if (!rt)
+            FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
+                 "unknown URL: %.16s %.128s (see GET /v1/models, "
+                 "POST /v1/chat/completions, POST /v1/completions, GET /health, GET /metrics)",
+                 method, url);
+        if (strcmp(method, rt->method) != 0) {
+            ts_api_error e;
+            ts_api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                        "%.16s is not allowed on %.128s; use %s", method, url, rt->method);
+            return send_error(q, &e, MHD_HTTP_HEADER_ALLOW, rt->method);
+        }
+        q->rt = rt;
+        if (rt->auth && S->o->api_key) {
+            const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+            const char *given = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : "";
+            if (!key_matches(given, S->o->api_key)) {
+                ts_api_error e;
+                ts_api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                            h ? "incorrect API key provided"
+                              : "no API key provided: send 'Authorization: Bearer KEY'");
+                return send_error(q, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+            }
+        }
+        if (atomic_load(&S->draining) && strcmp(rt->method, "POST") == 0) {
+            ts_api_error e;
+            ts_api_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+            return send_error(q, &e, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > S->o->max_body)
+            FAIL(q, 413, "invalid_request_error", "request_too_large", NULL,
+                 "the request body (%.20s bytes) is larger than this server's limit of %zu bytes", cl,
+                 S->o->max_body);
+        return MHD_YES;
+    }
+    if (q->responded) { /* answered already (error on the headers): drop the body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (q->discarded || q->body.n + n > S->o->max_body) { /* chunked body past the limit */
+            q->discarded += n;
+            return q->discarded > 4 * S->o->max_body + (1u << 20) ? MHD_NO : MHD_YES; /* hang up on a flood */
+        }
+        return ts_text_append(&q->body, upload, n) ? MHD_NO : MHD_YES;
+    }
+    if (q->discarded)
+        FAIL(q, 413, "invalid_request_error", "request_too_large", NULL,
+             "the request body is larger than this server's limit of %zu bytes", S->o->max_body);
+    return q->rt->handle(q);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    server *S = cls;
+    req *q = *con_cls;
+    (void)c;
+    if (!q) return;
+    *con_cls = NULL;
+    if (q->job) {
+        ts_job_state st;
+        ts_job_wait(q->job, SIZE_MAX, 0, NULL, &st); /* the counts, for the log line */
+        q->n_cached = st.n_cached, q->n_gen = st.n_gen;
+        ts_job_cancel(q->job); /* nothing when it is done */
+        ts_job_release(q->job);
+    }
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->job && !q->over && q->stream)
+        q->outcome = "client gone";
+    unsigned status = q->status ? q->status : 500;
+    ts_metrics_http(&S->mt, status);
+    if (!S->o->quiet) {
+        char addr[INET6_ADDRSTRLEN] = "?";
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, sizeof addr);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
+        }
+        char gen[128] = "";
+        if (q->job)
+            snprintf(gen, sizeof gen, " prompt=%" PRId64 " cached=%" PRId64 " gen=%" PRId64 "%s", q->n_prompt,
+                     q->n_cached, q->n_gen, q->stream ? " stream" : "");
+        fprintf(stderr, "serve: %s %s %s %u %.3fs%s%s%s\n", addr, q->method, q->path, status,
+                ts_now() - q->t0, gen, q->outcome ? " " : "", q->outcome ? q->outcome : "");
+    }
+    ts_text_free(&q->body);
+    ts_text_free(&q->pend);
+    ts_text_free(&q->delta);
+    free(q);
+    atomic_fetch_sub(&S->in_flight, 1);
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------- */
+
+void ts_server_default_opts(ts_server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->n_slots = 4;
+    o->n_ctx = 4096;
+    o->chunk = 256;
+    o->step_tokens = 512;
+    o->max_queue = 256;
+    o->max_connections = 512;
+    o->max_body = 8u << 20;
+    o->idle_timeout = 60;
+    o->drain_seconds = 30;
+    o->cache_prompt = true;
+    o->sp = ts_sampler_default_params();
+}
+
+static void model_name_of(const ts_server_opts *o, char *buf, size_t n) {
+    if (o->alias) {
+        snprintf(buf, n, "%s", o->alias);
+        return;
+    }
+    const char *b = strrchr(o->model_path, '/');
+    snprintf(buf, n, "%s", b ? b + 1 : o->model_path);
+}
+
+/* libmicrohttpd's own messages (bad HTTP from a client, a response cut short), one prefixed line each. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const server *S = cls;
+    if (S->o->quiet) return;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
+    fprintf(stderr, "serve: http: %s\n", buf);
+}
+
+static struct MHD_Daemon *start_daemon(server *S, char *err, size_t errlen) {
+    const ts_server_opts *o = S->o;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    int g = getaddrinfo(o->host, port, &hints, &ai);
+    if (g) return ts_errf(err, errlen, "cannot resolve --host %s: %s", o->host, gai_strerror(g)), NULL;
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, S,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)o->idle_timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d)
+        return ts_errf(err, errlen, "cannot listen on %s:%d (%s)", o->host, o->port,
+                       errno ? strerror(errno) : "address in use?"),
+               NULL;
+    return d;
+}
+
+int ts_serve(const ts_server_opts *o) {
+    server S_, *S = &S_;
+    memset(S, 0, sizeof *S);
+    S->o = o;
+    char err[1024];
+    double t0 = ts_now();
+    int status = 1;
+    bool metrics_ok = false;
+    if (ts_model_load(o->model_path, &S->m, err, sizeof err)) goto fail;
+    if (ts_tokenizer_load(S->m->gguf, &S->tok, err, sizeof err)) goto fail;
+    S->defaults = o->sp;
+    ts_sampling_from_gguf(S->m->gguf, &S->defaults, o->sp_given);
+    {
+        char e2[512];
+        ts_sampler *probe;
+        if (ts_sampler_new(&S->defaults, 1, &probe, e2, sizeof e2)) {
+            ts_errf(err, sizeof err, "sampling defaults: %s", e2);
+            goto fail;
+        }
+        ts_sampler_free(probe);
+    }
+    S->chat_ok = !ts_chat_select(o->chat_template, ts_tokenizer_chat_template(S->tok), &S->chat_kind,
+                                 S->chat_err, sizeof S->chat_err);
+    if (!S->chat_ok && o->chat_template) {
+        ts_errf(err, sizeof err, "%s", S->chat_err);
+        goto fail;
+    }
+    if (!S->chat_ok) fprintf(stderr, "serve: warning: /v1/chat/completions is off: %s\n", S->chat_err);
+    S->n_ctx = o->n_ctx < ts_model_n_ctx_train(S->m) ? o->n_ctx : ts_model_n_ctx_train(S->m);
+    model_name_of(o, S->model_name, sizeof S->model_name);
+    S->created = (long long)time(NULL);
+    if (ts_metrics_init(&S->mt)) {
+        ts_errf(err, sizeof err, "cannot initialise the metrics");
+        goto fail;
+    }
+    metrics_ok = true;
+
+    /* Signals: blocked in every thread (the daemon's and the scheduler's inherit the mask) and
+     * taken synchronously by this one. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ts_sched_params sp = {.n_slots = o->n_slots,
+                          .n_ctx = S->n_ctx,
+                          .chunk = o->chunk,
+                          .step_tokens = o->step_tokens,
+                          .max_queue = o->max_queue,
+                          .threads = o->threads,
+                          .cache_prompt = o->cache_prompt};
+    if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
+    if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;
+    if (ts_sched_new(S->m, S->tok, &sp, &S->mt, &S->sched, err, sizeof err)) goto fail;
+    if (!(S->d = start_daemon(S, err, sizeof err))) goto fail;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? (int)di->port : o->port;
+    bool v6 = strchr(o->host, ':') != NULL;
+    fprintf(stderr,
+            "serve: model %s ('%s', chat template %s) loaded in %.2f s; %d slots x %" PRId64
+            " tokens (%.1f MiB of state); "
+            "sampling defaults: temp %.2f top-k %d top-p %.2f min-p %.2f%s\n",
+            o->model_path, S->model_name, S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none",
+            ts_now() - t0, o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0,
+            S->defaults.temperature, S->defaults.top_k, S->defaults.top_p, S->defaults.min_p,
+            o->api_key ? "; API key required" : "");
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host, v6 ? "]" : "", port);
+    bool loopback = !strcmp(o->host, "127.0.0.1") || !strcmp(o->host, "::1") ||
+                    !strcmp(o->host, "localhost") || !strncmp(o->host, "127.", 4);
+    if (!loopback && !o->api_key)
+        fprintf(stderr,
+                "serve: warning: listening beyond this machine without --api-key: anyone who can reach "
+                "the port can use the model\n");
+    fflush(stderr);
+
+    int sig;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    fprintf(stderr,
+            "serve: %s: no new connections; finishing the running requests (up to %.0f s; a second signal "
+            "cancels them)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", o->drain_seconds);
+    atomic_store(&S->draining, true);
+    int lfd = MHD_quiesce_daemon(S->d);
+    if (lfd >= 0) close(lfd);
+    ts_sched_drain(S->sched, ts_now() + o->drain_seconds);
+    struct timespec zero = {0, 0};
+    while (!ts_sched_wait_idle(S->sched, 100)) {
+        if (sigtimedwait(&sigs, NULL, &zero) > 0) {
+            fprintf(stderr, "serve: second signal: cancelling the running requests\n");
+            ts_sched_drain(S->sched, 0);
+        }
+    }
+    /* let the connection threads write their last bytes */
+    for (double t = ts_now(); atomic_load(&S->in_flight) > 0 && ts_now() - t < 5;) {
+        struct timespec ms = {0, 10 * 1000000L};
+        nanosleep(&ms, NULL);
+    }
+    MHD_stop_daemon(S->d);
+    S->d = NULL;
+    fprintf(stderr, "serve: stopped\n");
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "turbospark serve: %s\n", err);
+done:
+    if (S->d) MHD_stop_daemon(S->d);
+    ts_sched_free(S->sched);
+    if (metrics_ok) ts_metrics_destroy(&S->mt);
+    ts_tokenizer_free(S->tok);
+    ts_model_free(S->m);
+    return status;
+}

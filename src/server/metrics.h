@@ -1,0 +1,68 @@
+/* Server counters, exported as Prometheus text at GET /metrics.
+ *
+ * Everything is under one mutex: updates come a few times per request and once per scheduler step,
+ * far below where a lock would show. Token rates are over the last TS_METRICS_WINDOW seconds,
+ * kept in one-second buckets, so an idle server reports 0 rather than its lifetime average. */
+#ifndef TS_SERVER_METRICS_H
+#define TS_SERVER_METRICS_H
+
+#include "tokenizer/tokenizer.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define TS_METRICS_WINDOW 10
+#define TS_METRICS_N_LAT_BUCKETS 12
+
+typedef enum ts_finish {
+    TS_FINISH_NONE = 0,  /* still running */
+    TS_FINISH_STOP,      /* end-of-generation token or a stop string */
+    TS_FINISH_LENGTH,    /* max_tokens or the end of the context */
+    TS_FINISH_CANCELLED, /* the client went away */
+    TS_FINISH_SHUTDOWN,  /* the server is stopping (queued requests, or the drain deadline passed) */
+    TS_FINISH_ERROR,     /* the engine failed (a sentence in the job's error) */
+    TS_FINISH_N
+} ts_finish;
+
+const char *ts_finish_name(ts_finish f); /* "stop", "length", "cancelled", "shutdown", "error" */
+
+typedef struct ts_metrics {
+    pthread_mutex_t mu;
+    double t_start; /* monotonic seconds at creation */
+    /* HTTP */
+    uint64_t http_by_code[6][100]; /* [status / 100][status % 100] for 100..599 */
+    /* generation */
+    uint64_t finished[TS_FINISH_N];
+    uint64_t prompt_tokens, prompt_tokens_cached, gen_tokens, steps, step_sequences;
+    double busy_seconds; /* time spent in batched forward steps */
+    /* latency of finished completions (submit to last token) and time to first token */
+    uint64_t lat_count[TS_METRICS_N_LAT_BUCKETS + 1], ttft_count[TS_METRICS_N_LAT_BUCKETS + 1];
+    double lat_sum, ttft_sum;
+    uint64_t lat_n, ttft_n;
+    /* rate buckets: tokens in the second `sec[i]` */
+    int64_t sec[TS_METRICS_WINDOW + 1];
+    uint64_t sec_prompt[TS_METRICS_WINDOW + 1], sec_gen[TS_METRICS_WINDOW + 1];
+} ts_metrics;
+
+int ts_metrics_init(ts_metrics *m);
+void ts_metrics_destroy(ts_metrics *m);
+
+void ts_metrics_http(ts_metrics *m, unsigned status);
+/* A scheduler step: sequences in it, prompt and generated tokens, seconds it took. */
+void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, double seconds);
+/* A finished completion: why, cached prompt tokens, total latency and time to first token (< 0: none). */
+void ts_metrics_finish(ts_metrics *m, ts_finish why, int64_t cached, double latency, double ttft);
+
+/* Live gauges the scheduler owns, passed in when rendering. */
+typedef struct ts_metrics_gauges {
+    int queue_depth, slots_busy, slots_total;
+    int64_t n_ctx_slot;
+    int http_in_flight;
+} ts_metrics_gauges;
+
+/* Appends the Prometheus text exposition (version 0.0.4) to out. 0 or −1 (out of memory). */
+int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out);
+
+double ts_now(void); /* monotonic seconds */
+
+#endif

@@ -1,0 +1,641 @@
+/* OpenAI request parsing and response writing (see openai.h). */
+#include "server/openai.h"
+
+#include "common/error.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ts_api_fail(ts_api_error *e, int status, const char *type, const char *code, const char *param,
+                const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BAD(e, code, param, ...) ts_api_fail(e, 400, "invalid_request_error", code, param, __VA_ARGS__)
+
+/* ---- JSON helpers --------------------------------------------------------------------------- */
+
+/* The member, or NULL when absent or null. */
+static const cJSON *member(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static const char *type_name(const cJSON *v) {
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "null";
+}
+
+static int want_number(const cJSON *v, const char *name, double lo, double hi, double *out, ts_api_error *e) {
+    if (!cJSON_IsNumber(v))
+        return BAD(e, "invalid_type", name, "'%s' must be a number, not %s", name, type_name(v));
+    double x = v->valuedouble;
+    if (!(x >= lo && x <= hi))
+        return BAD(e, "invalid_value", name, "'%s' must be between %g and %g (got %g)", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int want_int(const cJSON *v, const char *name, double lo, double hi, int64_t *out, ts_api_error *e) {
+    if (!cJSON_IsNumber(v))
+        return BAD(e, "invalid_type", name, "'%s' must be an integer, not %s", name, type_name(v));
+    double x = v->valuedouble;
+    if (!(x >= lo && x <= hi))
+        return BAD(e, "invalid_value", name, "'%s' must be between %.0f and %.0f (got %g)", name, lo, hi, x);
+    if (x != floor(x))
+        return BAD(e, "invalid_type", name, "'%s' must be an integer, not a fraction (%g)", name, x);
+    *out = x > -9.2e18 && x < 9.2e18 ? (int64_t)x : 0; /* larger ones: the caller reads valuedouble */
+    return 0;
+}
+
+static int want_bool(const cJSON *v, const char *name, bool *out, ts_api_error *e) {
+    if (!cJSON_IsBool(v))
+        return BAD(e, "invalid_type", name, "'%s' must be true or false, not %s", name, type_name(v));
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int own(ts_api_request *r, char *s) {
+    char **o = realloc(r->owned, (r->n_owned + 1) * sizeof *o);
+    if (!o) return -1;
+    r->owned = o;
+    r->owned[r->n_owned++] = s;
+    return 0;
+}
+
+static char *own_copy(ts_api_request *r, const char *s, size_t n) {
+    char *c = malloc(n + 1);
+    if (!c) return NULL;
+    memcpy(c, s, n);
+    c[n] = 0;
+    if (own(r, c)) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static bool valid_utf8(const char *s, size_t n) {
+    ts_text t = {0};
+    long bad = ts_utf8_sanitize(s, n, &t);
+    ts_text_free(&t);
+    return bad == 0;
+}
+
+/* ---- fields refused by name ----------------------------------------------------------------- */
+
+static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e) {
+    const cJSON *v;
+    int64_t k;
+    if ((v = member(o, "n"))) {
+        if (want_int(v, "n", 1, 1e9, &k, e)) return -1;
+        if (k != 1)
+            return BAD(
+                e, "unsupported_parameter", "n",
+                "n = %lld is not supported: this server returns one choice per request (send %lld requests)",
+                (long long)k, (long long)k);
+    }
+    if ((v = member(o, "best_of"))) {
+        if (want_int(v, "best_of", 1, 1e9, &k, e)) return -1;
+        if (k != 1) return BAD(e, "unsupported_parameter", "best_of", "best_of > 1 is not supported");
+    }
+    if ((v = member(o, "logprobs")) && !cJSON_IsFalse(v))
+        return BAD(e, "unsupported_parameter", "logprobs", "logprobs are not supported by this server");
+    if ((v = member(o, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+        return BAD(e, "unsupported_parameter", "top_logprobs",
+                   "top_logprobs are not supported by this server");
+    if ((v = member(o, "tools")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
+        return BAD(e, "unsupported_parameter", "tools",
+                   "tools (function calling) are not supported by this server");
+    if ((v = member(o, "functions")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
+        return BAD(e, "unsupported_parameter", "functions",
+                   "functions (function calling) are not supported by this server");
+    if ((v = member(o, "tool_choice")) &&
+        !(cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto"))))
+        return BAD(e, "unsupported_parameter", "tool_choice",
+                   "tool_choice is not supported by this server (no tools)");
+    if ((v = member(o, "function_call")) &&
+        !(cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto"))))
+        return BAD(e, "unsupported_parameter", "function_call",
+                   "function_call is not supported by this server (no tools)");
+    if ((v = member(o, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(v) ? member(v, "type") : NULL;
+        if (!t || !cJSON_IsString(t))
+            return BAD(e, "invalid_type", "response_format",
+                       "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text") != 0)
+            return BAD(e, "unsupported_parameter", "response_format",
+                       "response_format '%.64s' is not supported: this server produces plain text only",
+                       t->valuestring);
+    }
+    if ((v = member(o, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
+        return BAD(e, "unsupported_parameter", "logit_bias", "logit_bias is not supported by this server");
+    if ((v = member(o, "echo")) && !cJSON_IsFalse(v))
+        return BAD(e, "unsupported_parameter", "echo", "echo is not supported by this server");
+    if ((v = member(o, "suffix")) && !(cJSON_IsString(v) && !*v->valuestring))
+        return BAD(e, "unsupported_parameter", "suffix",
+                   "suffix (insertion) is not supported by this server");
+    if ((v = member(o, "audio")))
+        return BAD(e, "unsupported_parameter", "audio",
+                   "audio output is not supported: this server loads the text model only");
+    if ((v = member(o, "modalities"))) {
+        if (!cJSON_IsArray(v))
+            return BAD(e, "invalid_type", "modalities", "'modalities' must be an array of strings");
+        const cJSON *m;
+        cJSON_ArrayForEach(m, v) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text") != 0) return BAD(
+            e, "unsupported_parameter", "modalities",
+            "only the text modality is supported: this server loads the text model only");
+    }
+    if ((v = member(o, "prediction")))
+        return BAD(e, "unsupported_parameter", "prediction",
+                   "predicted outputs are not supported by this server");
+    if ((v = member(o, "grammar")) || (v = member(o, "json_schema")))
+        return BAD(e, "unsupported_parameter", v->string,
+                   "'%s' (constrained decoding) is not supported by this server", v->string);
+    return 0;
+}
+
+/* ---- sampling and common fields ------------------------------------------------------------- */
+
+static int parse_common(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *v;
+    double d = 0;
+    int64_t k;
+    if ((v = member(o, "model"))) {
+        if (!cJSON_IsString(v))
+            return BAD(e, "invalid_type", "model", "'model' must be a string, not %s", type_name(v));
+        if (!(r->model = own_copy(r, v->valuestring, strlen(v->valuestring)))) return -2;
+    }
+    const cJSON *mt = member(o, "max_completion_tokens");
+    if (!mt) mt = member(o, "max_tokens");
+    if (mt) {
+        if (want_int(mt, mt->string, -1, 1e12, &k, e)) return -1;
+        if (k != -1 && k < 1) /* −1: llama.cpp's "no limit", the rest of the context */
+            return BAD(e, "invalid_value", mt->string, "'%s' must be at least 1 (got %lld)", mt->string,
+                       (long long)k);
+        r->max_tokens = k;
+    }
+    if ((v = member(o, "temperature"))) {
+        if (want_number(v, "temperature", 0, 2, &d, e)) return -1;
+        r->sp.temperature = (float)d, r->sp_given[TS_SAMPLING_TEMP] = true;
+    }
+    if ((v = member(o, "top_p"))) {
+        if (want_number(v, "top_p", 0, 1, &d, e)) return -1;
+        r->sp.top_p = (float)d, r->sp_given[TS_SAMPLING_TOP_P] = true;
+    }
+    if ((v = member(o, "top_k"))) {
+        if (want_int(v, "top_k", -1, 1e9, &k, e)) return -1;
+        r->sp.top_k = k < 0 ? 0 : (int32_t)k,
+        r->sp_given[TS_SAMPLING_TOP_K] = true; /* −1 (vLLM) and 0: off */
+    }
+    if ((v = member(o, "min_p"))) {
+        if (want_number(v, "min_p", 0, 1, &d, e)) return -1;
+        r->sp.min_p = (float)d, r->sp_given[TS_SAMPLING_MIN_P] = true;
+    }
+    if ((v = member(o, "presence_penalty"))) {
+        if (want_number(v, "presence_penalty", -2, 2, &d, e)) return -1;
+        r->sp.presence_penalty = (float)d;
+    }
+    if ((v = member(o, "frequency_penalty"))) {
+        if (want_number(v, "frequency_penalty", -2, 2, &d, e)) return -1;
+        r->sp.frequency_penalty = (float)d;
+    }
+    const cJSON *rp = member(o, "repetition_penalty");
+    if (!rp) rp = member(o, "repeat_penalty");
+    if (rp) {
+        if (want_number(rp, rp->string, 0, 100, &d, e)) return -1;
+        if (d <= 0) return BAD(e, "invalid_value", rp->string, "'%s' must be above 0 (1 is off)", rp->string);
+        r->sp.repeat_penalty = (float)d;
+    }
+    if ((v = member(o, "repeat_last_n"))) {
+        if (want_int(v, "repeat_last_n", -1, 4096, &k, e)) return -1;
+        r->sp.penalty_last_n = (int32_t)k;
+    }
+    if ((v = member(o, "seed"))) {
+        if (want_int(v, "seed", -9223372036854775808.0,
+                     18446744073709549568.0 /* the largest double below 2^64 */, &k, e))
+            return -1;
+        r->sp.seed = v->valuedouble < 0 ? (uint64_t)(int64_t)v->valuedouble : (uint64_t)v->valuedouble;
+        r->seed_given = true;
+    }
+    if ((v = member(o, "stop"))) {
+        const cJSON *item;
+        int i = 0;
+        if (cJSON_IsString(v))
+            item = v;
+        else if (cJSON_IsArray(v))
+            item = v->child;
+        else
+            return BAD(e, "invalid_type", "stop", "'stop' must be a string or an array of strings, not %s",
+                       type_name(v));
+        if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > TS_API_MAX_STOPS)
+            return BAD(e, "invalid_value", "stop", "'stop' holds at most %d strings (got %d)",
+                       TS_API_MAX_STOPS, cJSON_GetArraySize(v));
+        for (; item; item = cJSON_IsArray(v) ? item->next : NULL, i++) {
+            char pname[32];
+            snprintf(pname, sizeof pname, cJSON_IsArray(v) ? "stop[%d]" : "stop", i);
+            if (!cJSON_IsString(item))
+                return BAD(e, "invalid_type", pname, "'%s' must be a string, not %s", pname, type_name(item));
+            size_t L = strlen(item->valuestring);
+            if (L == 0) continue; /* an empty stop string never stops anything */
+            if (L > TS_API_MAX_STOP_BYTES)
+                return BAD(e, "invalid_value", pname, "'%s' is %zu bytes long; at most %d", pname, L,
+                           TS_API_MAX_STOP_BYTES);
+            if (!valid_utf8(item->valuestring, L))
+                return BAD(e, "invalid_value", pname, "'%s' is not valid UTF-8", pname);
+            if (!(r->stops[r->n_stops++] = own_copy(r, item->valuestring, L))) return -2;
+            if (!cJSON_IsArray(v)) break;
+        }
+    }
+    if ((v = member(o, "stream")) && want_bool(v, "stream", &r->stream, e)) return -1;
+    if ((v = member(o, "stream_options"))) {
+        if (!cJSON_IsObject(v))
+            return BAD(e, "invalid_type", "stream_options", "'stream_options' must be an object, not %s",
+                       type_name(v));
+        const cJSON *u = member(v, "include_usage");
+        if (u && want_bool(u, "stream_options.include_usage", &r->include_usage, e)) return -1;
+    }
+    if ((v = member(o, "ignore_eos")) && want_bool(v, "ignore_eos", &r->ignore_eos, e)) return -1;
+    if ((v = member(o, "cache_prompt")) && want_bool(v, "cache_prompt", &r->cache_prompt, e)) return -1;
+    return 0;
+}
+
+/* ---- chat messages -------------------------------------------------------------------------- */
+
+/* The text of a message's content: a string, or text parts joined by newlines. */
+static int content_text(const cJSON *c, const char *where, ts_api_request *r, const char **out,
+                        ts_api_error *e) {
+    char pname[96];
+    if (!c) {
+        *out = "";
+        return 0;
+    }
+    if (cJSON_IsString(c)) {
+        *out = c->valuestring;
+        return 0;
+    }
+    snprintf(pname, sizeof pname, "%s.content", where);
+    if (!cJSON_IsArray(c))
+        return BAD(e, "invalid_type", pname, "'%s' must be a string or an array of content parts, not %s",
+                   pname, type_name(c));
+    ts_text t = {0};
+    int i = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c) {
+        snprintf(pname, sizeof pname, "%s.content[%d]", where, i);
+        const cJSON *ty = cJSON_IsObject(p) ? member(p, "type") : NULL;
+        if (!ty || !cJSON_IsString(ty)) {
+            ts_text_free(&t);
+            return BAD(e, "invalid_type", pname, "'%s' must be an object with a string 'type'", pname);
+        }
+        const char *k = ty->valuestring;
+        const char *what =
+            !strcmp(k, "image_url") || !strcmp(k, "image") || !strcmp(k, "input_image")   ? "image"
+            : !strcmp(k, "input_audio") || !strcmp(k, "audio")                            ? "audio"
+            : !strcmp(k, "video_url") || !strcmp(k, "video") || !strcmp(k, "input_video") ? "video"
+            : !strcmp(k, "file") || !strcmp(k, "input_file")                              ? "file"
+                                                                                          : NULL;
+        if (what) {
+            ts_text_free(&t);
+            snprintf(pname + strlen(pname), sizeof pname - strlen(pname), ".type");
+            return ts_api_fail(
+                e, 400, "invalid_request_error", "unsupported_content_type", pname,
+                "%s content parts are not supported: this server loads the text model only (%s is '%s')",
+                what, pname, k);
+        }
+        if (strcmp(k, "text") != 0) {
+            ts_text_free(&t);
+            return BAD(e, "invalid_value", pname,
+                       "'%s' has an unknown content part type '%.64s' (expected 'text')", pname, k);
+        }
+        const cJSON *tx = member(p, "text");
+        if (!tx || !cJSON_IsString(tx)) {
+            ts_text_free(&t);
+            return BAD(e, "invalid_type", pname, "'%s.text' must be a string", pname);
+        }
+        if ((i > 0 && ts_text_append(&t, "\n", 1)) ||
+            ts_text_append(&t, tx->valuestring, strlen(tx->valuestring))) {
+            ts_text_free(&t);
+            return -2;
+        }
+        i++;
+    }
+    if (ts_text_append(&t, "", 1) || own(r, t.s)) {
+        ts_text_free(&t);
+        return -2;
+    }
+    *out = t.s;
+    return 0;
+}
+
+static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *ms = member(o, "messages");
+    if (!ms) return BAD(e, "missing_required_parameter", "messages", "'messages' is required");
+    if (!cJSON_IsArray(ms))
+        return BAD(e, "invalid_type", "messages", "'messages' must be an array, not %s", type_name(ms));
+    int n = cJSON_GetArraySize(ms);
+    if (n == 0) return BAD(e, "invalid_value", "messages", "'messages' must hold at least one message");
+    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return -2;
+    const cJSON *m;
+    int i = 0;
+    cJSON_ArrayForEach(m, ms) {
+        char where[48];
+        snprintf(where, sizeof where, "messages[%d]", i);
+        if (!cJSON_IsObject(m))
+            return BAD(e, "invalid_type", where, "'%s' must be an object, not %s", where, type_name(m));
+        const cJSON *role = member(m, "role");
+        char pname[128];
+        snprintf(pname, sizeof pname, "%s.role", where);
+        if (!role || !cJSON_IsString(role))
+            return BAD(e, "invalid_type", pname, "'%s' must be a string", pname);
+        const char *rs = role->valuestring;
+        const char *canon = !strcmp(rs, "system") || !strcmp(rs, "developer") ? "system"
+                            : !strcmp(rs, "user")                             ? "user"
+                            : !strcmp(rs, "assistant")                        ? "assistant"
+                            : !strcmp(rs, "tool")                             ? "tool"
+                                                                              : NULL;
+        if (!canon)
+            return BAD(e, "invalid_value", pname,
+                       "'%s' is '%.32s'; expected system, developer, user, assistant or tool", pname, rs);
+        const cJSON *tc = member(m, "tool_calls");
+        if (tc && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
+            snprintf(pname, sizeof pname, "%s.tool_calls", where);
+            return BAD(e, "unsupported_parameter", pname, "tool calls are not supported by this server");
+        }
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!c && strcmp(canon, "assistant") != 0) {
+            snprintf(pname, sizeof pname, "%s.content", where);
+            return BAD(e, "missing_required_parameter", pname, "'%s' is required", pname);
+        }
+        ts_chat_msg *cm = &r->msgs[i];
+        cm->role = canon;
+        int rc = content_text(cJSON_IsNull(c) ? NULL : c, where, r, &cm->content, e);
+        if (rc) return rc;
+        if (cm->content == (c ? c->valuestring : NULL) &&
+            !(cm->content = own_copy(r, cm->content, strlen(cm->content))))
+            return -2;
+        const cJSON *rc2 = member(m, "reasoning_content");
+        if (rc2) {
+            snprintf(pname, sizeof pname, "%s.reasoning_content", where);
+            if (!cJSON_IsString(rc2)) return BAD(e, "invalid_type", pname, "'%s' must be a string", pname);
+            if (!(cm->reasoning_content = own_copy(r, rc2->valuestring, strlen(rc2->valuestring)))) return -2;
+        }
+        i++;
+        r->n_msgs = (size_t)i;
+    }
+    const cJSON *kw = member(o, "chat_template_kwargs"), *v;
+    if (kw) {
+        if (!cJSON_IsObject(kw))
+            return BAD(e, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        bool b;
+        if ((v = member(kw, "enable_thinking"))) {
+            if (want_bool(v, "chat_template_kwargs.enable_thinking", &b, e)) return -1;
+            r->enable_thinking = b;
+        }
+    }
+    if ((v = member(o, "add_generation_prompt")) &&
+        want_bool(v, "add_generation_prompt", &r->add_generation_prompt, e))
+        return -1;
+    return 0;
+}
+
+/* ---- completion prompt ---------------------------------------------------------------------- */
+
+static int token_ids(const cJSON *a, const char *pname, ts_api_request *r, ts_api_error *e) {
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, a) {
+        int64_t id = 0;
+        char name[48];
+        snprintf(name, sizeof name, "%s[%d]", pname, i++);
+        if (want_int(t, name, 0, 2147483647.0, &id, e)) return -1;
+        if (ts_tokens_push(&r->prompt_ids, (int32_t)id)) return -2;
+    }
+    r->prompt_is_ids = true;
+    return 0;
+}
+
+static int parse_prompt(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *p = member(o, "prompt");
+    if (!p) return BAD(e, "missing_required_parameter", "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p)) {
+        int n = cJSON_GetArraySize(p);
+        if (n == 0) return BAD(e, "invalid_value", "prompt", "'prompt' is an empty array");
+        if (cJSON_IsNumber(p->child)) return token_ids(p, "prompt", r, e);
+        if (n > 1)
+            return BAD(e, "unsupported_parameter", "prompt",
+                       "several prompts in one request are not supported: send one request per prompt");
+        if (cJSON_IsArray(p->child)) return token_ids(p->child, "prompt[0]", r, e);
+        p = p->child;
+        if (!cJSON_IsString(p))
+            return BAD(e, "invalid_type", "prompt[0]",
+                       "'prompt[0]' must be a string or an array of token ids");
+    }
+    if (!cJSON_IsString(p))
+        return BAD(e, "invalid_type", "prompt",
+                   "'prompt' must be a string, an array of token ids or a one-element array, not %s",
+                   type_name(p));
+    r->prompt_len = strlen(p->valuestring);
+    if (!(r->prompt = own_copy(r, p->valuestring, r->prompt_len))) return -2;
+    return 0;
+}
+
+int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
+                 ts_api_request *r, ts_api_error *e) {
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->sp = *defaults;
+    r->enable_thinking = -1;
+    r->add_generation_prompt = true;
+    r->cache_prompt = true;
+    if (memchr(body, 0, n))
+        return BAD(e, "invalid_json", NULL, "the request body holds a NUL byte at %zu: not JSON text",
+                   (size_t)((const char *)memchr(body, 0, n) - body));
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(body, n, &end, false);
+    if (!o) {
+        size_t at = end && end >= body && end <= body + n ? (size_t)(end - body) : 0;
+        return BAD(e, "invalid_json", NULL, "the request body is not valid JSON (error near byte %zu of %zu)",
+                   at, n);
+    }
+    while (end && end < body + n && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+    int rc = 0;
+    if (end && end < body + n)
+        rc =
+            BAD(e, "invalid_json", NULL,
+                "the request body holds more than one JSON value (extra bytes at %zu)", (size_t)(end - body));
+    else if (!cJSON_IsObject(o))
+        rc = BAD(e, "invalid_type", NULL, "the request body must be a JSON object, not %s", type_name(o));
+    if (!rc) rc = refuse_unsupported(o, kind, e);
+    if (!rc) rc = parse_common(o, r, e);
+    if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    if (!r->stream) r->include_usage = false;
+    cJSON_Delete(o);
+    if (rc == -2)
+        ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory parsing the request");
+    if (rc) {
+        ts_api_request_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+void ts_api_request_free(ts_api_request *r) {
+    for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    free(r->owned);
+    free(r->msgs);
+    ts_tokens_free(&r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+int ts_json_string(ts_text *out, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    char buf[256];
+    size_t k = 0;
+    int rc = 0;
+    buf[k++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        if (k > sizeof buf - 8) rc |= ts_text_append(out, buf, k), k = 0;
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"':
+            buf[k++] = '\\', buf[k++] = '"';
+            break;
+        case '\\':
+            buf[k++] = '\\', buf[k++] = '\\';
+            break;
+        case '\n':
+            buf[k++] = '\\', buf[k++] = 'n';
+            break;
+        case '\r':
+            buf[k++] = '\\', buf[k++] = 'r';
+            break;
+        case '\t':
+            buf[k++] = '\\', buf[k++] = 't';
+            break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                buf[k++] = '\\', buf[k++] = 'u', buf[k++] = '0', buf[k++] = '0';
+                buf[k++] = hex[c >> 4], buf[k++] = hex[c & 15];
+            } else {
+                buf[k++] = (char)c;
+            }
+        }
+    }
+    buf[k++] = '"';
+    rc |= ts_text_append(out, buf, k);
+    return rc ? -1 : 0;
+}
+
+static int put(ts_text *out, const char *s) {
+    return ts_text_append(out, s, strlen(s));
+}
+
+TS_PRINTF(2, 3) static int putf(ts_text *out, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf) return -1;
+    return ts_text_append(out, buf, (size_t)n);
+}
+
+int ts_api_error_json(const ts_api_error *e, ts_text *out) {
+    int rc = put(out, "{\"error\":{\"message\":");
+    rc |= ts_json_string(out, e->message, strlen(e->message));
+    rc |= put(out, ",\"type\":");
+    rc |= ts_json_string(out, e->type ? e->type : "invalid_request_error",
+                         strlen(e->type ? e->type : "invalid_request_error"));
+    rc |= put(out, ",\"param\":");
+    rc |= e->param[0] ? ts_json_string(out, e->param, strlen(e->param)) : put(out, "null");
+    rc |= put(out, ",\"code\":");
+    rc |= e->code ? ts_json_string(out, e->code, strlen(e->code)) : put(out, "null");
+    rc |= put(out, "}}");
+    return rc ? -1 : 0;
+}
+
+static int head(const ts_api_resp *r, ts_text *out, bool chunk) {
+    const char *object =
+        r->kind == TS_API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    int rc = put(out, "{\"id\":");
+    rc |= ts_json_string(out, r->id, strlen(r->id));
+    rc |= putf(out, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, r->created);
+    rc |= ts_json_string(out, r->model, strlen(r->model));
+    rc |= put(out, ",\"system_fingerprint\":\"turbospark\"");
+    return rc;
+}
+
+static int usage_json(const ts_api_usage *u, ts_text *out) {
+    return putf(out,
+                ",\"usage\":{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+                "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
+                (long long)u->prompt_tokens, (long long)u->completion_tokens,
+                (long long)(u->prompt_tokens + u->completion_tokens), (long long)u->cached_tokens);
+}
+
+int ts_api_response_json(const ts_api_resp *r, const char *text, size_t n, const char *finish_reason,
+                         const ts_api_usage *u, ts_text *out) {
+    int rc = head(r, out, false);
+    if (r->kind == TS_API_CHAT) {
+        rc |= put(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        rc |= ts_json_string(out, text, n);
+        rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
+    } else {
+        rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
+        rc |= ts_json_string(out, text, n);
+        rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
+    }
+    rc |= ts_json_string(out, finish_reason, strlen(finish_reason));
+    rc |= put(out, "}]");
+    rc |= usage_json(u, out);
+    rc |= put(out, "}");
+    return rc ? -1 : 0;
+}
+
+int ts_api_chunk_sse(const ts_api_resp *r, bool role, const char *text, size_t n, const char *finish_reason,
+                     const ts_api_usage *u, ts_text *out) {
+    int rc = put(out, "data: ");
+    rc |= head(r, out, true);
+    if (u) {
+        rc |= put(out, ",\"choices\":[]");
+        rc |= usage_json(u, out);
+    } else {
+        if (r->kind == TS_API_CHAT) {
+            rc |= put(out, ",\"choices\":[{\"index\":0,\"delta\":{");
+            if (role)
+                rc |= put(out, "\"role\":\"assistant\",\"content\":\"\"");
+            else if (!finish_reason)
+                rc |= put(out, "\"content\":"), rc |= ts_json_string(out, text, n);
+            rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
+        } else {
+            rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
+            rc |= ts_json_string(out, text, n);
+            rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
+        }
+        rc |= finish_reason ? ts_json_string(out, finish_reason, strlen(finish_reason)) : put(out, "null");
+        rc |= put(out, "}]");
+    }
+    rc |= put(out, "}\n\n");
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,113 @@
+/* The OpenAI protocol: request bodies in, response bodies out. No sockets here, so every rule is
+ * unit-tested (tests/unit/test_server_api.c).
+ *
+ * Requests (POST /v1/chat/completions and /v1/completions) are checked field by field; a bad one
+ * gets a ts_api_error naming the field (`param`) and what was expected. Fields that would change
+ * the answer but that this server does not implement are refused by name rather than ignored:
+ * n > 1, best_of > 1, logprobs, tools / functions, response_format other than text, logit_bias,
+ * echo, suffix, audio output, and image / audio / video / file content parts (the engine loads the
+ * text model only). Unknown fields are ignored, as most servers do. `null` means "not given".
+ *
+ * Supported: messages (system, developer = system, user, assistant with reasoning_content, tool;
+ * content as a string or an array of text parts), prompt (a string, or token ids; a one-element
+ * array of either), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed,
+ * stop (string or array), presence_penalty, frequency_penalty, repetition_penalty (alias
+ * repeat_penalty), repeat_last_n, stream, stream_options.include_usage, ignore_eos, cache_prompt,
+ * chat_template_kwargs.enable_thinking.
+ *
+ * Responses are written by hand with a JSON string escaper (generated text may hold any valid
+ * UTF-8, NUL included). */
+#ifndef TS_SERVER_OPENAI_H
+#define TS_SERVER_OPENAI_H
+
+#include "engine/sampler.h"
+#include "engine/generate.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_API_MAX_STOPS 16
+#define TS_API_MAX_STOP_BYTES 512
+
+typedef enum ts_api_kind { TS_API_CHAT, TS_API_COMPLETION } ts_api_kind;
+
+/* An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status. */
+typedef struct ts_api_error {
+    int status;       /* 400, 401, 404, 405, 413, 500, 503 */
+    const char *type; /* "invalid_request_error", "authentication_error", "server_error", ... */
+    char param[96];   /* the offending field ("messages[1].content[0].type"), or "" for null */
+    const char *code; /* a stable code ("invalid_type", "unsupported_parameter", ...) or NULL */
+    char message[512];
+} ts_api_error;
+
+/* Fills e and returns −1 (so parsers can `return api_err(...)`). param may be NULL. */
+int ts_api_fail(ts_api_error *e, int status, const char *type, const char *code, const char *param,
+                const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+typedef struct ts_api_request {
+    ts_api_kind kind;
+    char *model; /* as given, or NULL */
+    /* chat */
+    ts_chat_msg *msgs;
+    size_t n_msgs;
+    int enable_thinking;        /* −1: the template's default */
+    bool add_generation_prompt; /* true unless the request says otherwise */
+    /* completion: text or token ids */
+    char *prompt;
+    size_t prompt_len;
+    ts_tokens prompt_ids;
+    bool prompt_is_ids;
+    /* both */
+    int64_t max_tokens; /* −1: not given (the rest of the context) */
+    ts_sampler_params sp;
+    bool sp_given[TS_SAMPLING_N_KEYS]; /* temperature, top_k, top_p, min_p given explicitly */
+    bool seed_given;
+    char *stops[TS_API_MAX_STOPS];
+    int n_stops;
+    bool stream, include_usage, ignore_eos, cache_prompt;
+    /* owned strings behind msgs */
+    char **owned;
+    size_t n_owned;
+} ts_api_request;
+
+/* Parses and checks a request body (any bytes; n bytes, need not be NUL-terminated). `defaults`
+ * are the sampling settings for fields the request leaves out. 0, or −1 with e filled (status 400). */
+int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
+                 ts_api_request *r, ts_api_error *e);
+void ts_api_request_free(ts_api_request *r);
+
+/* Appends s[0..n) as a JSON string literal (quotes included). 0 or −1 (out of memory). */
+int ts_json_string(ts_text *out, const char *s, size_t n);
+
+/* {"error": {...}} */
+int ts_api_error_json(const ts_api_error *e, ts_text *out);
+
+typedef struct ts_api_usage {
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+} ts_api_usage;
+
+/* Identity of one response: id ("chatcmpl-..."/"cmpl-..."), creation time, model name. */
+typedef struct ts_api_resp {
+    ts_api_kind kind;
+    char id[48];
+    long long created;
+    const char *model;
+} ts_api_resp;
+
+/* The whole (non-streamed) response. finish_reason: "stop" or "length". */
+int ts_api_response_json(const ts_api_resp *r, const char *text, size_t n, const char *finish_reason,
+                         const ts_api_usage *u, ts_text *out);
+
+/* One server-sent event "data: {chunk}\n\n". role: the chat's first chunk gives the role;
+ * finish_reason NULL while running; usage non-NULL only for the final usage chunk (no choices). */
+int ts_api_chunk_sse(const ts_api_resp *r, bool role, const char *text, size_t n, const char *finish_reason,
+                     const ts_api_usage *u, ts_text *out);
+
+#endif

@@ -1,0 +1,577 @@
+/* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
+#include "server/sched.h"
+
+#include "common/error.h"
+#include "engine/generate.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+struct ts_job {
+    ts_sched *s;
+    int refs;            /* under s->mu */
+    ts_job *next, *prev; /* queue links while queued */
+    bool queued;
+    pthread_cond_t cond; /* with s->mu: new text or done */
+    /* input: immutable after submit */
+    int32_t *prompt;
+    size_t n_prompt;
+    ts_sampler_params sp;
+    char *stops[TS_JOB_MAX_STOPS];
+    int n_stops;
+    int64_t max_tokens;
+    bool ignore_eos, cache_prompt;
+    double t_submit;
+    /* output: under s->mu */
+    ts_text text; /* final bytes only */
+    bool done, cancel;
+    ts_finish finish;
+    int64_t n_cached, n_gen;
+    double t_first; /* 0 until the first token */
+    char error[256];
+};
+
+typedef struct slot {
+    ts_session *sess;
+    ts_sampler *smp;
+    float *logits;     /* [n_vocab] */
+    ts_tokens held;    /* the ids the session holds, in order (capacity n_ctx, never reallocated) */
+    uint64_t last_use; /* admission counter: oldest first for prefill, least recently used for eviction */
+    /* the running job (scheduler thread only, except `job`, which is also read under the lock) */
+    ts_job *job;
+    size_t fed;    /* prompt tokens the session holds */
+    bool decoding; /* the prompt is done; `next` is the token to feed */
+    int32_t next;
+    int64_t n_gen;
+    ts_text text; /* the generated text so far */
+    ts_textgen tg;
+    size_t published; /* bytes of text already copied to the job */
+    ts_finish fin;    /* set when this step finished the job */
+    char err[256];
+    /* this step */
+    int64_t step_n;
+    bool in_step;
+} slot;
+
+struct ts_sched {
+    ts_model *m;
+    const ts_tokenizer *tok;
+    ts_metrics *mt;
+    ts_sched_params p;
+    int32_t n_vocab;
+    slot *slots;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a job arrived, was cancelled, or the server is stopping */
+    pthread_cond_t idle; /* nothing queued or running */
+    ts_job *q_head, *q_tail;
+    int q_len, n_active;
+    bool draining, quit;
+    double deadline; /* draining: running jobs are cancelled after this (0: at once) */
+    uint64_t counter;
+    /* batch arrays, [n_slots] */
+    ts_session **b_sess;
+    const int32_t **b_ids;
+    int64_t *b_n;
+    float **b_logits;
+    int *b_slot, *order;
+};
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+static void job_free(ts_job *j) {
+    free(j->prompt);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    ts_text_free(&j->text);
+    pthread_cond_destroy(&j->cond);
+    free(j);
+}
+
+static void job_unref_locked(ts_job *j) {
+    if (--j->refs == 0) job_free(j);
+}
+
+void ts_job_release(ts_job *j) {
+    if (!j) return;
+    ts_sched *s = j->s;
+    pthread_mutex_lock(&s->mu);
+    job_unref_locked(j);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void queue_remove(ts_sched *s, ts_job *j) {
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->q_head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        s->q_tail = j->prev;
+    j->next = j->prev = NULL;
+    j->queued = false;
+    s->q_len--;
+}
+
+/* Marks a job over, wakes its waiter, records it and drops the scheduler's reference. Under mu. */
+static void finish_locked(ts_sched *s, ts_job *j, ts_finish why, const char *err) {
+    j->done = true;
+    j->finish = why;
+    if (err) snprintf(j->error, sizeof j->error, "%s", err);
+    double now = ts_now();
+    ts_metrics_finish(s->mt, why, j->n_cached, now - j->t_submit,
+                      j->t_first > 0 ? j->t_first - j->t_submit : -1);
+    pthread_cond_broadcast(&j->cond);
+    pthread_cond_broadcast(&s->idle);
+    job_unref_locked(j);
+}
+
+ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *err, size_t errlen) {
+    *busy = false;
+    if (jp->n_prompt < 1 || (int64_t)jp->n_prompt >= s->p.n_ctx || jp->max_tokens < 1 ||
+        (int64_t)jp->n_prompt + jp->max_tokens > s->p.n_ctx || jp->n_stops < 0 ||
+        jp->n_stops > TS_JOB_MAX_STOPS)
+        return ts_errf(err, errlen,
+                       "a job of %zu prompt tokens and up to %" PRId64 " more does not fit a slot of %" PRId64
+                       " tokens",
+                       jp->n_prompt, jp->max_tokens, s->p.n_ctx),
+               NULL;
+    for (size_t i = 0; i < jp->n_prompt; i++)
+        if (jp->prompt[i] < 0 || jp->prompt[i] >= s->n_vocab)
+            return ts_errf(err, errlen, "token id %" PRId32 " is outside the vocabulary (0..%" PRId32 ")",
+                           jp->prompt[i], s->n_vocab - 1),
+                   NULL;
+    ts_job *j = calloc(1, sizeof *j);
+    if (!j) return ts_errf(err, errlen, "out of memory"), NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    j->s = s;
+    j->prompt = malloc(jp->n_prompt * sizeof *j->prompt);
+    bool oom = !j->prompt;
+    if (!oom) memcpy(j->prompt, jp->prompt, jp->n_prompt * sizeof *j->prompt);
+    j->n_prompt = jp->n_prompt;
+    for (int i = 0; i < jp->n_stops && !oom; i++) {
+        if (!(j->stops[i] = strdup(jp->stops[i])))
+            oom = true;
+        else
+            j->n_stops = i + 1;
+    }
+    if (oom) {
+        job_free(j);
+        return ts_errf(err, errlen, "out of memory"), NULL;
+    }
+    j->sp = jp->sp;
+    j->max_tokens = jp->max_tokens;
+    j->ignore_eos = jp->ignore_eos;
+    j->cache_prompt = jp->cache_prompt;
+    j->t_submit = ts_now();
+    j->refs = 2; /* the caller's and the scheduler's */
+
+    pthread_mutex_lock(&s->mu);
+    if (s->draining || s->quit || s->q_len >= s->p.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        job_free(j);
+        *busy = true;
+        return NULL;
+    }
+    j->prev = s->q_tail;
+    if (s->q_tail)
+        s->q_tail->next = j;
+    else
+        s->q_head = j;
+    s->q_tail = j;
+    j->queued = true;
+    s->q_len++;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    return j;
+}
+
+static void timed_wait(pthread_cond_t *c, pthread_mutex_t *mu, int timeout_ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += timeout_ms / 1000;
+    t.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(c, mu, &t);
+}
+
+int ts_job_wait(ts_job *j, size_t have, int timeout_ms, ts_text *out, ts_job_state *st) {
+    ts_sched *s = j->s;
+    pthread_mutex_lock(&s->mu);
+    if (!j->done && j->text.n <= have && timeout_ms > 0) timed_wait(&j->cond, &s->mu, timeout_ms);
+    int changed = j->done || j->text.n > have;
+    if (out && j->text.n > have) ts_text_append(out, j->text.s + have, j->text.n - have);
+    if (st) {
+        st->n_text = j->text.n;
+        st->done = j->done;
+        st->finish = j->finish;
+        st->n_prompt = (int64_t)j->n_prompt;
+        st->n_cached = j->n_cached;
+        st->n_gen = j->n_gen;
+        snprintf(st->error, sizeof st->error, "%s", j->error);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return changed;
+}
+
+void ts_job_cancel(ts_job *j) {
+    ts_sched *s = j->s;
+    pthread_mutex_lock(&s->mu);
+    if (!j->done) {
+        j->cancel = true;
+        if (j->queued) { /* never started: over at once */
+            queue_remove(s, j);
+            finish_locked(s, j, TS_FINISH_CANCELLED, NULL);
+        }
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+/* Prompt tokens of j a slot can skip: its whole held sequence when that is a strict prefix. */
+static size_t reusable(const ts_sched *s, const slot *sl, const ts_job *j) {
+    if (!s->p.cache_prompt || !j->cache_prompt || sl->held.n == 0 || sl->held.n >= j->n_prompt) return 0;
+    return memcmp(sl->held.ids, j->prompt, sl->held.n * sizeof *j->prompt) == 0 ? sl->held.n : 0;
+}
+
+static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse) {
+    char err[256];
+    if (ts_sampler_configure(sl->smp, &j->sp, err, sizeof err)) {
+        finish_locked(s, j, TS_FINISH_ERROR, err);
+        return;
+    }
+    if (reuse == 0) {
+        ts_session_reset(sl->sess);
+        sl->held.n = 0;
+    }
+    for (size_t i = 0; i < j->n_prompt; i++) ts_sampler_accept(sl->smp, j->prompt[i]);
+    sl->job = j;
+    sl->fed = reuse;
+    sl->decoding = false;
+    sl->n_gen = 0;
+    sl->text.n = 0;
+    ts_textgen_init(&sl->tg, s->tok, (const char *const *)j->stops, j->n_stops, &sl->text);
+    sl->published = 0;
+    sl->fin = TS_FINISH_NONE;
+    sl->err[0] = 0;
+    sl->last_use = ++s->counter;
+    j->n_cached = (int64_t)reuse;
+    s->n_active++;
+}
+
+/* Queued jobs take the free slots: the longest reusable prefix first, else the least recently used. */
+static void admit_locked(ts_sched *s) {
+    while (s->q_head && !s->draining) {
+        ts_job *j = s->q_head;
+        int best = -1;
+        size_t best_reuse = 0;
+        for (int i = 0; i < s->p.n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->job) continue;
+            size_t r = reusable(s, sl, j);
+            if (best < 0 || r > best_reuse || (r == best_reuse && sl->last_use < s->slots[best].last_use))
+                best = i, best_reuse = r;
+        }
+        if (best < 0) return;
+        queue_remove(s, j);
+        slot_start(s, &s->slots[best], j, best_reuse);
+    }
+}
+
+static void slot_end_locked(ts_sched *s, slot *sl, ts_finish why, const char *err) {
+    ts_job *j = sl->job;
+    sl->job = NULL;
+    s->n_active--;
+    finish_locked(s, j, why, err);
+}
+
+/* Cancelled jobs, and all running ones once a drain's deadline has passed. Under mu. */
+static void reap_locked(ts_sched *s) {
+    bool expired = s->quit || (s->draining && ts_now() >= s->deadline);
+    for (int i = 0; i < s->p.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->job) continue;
+        if (sl->job->cancel)
+            slot_end_locked(s, sl, TS_FINISH_CANCELLED, NULL);
+        else if (expired)
+            slot_end_locked(s, sl, TS_FINISH_SHUTDOWN, NULL);
+    }
+    if (s->draining || s->quit)
+        while (s->q_head) {
+            ts_job *j = s->q_head;
+            queue_remove(s, j);
+            finish_locked(s, j, TS_FINISH_SHUTDOWN, NULL);
+        }
+}
+
+/* ---- the step ------------------------------------------------------------------------------- */
+
+/* Samples after the slot's logits and grows its text; sets sl->fin when the job is over. */
+static void slot_sample(ts_sched *s, slot *sl) {
+    ts_job *j = sl->job;
+    int32_t id = ts_sampler_sample(sl->smp, sl->logits);
+    if (!j->ignore_eos && ts_tokenizer_is_eog(s->tok, id)) {
+        sl->fin = TS_FINISH_STOP;
+    } else {
+        int r = ts_textgen_push(&sl->tg, id, sl->err, sizeof sl->err);
+        if (r < 0) {
+            sl->fin = TS_FINISH_ERROR;
+            return;
+        }
+        sl->n_gen++;
+        if (r == 1)
+            sl->fin = TS_FINISH_STOP;
+        else if (sl->n_gen >= j->max_tokens || ts_session_pos(sl->sess) >= s->p.n_ctx)
+            sl->fin = TS_FINISH_LENGTH;
+        else {
+            ts_sampler_accept(sl->smp, id);
+            sl->next = id;
+            sl->decoding = true;
+        }
+    }
+    if (sl->fin && ts_textgen_finish(&sl->tg))
+        snprintf(sl->err, sizeof sl->err, "out of memory"), sl->fin = TS_FINISH_ERROR;
+}
+
+/* Builds the step's batch (decoders, then prefill chunks oldest first within the budget). */
+static int build_batch(ts_sched *s) {
+    int nb = 0, no = 0;
+    for (int i = 0; i < s->p.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        sl->in_step = false;
+        if (!sl->job) continue;
+        if (sl->decoding) {
+            sl->step_n = 1, sl->in_step = true;
+            s->b_sess[nb] = sl->sess, s->b_ids[nb] = &sl->next, s->b_n[nb] = 1, s->b_logits[nb] = sl->logits;
+            s->b_slot[nb++] = i;
+        } else {
+            int k = no++; /* insertion by admission order */
+            while (k > 0 && s->slots[s->order[k - 1]].last_use > sl->last_use)
+                s->order[k] = s->order[k - 1], k--;
+            s->order[k] = i;
+        }
+    }
+    int64_t budget = s->p.step_tokens;
+    for (int o = 0; o < no; o++) {
+        slot *sl = &s->slots[s->order[o]];
+        const ts_job *j = sl->job;
+        int64_t left = (int64_t)(j->n_prompt - sl->fed), k = left < s->p.chunk ? left : s->p.chunk;
+        if (k > budget && o > 0) break;
+        budget -= k;
+        sl->step_n = k, sl->in_step = true;
+        s->b_sess[nb] = sl->sess, s->b_ids[nb] = j->prompt + sl->fed, s->b_n[nb] = k;
+        s->b_logits[nb] = k == left ? sl->logits : NULL;
+        s->b_slot[nb++] = s->order[o];
+    }
+    return nb;
+}
+
+static void *sched_main(void *arg) {
+    ts_sched *s = arg;
+#ifdef _OPENMP
+    if (s->p.threads > 0) omp_set_num_threads(s->p.threads); /* per thread: set where the forward runs */
+#endif
+    char err[512];
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        reap_locked(s);
+        admit_locked(s);
+        if (s->n_active == 0) {
+            pthread_cond_broadcast(&s->idle);
+            if (s->quit) break;
+            pthread_cond_wait(&s->work, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+
+        int nb = build_batch(s);
+        double t0 = ts_now();
+        int rc = ts_batch_eval(s->b_sess, s->b_ids, s->b_n, s->b_logits, nb, err, sizeof err);
+        double dt = ts_now() - t0;
+        uint64_t n_prompt = 0, n_gen = 0;
+        for (int b = 0; b < nb; b++) {
+            slot *sl = &s->slots[s->b_slot[b]];
+            if (rc) { /* the sessions are in an unknown state: start them over */
+                ts_session_reset(sl->sess);
+                sl->held.n = 0;
+                sl->fin = TS_FINISH_ERROR;
+                snprintf(sl->err, sizeof sl->err, "the engine failed: %.200s", err);
+                continue;
+            }
+            for (int64_t t = 0; t < s->b_n[b]; t++) sl->held.ids[sl->held.n++] = s->b_ids[b][t];
+            if (!sl->decoding) {
+                sl->fed += (size_t)sl->step_n;
+                n_prompt += (uint64_t)sl->step_n;
+                if (sl->fed < sl->job->n_prompt) continue;
+            }
+            int64_t before = sl->n_gen;
+            slot_sample(s, sl);
+            n_gen += (uint64_t)(sl->n_gen - before);
+        }
+        ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
+
+        pthread_mutex_lock(&s->mu);
+        double now = ts_now();
+        for (int b = 0; b < nb; b++) {
+            slot *sl = &s->slots[s->b_slot[b]];
+            ts_job *j = sl->job;
+            size_t safe = ts_textgen_safe(&sl->tg);
+            bool changed = false;
+            if (safe > sl->published) {
+                if (ts_text_append(&j->text, sl->text.s + sl->published, safe - sl->published) == 0)
+                    sl->published = safe, changed = true;
+            }
+            if (sl->n_gen != j->n_gen) {
+                if (j->n_gen == 0) j->t_first = now;
+                j->n_gen = sl->n_gen;
+            }
+            if (sl->fin)
+                slot_end_locked(s, sl, sl->fin, sl->err[0] ? sl->err : NULL);
+            else if (changed)
+                pthread_cond_broadcast(&j->cond);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------- */
+
+int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p, ts_metrics *mt,
+                 ts_sched **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (p->n_slots < 1 || p->n_slots > 1024)
+        return ts_errf(err, errlen, "the number of slots must be 1 to 1024 (got %d)", p->n_slots);
+    if (p->n_ctx < 8)
+        return ts_errf(err, errlen, "a slot needs a context of at least 8 tokens (got %" PRId64 ")",
+                       p->n_ctx);
+    if (p->chunk < 1 || p->step_tokens < p->chunk)
+        return ts_errf(err, errlen,
+                       "the prefill chunk (%" PRId64
+                       ") must be ≥ 1 and at most the tokens of a step (%" PRId64 ")",
+                       p->chunk, p->step_tokens);
+    ts_sched *s = calloc(1, sizeof *s);
+    if (!s) return ts_errf(err, errlen, "out of memory");
+    s->m = m, s->tok = tok, s->mt = mt, s->p = *p;
+    s->n_vocab = ts_model_n_vocab(m);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->work, &ca);
+    pthread_cond_init(&s->idle, &ca);
+    pthread_condattr_destroy(&ca);
+    int n = p->n_slots;
+    s->slots = calloc((size_t)n, sizeof *s->slots);
+    s->b_sess = calloc((size_t)n, sizeof *s->b_sess);
+    s->b_ids = calloc((size_t)n, sizeof *s->b_ids);
+    s->b_n = calloc((size_t)n, sizeof *s->b_n);
+    s->b_logits = calloc((size_t)n, sizeof *s->b_logits);
+    s->b_slot = calloc((size_t)n, sizeof *s->b_slot);
+    s->order = calloc((size_t)n, sizeof *s->order);
+    if (!s->slots || !s->b_sess || !s->b_ids || !s->b_n || !s->b_logits || !s->b_slot || !s->order) {
+        ts_sched_free(s);
+        return ts_errf(err, errlen, "out of memory");
+    }
+    ts_session_params sp = {.n_ctx = p->n_ctx, .ubatch = p->chunk};
+    for (int i = 0; i < n; i++) {
+        slot *sl = &s->slots[i];
+        char e2[512];
+        if (ts_session_new(m, &sp, &sl->sess, e2, sizeof e2)) {
+            ts_errf(err, errlen, "slot %d: %s", i, e2);
+            ts_sched_free(s);
+            return -1;
+        }
+        if (ts_sampler_new(&(ts_sampler_params){.temperature = 0, .top_p = 1, .repeat_penalty = 1},
+                           s->n_vocab, &sl->smp, e2, sizeof e2)) {
+            ts_errf(err, errlen, "slot %d: %s", i, e2);
+            ts_sched_free(s);
+            return -1;
+        }
+        sl->logits = malloc((size_t)s->n_vocab * sizeof *sl->logits);
+        sl->held.ids = malloc((size_t)p->n_ctx * sizeof *sl->held.ids);
+        sl->held.cap = (size_t)p->n_ctx;
+        if (!sl->logits || !sl->held.ids) {
+            ts_sched_free(s);
+            return ts_errf(err, errlen, "out of memory for slot %d", i);
+        }
+    }
+    if (pthread_create(&s->thread, NULL, sched_main, s)) {
+        ts_sched_free(s);
+        return ts_errf(err, errlen, "cannot start the scheduler thread");
+    }
+    s->thread_started = true;
+    *out = s;
+    return 0;
+}
+
+void ts_sched_free(ts_sched *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = true;
+        pthread_cond_signal(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; s->slots && i < s->p.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        ts_session_free(sl->sess);
+        ts_sampler_free(sl->smp);
+        free(sl->logits);
+        ts_tokens_free(&sl->held);
+        ts_text_free(&sl->text);
+    }
+    free(s->slots), free(s->b_sess), free(s->b_ids), free(s->b_n), free(s->b_logits), free(s->b_slot),
+        free(s->order);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+size_t ts_sched_state_bytes(const ts_sched *s) {
+    size_t b = 0;
+    for (int i = 0; i < s->p.n_slots; i++) b += ts_session_state_bytes(s->slots[i].sess);
+    return b;
+}
+
+void ts_sched_drain(ts_sched *s, double deadline) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->draining || deadline < s->deadline) s->deadline = deadline;
+    s->draining = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool ts_sched_wait_idle(ts_sched *s, int timeout_ms) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_active || s->q_len) timed_wait(&s->idle, &s->mu, timeout_ms);
+    bool idle = !s->n_active && !s->q_len;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
+void ts_sched_gauges(ts_sched *s, ts_metrics_gauges *g) {
+    pthread_mutex_lock(&s->mu);
+    g->queue_depth = s->q_len;
+    g->slots_busy = s->n_active;
+    g->slots_total = s->p.n_slots;
+    g->n_ctx_slot = s->p.n_ctx;
+    pthread_mutex_unlock(&s->mu);
+}

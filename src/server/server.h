@@ -1,0 +1,51 @@
+/* turbospark serve: an OpenAI-compatible HTTP server (libmicrohttpd) over the scheduler.
+ *
+ * Threads: libmicrohttpd runs one thread per connection (bounded by max_connections). A connection
+ * thread parses, renders the chat template and tokenizes (the tokenizer is immutable and shared),
+ * submits a job and then waits on it, polling its socket every 100 ms so that a client that goes
+ * away cancels its job even when no byte is being written. One scheduler thread owns the model
+ * (sched.h). The main thread waits for SIGINT/SIGTERM.
+ *
+ * Shutdown: the first signal stops accepting connections, answers 503 to requests on open
+ * connections, cancels queued jobs and lets running ones finish for up to drain_seconds (a
+ * second signal cancels them at once); then the daemon stops and everything is freed. */
+#ifndef TS_SERVER_SERVER_H
+#define TS_SERVER_SERVER_H
+
+#include "engine/generate.h"
+#include "engine/sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ts_server_opts {
+    const char *model_path;
+    const char *host;          /* numeric address or name; default 127.0.0.1 */
+    int port;                  /* 0: any free port (the chosen one is printed) */
+    const char *api_key;       /* NULL: no authentication */
+    const char *alias;         /* the model's name in the API (default: the file's base name) */
+    const char *chat_template; /* override: chatml | qwen3 | qwen3-thinking */
+    int n_slots;
+    int64_t n_ctx;       /* per slot */
+    int64_t chunk;       /* prompt tokens per slot and step */
+    int64_t step_tokens; /* prompt tokens per step */
+    int max_queue;
+    int max_connections;
+    size_t max_body;  /* bytes */
+    int idle_timeout; /* seconds an idle connection is kept */
+    int threads;      /* CPU threads for the forward (0: default) */
+    double drain_seconds;
+    bool cache_prompt;
+    bool quiet; /* no per-request log lines */
+    ts_sampler_params sp;
+    bool sp_given[TS_SAMPLING_N_KEYS];
+} ts_server_opts;
+
+void ts_server_default_opts(ts_server_opts *o);
+
+/* Loads the model, serves until SIGINT/SIGTERM, and returns the process exit status
+ * (0 after a clean shutdown, 1 when it could not start). */
+int ts_serve(const ts_server_opts *o);
+
+#endif

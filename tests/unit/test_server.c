@@ -1,0 +1,413 @@
+/* The server's protocol layer and the shared generation text:
+ *   - ts_api_parse accepts every supported field with its meaning, and refuses bad input with the
+ *     right status, param and code (wrong types, ranges, unsupported features by name, content
+ *     parts other than text);
+ *   - responses and SSE chunks are valid JSON whatever bytes the text holds;
+ *   - ts_textgen (engine/generate.h) on the demo tokenizer: what it releases is always valid UTF-8,
+ *     never changes afterwards, never shows the start of a stop string, and the final text is the
+ *     decoded text cut before the earliest stop string. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "engine/generate.h"
+#include "gguf/gguf.h"
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static ts_sampler_params g_def;
+
+static int parse(ts_api_kind k, const char *body, ts_api_request *r, ts_api_error *e) {
+    return ts_api_parse(k, body, strlen(body), &g_def, r, e);
+}
+
+/* Expects a refusal with this status, param ("" for null) and code. */
+static void refused(ts_api_kind k, const char *body, int status, const char *param, const char *code) {
+    ts_api_request r;
+    ts_api_error e;
+    if (parse(k, body, &r, &e) == 0) fail_msg("accepted: %s", body);
+    if (e.status != status || strcmp(e.param, param) != 0 || (code && (!e.code || strcmp(e.code, code) != 0)))
+        fail_msg("%s\n  -> %d param '%s' code '%s': %s", body, e.status, e.param, e.code ? e.code : "null",
+                 e.message);
+}
+
+static void test_chat_fields(void **state) {
+    (void)state;
+    ts_api_request r;
+    ts_api_error e;
+    const char *b =
+        "{\"model\":\"x\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":"
+        "\"b\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"hmm\"},{\"role\":\"user\","
+        "\"content\":\"c\"}],"
+        "\"max_completion_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":-1,\"min_p\":0.1,"
+        "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"seed\":-1,"
+        "\"stop\":[\"x\",\"\",\"yz\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,"
+        "\"logprobs\":false,\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"user\":\"u\",\"unknown_field\":[1,2]}";
+    if (parse(TS_API_CHAT, b, &r, &e)) fail_msg("%s", e.message);
+    assert_string_equal(r.model, "x");
+    assert_int_equal(r.n_msgs, 4);
+    assert_string_equal(r.msgs[0].role, "system");
+    assert_string_equal(r.msgs[1].content, "a\nb");
+    assert_string_equal(r.msgs[2].content, "");
+    assert_string_equal(r.msgs[2].reasoning_content, "hmm");
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.sp.temperature == 0 && r.sp.top_p == 0.5f && r.sp.top_k == 0 && r.sp.min_p == 0.1f);
+    assert_true(r.sp_given[TS_SAMPLING_TEMP] && r.sp_given[TS_SAMPLING_TOP_K]);
+    assert_true(r.sp.presence_penalty == 0.5f && r.sp.frequency_penalty == -0.5f &&
+                r.sp.repeat_penalty == 1.1f);
+    assert_true(r.seed_given && r.sp.seed == UINT64_MAX);
+    assert_int_equal(r.n_stops, 2); /* the empty one is dropped */
+    assert_string_equal(r.stops[1], "yz");
+    assert_true(r.stream && r.include_usage);
+    assert_int_equal(r.enable_thinking, 0);
+    ts_api_request_free(&r);
+
+    /* defaults: what the request leaves out */
+    assert_int_equal(
+        parse(TS_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":null}", &r, &e),
+        0);
+    assert_int_equal(r.max_tokens, -1);
+    assert_true(r.sp.temperature == g_def.temperature && !r.sp_given[TS_SAMPLING_TEMP] && !r.seed_given);
+    assert_false(r.stream);
+    assert_int_equal(r.n_stops, 0);
+    assert_int_equal(r.enable_thinking, -1);
+    assert_true(r.cache_prompt);
+    ts_api_request_free(&r);
+}
+
+static void test_completion_prompts(void **state) {
+    (void)state;
+    ts_api_request r;
+    ts_api_error e;
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":\"In the beginning\",\"stop\":\"\\n\"}", &r, &e),
+                     0);
+    assert_false(r.prompt_is_ids);
+    assert_string_equal(r.prompt, "In the beginning");
+    assert_string_equal(r.stops[0], "\n");
+    ts_api_request_free(&r);
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[\"one\"]}", &r, &e), 0);
+    assert_string_equal(r.prompt, "one");
+    ts_api_request_free(&r);
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[5,6,7],\"max_tokens\":-1}", &r, &e), 0);
+    assert_true(r.prompt_is_ids);
+    assert_int_equal(r.prompt_ids.n, 3);
+    assert_int_equal(r.prompt_ids.ids[2], 7);
+    assert_int_equal(r.max_tokens, -1);
+    ts_api_request_free(&r);
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[[1,2]]}", &r, &e), 0);
+    assert_int_equal(r.prompt_ids.n, 2);
+    ts_api_request_free(&r);
+    /* embedded NUL via \u0000 ends the C string: the prompt is what precedes it */
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":\"ab\\u0000cd\"}", &r, &e), 0);
+    ts_api_request_free(&r);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    const ts_api_kind C = TS_API_CHAT, P = TS_API_COMPLETION;
+    const char *u = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char b[1024];
+#define WITH(extra) (snprintf(b, sizeof b, "{%s,%s}", u, extra), b)
+    refused(C, "", 400, "", "invalid_json");
+    refused(C, "{\"messages\":", 400, "", "invalid_json");
+    refused(C, "{} {}", 400, "", "invalid_json");
+    refused(C, "[1]", 400, "", "invalid_type");
+    refused(C, "{}", 400, "messages", "missing_required_parameter");
+    refused(C, "{\"messages\":\"hi\"}", 400, "messages", "invalid_type");
+    refused(C, "{\"messages\":[]}", 400, "messages", "invalid_value");
+    refused(C, "{\"messages\":[3]}", 400, "messages[0]", "invalid_type");
+    refused(C, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "invalid_type");
+    refused(C, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role",
+            "invalid_value");
+    refused(C, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content",
+            "missing_required_parameter");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content",
+            "invalid_type");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+            400, "messages[0].content[0].type", "unsupported_content_type");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]}", 400,
+            "messages[0].content[0].type", "unsupported_content_type");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\"}]}]}", 400,
+            "messages[0].content[0].type", "unsupported_content_type");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 400,
+            "messages[0].content[0]", "invalid_value");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}", 400,
+            "messages[0].content[0]", "invalid_type");
+    refused(C, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{}]}]}", 400,
+            "messages[0].tool_calls", "unsupported_parameter");
+    refused(C, WITH("\"n\":2"), 400, "n", "unsupported_parameter");
+    refused(C, WITH("\"n\":\"2\""), 400, "n", "invalid_type");
+    refused(C, WITH("\"logprobs\":true"), 400, "logprobs", "unsupported_parameter");
+    refused(C, WITH("\"top_logprobs\":3"), 400, "top_logprobs", "unsupported_parameter");
+    refused(C, WITH("\"tools\":[{\"type\":\"function\"}]"), 400, "tools", "unsupported_parameter");
+    refused(C, WITH("\"tool_choice\":\"required\""), 400, "tool_choice", "unsupported_parameter");
+    refused(C, WITH("\"response_format\":{\"type\":\"json_object\"}"), 400, "response_format",
+            "unsupported_parameter");
+    refused(C, WITH("\"logit_bias\":{\"5\":100}"), 400, "logit_bias", "unsupported_parameter");
+    refused(C, WITH("\"audio\":{\"voice\":\"x\"}"), 400, "audio", "unsupported_parameter");
+    refused(C, WITH("\"modalities\":[\"text\",\"audio\"]"), 400, "modalities", "unsupported_parameter");
+    refused(C, WITH("\"max_tokens\":\"10\""), 400, "max_tokens", "invalid_type");
+    refused(C, WITH("\"max_tokens\":1.5"), 400, "max_tokens", "invalid_type");
+    refused(C, WITH("\"max_tokens\":0"), 400, "max_tokens", "invalid_value");
+    refused(C, WITH("\"max_tokens\":1e999"), 400, "max_tokens", NULL);
+    refused(C, WITH("\"temperature\":3"), 400, "temperature", "invalid_value");
+    refused(C, WITH("\"temperature\":\"hot\""), 400, "temperature", "invalid_type");
+    refused(C, WITH("\"top_p\":1.5"), 400, "top_p", "invalid_value");
+    refused(C, WITH("\"min_p\":-0.1"), 400, "min_p", "invalid_value");
+    refused(C, WITH("\"top_k\":2.5"), 400, "top_k", "invalid_type");
+    refused(C, WITH("\"presence_penalty\":5"), 400, "presence_penalty", "invalid_value");
+    refused(C, WITH("\"repetition_penalty\":0"), 400, "repetition_penalty", "invalid_value");
+    refused(C, WITH("\"seed\":0.5"), 400, "seed", "invalid_type");
+    refused(C, WITH("\"stop\":5"), 400, "stop", "invalid_type");
+    refused(C, WITH("\"stop\":[\"a\",7]"), 400, "stop[1]", "invalid_type");
+    refused(C,
+            WITH("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
+                 "\"n\",\"o\",\"p\",\"q\"]"),
+            400, "stop", "invalid_value");
+    refused(C, WITH("\"stop\":\"\xff\xfe\""), 400, "stop", "invalid_value");
+    refused(C, WITH("\"stream\":\"yes\""), 400, "stream", "invalid_type");
+    refused(C, WITH("\"stream_options\":true"), 400, "stream_options", "invalid_type");
+    refused(C, WITH("\"chat_template_kwargs\":{\"enable_thinking\":1}"), 400,
+            "chat_template_kwargs.enable_thinking", "invalid_type");
+    refused(P, "{}", 400, "prompt", "missing_required_parameter");
+    refused(P, "{\"prompt\":7}", 400, "prompt", "invalid_type");
+    refused(P, "{\"prompt\":[]}", 400, "prompt", "invalid_value");
+    refused(P, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "unsupported_parameter");
+    refused(P, "{\"prompt\":[1,-2]}", 400, "prompt[1]", "invalid_value");
+    refused(P, "{\"prompt\":[1,\"x\"]}", 400, "prompt[1]", "invalid_type");
+    refused(P, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo", "unsupported_parameter");
+    refused(P, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", "unsupported_parameter");
+    refused(P, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", "unsupported_parameter");
+    refused(P, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "unsupported_parameter");
+#undef WITH
+    /* deep nesting stays within cJSON's limit and is refused, not a stack overflow */
+    size_t n = 200000;
+    char *deep = malloc(n + 1);
+    memset(deep, '[', n);
+    deep[n] = 0;
+    refused(C, deep, 400, "", "invalid_json");
+    free(deep);
+}
+
+/* The text of a JSON document's path, checked to parse. */
+static cJSON *parse_json(const char *s, size_t n) {
+    cJSON *j = cJSON_ParseWithLength(s, n);
+    if (!j) fail_msg("not JSON: %.*s", (int)n, s);
+    return j;
+}
+
+static void test_responses(void **state) {
+    (void)state;
+    const char text[] = "a\"b\\c\n\t\x01\x7f\0z \xc3\xa9";
+    ts_text out = {0};
+    ts_api_resp rp = {.kind = TS_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m\"odel"};
+    ts_api_usage u = {3, 4, 1};
+    assert_int_equal(ts_api_response_json(&rp, text, sizeof text - 1, "stop", &u, &out), 0);
+    cJSON *j = parse_json(out.s, out.n);
+    const cJSON *msg =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
+    const char *c = cJSON_GetObjectItem(msg, "content")->valuestring;
+    assert_memory_equal(c, text, 9); /* cJSON strings stop at the NUL */
+    assert_string_equal(cJSON_GetObjectItem(j, "model")->valuestring, "m\"odel");
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "total_tokens")->valueint, 7);
+    assert_non_null(strstr(out.s, "\\u0000z"));
+    cJSON_Delete(j);
+
+    out.n = 0;
+    assert_int_equal(ts_api_chunk_sse(&rp, true, NULL, 0, NULL, NULL, &out), 0);
+    assert_int_equal(strncmp(out.s, "data: {", 7), 0);
+    assert_int_equal(strcmp(out.s + out.n - 2, "\n\n"), 0);
+    j = parse_json(out.s + 6, out.n - 8);
+    assert_string_equal(cJSON_GetObjectItem(j, "object")->valuestring, "chat.completion.chunk");
+    cJSON_Delete(j);
+    out.n = 0;
+    assert_int_equal(ts_api_chunk_sse(&rp, false, NULL, 0, NULL, &u, &out), 0);
+    j = parse_json(out.s + 6, out.n - 8);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 0);
+    cJSON_Delete(j);
+
+    ts_api_error e;
+    ts_api_fail(&e, 400, "invalid_request_error", NULL, NULL, "bad \"thing\"");
+    out.n = 0;
+    assert_int_equal(ts_api_error_json(&e, &out), 0);
+    j = parse_json(out.s, out.n);
+    const cJSON *err = cJSON_GetObjectItem(j, "error");
+    assert_string_equal(cJSON_GetObjectItem(err, "message")->valuestring, "bad \"thing\"");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(err, "param")) &&
+                cJSON_IsNull(cJSON_GetObjectItem(err, "code")));
+    assert_string_equal(cJSON_GetObjectItem(err, "type")->valuestring, "invalid_request_error");
+    cJSON_Delete(j);
+    ts_text_free(&out);
+}
+
+/* ---- ts_textgen on the demo tokenizer ------------------------------------------------------- */
+
+static ts_tokenizer *g_tok;
+static ts_gguf *g_gguf;
+
+static bool utf8_ok(const char *s, size_t n) {
+    ts_text t = {0};
+    long bad = ts_utf8_sanitize(s, n, &t);
+    ts_text_free(&t);
+    return bad == 0;
+}
+
+static uint64_t g_rng = 88172645463325252ULL;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (uint32_t)g_rng;
+}
+
+/* Pushes the ids of `text`, checking the release invariants; returns 1 if a stop string ended it. */
+static int run_textgen(const char *text, const char *const *stops, int n_stops, ts_text *out) {
+    char err[256];
+    ts_tokens ids = {0};
+    if (ts_tokenize(g_tok, text, strlen(text), false, &ids, err, sizeof err)) fail_msg("%s", err);
+    ts_textgen g;
+    out->n = 0;
+    ts_textgen_init(&g, g_tok, stops, n_stops, out);
+    char *released = calloc(1, strlen(text) * 4 + 16);
+    size_t n_rel = 0;
+    int stopped = 0;
+    for (size_t i = 0; i < ids.n && !stopped; i++) {
+        int r = ts_textgen_push(&g, ids.ids[i], err, sizeof err);
+        assert_true(r >= 0);
+        stopped = r == 1;
+        size_t safe = ts_textgen_safe(&g);
+        assert_true(safe >= n_rel && safe <= out->n);
+        assert_memory_equal(out->s, released, n_rel); /* released bytes never change */
+        memcpy(released + n_rel, out->s + n_rel, safe - n_rel);
+        n_rel = safe;
+        assert_true(utf8_ok(released, n_rel));
+        for (int k = 0; k < n_stops && !stopped;
+             k++) /* a stop string that may still complete is not released */
+            for (size_t m = 1; m < strlen(stops[k]); m++)
+                if (m <= out->n && !memcmp(out->s + out->n - m, stops[k], m) && out->n - m < n_rel)
+                    fail_msg("released '%.*s' holds the start of stop '%s' (text '%s')", (int)n_rel, released,
+                             stops[k], text);
+    }
+    assert_int_equal(ts_textgen_finish(&g), 0);
+    assert_int_equal(ts_textgen_safe(&g), out->n);
+    free(released);
+    ts_tokens_free(&ids);
+    return stopped;
+}
+
+static void test_textgen_stops(void **state) {
+    (void)state;
+    ts_text out = {0};
+    const char *text =
+        "And God said, Let there be light: and there was light. \xc3\xa9t\xc3\xa9 \xe2\x80\x94 done";
+    assert_int_equal(run_textgen(text, NULL, 0, &out), 0);
+    assert_int_equal(out.n, strlen(text));
+    assert_memory_equal(out.s, text, out.n);
+    const char *s1[] = {"light", ","};
+    assert_int_equal(run_textgen(text, s1, 2, &out), 1);
+    assert_int_equal(out.n, strlen("And God said")); /* the earliest match wins, whatever the order */
+    const char *s2[] = {"there was l"};
+    assert_int_equal(run_textgen(text, s2, 1, &out), 1);
+    assert_int_equal(out.n, strlen("And God said, Let there be light: and "));
+    const char *s3[] = {"\xc3\xa9t\xc3\xa9", "zzz"};
+    assert_int_equal(run_textgen(text, s3, 2, &out), 1);
+    assert_int_equal(out.n, strlen("And God said, Let there be light: and there was light. "));
+    const char *s4[] = {"lights", "donE"}; /* near misses: everything comes out */
+    assert_int_equal(run_textgen(text, s4, 2, &out), 0);
+    assert_int_equal(out.n, strlen(text));
+    /* random texts and stop strings cut out of them */
+    const char *alpha[] = {
+        "a", "b", " ", "\n", "ab", "\xc3\xa9", "\xe2\x80\x94", "LORD", ",", "\xf0\x9f\x99\x82"};
+    for (int it = 0; it < 300; it++) {
+        char t[400] = "";
+        int len = 1 + (int)(rnd() % 60);
+        for (int i = 0; i < len; i++) strcat(t, alpha[rnd() % 10]);
+        char st[3][32];
+        const char *stops[3];
+        int ns = (int)(rnd() % 4);
+        for (int k = 0; k < ns; k++) {
+            size_t L = strlen(t), a = rnd() % L, m = 1 + rnd() % 6;
+            if (a + m > L) m = L - a;
+            while (a > 0 && ((unsigned char)t[a] & 0xC0) == 0x80) a--; /* start on a character */
+            memcpy(st[k], t + a, m);
+            st[k][m] = 0;
+            size_t e = m;
+            while (e > 0 && !utf8_ok(st[k], e)) e--; /* end on a character */
+            st[k][e] = 0;
+            if (!e) strcpy(st[k], "a");
+            stops[k] = st[k];
+        }
+        int stopped = run_textgen(t, stops, ns, &out);
+        /* Occurrences of the stop strings in the whole text. Generation stops in the push that
+         * completes the first of them (the one ending first, at E); the cut is then at the start
+         * of some occurrence, no earlier than the first start and no later than that one's. */
+        size_t first_start = SIZE_MAX, e_end = SIZE_MAX, e_start = 0;
+        for (int k = 0; k < ns; k++)
+            for (const char *h = strstr(t, stops[k]); h; h = strstr(h + 1, stops[k])) {
+                size_t a = (size_t)(h - t), b = a + strlen(stops[k]);
+                if (a < first_start) first_start = a;
+                if (b < e_end || (b == e_end && a < e_start)) e_end = b, e_start = a;
+            }
+        assert_memory_equal(out.s, t, out.n);
+        if (first_start == SIZE_MAX) {
+            assert_false(stopped);
+            assert_int_equal(out.n, strlen(t));
+            continue;
+        }
+        assert_true(stopped);
+        bool at_stop = false;
+        for (int k = 0; k < ns; k++) at_stop |= !strncmp(t + out.n, stops[k], strlen(stops[k]));
+        if (!at_stop || out.n < first_start || out.n > e_start)
+            fail_msg(
+                "text [%s], stops [%s] [%s] [%s]: cut at %zu (first start %zu, first to end starts at %zu)",
+                t, stops[0], ns > 1 ? stops[1] : "", ns > 2 ? stops[2] : "", out.n, first_start, e_start);
+    }
+    ts_text_free(&out);
+}
+
+/* The demo model's tokenizer, written from its Hugging Face folder (models/demo) into a temporary
+ * GGUF the way convert does (the demo GGUF itself is built on first use, not committed). */
+static int setup(void **state) {
+    (void)state;
+    g_def = ts_sampler_default_params();
+    const char *fx = getenv("TS_FIXTURES");
+    char dir[4096], path[] = "/tmp/ts_test_server_XXXXXX", err[512];
+    snprintf(dir, sizeof dir, "%s/../../models/demo", fx ? fx : "tests/fixtures");
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    close(fd);
+    ts_gguf_writer *w = ts_gguf_writer_new(32, err, sizeof err);
+    int rc = !w || ts_tokenizer_write_gguf(w, dir, 4160, err, sizeof err) ||
+             ts_gguf_writer_begin_data(w, path) || ts_gguf_writer_finish(w);
+    ts_gguf_writer_free(w);
+    if (!rc)
+        rc = ts_gguf_open(path, &g_gguf, err, sizeof err) ||
+             ts_tokenizer_load(g_gguf, &g_tok, err, sizeof err);
+    unlink(path);
+    if (rc) fprintf(stderr, "the demo tokenizer from %s: %s\n", dir, err);
+    return rc ? -1 : 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ts_tokenizer_free(g_tok);
+    ts_gguf_close(g_gguf);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_fields),   cmocka_unit_test(test_completion_prompts),
+        cmocka_unit_test(test_refusals),      cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_textgen_stops),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
