@@ -32,9 +32,40 @@ void ts_model_free(ts_model *m);
 int32_t ts_model_n_vocab(const ts_model *m);
 int64_t ts_model_n_ctx_train(const ts_model *m);
 
+typedef enum ts_backend {
+    TS_BACKEND_CPU = 0,  /* fp32 forward on the CPU (src/cpu) */
+    TS_BACKEND_CUDA = 1, /* one CUDA GPU (src/cuda); the model is uploaded by ts_model_cuda_init */
+} ts_backend;
+
+/* Whether this build has the CUDA backend (a GPU may still be missing at run time). */
+bool ts_have_cuda(void);
+
+typedef enum ts_ple_placement {
+    TS_PLE_AUTO = 0, /* on the GPU when everything fits with a margin, else pinned host memory */
+    TS_PLE_DEVICE,   /* on the GPU */
+    TS_PLE_HOST,     /* pinned host memory, read by the GPU through the mapping */
+} ts_ple_placement;
+
+typedef struct ts_cuda_params {
+    int device;            /* CUDA device index */
+    ts_ple_placement ple;  /* where the n-gram PLE table lives */
+    int64_t plan_ctx;      /* context per sequence the memory plan reserves for; ≥ 1 */
+    int plan_seqs;         /* sequences the plan reserves for; ≥ 1 */
+    int64_t max_rows;      /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
+    bool progress;         /* an upload progress bar on stderr */
+    bool random_weights;   /* benchmarks on synthetic files: every weight filled with random valid
+                              blocks on the GPU instead of the file's bytes */
+} ts_cuda_params;
+
+/* Plans GPU memory (refusing with the numbers when the model does not fit), then uploads the
+ * weights in their file encoding. Sessions created afterwards with TS_BACKEND_CUDA run there; a
+ * CUDA session created before this call sets the backend up with defaults from its own params. */
+int ts_model_cuda_init(ts_model *m, const ts_cuda_params *p, char *err, size_t errlen);
+
 typedef struct ts_session_params {
-    int64_t n_ctx;  /* tokens the session can hold (prompt + generated); ≥ 1 */
-    int64_t ubatch; /* largest chunk one forward call processes (prefill micro-batch); ≥ 1 */
+    int64_t n_ctx;      /* tokens the session can hold (prompt + generated); ≥ 1 */
+    int64_t ubatch;     /* largest chunk one forward call processes (prefill micro-batch); ≥ 1 */
+    ts_backend backend; /* where the session's state lives and its forward runs (0: CPU) */
 } ts_session_params;
 
 int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, char *err, size_t errlen);
@@ -50,7 +81,8 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
 
 /* One batched step over several sessions of the same model: session i consumes ids[i][0..n[i])
  * and gets the logits of its last token in logits[i][n_vocab]. Equivalent to calling
- * ts_session_eval on each. */
+ * ts_session_eval on each; on the CUDA backend the sessions run together in one batched forward
+ * (one token each: one captured graph). Sessions of a batch share one backend. */
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen);
 

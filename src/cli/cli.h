@@ -24,4 +24,10 @@ int ts_cmd_serve(int argc, char **argv);
 int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids, int64_t *n,
                          char *err, size_t errlen);
 
+/* --backend NAME of the commands that run the model (backend.c): "cpu" or "cuda"; -1 with a
+ * message on stderr for an unknown name or cuda in a build without it. */
+#include "turbospark.h"
+int ts_cli_backend(const char *name, ts_backend *out);
+#define TS_CLI_BACKEND_HELP "  --backend cpu|cuda  where the forward runs (cuda: the first GPU; weights are uploaded once)\n"
+
 #endif

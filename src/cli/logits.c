@@ -14,21 +14,22 @@
 
 typedef struct run_opts {
     const char *model, *tokens, *out, *backend;
+    ts_backend be;
     int64_t ubatch, n_predict, n_ctx;
 } run_opts;
 
 static void usage(FILE *f, bool generate) {
     if (generate)
-        fprintf(f, "usage: turbospark generate -m FILE.gguf --tokens-npy IN.npy -n N -o OUT.npy [--backend cpu]\n"
+        fprintf(f, "usage: turbospark generate -m FILE.gguf --tokens-npy IN.npy -n N -o OUT.npy [--backend cpu|cuda]\n"
                    "                           [--ubatch N] [-c CTX]\n"
                    "Greedy decoding of N tokens after the prompt (int32 1-D .npy); writes the N ids as int32 .npy.\n"
                    "Ties in the argmax go to the lowest token id.\n");
     else
-        fprintf(f, "usage: turbospark logits -m FILE.gguf --tokens-npy IN.npy -o OUT.npy [--backend cpu] [--ubatch N]\n"
+        fprintf(f, "usage: turbospark logits -m FILE.gguf --tokens-npy IN.npy -o OUT.npy [--backend cpu|cuda] [--ubatch N]\n"
                    "                         [-c CTX]\n"
                    "Runs the prompt (int32 1-D .npy) in chunks of --ubatch tokens (default 512) and writes the float32\n"
                    "logits of every position, shape [T, vocab].\n");
-    fprintf(f, "  --backend cpu    the only backend of this build for now (cuda comes with the CUDA backend)\n"
+    fprintf(f, TS_CLI_BACKEND_HELP
                "  -c CTX           context size (default: the prompt plus the tokens to generate)\n");
 }
 
@@ -66,10 +67,7 @@ static int parse(int argc, char **argv, bool generate, run_opts *o) {
         fprintf(stderr, "missing %s\n", !o->model ? "-m FILE.gguf" : !o->tokens ? "--tokens-npy IN.npy" : !o->out ? "-o OUT.npy" : "-n N");
         return -1;
     }
-    if (strcmp(o->backend, "cpu") != 0) {
-        fprintf(stderr, "backend '%s' is not available in this build (available: cpu)\n", o->backend);
-        return -1;
-    }
+    if (ts_cli_backend(o->backend, &o->be)) return -1;
     return 0;
 }
 
@@ -110,7 +108,7 @@ static int runner_init(runner *r, const run_opts *o, int64_t extra, const char *
         goto fail;
     }
     r->ub = o->ubatch < r->T ? o->ubatch : r->T;
-    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = r->ub};
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = r->ub, .backend = o->be};
     if (ts_session_new(r->m, &sp, &r->s, err, sizeof err)) goto fail;
     fprintf(stderr, "%s: loaded %s in %.2f s; session state and workspaces %.2f MiB for %" PRId64 " tokens (micro-batch %" PRId64 ")\n",
             cmd, o->model, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,

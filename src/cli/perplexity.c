@@ -20,7 +20,8 @@ static void ppl_usage(FILE *f) {
     fprintf(f, "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks N] [-ub N]\n"
                "llama.cpp's convention: windows of -c tokens, the second half of each window scored.\n"
                "-f: a text file, tokenized with the model's tokenizer (no BOS, special tokens not parsed);\n"
-               "--tokens-npy: its token ids as an int32 1-D .npy instead.\n");
+               "--tokens-npy: its token ids as an int32 1-D .npy instead.\n"
+               TS_CLI_BACKEND_HELP);
 }
 
 /* −log softmax(logits)[target], computed stably in double. */
@@ -34,6 +35,7 @@ static double nll(const float *logits, int64_t V, int32_t target) {
 
 int ts_cmd_perplexity(int argc, char **argv) {
     const char *path = NULL, *tokens = NULL, *text = NULL;
+    ts_backend be = TS_BACKEND_CPU;
     long ctx = 512, chunks = -1, ub = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -45,6 +47,7 @@ int ts_cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "-f") && v) text = argv[++i];
         else if (!strcmp(a, "-c") && v) ctx = strtol(argv[++i], &end, 10);
         else if (!strcmp(a, "--chunks") && v) chunks = strtol(argv[++i], &end, 10);
+        else if (!strcmp(a, "--backend") && v) { if (ts_cli_backend(argv[++i], &be)) return 2; }
         else if ((!strcmp(a, "-ub") || !strcmp(a, "--ubatch")) && v) ub = strtol(argv[++i], &end, 10);
         else { fprintf(stderr, "turbospark perplexity: unknown or incomplete option '%s'\n", a); ppl_usage(stderr); return 2; }
         if (end && (*end || ctx < 4 || ub < 1 || ctx > (1 << 24))) {
@@ -78,7 +81,7 @@ int ts_cmd_perplexity(int argc, char **argv) {
         return 1;
     }
     const int64_t V = ts_model_n_vocab(m);
-    ts_session_params sp = {.n_ctx = ctx, .ubatch = ub < ctx ? ub : ctx};
+    ts_session_params sp = {.n_ctx = ctx, .ubatch = ub < ctx ? ub : ctx, .backend = be};
     float *logits = malloc((size_t)(ctx * V) * sizeof(float));
     int rc = !logits ? (snprintf(err, sizeof err, "out of memory for %ld x %" PRId64 " logits", ctx, V), -1)
                      : ts_session_new(m, &sp, &s, err, sizeof err);

@@ -32,6 +32,7 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *file, *backend, *chat_template, *system;
+    ts_backend be;
     const char *stops[MAX_STOPS];
     int n_stops;
     long n_predict, n_ctx, ubatch, threads;
@@ -62,7 +63,7 @@ static void usage(FILE *f, bool chat) {
                "  --top-k K  --top-p P  --min-p P\n"
                "  --repeat-penalty R --repeat-last-n N  --presence-penalty P  --frequency-penalty F\n"
                "  --stop STR         stop when the output contains STR (up to %d)\n"
-               "  --backend cpu      (the CUDA backend arrives with its issue)\n",
+               TS_CLI_BACKEND_HELP,
             chat ? "512 per reply" : "128", MAX_STOPS);
     if (chat)
         fprintf(f, "  -sys TEXT          system message\n"
@@ -132,7 +133,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
     }
     if (!o->model) { fprintf(stderr, "no model given (-m FILE.gguf)\n"); return -1; }
     if (!chat && !o->prompt == !o->file) { fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n"); return -1; }
-    if (strcmp(o->backend, "cpu") != 0) { fprintf(stderr, "backend '%s' is not available in this build (available: cpu)\n", o->backend); return -1; }
+    if (ts_cli_backend(o->backend, &o->be)) return -1;
     return 0;
 }
 
@@ -169,7 +170,7 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     ts_sampling_from_gguf(e->m->gguf, &o->sp, o->sp_set); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     int64_t n_ctx = o->n_ctx < ts_model_n_ctx_train(e->m) ? o->n_ctx : ts_model_n_ctx_train(e->m);
-    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->ubatch};
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->ubatch, .backend = o->be};
     if (ts_session_new(e->m, &sp, &e->s, err, sizeof err)) goto fail;
     if (ts_sampler_new(&o->sp, e->V, &e->smp, err, sizeof err)) goto fail;
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
             "  --presence-penalty P --frequency-penalty F\n"
             "                       sampling defaults for requests that leave them out (else the file's\n"
             "                       general.sampling.*, else llama.cpp's)\n"
-            "  --backend cpu        (the CUDA backend arrives with its issue)\n");
+            TS_CLI_BACKEND_HELP);
 }
 
 static int parse_long(const char *s, long lo, long hi, long *v) {
@@ -171,11 +171,7 @@ int ts_cmd_serve(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (strcmp(backend, "cpu") != 0) {
-        fprintf(stderr, "turbospark serve: backend '%s' is not available in this build (available: cpu)\n",
-                backend);
-        return 2;
-    }
+    if (ts_cli_backend(backend, &o.backend)) return 2;
     if (o.step_tokens < o.chunk) {
         fprintf(stderr, "turbospark serve: -b (%ld) must be at least -ub (%ld)\n", (long)o.step_tokens,
                 (long)o.chunk);

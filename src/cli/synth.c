@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include "convert/hf_config.h"
+#include "convert/mix.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
@@ -19,7 +20,8 @@ static void synth_usage(FILE *f) {
                "  --tiny           a 4-layer config with every feature on (hidden 64, vocab 512)\n"
                "  --mid            an 8-layer config for CPU benchmarks (hidden 1024, 64 experts, vocab 32768)\n"
                "  --config FILE    any config of the family, from a transformers qwen4_exp config.json\n"
-               "  --type TYPE      matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K iq4_nl\n"
+               "  --type TYPE      matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K iq4_nl,\n"
+               "                   or a mix as convert/quantize make it: q4_k_m q5_k_m\n"
                "                   (default q8_0; 256-block types fall back on narrow rows as llama.cpp does)\n"
                "  --sparse         leave tensor data unwritten: a sparse file that takes no disk space\n"
                "  --seed N         random seed (default 1)\n"
@@ -29,6 +31,19 @@ static void synth_usage(FILE *f) {
                "  --fused-experts  ffn_gate_up_exps instead of split gate and up experts\n");
 }
 
+/* --type with a mix name (q4_k_m, q5_k_m, ...): each matrix gets the type `convert` and `quantize`
+ * would give it (src/convert/mix.h), so benchmarks see a real file's mix of types. */
+typedef struct {
+    const ts_mix *mix;
+    const ts_hparams *hp;
+} mix_edit_ctx;
+
+static int mix_edit(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
+    const mix_edit_ctx *c = ctx;
+    if (spec->role == 'm') *type = ts_mix_type(c->mix, c->hp, spec);
+    return 1;
+}
+
 int ts_cmd_synth(int argc, char **argv) {
     const char *out = NULL;
     int config = 0; /* 0 released, 1 tiny, 2 mid, 3 config.json */
@@ -36,6 +51,7 @@ int ts_cmd_synth(int argc, char **argv) {
     long layers = -1;
     int mtp = 0;
     ts_synth_opts o = {.type = TS_TYPE_Q8_0, .seed = 1};
+    mix_edit_ctx mix = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -59,6 +75,11 @@ int ts_cmd_synth(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--type") && has_val) {
             int t = ts_type_from_name(argv[++i]);
+            mix.mix = t < 0 ? ts_mix_from_name(argv[i]) : NULL;
+            if (mix.mix) {
+                o.type = mix.mix->base, o.edit = mix_edit, o.edit_ctx = &mix;
+                continue;
+            }
             if (t < 0 || !ts_can_quantize((uint32_t)t)) {
                 fprintf(stderr, "turbospark synth: unknown or unsupported type '%s'\n", argv[i]);
                 return 2;
@@ -88,6 +109,7 @@ int ts_cmd_synth(int argc, char **argv) {
              : config == 2 ? ts_hparams_mid(&hp, err, sizeof err)
                            : ts_hparams_released(&hp, err, sizeof err);
     }
+    mix.hp = &hp;
     if (rc ||
         ts_hparams_set_layers(&hp, layers > 0 ? (uint32_t)layers : hp.n_layer, (uint32_t)mtp, err, sizeof err) ||
         ts_synth_write(&hp, &o, out, err, sizeof err)) {
@@ -96,7 +118,7 @@ int ts_cmd_synth(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "wrote %s: %s config, %" PRIu32 " layers%s, matrices %s%s\n", out, config == 1 ? "tiny" : config == 2 ? "mid" : config == 3 ? config_json : "released",
-            hp.n_layer, mtp ? " + MTP" : "", ts_type_name(o.type), o.sparse ? ", sparse (no data written)" : "");
+            hp.n_layer, mtp ? " + MTP" : "", mix.mix ? mix.mix->name : ts_type_name(o.type), o.sparse ? ", sparse (no data written)" : "");
     ts_hparams_free(&hp);
     return 0;
 }

@@ -158,6 +158,15 @@ size_t ts_cpu_work_bytes(const ts_cpu_work *w) { return w->bytes; }
 
 /* ---- the forward --------------------------------------------------------------------------- */
 
+static ts_cpu_trace_fn g_trace;
+static void *g_trace_ctx;
+
+void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx) { g_trace = fn, g_trace_ctx = ctx; }
+
+static void trace(int layer, int block, const float *R, int64_t T) {
+    if (g_trace) g_trace(g_trace_ctx, layer, block, R, T);
+}
+
 int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
                    char *err, size_t errlen) {
     const ts_model *m = w->m;
@@ -178,6 +187,7 @@ int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t
         ts_cpu_get_row(m->token_embd, ids[t], w->R + t * W);
         for (int64_t c = 1; c < C; c++) memcpy(w->R + t * W + c * H, w->R + t * W, (size_t)H * sizeof(float));
     }
+    trace(-1, 0, w->R, T);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_layer_weights *L = &m->layers[l];
@@ -187,10 +197,12 @@ int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t
         if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, st->conv[l], st->S[l], w->x, T, w->y);
         else ts_cpu_qsa(w, L, st, l, w->x, T, w->y);
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
+        trace((int)l, 0, w->R, T);
 
         ts_cpu_hc_read(w, &L->hc_ffn, w->R, T, w->x, w->inj);
         ts_cpu_moe(w, L, l, w->x, T, w->y);
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
+        trace((int)l, 1, w->R, T);
     }
     st->pos += T;
 

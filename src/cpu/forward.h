@@ -45,4 +45,10 @@ size_t ts_cpu_work_bytes(const ts_cpu_work *w);
 int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
                    char *err, size_t errlen);
 
+/* Tests: after the embedding (layer −1) and after each block (block 0: attention/GDN incl. PLE,
+ * 1: MoE) of every forward call, fn gets the wide residual R (T × W). Process-wide; NULL turns it
+ * off. The CUDA twin is ts_cuda_set_trace. */
+typedef void (*ts_cpu_trace_fn)(void *ctx, int layer, int block, const float *R, int64_t T);
+void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx);
+
 #endif

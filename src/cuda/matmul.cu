@@ -27,6 +27,11 @@
 //  * Plain types (F32, F16, BF16) need no staging: 16-byte streaming loads straight from global
 //    memory, 8 elements a lane; rows whose length is not a multiple of 8 take a scalar path.
 //
+//  * Expert products (ts_cuda_matmul_experts) run the same per-block bodies (blocks_product,
+//    plain_product, plain_any_product: templated on where a product's rows live) once per item,
+//    blockIdx.y the item: its expert id, read from device memory, picks the weight rows, so one
+//    launch covers every (token, expert) pair of a MoE layer without a host round trip.
+//
 // Numerics: weights decode to exactly the values of ts_dequantize_row (integer quants are exact in
 // fp32, scales are the same fp32 products); sums are fp32 with a different order than the CPU's,
 // so results agree to a few ulps of Σ|w·x| (tests/cuda/test_cuda_matmul.c states the bound).
@@ -160,14 +165,38 @@ __device__ __forceinline__ void warp_reduce_store(float (&acc)[R][T], int lane, 
     }
 }
 
-// W: first row of the product (row0 applied); rb: bytes per row; nb: blocks per row. A block
-// owns groups of kWarps·R consecutive rows (group g, g + gridDim.x, ...: the grid is sized to be
-// resident, so x is staged once per block, not once per group). XS: x (T·ne0 floats) is first
-// copied to dynamic shared memory, swizzled.
-template <int TYPE, int R, int T, bool XS>
-__global__ void __launch_bounds__(kWarps * 32)
-    matmul_blocks_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int nb, int ne0,
-                         const float *__restrict__ x, float *__restrict__ y) {
+// Where the rows of one product live: row o (o < n_out) starts at row(o). The dense product
+// (ts_cuda_matmul) is one contiguous range of rows; an expert product (ts_cuda_matmul_experts)
+// is one or two ranges (gate and up of split tensors) chosen per item from the expert id.
+struct dense_rows {
+    const uint8_t *w; // row0 applied
+    size_t rb;
+    __device__ __forceinline__ const uint8_t *row(int o) const { return w + static_cast<size_t>(o) * rb; }
+};
+struct expert_rows {
+    const uint8_t *p0, *p1; // first row of each part (p1 unused when n_part ≥ n_out)
+    size_t rb;
+    int n_part; // rows of part 0
+    __device__ __forceinline__ const uint8_t *row(int o) const {
+        return o < n_part ? p0 + static_cast<size_t>(o) * rb : p1 + static_cast<size_t>(o - n_part) * rb;
+    }
+};
+
+// Copies x (T·ne0 floats, 16-byte aligned) into the swizzled shared copy xs; the caller syncs.
+template <class Q, int T>
+__device__ __forceinline__ void stage_x(float4 *xs, const float *__restrict__ x, int ne0) {
+    const int n4 = T * ne0 / 4;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    for (int f = threadIdx.x; f < n4; f += kWarps * 32) xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
+}
+
+// The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of kWarps·R
+// consecutive rows (of n_out), each warp R rows of a group. nb: blocks per row. x (T·ne0 floats)
+// is read from xs when XS (staged by the caller), else from global memory through L1.
+template <int TYPE, int R, int T, bool XS, class Rows>
+__device__ __forceinline__ void blocks_product(const Rows &rows, int n_out, int nb, int ne0,
+                                               const float *__restrict__ x, const float4 *xs,
+                                               float *__restrict__ y, int g0, int gstep) {
     using Q = qtype<TYPE>;
     constexpr int BPS = 32 / Q::UPB;            // blocks per step
     constexpr int STEP = BPS * Q::BS;           // bytes of one row per step
@@ -175,26 +204,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr int BUF = LINES * 16 + 16;        // + slack read by lds_words_a2
     constexpr int NS = R >= 4 ? 2 : 4;          // pipeline stages
     __shared__ __align__(16) uint8_t stage[kWarps][NS][R][BUF];
-    extern __shared__ float4 xs[]; // XS: T·ne0/4 float4s
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if constexpr (XS) {
-        const int n4 = T * ne0 / 4;
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        for (int f = threadIdx.x; f < n4; f += kWarps * 32)
-            xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
-        __syncthreads();
-    }
     const int nsteps = (nb + BPS - 1) / BPS;
     const int ngroups = (n_out + kWarps * R - 1) / (kWarps * R);
 
-    for (int g = blockIdx.x; g < ngroups; g += gridDim.x) {
+    for (int g = g0; g < ngroups; g += gstep) {
         const int o0 = (g * kWarps + warp) * R;
         if (o0 >= n_out) break; // only in the last group; warps never wait for each other below
         const int nr = min(R, n_out - o0);
         const uint8_t *rowp[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) rowp[r] = W + static_cast<size_t>(min(o0 + r, n_out - 1)) * rb;
+        for (int r = 0; r < R; r++) rowp[r] = rows.row(min(o0 + r, n_out - 1));
 
         // Copies the bytes of step s of every row into stage s % NS; always commits a group
         // (possibly empty) so that group s holds step s.
@@ -246,6 +267,23 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
+// W: first row of the product (row0 applied); rb: bytes per row; nb: blocks per row. A block
+// owns groups of kWarps·R consecutive rows (group g, g + gridDim.x, ...: the grid is sized to be
+// resident, so x is staged once per block, not once per group). XS: x (T·ne0 floats) is first
+// copied to dynamic shared memory, swizzled.
+template <int TYPE, int R, int T, bool XS>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_blocks_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int nb, int ne0,
+                         const float *__restrict__ x, float *__restrict__ y) {
+    extern __shared__ float4 xs[]; // XS: T·ne0/4 float4s
+    if constexpr (XS) {
+        stage_x<qtype<TYPE>, T>(xs, x, ne0);
+        __syncthreads();
+    }
+    blocks_product<TYPE, R, T, XS>(dense_rows{W, rb}, n_out, nb, ne0, x, xs, y, static_cast<int>(blockIdx.x),
+                                   static_cast<int>(gridDim.x));
+}
+
 // ---- plain types -----------------------------------------------------------------------------
 
 template <int TYPE> struct ptype;
@@ -292,18 +330,18 @@ template <> struct ptype<TS_TYPE_BF16> {
 };
 
 // ne0 % 8 == 0: lane handles 8 consecutive elements per iteration with one or two 16-byte loads.
-template <int TYPE, int R, int T>
-__global__ void __launch_bounds__(kWarps * 32)
-    matmul_plain_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
-                        const float *__restrict__ x, float *__restrict__ y) {
+// The thread block computes row group g (kWarps·R rows) of n_out.
+template <int TYPE, int R, int T, class Rows>
+__device__ __forceinline__ void plain_product(const Rows &rows, int n_out, int ne0, const float *__restrict__ x,
+                                              float *__restrict__ y, int g) {
     using P = ptype<TYPE>;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int o0 = (blockIdx.x * kWarps + warp) * R;
+    const int o0 = (g * kWarps + warp) * R;
     if (o0 >= n_out) return;
     const int nr = min(R, n_out - o0);
     const uint8_t *rowp[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) rowp[r] = W + static_cast<size_t>(min(o0 + r, n_out - 1)) * rb;
+    for (int r = 0; r < R; r++) rowp[r] = rows.row(min(o0 + r, n_out - 1));
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -349,16 +387,23 @@ __global__ void __launch_bounds__(kWarps * 32)
     warp_reduce_store<R, T>(acc, lane, o0, nr, n_out, y);
 }
 
-// Any row length: one warp a row, element by element, any T (the slow path; rare shapes only).
-template <int TYPE>
+template <int TYPE, int R, int T>
 __global__ void __launch_bounds__(kWarps * 32)
-    matmul_plain_any_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
-                            const float *__restrict__ x, int T, float *__restrict__ y) {
+    matmul_plain_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
+                        const float *__restrict__ x, float *__restrict__ y) {
+    plain_product<TYPE, R, T>(dense_rows{W, rb}, n_out, ne0, x, y, static_cast<int>(blockIdx.x));
+}
+
+// Any row length: one warp a row, element by element, any T (the slow path; rare shapes only).
+// The thread block computes rows g·kWarps .. g·kWarps + kWarps − 1.
+template <int TYPE, class Rows>
+__device__ __forceinline__ void plain_any_product(const Rows &rows, int n_out, int ne0, const float *__restrict__ x,
+                                                  int T, float *__restrict__ y, int g) {
     using P = ptype<TYPE>;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int o = blockIdx.x * kWarps + warp;
+    const int o = g * kWarps + warp;
     if (o >= n_out) return;
-    const uint8_t *row = W + static_cast<size_t>(o) * rb;
+    const uint8_t *row = rows.row(o);
     for (int t = 0; t < T; t++) {
         const float *xt = x + static_cast<size_t>(t) * ne0;
         float s = 0.0f;
@@ -366,6 +411,115 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         if (lane == 0) y[static_cast<size_t>(t) * n_out + o] = s;
+    }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_plain_any_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
+                            const float *__restrict__ x, int T, float *__restrict__ y) {
+    plain_any_product<TYPE>(dense_rows{W, rb}, n_out, ne0, x, T, y, static_cast<int>(blockIdx.x));
+}
+
+// ---- expert products (ts_cuda_matmul_experts) -------------------------------------------------
+//
+// The same bodies as above, one product per item. Grid: blockIdx.y walks the items (i, i +
+// gridDim.y, ...; gridDim.y = min(n_items, 65535)), blockIdx.x the row groups of one item as in the
+// dense kernels (block types: a resident grid looping over groups, plain types: one group a
+// block). Each item reads its expert id from device memory, so the launch is the same whatever
+// the router chose (capturable in a CUDA graph); x is restaged per item (T = 1: items of
+// different experts share no weights).
+
+// Arguments of one expert launch; bind_item resolves an item's rows, x row and y row from them.
+struct expert_args {
+    const uint8_t *w0, *w1; // W->data, W2->data (w1 NULL: one part)
+    size_t rb;              // bytes per row, both tensors
+    const int32_t *ids;     // [n_items] expert ids, or NULL: expert 0 for every item
+    int n_items;
+    int64_t rows_per_expert, row_off;
+    int e_max;  // largest id whose rows lie inside both tensors
+    int n_part; // rows per part (the API's n_out)
+    int n_out;  // rows per item: n_part, or 2·n_part with w1
+    int x_div;  // items ⌊i / x_div⌋·x_div .. share one x row
+    int64_t x_stride, y_stride;
+    const float *x;
+    float *y;
+};
+
+// Item i: its weight rows (part 0: expert rows row_off .. row_off + n_part − 1 of W; part 1: the
+// same rows of W2), its x row and its y row. False when its id is out of range.
+__device__ __forceinline__ bool bind_item(const expert_args &a, int i, expert_rows &rows, const float *&x,
+                                          float *&y) {
+    x = a.x + static_cast<size_t>(i / a.x_div) * static_cast<size_t>(a.x_stride);
+    y = a.y + static_cast<size_t>(i) * static_cast<size_t>(a.y_stride);
+    const int e = a.ids ? __ldg(a.ids + i) : 0;
+    rows.rb = a.rb;
+    rows.n_part = a.n_part;
+    if (e < 0 || e > a.e_max) {
+        rows.p0 = rows.p1 = nullptr;
+        return false;
+    }
+    const size_t r0 = (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) +
+                       static_cast<size_t>(a.row_off)) * a.rb;
+    rows.p0 = a.w0 + r0;
+    rows.p1 = a.w1 ? a.w1 + r0 : rows.p0;
+    return true;
+}
+
+// An item with an out-of-range id: the rows of y this block would have written become NaN (no
+// weight is read), so a bad id shows up downstream instead of reading out of bounds.
+__device__ __forceinline__ void fill_nan(float *y, int n_out, int rows_per_group, int g0, int gstep) {
+    const float nan = __int_as_float(0x7fffffff);
+    for (int g = g0; static_cast<int64_t>(g) * rows_per_group < n_out; g += gstep) {
+        const int o1 = static_cast<int>(min(static_cast<int64_t>(n_out), static_cast<int64_t>(g + 1) * rows_per_group));
+        for (int o = g * rows_per_group + static_cast<int>(threadIdx.x); o < o1; o += kWarps * 32) y[o] = nan;
+    }
+}
+
+template <int TYPE, int R, bool XS>
+__global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(const expert_args a, int nb, int ne0) {
+    extern __shared__ float4 xs[]; // XS: ne0/4 float4s, the current item's x row
+    for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
+        expert_rows rows;
+        const float *x;
+        float *y;
+        const bool ok = bind_item(a, i, rows, x, y);
+        if constexpr (XS) {
+            __syncthreads(); // every warp is done with the previous item's x
+            stage_x<qtype<TYPE>, 1>(xs, x, ne0);
+            __syncthreads();
+        }
+        if (ok)
+            blocks_product<TYPE, R, 1, XS>(rows, a.n_out, nb, ne0, x, xs, y, static_cast<int>(blockIdx.x),
+                                           static_cast<int>(gridDim.x));
+        else
+            fill_nan(y, a.n_out, kWarps * R, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+    }
+}
+
+template <int TYPE, int R>
+__global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_kernel(const expert_args a, int ne0) {
+    for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
+        expert_rows rows;
+        const float *x;
+        float *y;
+        if (bind_item(a, i, rows, x, y))
+            plain_product<TYPE, R, 1>(rows, a.n_out, ne0, x, y, static_cast<int>(blockIdx.x));
+        else
+            fill_nan(y, a.n_out, kWarps * R, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+    }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_any_kernel(const expert_args a, int ne0) {
+    for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
+        expert_rows rows;
+        const float *x;
+        float *y;
+        if (bind_item(a, i, rows, x, y))
+            plain_any_product<TYPE>(rows, a.n_out, ne0, x, 1, y, static_cast<int>(blockIdx.x));
+        else
+            fill_nan(y, a.n_out, kWarps, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
     }
 }
 
@@ -501,6 +655,65 @@ int rows_per_warp(uint32_t type, int n_out, int T) {
         return g_forced_rows_per_warp;
     if (is_plain(type)) return 1;
     return (T <= 2 && n_out >= 4096) ? 2 : 1;
+}
+
+// ---- expert dispatch ---------------------------------------------------------------------------
+
+constexpr int kMaxGridY = 65535;
+
+// The expert kernels alternate between row lengths (gate/up: H, down: F), hence shared-memory
+// sizes: one occupancy entry per size, a few sizes per kernel.
+struct occupancy_cache_set {
+    occupancy_cache slot[4];
+    int next = 0;
+};
+
+template <typename K> int resident_blocks_keyed(K kernel, size_t dyn_smem, bool needs_opt_in, occupancy_cache_set &c) {
+    for (occupancy_cache &sl : c.slot)
+        if (sl.dyn == dyn_smem) return resident_blocks(kernel, dyn_smem, needs_opt_in, sl);
+    occupancy_cache &sl = c.slot[c.next];
+    c.next = (c.next + 1) % 4;
+    return resident_blocks(kernel, dyn_smem, needs_opt_in, sl); // sl.dyn ≠ dyn_smem: recomputed
+}
+
+struct expert_launch {
+    expert_args a;
+    int ne0;
+    cudaStream_t s;
+};
+
+template <int TYPE, int R> void launch_experts_one(const expert_launch &L) {
+    const int gy = min(L.a.n_items, kMaxGridY);
+    const int groups = (L.a.n_out + kWarps * R - 1) / (kWarps * R);
+    if constexpr (TYPE == TS_TYPE_F32 || TYPE == TS_TYPE_F16 || TYPE == TS_TYPE_BF16) {
+        matmul_experts_plain_kernel<TYPE, R><<<dim3(groups, gy), kWarps * 32, 0, L.s>>>(L.a, L.ne0);
+    } else {
+        const int nb = L.ne0 / qtype<TYPE>::QK;
+        const size_t xbytes = static_cast<size_t>(L.ne0) * sizeof(float);
+        // A resident grid: the items of one wave share it (gx blocks an item, each looping over
+        // groups), so every block stages its item's x once.
+        if (g_x_shared && xbytes <= static_cast<size_t>(kXsBudgetBytes)) {
+            const auto kernel = matmul_experts_blocks_kernel<TYPE, R, true>;
+            thread_local occupancy_cache_set cache;
+            const int res = resident_blocks_keyed(kernel, xbytes, true, cache);
+            const int gx = max(1, min(groups, (res + gy - 1) / gy));
+            kernel<<<dim3(gx, gy), kWarps * 32, xbytes, L.s>>>(L.a, nb, L.ne0);
+        } else {
+            const auto kernel = matmul_experts_blocks_kernel<TYPE, R, false>;
+            thread_local occupancy_cache_set cache;
+            const int res = resident_blocks_keyed(kernel, 0, false, cache);
+            const int gx = max(1, min(groups, (res + gy - 1) / gy));
+            kernel<<<dim3(gx, gy), kWarps * 32, 0, L.s>>>(L.a, nb, L.ne0);
+        }
+    }
+}
+
+// Expert products are T = 1 per item: R = 1 or 2 (a forced 4 runs as 2).
+template <int TYPE> void launch_experts_type(int R, const expert_launch &L) {
+    if (R >= 2)
+        launch_experts_one<TYPE, 2>(L);
+    else
+        launch_experts_one<TYPE, 1>(L);
 }
 
 } // namespace
@@ -652,6 +865,113 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         default:
             return -1;
         }
+    }
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
+                                      int64_t n_items, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                                      const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
+                                      int64_t y_stride, cudaStream_t s) {
+    if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
+    if (n_items < 0 || n_items > INT_MAX || rows_per_expert < 0 || row_off < 0 || n_out < 0 || x_div < 1) return -1;
+    if (W->ne0 <= 0 || W->ne0 > INT_MAX / kMaxT) return -1;
+    const ts_type_traits *tr = ts_type_get(W->type);
+    if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
+    if (reinterpret_cast<uintptr_t>(W->data) & 15u) return -1;
+    int64_t rows = W->rows;
+    if (W2) {
+        if (!W2->data || W2->type != W->type || W2->ne0 != W->ne0 || W2->row_bytes != W->row_bytes ||
+            (reinterpret_cast<uintptr_t>(W2->data) & 15u))
+            return -1;
+        if (W2->rows < rows) rows = W2->rows;
+    }
+    const int64_t parts = W2 ? 2 : 1;
+    if (n_out > INT_MAX / parts) return -1;
+    if (row_off > rows || n_out > rows - row_off) return -1; // expert 0's slice must exist
+    int64_t e_max = 0;
+    if (ids_dev) {
+        if (rows_per_expert < 1 || row_off > rows_per_expert || n_out > rows_per_expert - row_off) return -1;
+        e_max = (rows - row_off - n_out) / rows_per_expert;
+        if (e_max > INT_MAX) e_max = INT_MAX;
+    }
+    if (n_out == 0 || n_items == 0) return 0;
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) || (reinterpret_cast<uintptr_t>(y_dev) & 15u))
+        return -1;
+    if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out || y_stride % 4 != 0) return -1;
+
+    expert_args a;
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
+    a.rb = W->row_bytes;
+    a.ids = ids_dev;
+    a.n_items = static_cast<int>(n_items);
+    a.rows_per_expert = rows_per_expert;
+    a.row_off = row_off;
+    a.e_max = static_cast<int>(e_max);
+    a.n_part = static_cast<int>(n_out);
+    a.n_out = static_cast<int>(parts * n_out);
+    a.x_div = static_cast<int>(x_div < n_items ? x_div : n_items);
+    a.x_stride = x_stride;
+    a.y_stride = y_stride;
+    a.x = x_dev;
+    a.y = y_dev;
+    const expert_launch L = {a, static_cast<int>(W->ne0), s};
+
+    if (is_plain(W->type) && L.ne0 % 8 != 0) {
+        const dim3 grid((a.n_out + kWarps - 1) / kWarps, a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
+        switch (W->type) {
+        case TS_TYPE_F32:
+            matmul_experts_plain_any_kernel<TS_TYPE_F32><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            break;
+        case TS_TYPE_F16:
+            matmul_experts_plain_any_kernel<TS_TYPE_F16><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            break;
+        default:
+            matmul_experts_plain_any_kernel<TS_TYPE_BF16><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            break;
+        }
+        return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+    }
+    // Rows per warp from all the rows of the launch (what fills the GPU).
+    const int64_t total = n_items * parts * n_out;
+    const int R = rows_per_warp(W->type, total > INT_MAX ? INT_MAX : static_cast<int>(total), 1);
+    switch (W->type) {
+    case TS_TYPE_F32:
+        launch_experts_type<TS_TYPE_F32>(R, L);
+        break;
+    case TS_TYPE_F16:
+        launch_experts_type<TS_TYPE_F16>(R, L);
+        break;
+    case TS_TYPE_BF16:
+        launch_experts_type<TS_TYPE_BF16>(R, L);
+        break;
+    case TS_TYPE_Q8_0:
+        launch_experts_type<TS_TYPE_Q8_0>(R, L);
+        break;
+    case TS_TYPE_Q4_0:
+        launch_experts_type<TS_TYPE_Q4_0>(R, L);
+        break;
+    case TS_TYPE_Q5_0:
+        launch_experts_type<TS_TYPE_Q5_0>(R, L);
+        break;
+    case TS_TYPE_Q5_1:
+        launch_experts_type<TS_TYPE_Q5_1>(R, L);
+        break;
+    case TS_TYPE_IQ4_NL:
+        launch_experts_type<TS_TYPE_IQ4_NL>(R, L);
+        break;
+    case TS_TYPE_Q4_K:
+        launch_experts_type<TS_TYPE_Q4_K>(R, L);
+        break;
+    case TS_TYPE_Q5_K:
+        launch_experts_type<TS_TYPE_Q5_K>(R, L);
+        break;
+    case TS_TYPE_Q6_K:
+        launch_experts_type<TS_TYPE_Q6_K>(R, L);
+        break;
+    default:
+        return -1;
     }
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }

@@ -55,9 +55,38 @@ void ts_cuda_tensor_free(ts_cuda_tensor *t);
 int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                    float *y_dev, cudaStream_t s);
 
+/* Expert products: n_items independent GEMVs (T = 1 each) whose weight rows are picked on the
+ * device, for MoE layers (src/cuda/moe.cu). Item i (i < n_items) with expert e = ids_dev[i]:
+ *
+ *     y[i·y_stride + p·n_out + o] = Σ_c W_p[e·rows_per_expert + row_off + o, c] · x[⌊i / x_div⌋·x_stride + c]
+ *
+ * for o < n_out, c < ne0, p < P: W_0 = W and, when W2 is not NULL, W_1 = W2 (P = 2: the same rows
+ * of a second tensor, e.g. the up rows of split gate/up expert tensors, written after the n_out gate
+ * values of each item; W2 must have W's type, ne0 and row_bytes). x_div: how many consecutive
+ * items share one x row (k for gate/up, whose k items of token t all read x row t; 1 when each
+ * item has its own input row, as for down). ids_dev NULL: expert 0 for every item
+ * (rows_per_expert is then ignored; a plain matrix applied to n_items rows without weight reuse).
+ * Numerics and types as ts_cuda_matmul. Asynchronous, no allocation, no host synchronization; the
+ * ids are read by the kernels, so the launch is capturable in a CUDA graph and stays valid for
+ * any ids. The first call of a thread for a given type and row length sets kernel attributes, as
+ * for ts_cuda_matmul: warm up outside stream capture.
+ * An item whose id is negative or names an expert whose rows are not all inside W (and W2) gets
+ * NaN outputs and reads no weight (a bad id shows instead of reading out of bounds).
+ * PRECONDITIONS: x_dev and y_dev device pointers, 16-byte aligned; x_stride ≥ ne0 and y_stride ≥
+ * P·n_out, both multiples of 4 floats (every item's x and y row is 16-byte aligned); ids_dev:
+ * n_items int32 in device memory. With ids_dev, row_off + n_out ≤ rows_per_expert.
+ * Returns 0, or -1 when the arguments are invalid (unsupported or mismatched types, rows out of
+ * range, misaligned pointers or strides) or the launch failed; nothing is enqueued for invalid
+ * arguments. */
+int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
+                           int64_t n_items, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                           const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
+                           cudaStream_t s);
+
 /* Benchmarks and tests only, not thread-safe against concurrent ts_cuda_matmul calls:
  * force the rows each warp handles (1, 2 or 4; 0 = automatic), and allow (default) or forbid
- * staging x in shared memory (forbidden: x is read through L1, the path of large T·ne0). */
+ * staging x in shared memory (forbidden: x is read through L1, the path of large T·ne0). Both
+ * apply to ts_cuda_matmul_experts too (which runs 1 or 2 rows a warp: a forced 4 runs as 2). */
 void ts_cuda_matmul_force_rows_per_warp(int rows);
 void ts_cuda_matmul_allow_x_shared(bool allow);
 

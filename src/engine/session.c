@@ -1,10 +1,14 @@
-/* Sessions of the public API (include/turbospark.h) over the CPU backend: one sequence's state
- * plus the workspaces its forward calls use, both sized at creation. */
+/* Sessions of the public API (include/turbospark.h): one sequence's state plus the workspaces its
+ * forward calls use, both sized at creation, on the CPU backend (src/cpu) or on the CUDA backend
+ * (src/cuda, state on the GPU, workspaces shared by the model's CUDA context). */
 #include "turbospark.h"
 
 #include "common/error.h"
 #include "cpu/forward.h"
 #include "model/qwen4exp.h"
+#ifdef TS_HAVE_CUDA
+#include "cuda/forward.h"
+#endif
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -12,23 +16,67 @@
 struct ts_session {
     const ts_model *m;
     ts_session_params p;
-    ts_seq_state st;
-    ts_cpu_work *w;
+    ts_seq_state st;  /* CPU backend */
+    ts_cpu_work *w;   /* CPU backend */
+    void *cuda_seq;   /* CUDA backend: the ts_cuda_seq */
 };
 
 int32_t ts_model_n_vocab(const ts_model *m) { return (int32_t)m->hp.n_vocab; }
 int64_t ts_model_n_ctx_train(const ts_model *m) { return m->hp.n_ctx_train; }
+
+#ifdef TS_HAVE_CUDA
+bool ts_have_cuda(void) { return true; }
+
+static void cuda_ctx_free(void *c) { ts_cuda_ctx_free(c); }
+
+int ts_model_cuda_init(ts_model *m, const ts_cuda_params *p, char *err, size_t errlen) {
+    if (m->cuda) return ts_errf(err, errlen, "the CUDA backend of this model is already set up");
+    ts_cuda_ctx *c;
+    if (ts_cuda_ctx_new(m, p, &c, err, errlen)) return -1;
+    m->cuda = c, m->cuda_free = cuda_ctx_free;
+    return 0;
+}
+#else
+bool ts_have_cuda(void) { return false; }
+
+int ts_model_cuda_init(ts_model *m, const ts_cuda_params *p, char *err, size_t errlen) {
+    (void)m, (void)p;
+    return ts_errf(err, errlen, "this build of turbospark has no CUDA backend (nvcc was not found when it was built)");
+}
+#endif
 
 int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, char *err, size_t errlen) {
     *out = NULL;
     if (p->n_ctx < 1 || p->ubatch < 1)
         return ts_errf(err, errlen, "a session needs n_ctx ≥ 1 and ubatch ≥ 1 (got %" PRId64 " and %" PRId64 ")",
                        p->n_ctx, p->ubatch);
+    if (p->backend != TS_BACKEND_CPU && p->backend != TS_BACKEND_CUDA)
+        return ts_errf(err, errlen, "unknown backend %d", (int)p->backend);
     ts_session *s = calloc(1, sizeof *s);
     if (!s) return ts_errf(err, errlen, "out of memory creating a session");
     s->m = m;
     s->p = *p;
     if (s->p.ubatch > p->n_ctx) s->p.ubatch = p->n_ctx;
+    if (p->backend == TS_BACKEND_CUDA) {
+#ifdef TS_HAVE_CUDA
+        if (!m->cuda) {
+            ts_cuda_params cp = {.plan_ctx = p->n_ctx, .plan_seqs = 1, .max_rows = s->p.ubatch, .progress = false};
+            if (ts_model_cuda_init(m, &cp, err, errlen)) {
+                free(s);
+                return -1;
+            }
+        }
+        if (ts_cuda_seq_new(m->cuda, p->n_ctx, (ts_cuda_seq **)&s->cuda_seq, err, errlen)) {
+            free(s);
+            return -1;
+        }
+        *out = s;
+        return 0;
+#else
+        free(s);
+        return ts_model_cuda_init(m, NULL, err, errlen);
+#endif
+    }
     if (ts_seq_state_init(&s->st, m, p->n_ctx, err, errlen)) {
         free(s);
         return -1;
@@ -44,25 +92,58 @@ int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, ch
 
 void ts_session_free(ts_session *s) {
     if (!s) return;
+#ifdef TS_HAVE_CUDA
+    if (s->cuda_seq) ts_cuda_seq_free(s->cuda_seq);
+#endif
     ts_cpu_work_free(s->w);
-    ts_seq_state_free(&s->st);
+    if (!s->cuda_seq) ts_seq_state_free(&s->st);
     free(s);
 }
 
-void ts_session_reset(ts_session *s) { ts_seq_state_reset(&s->st, s->m); }
-int64_t ts_session_pos(const ts_session *s) { return s->st.pos; }
-size_t ts_session_state_bytes(const ts_session *s) { return s->st.bytes + ts_cpu_work_bytes(s->w); }
+void ts_session_reset(ts_session *s) {
+#ifdef TS_HAVE_CUDA
+    if (s->cuda_seq) {
+        ts_cuda_seq_reset(s->cuda_seq, NULL, 0);
+        return;
+    }
+#endif
+    ts_seq_state_reset(&s->st, s->m);
+}
+
+int64_t ts_session_pos(const ts_session *s) {
+#ifdef TS_HAVE_CUDA
+    if (s->cuda_seq) return ts_cuda_seq_pos(s->cuda_seq);
+#endif
+    return s->st.pos;
+}
+
+size_t ts_session_state_bytes(const ts_session *s) {
+#ifdef TS_HAVE_CUDA
+    if (s->cuda_seq) return ts_cuda_seq_bytes(s->cuda_seq);
+#endif
+    return s->st.bytes + ts_cpu_work_bytes(s->w);
+}
 
 int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err, size_t errlen) {
     if (n < 1) return ts_errf(err, errlen, "nothing to evaluate: %" PRId64 " tokens", n);
-    if (s->st.pos + n > s->p.n_ctx)
+    if (ts_session_pos(s) + n > s->p.n_ctx)
         return ts_errf(err, errlen, "%" PRId64 " more tokens do not fit: the session holds %" PRId64 " of %" PRId64
-                       " tokens", n, s->st.pos, s->p.n_ctx);
+                       " tokens", n, ts_session_pos(s), s->p.n_ctx);
+#ifdef TS_HAVE_CUDA
+#endif
     const int64_t V = s->m->hp.n_vocab;
     for (int64_t t0 = 0; t0 < n; t0 += s->p.ubatch) {
         int64_t k = n - t0 < s->p.ubatch ? n - t0 : s->p.ubatch;
         bool last = t0 + k == n;
         float *out = !logits ? NULL : all ? logits + t0 * V : last ? logits : NULL;
+#ifdef TS_HAVE_CUDA
+        if (s->cuda_seq) {
+            ts_cuda_seq *q = s->cuda_seq;
+            const int32_t *chunk = ids + t0;
+            if (ts_cuda_forward(s->m->cuda, &q, &chunk, &k, 1, &out, all, err, errlen)) return -1;
+            continue;
+        }
+#endif
         if (ts_cpu_forward(s->w, &s->st, ids + t0, k, out, all, err, errlen)) return -1;
     }
     return 0;
@@ -73,15 +154,31 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
     /* check everything first, so that a refused batch leaves every session as it was */
     for (int i = 0; i < n_seq; i++) {
         if (s[i]->m != s[0]->m) return ts_errf(err, errlen, "a batch must hold sessions of one model (session %d differs)", i);
-        if (n[i] < 1 || s[i]->st.pos + n[i] > s[i]->p.n_ctx)
+        if (s[i]->p.backend != s[0]->p.backend)
+            return ts_errf(err, errlen, "a batch must hold sessions of one backend (session %d differs)", i);
+        if (n[i] < 1 || ts_session_pos(s[i]) + n[i] > s[i]->p.n_ctx)
             return ts_errf(err, errlen, "batch entry %d: %" PRId64 " tokens do not fit its session (%" PRId64 " of %" PRId64
-                           " used)", i, n[i], s[i]->st.pos, s[i]->p.n_ctx);
+                           " used)", i, n[i], ts_session_pos(s[i]), s[i]->p.n_ctx);
         for (int64_t t = 0; t < n[i]; t++)
             if (ids[i][t] < 0 || ids[i][t] >= (int32_t)s[i]->m->hp.n_vocab)
                 return ts_errf(err, errlen, "batch entry %d: token id %" PRId32 " is outside the vocabulary", i, ids[i][t]);
     }
+#ifdef TS_HAVE_CUDA
+    if (n_seq > 0 && s[0]->cuda_seq) {
+        ts_cuda_seq **q = malloc((size_t)n_seq * sizeof *q);
+        if (!q) return ts_errf(err, errlen, "out of memory");
+        for (int i = 0; i < n_seq; i++) q[i] = s[i]->cuda_seq;
+        int rc = ts_cuda_forward(s[0]->m->cuda, q, ids, n, n_seq, logits, false, err, errlen);
+        free(q);
+        return rc;
+    }
+#endif
     for (int i = 0; i < n_seq; i++) {
         if (ts_session_eval(s[i], ids[i], n[i], logits ? logits[i] : NULL, false, err, errlen)) return -1;
     }
     return 0;
 }
+
+#ifdef TS_HAVE_CUDA
+ts_cuda_seq *ts_session_cuda_seq(ts_session *s) { return s->cuda_seq; }
+#endif

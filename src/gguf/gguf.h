@@ -20,6 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TS_GGUF_MAGIC "GGUF"
 #define TS_GGUF_DEFAULT_ALIGNMENT 32
 #define TS_GGUF_MAX_DIMS 4
@@ -177,5 +181,9 @@ int ts_gguf_writer_finish(ts_gguf_writer *w);
 
 /* The last error of the writer, as a sentence. */
 const char *ts_gguf_writer_error(const ts_gguf_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

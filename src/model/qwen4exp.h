@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TS_ARCH "qwen4exp"
 #define TS_MAX_NGRAM 8 /* PLE n-gram order n ≤ 8 */
 
@@ -143,6 +147,8 @@ typedef struct ts_model {
     const ts_gguf_tensor *ple_table;  /* [dh, rows] joined table; NULL with the per-head layout */
     const ts_gguf_tensor **ple_head_tables; /* [NH] per-head tables (split layout), else NULL */
     ts_layer_weights *layers;         /* [n_block] */
+    void *cuda;                       /* the CUDA backend's context (weights on the GPU), or NULL */
+    void (*cuda_free)(void *cuda);    /* releases it (set with it, so the model needs no CUDA code) */
 } ts_model;
 
 /* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:
@@ -204,11 +210,18 @@ typedef struct ts_decode_cost {
     uint64_t kv_bytes;     /* K/V and indexer keys read at ctx */
 } ts_decode_cost;
 ts_decode_cost ts_model_decode_cost(const ts_model *m, int64_t ctx, int kv_value_bytes);
+/* The same for one decode step of `batch` sequences (each at ctx): shared dense weights once, the
+ * expected union of the experts the batch routes to, per-sequence rows, state and K/V. */
+ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv_value_bytes, int64_t batch);
 
 /* Changes the layer count (kinds follow full_attn_interval; MTP blocks are QSA-shaped). */
 int ts_hparams_set_layers(ts_hparams *hp, uint32_t n_layer, uint32_t n_mtp, char *err, size_t errlen);
 
 /* PLE n-gram hash multipliers of the reference (spec §5.4), from seed and PLE layer index. */
 void ts_ple_multipliers(uint32_t n_vocab, uint32_t n, uint64_t seed, uint32_t ple_index, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

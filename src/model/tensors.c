@@ -224,6 +224,7 @@ int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen) {
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
+    if (m->cuda && m->cuda_free) m->cuda_free(m->cuda);
     ts_hparams_free(&m->hp);
     free(m->layers);
     free(m->ple_head_tables);

@@ -715,7 +715,8 @@ int ts_serve(const ts_server_opts *o) {
                           .step_tokens = o->step_tokens,
                           .max_queue = o->max_queue,
                           .threads = o->threads,
-                          .cache_prompt = o->cache_prompt};
+                          .cache_prompt = o->cache_prompt,
+                          .backend = o->backend};
     if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
     if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;
     if (ts_sched_new(S->m, S->tok, &sp, &S->mt, &S->sched, err, sizeof err)) goto fail;

@@ -1,6 +1,8 @@
 /* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
 #include "server/sched.h"
 
+#include "model/qwen4exp.h"
+
 #include "common/error.h"
 #include "engine/generate.h"
 
@@ -488,7 +490,15 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
-    ts_session_params sp = {.n_ctx = p->n_ctx, .ubatch = p->chunk};
+    if (p->backend == TS_BACKEND_CUDA && !m->cuda) { /* plan for every slot; one micro-batch holds a step */
+        ts_cuda_params cp = {.plan_ctx = p->n_ctx, .plan_seqs = n, .progress = true,
+                             .max_rows = p->step_tokens + n > p->chunk ? p->step_tokens + n : p->chunk};
+        if (ts_model_cuda_init(m, &cp, err, errlen)) {
+            ts_sched_free(s);
+            return -1;
+        }
+    }
+    ts_session_params sp = {.n_ctx = p->n_ctx, .ubatch = p->chunk, .backend = p->backend};
     for (int i = 0; i < n; i++) {
         slot *sl = &s->slots[i];
         char e2[512];

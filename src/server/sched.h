@@ -42,6 +42,7 @@ typedef struct ts_sched_params {
     int max_queue;       /* jobs waiting beyond the slots; more are refused */
     int threads;         /* CPU threads for the forward (0: the OpenMP default) */
     bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
+    ts_backend backend;  /* where the slots' sessions run */
 } ts_sched_params;
 
 typedef struct ts_job_params {

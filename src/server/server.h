@@ -14,6 +14,7 @@
 
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "turbospark.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,6 +39,7 @@ typedef struct ts_server_opts {
     double drain_seconds;
     bool cache_prompt;
     bool quiet; /* no per-request log lines */
+    ts_backend backend;
     ts_sampler_params sp;
     bool sp_given[TS_SAMPLING_N_KEYS];
 } ts_server_opts;

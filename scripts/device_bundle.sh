@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds turbospark and the CUDA tests on a development machine (nvcc is installed there, no GPU
+# needed) into .device/, with the shared libraries a bare GPU machine lacks (cJSON, PCRE2,
+# utf8proc, libmicrohttpd and theirs), packed as .device.tar.xz (~15 MB, small enough to travel
+# with the working tree). On the GPU machine:
+#   tar xJf .device.tar.xz && LD_LIBRARY_PATH=.device/lib .device/turbospark ...
+#
+#   scripts/device_bundle.sh            (from the repository root; arch 90a unless TS_CUDA_ARCH=...)
+set -euo pipefail
+arch=${TS_CUDA_ARCH:-90a}
+cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
+cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul bench_cuda_matmul
+rm -rf .device
+mkdir -p .device/lib
+cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul \
+   build-dev/tests/bench_cuda_matmul .device/
+strip .device/turbospark .device/test_cuda_* .device/bench_cuda_matmul
+for lib in $(ldd .device/turbospark .device/test_cuda_forward | awk '/=>/ {print $3}' | sort -u); do
+  case $(basename "$lib") in
+    libc.so*|libm.so*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcuda.so*|libstdc++*|libgcc_s*) ;;
+    *) cp -L "$lib" .device/lib/ ;;
+  esac
+done
+tar cJf .device.tar.xz .device
+du -sh .device .device.tar.xz

@@ -1,0 +1,965 @@
+// The qwen4exp forward on one CUDA GPU: weight upload with a memory plan, per-sequence state,
+// the micro-batch tables, the layer loop (the twin of src/cpu/forward.c) and decode graphs.
+// Interface and behaviour: src/cuda/forward.h; the blocks: src/cuda/layers.h.
+extern "C" {
+#include "common/error.h"
+#include "quant/quant.h"
+}
+#include "cuda/forward.h"
+#include "cuda/layers.h"
+
+#include <cuda_runtime.h>
+#include <inttypes.h>
+#include <math.h>
+#include <new>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+namespace {
+
+constexpr size_t kAlign = 256;           // every sub-allocation
+constexpr size_t kStage = 64u << 20;     // pinned staging buffer for uploads (two of them)
+constexpr size_t kMargin = 1ull << 30;   // kept free on the GPU by the plan (cuBLAS-free, but the
+                                         // driver, graphs and fragmentation need some)
+constexpr int kMaxLogitRows = 256;       // rows of logits computed per output launch
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+
+int cuda_err(char *err, size_t errlen, const char *what, cudaError_t e) {
+    return ts_errf(err, errlen, "%s failed on the GPU: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+double gib(size_t b) { return b / 1073741824.0; }
+
+// ---- uploader: plans (dry) or copies every tensor into one device arena ----------------------
+
+struct uploader {
+    bool dry;                // plan: only count bytes
+    bool random;             // fill with random valid blocks instead of the file's bytes
+    uint8_t *base = nullptr; // device arena (not dry)
+    size_t used = 0;         // bytes assigned so far
+    size_t done = 0, total = 0; // progress (bytes copied / to copy)
+    bool progress = false;
+    int last_pct = -1;
+    uint8_t *stage[2] = {nullptr, nullptr}; // pinned staging buffers
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    int cur = 0;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    char *err;
+    size_t errlen;
+    int rc = 0;
+
+    void *take(size_t bytes) {
+        void *p = base ? base + used : nullptr; // a dry uploader with a base only lays out
+        used += align_up(bytes);
+        return p;
+    }
+    void tick(size_t bytes) {
+        done += bytes;
+        if (!progress || !total) return;
+        int pct = (int)(100.0 * (double)done / (double)total);
+        if (pct != last_pct) {
+            last_pct = pct;
+            fprintf(stderr, "\rturbospark: uploading weights to the GPU %3d%% (%.1f of %.1f GiB)", pct, gib(done),
+                    gib(total));
+            if (done >= total) fputc('\n', stderr);
+            fflush(stderr);
+        }
+    }
+    float frand() { // uniform in [0, 1)
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        return (float)(rng >> 40) / 16777216.0f;
+    }
+    // host → device through the two pinned staging buffers (the mmap is pageable memory)
+    void copy(void *dst, const void *src, size_t bytes) {
+        for (size_t off = 0; off < bytes && !rc; off += kStage) {
+            const size_t n = bytes - off < kStage ? bytes - off : kStage;
+            cudaEventSynchronize(ev[cur]);
+            memcpy(stage[cur], (const uint8_t *)src + off, n);
+            cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + off, stage[cur], n, cudaMemcpyHostToDevice, 0);
+            if (e == cudaSuccess) e = cudaEventRecord(ev[cur], 0);
+            if (e != cudaSuccess) rc = cuda_err(err, errlen, "copying weights to the GPU", e);
+            cur ^= 1;
+            tick(n);
+        }
+    }
+    // fills dst[0..bytes) by repeating its first `pool` bytes (already there), doubling each copy
+    void tile(uint8_t *dst, size_t pool, size_t bytes) {
+        for (size_t have = pool; have < bytes && !rc;) {
+            const size_t n = have < bytes - have ? have : bytes - have;
+            cudaError_t e = cudaMemcpyAsync(dst + have, dst, n, cudaMemcpyDeviceToDevice, 0);
+            if (e != cudaSuccess) rc = cuda_err(err, errlen, "filling random weights", e);
+            have += n;
+        }
+        tick(bytes);
+    }
+};
+
+const char *tname(const ts_gguf_tensor *t, char *buf, size_t n) {
+    snprintf(buf, n, "%.*s", (int)(t->name.len > 120 ? 120 : t->name.len), t->name.ptr ? t->name.ptr : "");
+    return buf;
+}
+
+// A matrix in its file encoding (rows of ne0, higher dims folded into rows).
+void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
+    memset(out, 0, sizeof *out);
+    if (!t || u.rc) return;
+    char nb[128];
+    if (!ts_cuda_matmul_supports(t->type)) {
+        u.rc = ts_errf(u.err, u.errlen, "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
+                       "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K): requantize the file",
+                       tname(t, nb, sizeof nb), ts_type_name(t->type));
+        return;
+    }
+    const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const size_t rb = ts_row_size(t->type, t->ne[0]), bytes = rb * (size_t)rows;
+    out->type = t->type, out->ne0 = t->ne[0], out->rows = rows, out->row_bytes = rb;
+    uint8_t *d = (uint8_t *)u.take(bytes + 16);
+    out->data = d;
+    if (u.dry) return;
+    if (!u.random) {
+        u.copy(d, t->data, bytes);
+        return;
+    }
+    // a pool of 61 random rows (a prime, so no power-of-two stride repeats), quantized on the host
+    const int64_t pool_rows = rows < 61 ? rows : 61;
+    float *row = (float *)malloc((size_t)t->ne[0] * sizeof(float));
+    uint8_t *pool = (uint8_t *)malloc(rb * (size_t)pool_rows);
+    if (!row || !pool) {
+        free(row), free(pool);
+        u.rc = ts_errf(u.err, u.errlen, "out of host memory preparing random weights");
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)t->ne[0]);
+    for (int64_t r = 0; r < pool_rows && !u.rc; r++) {
+        for (int64_t i = 0; i < t->ne[0]; i++) row[i] = (2.0f * u.frand() - 1.0f) * 1.7f * scale;
+        if (ts_quantize_row(t->type, row, pool + rb * (size_t)r, t->ne[0], u.err, u.errlen)) u.rc = -1;
+    }
+    cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, pool, rb * (size_t)pool_rows, cudaMemcpyHostToDevice);
+    free(row), free(pool);
+    if (e != cudaSuccess) u.rc = cuda_err(u.err, u.errlen, "uploading random weights", e);
+    u.tile(d, rb * (size_t)pool_rows, bytes);
+}
+
+// A 1-D or conv vector, dequantized to fp32 (random mode: uniform in [0.5, 1), negated for A).
+void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negative = false) {
+    *out = nullptr;
+    if (!t || u.rc) return;
+    const size_t n = (size_t)t->nelements, bytes = n * sizeof(float);
+    float *d = (float *)u.take(bytes);
+    *out = d;
+    if (u.dry) return;
+    float *h = (float *)malloc(bytes);
+    if (!h) {
+        u.rc = ts_errf(u.err, u.errlen, "out of host memory");
+        return;
+    }
+    if (u.random) {
+        for (size_t i = 0; i < n; i++) h[i] = (negative ? -1.0f : 1.0f) * (0.5f + 0.5f * u.frand());
+    } else {
+        const size_t rb = ts_row_size(t->type, t->ne[0]);
+        for (int64_t r = 0; r < t->nelements / t->ne[0] && !u.rc; r++)
+            if (ts_dequantize_row(t->type, (const uint8_t *)t->data + rb * (size_t)r, h + r * t->ne[0], t->ne[0], u.err,
+                                  u.errlen))
+                u.rc = -1;
+    }
+    cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess) u.rc = cuda_err(u.err, u.errlen, "uploading a weight vector", e);
+    u.tick(bytes);
+}
+
+void up_hc(uploader &u, const ts_hc_weights *h, ts_cuda_hc *o) {
+    up_vec(u, h->norm, &o->norm);
+    up_mat(u, h->down, &o->down);
+    up_mat(u, h->up, &o->up);
+    up_mat(u, h->inject, &o->inject);
+}
+
+void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
+    o->kind = L->kind;
+    up_hc(u, &L->hc_attn, &o->hc_attn);
+    up_hc(u, &L->hc_ffn, &o->hc_ffn);
+    up_mat(u, L->attn_qkv, &o->attn_qkv), up_mat(u, L->attn_gate, &o->attn_gate);
+    up_mat(u, L->ssm_beta, &o->ssm_beta), up_mat(u, L->ssm_alpha, &o->ssm_alpha), up_mat(u, L->ssm_out, &o->ssm_out);
+    up_vec(u, L->ssm_a, &o->ssm_a, true), up_vec(u, L->ssm_dt, &o->ssm_dt);
+    up_vec(u, L->ssm_conv1d, &o->ssm_conv1d), up_vec(u, L->ssm_norm, &o->ssm_norm);
+    up_mat(u, L->attn_q, &o->attn_q), up_mat(u, L->attn_k, &o->attn_k), up_mat(u, L->attn_v, &o->attn_v);
+    up_mat(u, L->attn_output, &o->attn_output), up_mat(u, L->idx_q, &o->idx_q), up_mat(u, L->idx_k, &o->idx_k);
+    up_vec(u, L->attn_q_norm, &o->attn_q_norm), up_vec(u, L->attn_k_norm, &o->attn_k_norm);
+    up_vec(u, L->idx_q_norm, &o->idx_q_norm), up_vec(u, L->idx_k_norm, &o->idx_k_norm);
+    up_mat(u, L->ffn_gate_inp, &o->ffn_gate_inp);
+    up_mat(u, L->ffn_gate_exps, &o->ffn_gate_exps), up_mat(u, L->ffn_up_exps, &o->ffn_up_exps);
+    up_mat(u, L->ffn_gate_up_exps, &o->ffn_gate_up_exps), up_mat(u, L->ffn_down_exps, &o->ffn_down_exps);
+    up_mat(u, L->ffn_gate_shexp, &o->ffn_gate_shexp), up_mat(u, L->ffn_up_shexp, &o->ffn_up_shexp);
+    up_mat(u, L->ffn_down_shexp, &o->ffn_down_shexp), up_vec(u, L->ffn_gate_inp_shexp, &o->ffn_gate_inp_shexp);
+    up_mat(u, L->ple_key, &o->ple_key), up_mat(u, L->ple_value, &o->ple_value);
+    up_vec(u, L->ple_norm_key, &o->ple_norm_key), up_vec(u, L->ple_norm_query, &o->ple_norm_query);
+    up_vec(u, L->ple_norm_conv, &o->ple_norm_conv), up_vec(u, L->ple_conv1d, &o->ple_conv1d);
+}
+
+// The trunk weights without the PLE table.
+void up_trunk(uploader &u, const ts_model *m, ts_cuda_model *cm) {
+    up_mat(u, m->token_embd, &cm->token_embd);
+    if (m->output == m->token_embd) cm->output = cm->token_embd;
+    else up_mat(u, m->output, &cm->output);
+    up_hc(u, &m->output_hc, &cm->output_hc);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) up_layer(u, &m->layers[l], &cm->layers[l]);
+}
+
+// The PLE table (joined, or one tensor per head) as gather-only tensors; the hash constants.
+void up_table(uploader &u, const ts_model *m, ts_cuda_model *cm) {
+    const ts_hparams *hp = &m->hp;
+    if (hp->ple_layer < 0) return;
+    if (m->ple_table) up_mat(u, m->ple_table, &cm->ple.joined);
+    else
+        for (uint32_t h = 0; h < hp->ple_nh; h++) up_mat(u, m->ple_head_tables[h], &cm->ple.heads[h]);
+}
+
+// ---- small kernels of the forward itself ------------------------------------------------------
+
+// Rsel[i] = R[rows[i]] (W floats each)
+__global__ void gather_rows_kernel(const float *__restrict__ R, const int32_t *__restrict__ rows, int W,
+                                   float *__restrict__ out) {
+    const float *src = R + (size_t)rows[blockIdx.x] * W;
+    float *dst = out + (size_t)blockIdx.x * W;
+    for (int i = threadIdx.x; i < W; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void read_bw_kernel(const float4 *__restrict__ p, size_t n, float *sink) {
+    float acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = __ldcs(p + i);
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1.2345f) *sink = acc; // never true on the zeroed buffer; keeps the loads
+}
+
+} // namespace
+
+// ---- the context --------------------------------------------------------------------------------
+
+struct ts_cuda_seq {
+    ts_cuda_ctx *c;
+    int64_t n_ctx, pos;
+    void *mem;      // one device allocation
+    size_t bytes;
+    void **ptr;     // [L · TS_CUDA_STATE_KINDS] host copy of the state pointers
+};
+
+struct ts_cuda_ctx {
+    const ts_model *m;
+    ts_cuda_options o;
+    ts_cuda_plan plan;
+    char device_name[256];
+    ts_cuda_model cm;
+    void *weights = nullptr;      // device arena of the weights (and the table when on the GPU)
+    void *table_host = nullptr;   // pinned host table
+    void *consts = nullptr;       // device hash constants and per-head table descriptors
+    cudaStream_t stream = nullptr;
+    pthread_mutex_t mu;
+    // workspaces
+    ts_cuda_work w;
+    void *work_mem = nullptr;
+    int64_t scratch_ctx = 0;      // the context the scratch is sized for
+    float *Rsel = nullptr, *xsel = nullptr, *logits = nullptr; // logit rows: N × W, N × H, kMaxLogitRows × V
+    // micro-batch tables: device and pinned host mirrors of the same layout
+    ts_cuda_batch b;
+    int32_t *tab_dev = nullptr, *tab_host = nullptr; // ids, pos, row_seq, seq_row0, lrows
+    void **state_dev = nullptr, **state_host = nullptr;
+    float *logits_host = nullptr; // pinned kMaxLogitRows × V
+    // graphs of decode steps, by row count
+    cudaGraphExec_t *graphs = nullptr; // [max_rows + 1]
+    bool *warm = nullptr;              // [max_rows + 1] an eager step of this size ran
+    bool use_graphs = true;
+    ts_cuda_trace_fn trace = nullptr;
+    void *trace_ctx = nullptr;
+    double *prof = nullptr;            // profile accumulation (ms per kind) when set
+    cudaEvent_t prof_ev[2];
+};
+
+extern "C" const char *const ts_cuda_prof_names[TS_PROF_KINDS] = {"embed", "hc", "ple", "gdn", "qsa", "moe", "output"};
+
+namespace {
+
+// table layout (ints): ids[N] pos[N] row_seq[N] seq_row0[N+1] lrows[N]
+size_t tab_ints(int64_t N) { return (size_t)(5 * N + 1); }
+
+size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
+    int64_t F = hp->n_ff_shexp;
+    for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
+    const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
+    const int64_t gu = N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
+    const int64_t floats[] = {N * W, N * W, N * W, N * r, N * H, N * H, N * C, N * cd, N * cd, N * vd, N * vd,
+                              2 * N * hp->ssm_nv, N * nh * 2 * hd, 2 * N * kvw, N * (int64_t)hp->idx_n_head * hp->idx_head_dim,
+                              N * hp->idx_head_dim, N * nh * hd, N * E, N * k, N * k, gu, N * k * H, N, N * NE, N * H,
+                              /* Rsel, xsel, logits */ N * W, N * H,
+                              (N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab};
+    size_t total = 0;
+    for (int64_t f : floats) total += align_up((size_t)f * 4);
+    size_t s = ts_cuda_gdn_scratch_bytes(hp, N, ctx);
+    size_t q = ts_cuda_qsa_scratch_bytes(hp, N, ctx), p = ts_cuda_ple_scratch_bytes(hp, N, ctx);
+    size_t e = ts_cuda_moe_scratch_bytes(hp, N, ctx);
+    s = s > q ? s : q, s = s > p ? s : p, s = s > e ? s : e;
+    return total + align_up(s);
+}
+
+size_t seq_bytes(const ts_hparams *hp, int64_t n_ctx) {
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    size_t b = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (hp->kind[l] == TS_LAYER_QSA)
+            b += 2 * align_up((size_t)(n_ctx * kvw) * 4) + align_up((size_t)(n_ctx * hp->idx_head_dim) * 4) +
+                 align_up((size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim) * 4);
+        else
+            b += align_up((size_t)((hp->ssm_conv - 1) * cd) * 4) +
+                 align_up((size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+    }
+    if (hp->ple_layer >= 0)
+        b += align_up((size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4) + align_up(TS_MAX_NGRAM * 4);
+    return b;
+}
+
+int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
+    const ts_hparams *hp = &c->m->hp;
+    const int64_t N = c->o.max_rows;
+    if (c->work_mem) cudaFree(c->work_mem), c->work_mem = nullptr;
+    const size_t bytes = work_bytes(hp, N, ctx);
+    cudaError_t e = cudaMalloc(&c->work_mem, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, to = 0;
+        cudaMemGetInfo(&fr, &to);
+        return ts_errf(err, errlen, "out of GPU memory for the workspaces: %.2f GiB asked for micro-batches of %" PRId64
+                       " rows at context %" PRId64 ", %.2f GiB free", gib(bytes), N, ctx, gib(fr));
+    }
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
+    const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
+    int64_t F = hp->n_ff_shexp;
+    for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
+    const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
+    const int64_t gu = N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
+    uint8_t *p = (uint8_t *)c->work_mem;
+    auto take = [&](int64_t nfloats) {
+        void *q = p;
+        p += align_up((size_t)nfloats * 4);
+        return q;
+    };
+    ts_cuda_work &w = c->w;
+    w.cm = &c->cm, w.hp = hp, w.max_rows = N;
+    w.R = (float *)take(N * W), w.xn = (float *)take(N * W), w.mix = (float *)take(N * W);
+    w.lr = (float *)take(N * r), w.x = (float *)take(N * H), w.y = (float *)take(N * H), w.inj = (float *)take(N * C);
+    w.qkv = (float *)take(N * cd), w.u = (float *)take(N * cd), w.z = (float *)take(N * vd), w.o = (float *)take(N * vd);
+    w.ba = (float *)take(2 * N * hp->ssm_nv), w.qg = (float *)take(N * nh * 2 * hd), w.kv = (float *)take(2 * N * kvw);
+    w.iq = (float *)take(N * (int64_t)hp->idx_n_head * hp->idx_head_dim), w.ik = (float *)take(N * hp->idx_head_dim);
+    w.att = (float *)take(N * nh * hd), w.router = (float *)take(N * E), w.topk_id = (int32_t *)take(N * k);
+    w.topk_w = (float *)take(N * k), w.gu = (float *)take(gu), w.eo = (float *)take(N * k * H), w.sg = (float *)take(N);
+    w.emb = (float *)take(N * NE), w.pv = (float *)take(N * H);
+    c->Rsel = (float *)take(N * W), c->xsel = (float *)take(N * H);
+    c->logits = (float *)take((N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab);
+    w.scratch = p;
+    w.scratch_bytes = bytes - (size_t)(p - (uint8_t *)c->work_mem);
+    c->scratch_ctx = ctx;
+    c->b.max_ctx = ctx;
+    for (int64_t i = 0; i <= N; i++) // graphs captured with the old buffers are stale
+        if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]), c->graphs[i] = nullptr, c->warm[i] = false;
+    return 0;
+}
+
+// ---- the layer loop ----------------------------------------------------------------------------
+
+struct prof_scope { // times one block into c->prof[kind] when profiling
+    ts_cuda_ctx *c;
+    int kind;
+    prof_scope(ts_cuda_ctx *cc, int k) : c(cc), kind(k) {
+        if (c->prof) cudaEventRecord(c->prof_ev[0], c->stream);
+    }
+    ~prof_scope() {
+        if (!c->prof) return;
+        cudaEventRecord(c->prof_ev[1], c->stream);
+        cudaEventSynchronize(c->prof_ev[1]);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, c->prof_ev[0], c->prof_ev[1]);
+        c->prof[kind] += ms;
+    }
+};
+
+void trace(ts_cuda_ctx *c, int layer, int block) {
+    if (!c->trace) return;
+    const ts_hparams *hp = &c->m->hp;
+    const size_t n = (size_t)c->b.n_rows * hp->hc_count * hp->n_embd;
+    float *h = (float *)malloc(n * sizeof(float));
+    if (!h) return;
+    cudaStreamSynchronize(c->stream);
+    cudaMemcpy(h, c->w.R, n * sizeof(float), cudaMemcpyDeviceToHost);
+    c->trace(c->trace_ctx, layer, block, h, c->b.n_rows);
+    free(h);
+}
+
+// Enqueues the micro-batch in c->b (tables already on the device): layers, then the logits of the
+// first n_logit rows listed in lrows into c->logits. Returns 0 or the failing step's name.
+const char *run_layers(ts_cuda_ctx *c, int n_logit) {
+    const ts_hparams *hp = &c->m->hp;
+    ts_cuda_work *w = &c->w;
+    const ts_cuda_batch *b = &c->b;
+    const int64_t N = b->n_rows;
+    cudaStream_t s = c->stream;
+    {
+        prof_scope p(c, TS_PROF_EMBED);
+        if (ts_cuda_embed(w, b, w->R, s)) return "the embedding";
+    }
+    trace(c, -1, 0);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const ts_cuda_layer *L = &c->cm.layers[l];
+        if ((int32_t)l == hp->ple_layer) {
+            prof_scope p(c, TS_PROF_PLE);
+            if (ts_cuda_ple(w, L, b, (int)l, w->R, s)) return "PLE";
+        }
+        {
+            prof_scope p(c, TS_PROF_HC);
+            if (ts_cuda_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj, s)) return "a hyper-connection read";
+        }
+        if (L->kind == TS_LAYER_GDN) {
+            prof_scope p(c, TS_PROF_GDN);
+            if (ts_cuda_gdn(w, L, b, (int)l, w->x, w->y, s)) return "GDN";
+        } else {
+            prof_scope p(c, TS_PROF_QSA);
+            if (ts_cuda_qsa(w, L, b, (int)l, w->x, w->y, s)) return "QSA";
+        }
+        {
+            prof_scope p(c, TS_PROF_HC);
+            if (ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)) return "a hyper-connection write";
+        }
+        trace(c, (int)l, 0);
+        {
+            prof_scope p(c, TS_PROF_HC);
+            if (ts_cuda_hc_read(w, &L->hc_ffn, w->R, N, w->x, w->inj, s)) return "a hyper-connection read";
+        }
+        {
+            prof_scope p(c, TS_PROF_MOE);
+            if (ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s)) return "MoE";
+        }
+        {
+            prof_scope p(c, TS_PROF_HC);
+            if (ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)) return "a hyper-connection write";
+        }
+        trace(c, (int)l, 1);
+    }
+    if (n_logit > 0) {
+        prof_scope p(c, TS_PROF_OUTPUT);
+        const int W = (int)(hp->hc_count * hp->n_embd);
+        gather_rows_kernel<<<n_logit, 256, 0, s>>>(w->R, c->tab_dev + 4 * c->o.max_rows + 1, W, c->Rsel);
+        if (cudaPeekAtLastError() != cudaSuccess) return "gathering the logit rows";
+        if (ts_cuda_hc_read(w, &c->cm.output_hc, c->Rsel, n_logit, c->xsel, nullptr, s)) return "the final mixer";
+        if (ts_cuda_matmul(&c->cm.output, 0, hp->n_vocab, c->xsel, n_logit, c->logits, s)) return "the output matrix";
+    }
+    return nullptr;
+}
+
+} // namespace
+
+// ---- public functions ---------------------------------------------------------------------------
+
+extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_cuda_ctx **out, char *err,
+                               size_t errlen) {
+    *out = nullptr;
+    const ts_hparams *hp = &m->hp;
+    if (o->max_rows < 1 || o->plan_ctx < 1 || o->plan_seqs < 1)
+        return ts_errf(err, errlen, "the CUDA backend needs max_rows, plan_ctx and plan_seqs ≥ 1");
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+        return ts_errf(err, errlen, "no CUDA device is available (%s): use --backend cpu",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    if (o->device < 0 || o->device >= ndev)
+        return ts_errf(err, errlen, "CUDA device %d does not exist (this machine has %d)", o->device, ndev);
+    if ((e = cudaSetDevice(o->device)) != cudaSuccess) return cuda_err(err, errlen, "selecting the device", e);
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, o->device);
+    if (prop.major < 9)
+        return ts_errf(err, errlen, "CUDA device %d (%s, compute capability %d.%d) is not supported: this build targets "
+                       "Hopper (sm_90)", o->device, prop.name, prop.major, prop.minor);
+
+    ts_cuda_ctx *c = new (std::nothrow) ts_cuda_ctx();
+    if (!c) return ts_errf(err, errlen, "out of memory");
+    c->m = m, c->o = *o;
+    snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    pthread_mutex_init(&c->mu, nullptr);
+    c->cm.m = m;
+    c->cm.layers = (ts_cuda_layer *)calloc(hp->n_layer, sizeof(ts_cuda_layer));
+    if (hp->ple_layer >= 0 && !m->ple_table) c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
+    c->graphs = (cudaGraphExec_t *)calloc((size_t)o->max_rows + 1, sizeof(cudaGraphExec_t));
+    c->warm = (bool *)calloc((size_t)o->max_rows + 1, sizeof(bool));
+    const char *g = getenv("TURBOSPARK_CUDA_GRAPH");
+    c->use_graphs = !(g && !strcmp(g, "0"));
+    int rc = 0;
+    if (!c->cm.layers || !c->graphs || !c->warm || (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
+        rc = ts_errf(err, errlen, "out of memory");
+
+    // the plan
+    uploader dry{true, o->random_weights};
+    dry.err = err, dry.errlen = errlen;
+    ts_cuda_plan &P = c->plan;
+    if (!rc) {
+        up_trunk(dry, m, &c->cm);
+        P.weights = dry.used;
+        dry.used = 0;
+        up_table(dry, m, &c->cm);
+        P.table = dry.used;
+        rc = dry.rc;
+    }
+    P.seq_state = seq_bytes(hp, o->plan_ctx);
+    P.work = work_bytes(hp, o->max_rows, o->plan_ctx);
+    cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
+    const size_t need = P.weights + P.seq_state * (size_t)o->plan_seqs + P.work + kMargin;
+    if (!rc) {
+        P.table_on_host = o->ple == TS_PLE_HOST || (o->ple == TS_PLE_AUTO && need + P.table > P.free_bytes);
+        const size_t dev_need = need + (P.table_on_host ? 0 : P.table);
+        if (dev_need > P.free_bytes)
+            rc = ts_errf(err, errlen, "the model does not fit on %s: it needs %.2f GiB (weights %.2f, PLE table %.2f%s, "
+                         "state %.2f for %d sequence(s) of %" PRId64 " tokens, workspaces %.2f, margin %.2f) and %.2f GiB "
+                         "are free of %.2f", c->device_name, gib(dev_need), gib(P.weights), gib(P.table),
+                         P.table_on_host ? " in host memory" : "", gib(P.seq_state * (size_t)o->plan_seqs), o->plan_seqs,
+                         o->plan_ctx, gib(P.work), gib(kMargin), gib(P.free_bytes), gib(P.total_bytes));
+    }
+
+    // the upload
+    uploader u{false, o->random_weights};
+    u.err = err, u.errlen = errlen, u.progress = o->progress;
+    if (!rc) {
+        u.total = P.weights + P.table;
+        const size_t arena = P.weights + (P.table_on_host ? 0 : P.table);
+        if ((e = cudaMalloc(&c->weights, arena)) != cudaSuccess) rc = cuda_err(err, errlen, "allocating the weights", e);
+        else if ((e = cudaMallocHost(&u.stage[0], kStage)) != cudaSuccess ||
+                 (e = cudaMallocHost(&u.stage[1], kStage)) != cudaSuccess)
+            rc = cuda_err(err, errlen, "allocating pinned staging buffers", e);
+        else {
+            cudaEventCreateWithFlags(&u.ev[0], cudaEventDisableTiming);
+            cudaEventCreateWithFlags(&u.ev[1], cudaEventDisableTiming);
+        }
+    }
+    if (!rc) {
+        u.base = (uint8_t *)c->weights;
+        up_trunk(u, m, &c->cm);
+        if (!P.table_on_host) {
+            up_table(u, m, &c->cm);
+        } else if (!u.rc && P.table) {
+            // pinned host memory, mapped into the device's address space
+            if ((e = cudaHostAlloc(&c->table_host, P.table, cudaHostAllocMapped | cudaHostAllocPortable)) != cudaSuccess) {
+                u.rc = ts_errf(err, errlen, "the PLE table (%.2f GiB) could not be placed in pinned host memory: %s",
+                               gib(P.table), cudaGetErrorString(e));
+            } else {
+                uploader h{true, o->random_weights}; // lays out only: data = host pointers (replaced below)
+                h.err = err, h.errlen = errlen;
+                h.base = (uint8_t *)c->table_host;
+                up_table(h, m, &c->cm);
+                ts_cuda_tensor *ts = m->ple_table ? &c->cm.ple.joined : c->cm.ple.heads;
+                const int nt = m->ple_table ? 1 : (int)hp->ple_nh;
+                for (int i = 0; i < nt && !u.rc; i++) {
+                    const ts_gguf_tensor *src = m->ple_table ? m->ple_table : m->ple_head_tables[i];
+                    uint8_t *dst = (uint8_t *)ts[i].data;
+                    const size_t bytes = ts[i].row_bytes * (size_t)ts[i].rows;
+                    if (!o->random_weights) {
+                        memcpy(dst, src->data, bytes);
+                    } else {
+                        uint8_t *scratch = (uint8_t *)malloc(ts[i].row_bytes);
+                        float *row = (float *)malloc((size_t)ts[i].ne0 * 4);
+                        for (int64_t r = 0; r < ts[i].rows && r < 61 && scratch && row; r++) {
+                            for (int64_t j = 0; j < ts[i].ne0; j++) row[j] = 2.0f * u.frand() - 1.0f;
+                            ts_quantize_row(ts[i].type, row, dst + r * ts[i].row_bytes, ts[i].ne0, nullptr, 0);
+                        }
+                        free(scratch), free(row);
+                        const size_t pool = ts[i].row_bytes * (size_t)(ts[i].rows < 61 ? ts[i].rows : 61);
+                        for (size_t have = pool; have < bytes;) {
+                            const size_t n = have < bytes - have ? have : bytes - have;
+                            memcpy(dst + have, dst, n);
+                            have += n;
+                        }
+                    }
+                    u.tick(bytes);
+                    void *dp = nullptr;
+                    cudaHostGetDevicePointer(&dp, dst, 0);
+                    ts[i].data = dp;
+                }
+            }
+        }
+        cudaError_t se = cudaDeviceSynchronize();
+        if (!u.rc && se != cudaSuccess) u.rc = cuda_err(err, errlen, "uploading the weights", se);
+        rc = u.rc;
+    }
+    if (u.stage[0]) cudaFreeHost(u.stage[0]);
+    if (u.stage[1]) cudaFreeHost(u.stage[1]);
+    if (u.ev[0]) cudaEventDestroy(u.ev[0]);
+    if (u.ev[1]) cudaEventDestroy(u.ev[1]);
+    c->cm.weight_bytes = P.weights + (P.table_on_host ? 0 : P.table);
+    c->cm.host_table_bytes = P.table_on_host ? P.table : 0;
+    c->cm.ple.in_host_memory = P.table_on_host;
+
+    // hash constants and per-head descriptors on the device
+    if (!rc && hp->ple_layer >= 0) {
+        const size_t nh = hp->ple_nh;
+        const size_t bytes = 2 * nh * 8 + TS_MAX_NGRAM * 8 + nh * sizeof(ts_cuda_tensor);
+        uint8_t *h = (uint8_t *)calloc(1, bytes);
+        if (!h || (e = cudaMalloc(&c->consts, bytes)) != cudaSuccess) {
+            rc = ts_errf(err, errlen, "out of memory for the PLE constants");
+        } else {
+            memcpy(h, hp->ple_sizes, nh * 8);
+            memcpy(h + nh * 8, hp->ple_offsets, nh * 8);
+            memcpy(h + 2 * nh * 8, hp->ple_mult, TS_MAX_NGRAM * 8);
+            if (c->cm.ple.heads) memcpy(h + 2 * nh * 8 + TS_MAX_NGRAM * 8, c->cm.ple.heads, nh * sizeof(ts_cuda_tensor));
+            cudaMemcpy(c->consts, h, bytes, cudaMemcpyHostToDevice);
+            uint8_t *d = (uint8_t *)c->consts;
+            c->cm.ple.sizes_dev = (const uint64_t *)d;
+            c->cm.ple.offsets_dev = (const uint64_t *)(d + nh * 8);
+            c->cm.ple.mult_dev = (const uint64_t *)(d + 2 * nh * 8);
+            if (c->cm.ple.heads) c->cm.ple.heads_dev = (const ts_cuda_tensor *)(d + 2 * nh * 8 + TS_MAX_NGRAM * 8);
+        }
+        free(h);
+    }
+
+    // the runner
+    const int64_t N = o->max_rows;
+    if (!rc && (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        rc = cuda_err(err, errlen, "creating a stream", e);
+    if (!rc) rc = alloc_work(c, o->plan_ctx, err, errlen);
+    const size_t tab = tab_ints(N) * 4, st = (size_t)N * hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *);
+    if (!rc && ((e = cudaMalloc(&c->tab_dev, tab)) != cudaSuccess || (e = cudaMalloc(&c->state_dev, st)) != cudaSuccess ||
+                (e = cudaMallocHost(&c->tab_host, tab)) != cudaSuccess ||
+                (e = cudaMallocHost(&c->state_host, st)) != cudaSuccess ||
+                (e = cudaMallocHost(&c->logits_host, (size_t)(N < kMaxLogitRows ? N : kMaxLogitRows) * hp->n_vocab * 4)) !=
+                    cudaSuccess))
+        rc = cuda_err(err, errlen, "allocating the micro-batch tables", e);
+    if (!rc) {
+        cudaEventCreate(&c->prof_ev[0]), cudaEventCreate(&c->prof_ev[1]);
+        ts_cuda_batch &b = c->b;
+        b.ids = c->tab_dev, b.pos = c->tab_dev + N, b.row_seq = c->tab_dev + 2 * N, b.seq_row0 = c->tab_dev + 3 * N;
+        b.state = c->state_dev, b.n_layer = (int)hp->n_layer, b.max_ctx = c->scratch_ctx;
+    }
+    if (rc) {
+        ts_cuda_ctx_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
+    if (!c) return;
+    cudaDeviceSynchronize();
+    for (int64_t i = 0; c->graphs && i <= c->o.max_rows; i++)
+        if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
+    if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]), cudaEventDestroy(c->prof_ev[1]);
+    cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev), cudaFree(c->state_dev);
+    if (c->table_host) cudaFreeHost(c->table_host);
+    if (c->tab_host) cudaFreeHost(c->tab_host);
+    if (c->state_host) cudaFreeHost(c->state_host);
+    if (c->logits_host) cudaFreeHost(c->logits_host);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->cm.layers), free(c->cm.ple.heads), free(c->graphs), free(c->warm);
+    pthread_mutex_destroy(&c->mu);
+    delete c;
+}
+
+extern "C" const ts_cuda_plan *ts_cuda_ctx_plan(const ts_cuda_ctx *c) { return &c->plan; }
+extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) { return c->device_name; }
+extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
+    c->trace = fn, c->trace_ctx = ctx;
+}
+
+// ---- sequences ----------------------------------------------------------------------------------
+
+extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out, char *err, size_t errlen) {
+    *out = nullptr;
+    const ts_hparams *hp = &c->m->hp;
+    if (n_ctx < 1 || n_ctx > INT32_MAX / 2)
+        return ts_errf(err, errlen, "a CUDA sequence holds 1 to %d tokens (asked %" PRId64 ")", INT32_MAX / 2, n_ctx);
+    ts_cuda_seq *q = (ts_cuda_seq *)calloc(1, sizeof *q);
+    if (!q) return ts_errf(err, errlen, "out of memory");
+    q->c = c, q->n_ctx = n_ctx, q->bytes = seq_bytes(hp, n_ctx);
+    q->ptr = (void **)calloc((size_t)hp->n_layer * TS_CUDA_STATE_KINDS, sizeof(void *));
+    cudaError_t e = q->ptr ? cudaMalloc(&q->mem, q->bytes) : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, to = 0;
+        cudaMemGetInfo(&fr, &to);
+        free(q->ptr), free(q);
+        return ts_errf(err, errlen, "out of GPU memory for a sequence of %" PRId64 " tokens: %.2f GiB asked, %.2f GiB free",
+                       n_ctx, gib(seq_bytes(hp, n_ctx)), gib(fr));
+    }
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    uint8_t *p = (uint8_t *)q->mem;
+    auto take = [&](size_t bytes) {
+        void *r = p;
+        p += align_up(bytes);
+        return r;
+    };
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        void **s = q->ptr + (size_t)l * TS_CUDA_STATE_KINDS;
+        if (hp->kind[l] == TS_LAYER_QSA) {
+            s[TS_CUDA_K] = take((size_t)(n_ctx * kvw) * 4), s[TS_CUDA_V] = take((size_t)(n_ctx * kvw) * 4);
+            s[TS_CUDA_IDX_RAW] = take((size_t)(n_ctx * hp->idx_head_dim) * 4);
+            s[TS_CUDA_IDX_BLK] = take((size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim) * 4);
+        } else {
+            s[TS_CUDA_CONV] = take((size_t)((hp->ssm_conv - 1) * cd) * 4);
+            s[TS_CUDA_SSM] = take((size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+        }
+    }
+    if (hp->ple_layer >= 0) {
+        void **s = q->ptr + (size_t)hp->ple_layer * TS_CUDA_STATE_KINDS;
+        s[TS_CUDA_PLE_CONV] = take((size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4);
+        s[TS_CUDA_PLE_CTX] = take(TS_MAX_NGRAM * 4);
+    }
+    pthread_mutex_lock(&c->mu);
+    int rc = n_ctx > c->scratch_ctx ? alloc_work(c, n_ctx, err, errlen) : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!rc) rc = ts_cuda_seq_reset(q, err, errlen);
+    if (rc) {
+        ts_cuda_seq_free(q);
+        return -1;
+    }
+    *out = q;
+    return 0;
+}
+
+extern "C" void ts_cuda_seq_free(ts_cuda_seq *q) {
+    if (!q) return;
+    pthread_mutex_lock(&q->c->mu);
+    cudaStreamSynchronize(q->c->stream);
+    pthread_mutex_unlock(&q->c->mu);
+    cudaFree(q->mem);
+    free(q->ptr);
+    free(q);
+}
+
+extern "C" int ts_cuda_seq_reset(ts_cuda_seq *q, char *err, size_t errlen) {
+    const ts_hparams *hp = &q->c->m->hp;
+    ts_cuda_ctx *c = q->c;
+    pthread_mutex_lock(&c->mu);
+    cudaError_t e = cudaMemsetAsync(q->mem, 0, q->bytes, c->stream); // zero states (caches are position-indexed)
+    if (e == cudaSuccess && hp->ple_layer >= 0) {
+        int32_t eos[TS_MAX_NGRAM];
+        for (int i = 0; i < TS_MAX_NGRAM; i++) eos[i] = (int32_t)hp->ple_eos;
+        e = cudaMemcpyAsync(q->ptr[(size_t)hp->ple_layer * TS_CUDA_STATE_KINDS + TS_CUDA_PLE_CTX], eos, sizeof eos,
+                            cudaMemcpyHostToDevice, c->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); // eos is on this stack
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    pthread_mutex_unlock(&c->mu);
+    q->pos = 0;
+    return e == cudaSuccess ? 0 : cuda_err(err, errlen, "resetting a sequence", e);
+}
+
+extern "C" int64_t ts_cuda_seq_pos(const ts_cuda_seq *q) { return q->pos; }
+extern "C" int64_t ts_cuda_seq_n_ctx(const ts_cuda_seq *q) { return q->n_ctx; }
+extern "C" size_t ts_cuda_seq_bytes(const ts_cuda_seq *q) { return q->bytes; }
+
+// ---- the forward --------------------------------------------------------------------------------
+
+namespace {
+
+// Runs the micro-batch whose host tables are filled (n_rows rows of n_seq sequences, the first
+// n_logit entries of lrows), then copies the logits of those rows into c->logits_host.
+int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool decode, char *err, size_t errlen) {
+    const ts_hparams *hp = &c->m->hp;
+    const int64_t N = c->o.max_rows;
+    c->b.n_rows = n_rows, c->b.n_seq = n_seq;
+    cudaStream_t s = c->stream;
+    cudaError_t e = cudaMemcpyAsync(c->tab_dev, c->tab_host, tab_ints(N) * 4, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(c->state_dev, c->state_host, (size_t)n_seq * hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *),
+                            cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) return cuda_err(err, errlen, "copying the micro-batch tables", e);
+
+    const char *failed = nullptr;
+    const bool graph = decode && c->use_graphs && !c->trace && !c->prof && n_logit == n_rows;
+    if (graph && c->warm[n_rows]) {
+        if (!c->graphs[n_rows]) { // capture once per row count, after an eager warm-up step
+            cudaGraph_t g;
+            e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+            if (e != cudaSuccess) return cuda_err(err, errlen, "starting a graph capture", e);
+            failed = run_layers(c, n_logit);
+            e = cudaStreamEndCapture(s, &g);
+            if (failed || e != cudaSuccess) {
+                cudaGetLastError();
+                return failed ? ts_errf(err, errlen, "capturing the decode graph failed in %s", failed)
+                              : cuda_err(err, errlen, "capturing the decode graph", e);
+            }
+            e = cudaGraphInstantiate(&c->graphs[n_rows], g, 0);
+            cudaGraphDestroy(g);
+            if (e != cudaSuccess) return cuda_err(err, errlen, "instantiating the decode graph", e);
+        }
+        e = cudaGraphLaunch(c->graphs[n_rows], s);
+        if (e != cudaSuccess) return cuda_err(err, errlen, "launching the decode graph", e);
+    } else {
+        failed = run_layers(c, n_logit);
+        if (failed) {
+            cudaError_t le = cudaGetLastError();
+            return ts_errf(err, errlen, "a CUDA launch failed in %s: %s", failed, cudaGetErrorString(le));
+        }
+        if (decode) c->warm[n_rows] = true;
+    }
+    if (n_logit > 0) {
+        e = cudaMemcpyAsync(c->logits_host, c->logits, (size_t)n_logit * hp->n_vocab * 4, cudaMemcpyDeviceToHost, s);
+        if (e != cudaSuccess) return cuda_err(err, errlen, "copying the logits", e);
+    }
+    e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return cuda_err(err, errlen, "the forward pass", e);
+    return 0;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const *ids, const int64_t *n,
+                               int n_seq, float *const *logits, bool all_logits, char *err, size_t errlen) {
+    const ts_hparams *hp = &c->m->hp;
+    const int64_t V = hp->n_vocab, N = c->o.max_rows, LR = N < kMaxLogitRows ? N : kMaxLogitRows;
+    // check everything first: a refused call changes nothing
+    for (int i = 0; i < n_seq; i++) {
+        if (q[i]->c != c) return ts_errf(err, errlen, "batch entry %d belongs to another model or device", i);
+        for (int j = 0; j < i; j++)
+            if (q[j] == q[i]) return ts_errf(err, errlen, "batch entries %d and %d are the same sequence", j, i);
+        if (n[i] < 0 || q[i]->pos + n[i] > q[i]->n_ctx)
+            return ts_errf(err, errlen, "batch entry %d: %" PRId64 " more tokens do not fit its sequence (%" PRId64 " of %" PRId64
+                           " used)", i, n[i], q[i]->pos, q[i]->n_ctx);
+        for (int64_t t = 0; t < n[i]; t++)
+            if (ids[i][t] < 0 || ids[i][t] >= (int32_t)V)
+                return ts_errf(err, errlen, "token id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRId64 ")",
+                               ids[i][t], q[i]->pos + t, V - 1);
+    }
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    int32_t *t_ids = c->tab_host, *t_pos = t_ids + N, *t_seq = t_ids + 2 * N, *t_row0 = t_ids + 3 * N,
+            *t_lrows = t_ids + 4 * N + 1;
+    // where each logit row goes: (sequence, token) of lrows[k]
+    int *l_seq = (int *)malloc((size_t)N * sizeof(int));
+    int64_t *l_tok = (int64_t *)malloc((size_t)N * sizeof(int64_t));
+    int64_t *done = (int64_t *)calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof(int64_t)); // tokens consumed per entry
+    if (!l_seq || !l_tok || !done) rc = ts_errf(err, errlen, "out of memory");
+    int next = 0; // first entry with tokens left
+    while (!rc) {
+        while (next < n_seq && done[next] >= n[next]) next++;
+        if (next >= n_seq) break;
+        // pack: entries in order, as many tokens as fit
+        int rows = 0, ns = 0, nl = 0;
+        bool decode = true;
+        for (int i = next; i < n_seq && rows < N; i++) {
+            const int64_t left = n[i] - done[i];
+            if (left <= 0) continue;
+            const int64_t take = left < N - rows ? left : N - rows;
+            t_row0[ns] = rows;
+            memcpy(c->state_host + (size_t)ns * hp->n_layer * TS_CUDA_STATE_KINDS, q[i]->ptr,
+                   (size_t)hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *));
+            for (int64_t t = 0; t < take; t++) {
+                const int64_t tok = done[i] + t;
+                t_ids[rows] = ids[i][tok];
+                t_pos[rows] = (int32_t)(q[i]->pos + t);
+                t_seq[rows] = ns;
+                const bool want = logits && logits[i] && (all_logits || tok == n[i] - 1);
+                if (want) t_lrows[nl] = rows, l_seq[nl] = i, l_tok[nl] = tok, nl++;
+                rows++;
+            }
+            if (take != 1 || done[i] != 0 || n[i] != 1) decode = false;
+            ns++;
+        }
+        t_row0[ns] = rows;
+        // logits beyond LR rows: run the layers once, then the output in groups (eager)
+        int first = nl < LR ? nl : (int)LR;
+        rc = run_micro_batch(c, rows, ns, first, decode && nl == rows, err, errlen);
+        for (int g0 = 0; !rc; g0 += (int)LR) {
+            const int cnt = nl - g0 < LR ? nl - g0 : (int)LR;
+            if (cnt <= 0) break;
+            if (g0 > 0) { // a later group: gather, mix and project again for these rows
+                cudaMemcpyAsync(c->tab_dev + 4 * N + 1, t_lrows + g0, (size_t)cnt * 4, cudaMemcpyHostToDevice, c->stream);
+                const int W = (int)(hp->hc_count * hp->n_embd);
+                gather_rows_kernel<<<cnt, 256, 0, c->stream>>>(c->w.R, c->tab_dev + 4 * N + 1, W, c->Rsel);
+                if (ts_cuda_hc_read(&c->w, &c->cm.output_hc, c->Rsel, cnt, c->xsel, nullptr, c->stream) ||
+                    ts_cuda_matmul(&c->cm.output, 0, hp->n_vocab, c->xsel, cnt, c->logits, c->stream)) {
+                    rc = ts_errf(err, errlen, "a CUDA launch failed computing logits");
+                    break;
+                }
+                cudaMemcpyAsync(c->logits_host, c->logits, (size_t)cnt * V * 4, cudaMemcpyDeviceToHost, c->stream);
+                cudaError_t e = cudaStreamSynchronize(c->stream);
+                if (e != cudaSuccess) {
+                    rc = cuda_err(err, errlen, "computing logits", e);
+                    break;
+                }
+            }
+            for (int k = 0; k < cnt; k++) {
+                const int i = l_seq[g0 + k];
+                float *dst = all_logits ? logits[i] + l_tok[g0 + k] * V : logits[i];
+                memcpy(dst, c->logits_host + (size_t)k * V, (size_t)V * 4);
+            }
+        }
+        if (rc) break;
+        // advance the sequences of this micro-batch
+        int seen = 0;
+        for (int i = next; i < n_seq && seen < ns; i++) {
+            const int64_t left = n[i] - done[i];
+            if (left <= 0) continue;
+            const int64_t took = (seen + 1 < ns ? t_row0[seen + 1] : rows) - t_row0[seen];
+            done[i] += took, q[i]->pos += took;
+            seen++;
+        }
+    }
+    free(l_seq), free(l_tok), free(done);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+extern "C" int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *ids, int n_seq,
+                                    double *times_ms, char *err, size_t errlen) {
+    for (int k = 0; k < TS_PROF_KINDS; k++) times_ms[k] = 0;
+    const int32_t **idp = (const int32_t **)malloc((size_t)n_seq * sizeof *idp);
+    int64_t *n = (int64_t *)malloc((size_t)n_seq * sizeof *n);
+    if (!idp || !n) {
+        free(idp), free(n);
+        return ts_errf(err, errlen, "out of memory");
+    }
+    for (int i = 0; i < n_seq; i++) idp[i] = ids + i, n[i] = 1;
+    c->prof = times_ms;
+    int rc = ts_cuda_forward(c, q, idp, n, n_seq, nullptr, false, err, errlen);
+    c->prof = nullptr;
+    free(idp), free(n);
+    return rc;
+}
+
+extern "C" double ts_cuda_measure_bandwidth(ts_cuda_ctx *c) {
+    size_t fr = 0, to = 0;
+    cudaMemGetInfo(&fr, &to);
+    size_t bytes = (size_t)2 << 30;
+    if (bytes > fr / 4) bytes = fr / 4 / 16 * 16;
+    void *buf = nullptr;
+    float *sink = nullptr;
+    if (bytes < (64u << 20) || cudaMalloc(&buf, bytes) != cudaSuccess) return 0;
+    cudaMalloc(&sink, sizeof(float));
+    cudaMemset(buf, 0, bytes);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    int sms = 132;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    double best = 0;
+    for (int rep = 0; rep < 6; rep++) {
+        cudaEventRecord(a, c->stream);
+        read_bw_kernel<<<sms * 8, 512, 0, c->stream>>>((const float4 *)buf, bytes / 16, sink);
+        cudaEventRecord(b, c->stream);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (rep > 0 && ms > 0 && bytes / (ms * 1e-3) > best) best = bytes / (ms * 1e-3);
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    cudaFree(buf), cudaFree(sink);
+    return best;
+}

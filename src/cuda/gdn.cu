@@ -1,0 +1,428 @@
+// Gated DeltaNet on the GPU (spec §5.5), the twin of src/cpu/gdn.c (ts_cpu_gdn): same math, same
+// state layout, file head order (value head j uses key head j mod nk).
+//
+// Symbols (src/model/qwen4exp.h): H hidden, nk/nv key/value heads, dk/dv head dims, key_dim =
+// nk·dk, vdim = nv·dv, cd = 2·key_dim + vdim conv channels (q | k | v), Kc conv taps. The micro-batch
+// has N rows from n_seq sequences; the rows of sequence s are seq_row0[s] .. seq_row0[s+1]−1.
+//
+// Per row t of a sequence, per value head j (κ = j mod nk):
+//   qkv   = attn_qkv·x, z = attn_gate·x, b = ssm_beta·x, a = ssm_alpha·x
+//   u     = silu(causal depthwise conv over [Kc−1 history rows ; the sequence's rows])   (N × cd)
+//   q̂     = q_κ · (1/√dk) / √(Σq² + 1e-6),   k̂ = k_κ / √(Σk² + 1e-6)
+//   β     = σ(b_j),   g = exp(A_j · softplus(a_j + dt_j))
+//   S     ← g·S;   δ = β·(v_j − Sᵀk̂);   S ← S + k̂ ⊗ δ;   o = Sᵀq̂            (S: dk × dv, S[i][e])
+//   o     ← o · rsqrt(mean(o²) + eps) · γ · σ(z_j)
+//   y     = ssm_out·o
+//
+// Launches (all on stream s; grids depend only on N, n_seq and the hparams: graph-capturable, no
+// host synchronization, no allocation):
+//  1. four ts_cuda_matmul: qkv → w->qkv, z → w->z, β logits → w->ba[0 .. N·nv), α logits → the
+//     scratch (w->ba + N·nv is not 16-byte aligned when N·nv % 4 != 0, and ts_cuda_matmul needs
+//     aligned outputs).
+//  2. gdn_conv_kernel, grid (N, 2·nk + ⌈vdim/128⌉ + 1), 128 threads. blockIdx.x = row r,
+//     blockIdx.y = segment: segments 0 .. 2nk−1 are the q heads then the k heads (dk channels each):
+//     conv + SiLU per channel, then a block sum of squares and the L2 normalisation (q with its
+//     1/√dk) written in place into w->u, so the recurrence reads q̂, k̂ directly (each key head is
+//     normalised once, not once per value head; the products equal the CPU's qh/kh for the same
+//     sum). The next ⌈vdim/128⌉ segments are v channels (one per thread). The last segment turns
+//     the row's nv gate logits into β (in place in w->ba) and the decay g (in place over the α
+//     logits in the scratch). History rows come from the row's sequence TS_CUDA_CONV state.
+//  3. gdn_conv_state_kernel (only when Kc > 1), grid ⌈cd/256⌉·n_seq, 256 threads: one thread per
+//     (sequence, channel) sets the history to the last Kc−1 rows of [history ; rows], in increasing
+//     history order (row h reads extended row n+h > h, not yet overwritten, when n < Kc−1). It runs
+//     after kernel 2 on the stream, so every row saw the old history.
+//  4. the recurrence, one thread block per (sequence, value head): grid n_seq·nv. The block loops
+//     over the sequence's rows in order (prefill: many; decode: one), so S is read once and written
+//     once per launch whatever the row count. Two variants:
+//     - gdn_recur_reg<P, M> (dk ≤ 128, dv ≤ 256): P threads per value column e (adjacent lanes of
+//       one warp), thread (e, p) holds S[i][e] for i = p, p+P, p+2P, ... (M registers, zero beyond
+//       dk). Per row: Sᵀk̂ and Sᵀq̂ are per-thread partial dot products over the thread's M keys,
+//       reduced over the P lanes by xor shuffles (every lane gets the same sum); the mean(o²) of the
+//       gated norm is a block sum (one barrier a row). q̂/k̂ of the next row are copied to a second
+//       shared buffer by cp.async while the current row computes; β, g, v, z of the next row are
+//       prefetched into registers. P = 4 for dv ≤ 128 (128 columns: 512 threads), P = 2 for dv ≤ 256.
+//     - gdn_recur_global (any other dk, dv): one thread per column (looping when dv > 512), S
+//       updated in place in global memory (two reads and one write of S per row), q̂/k̂ staged in
+//       dynamic shared memory (2·dk floats).
+//     Both write the gated output into w->o.
+//  5. ts_cuda_matmul: y = ssm_out·o.
+//
+// Numerics: fp32 everywhere, accurate expf/log1pf/sqrtf (no fast-math intrinsics), the CPU's
+// formulas operation for operation (decay applied to S before the read, the same products and
+// association for the gates and the norm); sums run in a different order (and FMAs contract), so
+// results agree with ts_cpu_gdn to fp32 rounding, not bit for bit.
+//
+// TODO (prefill speed): the chunked WY/UT form (chunks of 64 rows: intra-chunk attention as matrix
+// products on tensor cores, one state update per chunk) would replace the row loop of kernel 4 for
+// long sequences; the row loop is latency-bound (one block per head, one barrier per row).
+#include "cuda/layers.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+// Shapes as the kernels see them.
+struct GdnDims {
+    int nk, nv, dk, dv, Kc;
+    int64_t key_dim, vdim, cd;
+    float eps;
+};
+
+constexpr int kConvThreads = 128;  // gdn_conv_kernel
+constexpr int kStateThreads = 256; // gdn_conv_state_kernel
+constexpr int kRecMaxThreads = 512;
+
+// Sum of v over the warp; every lane gets the same value (xor butterfly: partners add the same two
+// operands, and fp32 addition is commutative).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// Sum of v over the block (blockDim a multiple of 32, all threads calling), returned to every thread
+// identically (the warp sums are added in warp order). One barrier. red: 32 floats of shared memory
+// that no thread may still be reading from an earlier call: the caller guarantees it (a barrier in
+// between, or alternating buffers).
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+
+// 4-byte asynchronous copy global → shared (sm_80+), with a plain fallback.
+__device__ __forceinline__ void copy4_async(float *smem, const float *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *smem = *gmem;
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// ---- 2. conv + SiLU, q/k L2 norms, gates --------------------------------------------------------
+
+// Causal depthwise conv of channel c at row r (the t-th row of its sequence, r0 its first row) and
+// SiLU. Extended index t + k over [Kc−1 history rows ; the sequence's rows]; tap Kc−1 = row r.
+__device__ __forceinline__ float conv_silu(const float *__restrict__ qkv, const float *hist,
+                                           const float *__restrict__ cw, const GdnDims &d, int64_t r, int64_t t,
+                                           int64_t c) {
+    float acc = 0.0f;
+    for (int k = 0; k < d.Kc; k++) {
+        const int64_t e = t + k; // extended index
+        const float xv = e < d.Kc - 1 ? hist[e * d.cd + c] : qkv[(r + k - (d.Kc - 1)) * d.cd + c];
+        acc += cw[c * d.Kc + k] * xv;
+    }
+    return ts_dsilu(acc);
+}
+
+// grid (N, 2·nk + ⌈vdim/kConvThreads⌉ + 1), block kConvThreads. See the header, launch 2.
+__global__ void __launch_bounds__(kConvThreads)
+gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
+                float *__restrict__ decay, const float *__restrict__ cw, const float *__restrict__ A,
+                const float *__restrict__ dt, const ts_cuda_batch b, int l, GdnDims d) {
+    __shared__ float red[32];
+    const int64_t r = blockIdx.x;
+    const int g = blockIdx.y;
+    const int tid = threadIdx.x;
+
+    if (g == (int)gridDim.y - 1) { // gates of row r: β = σ(b), decay = exp(A·softplus(a + dt))
+        for (int j = tid; j < d.nv; j += blockDim.x) {
+            const int64_t i = r * d.nv + j;
+            beta[i] = ts_dsigmoid(beta[i]);
+            decay[i] = expf(A[j] * ts_dsoftplus(decay[i] + dt[j]));
+        }
+        return;
+    }
+
+    const int s = b.row_seq[r];
+    const int64_t t = r - b.seq_row0[s];
+    const float *hist = d.Kc > 1 ? static_cast<const float *>(ts_cuda_state(b, s, l, TS_CUDA_CONV)) : nullptr;
+    float *urow = u + r * d.cd;
+
+    if (g < 2 * d.nk) { // a q head (g < nk) or a k head: channels g·dk .. g·dk + dk − 1
+        const int64_t c0 = (int64_t)g * d.dk;
+        float sq = 0.0f;
+        for (int i = tid; i < d.dk; i += blockDim.x) {
+            const float v = conv_silu(qkv, hist, cw, d, r, t, c0 + i);
+            urow[c0 + i] = v;
+            sq += v * v;
+        }
+        const float ss = block_sum(sq, red);
+        // as the CPU: rq = (1/√dk) / √(qq + 1e-6), rk = 1 / √(kk + 1e-6) (eps inside the sum)
+        const float scale = g < d.nk ? (1.0f / sqrtf((float)d.dk)) / sqrtf(ss + 1e-6f) : 1.0f / sqrtf(ss + 1e-6f);
+        for (int i = tid; i < d.dk; i += blockDim.x) urow[c0 + i] = urow[c0 + i] * scale; // own writes
+        return;
+    }
+
+    const int64_t c = 2 * d.key_dim + (int64_t)(g - 2 * d.nk) * blockDim.x + tid; // a v channel
+    if (c < d.cd) urow[c] = conv_silu(qkv, hist, cw, d, r, t, c);
+}
+
+// ---- 3. conv history update -------------------------------------------------------------------
+
+// grid ⌈cd/kStateThreads⌉·n_seq, block kStateThreads: thread (s, c) sets history rows h = 0 .. Kc−2
+// of sequence s to extended row n + h of [history ; its n rows].
+__global__ void __launch_bounds__(kStateThreads)
+gdn_conv_state_kernel(const float *__restrict__ qkv, const ts_cuda_batch b, int l, GdnDims d, int chunks) {
+    const int s = blockIdx.x / chunks;
+    const int64_t c = (int64_t)(blockIdx.x % chunks) * blockDim.x + threadIdx.x;
+    if (c >= d.cd) return;
+    const int64_t r0 = b.seq_row0[s], n = b.seq_row0[s + 1] - r0;
+    float *hist = static_cast<float *>(ts_cuda_state(b, s, l, TS_CUDA_CONV));
+    for (int64_t h = 0; h < d.Kc - 1; h++) {
+        const int64_t e = n + h; // ≥ h: when it is a history row, it has not been overwritten yet
+        hist[h * d.cd + c] = e < d.Kc - 1 ? hist[e * d.cd + c] : qkv[(r0 + e - (d.Kc - 1)) * d.cd + c];
+    }
+}
+
+// ---- 4. the recurrence ------------------------------------------------------------------------
+
+struct RecArgs {
+    const float *u;     // N × cd, q̂ and k̂ already normalised (kernel 2)
+    const float *z;     // N × vdim
+    const float *beta;  // N × nv, β
+    const float *decay; // N × nv, g
+    const float *gamma; // [dv]
+    float *o;           // N × vdim
+    int l;
+};
+
+// Register variant. grid n_seq·nv, block round_up(dv·P, 32) ≤ 512. Thread t: column e = t / P,
+// key slice p = t % P, keys i = p + P·m for m < M (P·M ≥ dk).
+template <int P, int M>
+__global__ void __launch_bounds__(kRecMaxThreads)
+gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    static_assert(32 % P == 0, "the P lanes of a column must share a warp");
+    constexpr int K = P * M;
+    __shared__ float qs[2][K], ks[2][K]; // q̂, k̂ of the current / next row, zero beyond dk
+    __shared__ float red[2][32];         // block sums, alternating by row parity
+
+    const int tid = threadIdx.x, e = tid / P, p = tid % P;
+    const int s = blockIdx.x / d.nv, j = blockIdx.x % d.nv, kappa = j % d.nk;
+    const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
+    if (r0 >= r1) return; // no rows: uniform over the block
+    const bool col = e < d.dv;
+    float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv;
+    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff, voff = 2 * d.key_dim + (int64_t)j * d.dv;
+    const int64_t zoff = (int64_t)j * d.dv + e;
+
+    // zero the padding of both buffers, fetch row r0's q̂/k̂
+    for (int i = d.dk + tid; i < K; i += blockDim.x) qs[0][i] = qs[1][i] = ks[0][i] = ks[1][i] = 0.0f;
+    for (int i = tid; i < d.dk; i += blockDim.x) {
+        copy4_async(&qs[0][i], a.u + r0 * d.cd + qoff + i);
+        copy4_async(&ks[0][i], a.u + r0 * d.cd + koff + i);
+    }
+    copy_async_commit();
+
+    // this thread's keys: i = p + P·m for m < mc; its column pointer steps P rows of S
+    const int mc = col ? (d.dk - p + P - 1) / P : 0;
+    const int64_t step = (int64_t)P * d.dv;
+    float st[M]; // S[p + P·m][e]
+    {
+        const float *sp = S + (int64_t)p * d.dv + e;
+#pragma unroll
+        for (int m = 0; m < M; m++, sp += step) st[m] = m < mc ? *sp : 0.0f;
+    }
+    const float gam = col ? a.gamma[e] : 0.0f;
+    // row r0's scalars; later rows are prefetched one row ahead
+    float bt = a.beta[r0 * d.nv + j], dc = a.decay[r0 * d.nv + j];
+    float v = col ? a.u[r0 * d.cd + voff + e] : 0.0f, zz = col ? a.z[r0 * d.vdim + zoff] : 0.0f;
+
+    copy_async_wait_all();
+    __syncthreads();
+
+    for (int64_t r = r0; r < r1; r++) {
+        const int buf = (int)((r - r0) & 1);
+        // next row: q̂/k̂ into the other buffer (its last readers, row r−1, passed row r−1's barrier)
+        float bt_n = 0.0f, dc_n = 0.0f, v_n = 0.0f, z_n = 0.0f;
+        if (r + 1 < r1) {
+            for (int i = tid; i < d.dk; i += blockDim.x) {
+                copy4_async(&qs[buf ^ 1][i], a.u + (r + 1) * d.cd + qoff + i);
+                copy4_async(&ks[buf ^ 1][i], a.u + (r + 1) * d.cd + koff + i);
+            }
+            copy_async_commit();
+            bt_n = a.beta[(r + 1) * d.nv + j], dc_n = a.decay[(r + 1) * d.nv + j];
+            if (col) v_n = a.u[(r + 1) * d.cd + voff + e], z_n = a.z[(r + 1) * d.vdim + zoff];
+        }
+        const float *qh = qs[buf], *kh = ks[buf];
+
+        // S ← g·S (before the read); kv = Sᵀk̂ (column e)
+        float kv = 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            st[m] = st[m] * dc;
+            kv = fmaf(st[m], kh[p + P * m], kv);
+        }
+#pragma unroll
+        for (int off = 1; off < P; off <<= 1) kv += __shfl_xor_sync(0xffffffffu, kv, off);
+        const float delta = bt * (v - kv);
+        // pass 2 re-reads k̂ from shared memory (volatile: not kept in M more live registers)
+        const volatile float *kh2 = kh;
+
+        // S ← S + k̂ ⊗ δ; o = Sᵀq̂
+        float o = 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            st[m] = fmaf(kh2[p + P * m], delta, st[m]);
+            o = fmaf(st[m], qh[p + P * m], o);
+        }
+#pragma unroll
+        for (int off = 1; off < P; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
+
+        // gated norm; the barrier inside block_sum also publishes the next row's q̂/k̂
+        copy_async_wait_all();
+        const float ss = block_sum(col && p == 0 ? o * o : 0.0f, red[buf]);
+        const float rn = 1.0f / sqrtf(ss / (float)d.dv + d.eps);
+        if (col && p == 0) a.o[r * d.vdim + zoff] = o * rn * gam * ts_dsigmoid(zz);
+
+        bt = bt_n, dc = dc_n, v = v_n, zz = z_n;
+    }
+
+    {
+        float *sp = S + (int64_t)p * d.dv + e;
+#pragma unroll
+        for (int m = 0; m < M; m++, sp += step)
+            if (m < mc) *sp = st[m];
+    }
+}
+
+// General variant (any dk, dv). grid n_seq·nv, block min(round_up(dv, 32), 512), dynamic shared
+// memory 2·dk floats (q̂ then k̂). Thread t owns columns e = t, t + blockDim, ...; S is updated in
+// place in global memory.
+__global__ void __launch_bounds__(kRecMaxThreads, 1)
+gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    extern __shared__ float sh[];
+    __shared__ float red[32];
+    float *qs = sh, *ks = sh + d.dk;
+
+    const int tid = threadIdx.x;
+    const int s = blockIdx.x / d.nv, j = blockIdx.x % d.nv, kappa = j % d.nk;
+    const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
+    float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv;
+    const int64_t dv = d.dv;
+
+    for (int64_t r = r0; r < r1; r++) {
+        const float *urow = a.u + r * d.cd;
+        __syncthreads(); // the previous row is done with qs, ks and red
+        for (int i = tid; i < d.dk; i += blockDim.x) {
+            qs[i] = urow[(int64_t)kappa * d.dk + i];
+            ks[i] = urow[d.key_dim + (int64_t)kappa * d.dk + i];
+        }
+        __syncthreads();
+        const float bt = a.beta[r * d.nv + j], dc = a.decay[r * d.nv + j];
+        const float *v = urow + 2 * d.key_dim + (int64_t)j * dv;
+        float *orow = a.o + r * d.vdim + (int64_t)j * dv;
+
+        float sq = 0.0f;
+        for (int64_t e = tid; e < dv; e += blockDim.x) {
+            float kv = 0.0f; // (g·S)ᵀk̂, column e
+            for (int i = 0; i < d.dk; i++) kv = fmaf(S[i * dv + e] * dc, ks[i], kv);
+            const float delta = bt * (v[e] - kv);
+            float o = 0.0f;
+            for (int i = 0; i < d.dk; i++) {
+                const float sv = fmaf(ks[i], delta, S[i * dv + e] * dc);
+                S[i * dv + e] = sv;
+                o = fmaf(sv, qs[i], o);
+            }
+            orow[e] = o; // raw, scaled below by this same thread
+            sq += o * o;
+        }
+        const float ss = block_sum(sq, red);
+        const float rn = 1.0f / sqrtf(ss / (float)dv + d.eps);
+        const float *z = a.z + r * d.vdim + (int64_t)j * dv;
+        for (int64_t e = tid; e < dv; e += blockDim.x) orow[e] = orow[e] * rn * a.gamma[e] * ts_dsigmoid(z[e]);
+    }
+}
+
+template <int P, int M>
+void launch_reg(const RecArgs &a, const ts_cuda_batch &b, const GdnDims &d, cudaStream_t s) {
+    const int threads = (d.dv * P + 31) / 32 * 32;
+    gdn_recur_reg<P, M><<<(unsigned)b.n_seq * d.nv, threads, 0, s>>>(a, b, d);
+}
+
+size_t alpha_bytes(const ts_hparams *hp, int64_t rows) {
+    return ((size_t)rows * hp->ssm_nv * sizeof(float) + 15) / 16 * 16;
+}
+
+} // namespace
+
+extern "C" size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
+    (void)max_ctx;
+    return alpha_bytes(hp, max_rows); // the α logits, then the decays (in place)
+}
+
+extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
+                           float *y, cudaStream_t s) {
+    const ts_hparams *hp = w->hp;
+    const int64_t N = b->n_rows;
+    if (N <= 0) return 0;
+    if (N > w->max_rows || b->n_seq <= 0) return -1;
+
+    GdnDims d;
+    d.nk = (int)hp->ssm_nk, d.nv = (int)hp->ssm_nv, d.dk = (int)hp->ssm_dk, d.dv = (int)hp->ssm_dv;
+    d.Kc = (int)hp->ssm_conv, d.eps = hp->eps;
+    d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = 2 * d.key_dim + d.vdim;
+    if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
+    if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
+    const int64_t vseg = (d.vdim + kConvThreads - 1) / kConvThreads, segs = 2 * (int64_t)d.nk + vseg + 1;
+    const int64_t chunks = (d.cd + kStateThreads - 1) / kStateThreads;
+    if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX || (int64_t)b->n_seq * d.nv > INT32_MAX)
+        return -1;
+
+    float *beta = w->ba, *decay = static_cast<float *>(w->scratch);
+
+    // 1. projections
+    if (ts_cuda_matmul(&L->attn_qkv, 0, d.cd, x, N, w->qkv, s)) return -1;
+    if (ts_cuda_matmul(&L->attn_gate, 0, d.vdim, x, N, w->z, s)) return -1;
+    if (ts_cuda_matmul(&L->ssm_beta, 0, d.nv, x, N, beta, s)) return -1;
+    if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, decay, s)) return -1;
+
+    // 2. conv + SiLU, q/k norms, gates
+    gdn_conv_kernel<<<dim3((unsigned)N, (unsigned)segs), kConvThreads, 0, s>>>(w->qkv, w->u, beta, decay, L->ssm_conv1d,
+                                                                              L->ssm_a, L->ssm_dt, *b, l, d);
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+
+    // 3. conv history
+    if (d.Kc > 1) {
+        gdn_conv_state_kernel<<<(unsigned)(chunks * b->n_seq), kStateThreads, 0, s>>>(w->qkv, *b, l, d, (int)chunks);
+        if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    }
+
+    // 4. recurrence + gated norm → w->o
+    RecArgs a;
+    a.u = w->u, a.z = w->z, a.beta = beta, a.decay = decay, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
+    if (d.dk <= 128 && d.dv <= 128) {
+        if (d.dk <= 32) launch_reg<4, 8>(a, *b, d, s);
+        else if (d.dk <= 64) launch_reg<4, 16>(a, *b, d, s);
+        else launch_reg<4, 32>(a, *b, d, s);
+    } else if (d.dk <= 128 && d.dv <= 256) {
+        if (d.dk <= 64) launch_reg<2, 32>(a, *b, d, s);
+        else launch_reg<2, 64>(a, *b, d, s);
+    } else {
+        const size_t shm = 2 * (size_t)d.dk * sizeof(float);
+        if (shm > 48 * 1024) return -1; // dk > 6144
+        const int threads = d.dv < kRecMaxThreads ? (d.dv + 31) / 32 * 32 : kRecMaxThreads;
+        gdn_recur_global<<<(unsigned)b->n_seq * d.nv, threads, shm, s>>>(a, *b, d);
+    }
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+
+    // 5. output projection
+    if (ts_cuda_matmul(&L->ssm_out, 0, hp->n_embd, w->o, N, y, s)) return -1;
+    return 0;
+}

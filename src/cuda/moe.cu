@@ -1,0 +1,369 @@
+// Mixture of experts on the GPU (ts_cuda_moe, src/cuda/layers.h), the twin of ts_cpu_moe
+// (src/cpu/moe.c): the same math, in fp32, with every expert choice made and consumed on the
+// device (no host synchronization, no allocation: a decode step is captured as a CUDA graph).
+//
+// Math, per row t of x (N × H), as the CPU:
+//   shared  y_t = σ(gate_inp_shexp · x_t) · down_shexp(silu(gate_shexp · x_t) ⊙ (up_shexp · x_t))
+//   router  p_t = softmax(ffn_gate_inp · x_t) over the E experts (max-subtracted, fp32);
+//           the k experts of largest p (ties: lower id) in that order, slot j = 0 .. k−1;
+//           w_tj = p_t[e_j] / Σ_j' p_t[e_j'] (the sum in slot order)
+//   experts y_t += w_tj · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)), j = 0 .. k−1 in order.
+//
+// Launches (one stream, in order; "item" i = t·k + j is one (row, slot) pair):
+//   1. router logits   ts_cuda_matmul(ffn_gate_inp) → w->router (N × E)
+//   2. router_kernel   grid N × 128 threads, one block a row: sg_t = gate_inp_shexp · x_t, softmax,
+//                      top-k by k block-wide arg-max rounds, renormalisation
+//                      → w->sg (N), w->topk_id and w->topk_w (N × k)
+//   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
+//                      tensors → scratch "sh"
+//   4. expert gate/up  ts_cuda_matmul_experts, all N·k items in one launch (fused gate_up tensor,
+//                      or split gate and up tensors of one type; two launches only when their types
+//                      differ), ids read from w->topk_id → "gu" (N·k rows of G floats: gate at 0,
+//                      up at uoff)
+//   5. swiglu_kernel   h = silu(gate) ⊙ up over both the expert rows and the shared rows, written
+//                      over the gate values (grid-stride, 256 threads)
+//   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H)
+//   7. expert down     ts_cuda_matmul_experts, N·k items, x row i = item i's h → w->eo (N·k × H)
+//   8. combine_kernel  y[t, c] = y[t, c]·σ(sg_t), then += w_tj·eo[t, j, c] for j = 0 .. k−1
+//                      (grid-stride over N·H, 256 threads)
+// Grid sizes depend on N and the hyperparameters only (plus the device's SM count inside the
+// matrix products), never on the ids.
+//
+// Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
+// w->sg (N), w->eo (N·k × H), w->gu (N·k × 2F: expert gate/up rows of stride G = 2F, used when
+// that stride is a multiple of 4 floats, i.e. every x/y row 16-byte aligned), and from w->scratch
+// (ts_cuda_moe_scratch_bytes): the shared expert's gate/up values and, for expert widths F that
+// are not a multiple of 4, the expert gate/up rows with a padded stride.
+//
+// Numerics: fp32 everywhere. Sums run in a different order than the CPU's (parallel reductions;
+// the softmax denominator and the shared gate logit are block reductions in a fixed order, so
+// results are deterministic run to run); everything after the matrix products (softmax
+// division, the top-k order, the renormalisation sum in slot order, silu, the combine in slot
+// order with separate fp32 products and sums) follows the CPU's operations one for one. No
+// fast-math intrinsics: expf and IEEE division.
+#include "cuda/layers.h"
+#include "cuda/matmul.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int kRouterThreads = 128; // one block a row
+constexpr int kRouterWarps = kRouterThreads / 32;
+constexpr int kMaxK = 64;                // as the CPU's idx[64]
+constexpr int64_t kRouterSmemE = 8192;   // p in shared memory up to this E (32 KiB)
+constexpr int kEltThreads = 256;         // elementwise kernels
+constexpr int64_t kEltMaxBlocks = 65536; // grid-stride beyond
+constexpr int kSharedFusedMaxRows = 1;   // shared gate+up as one expert launch up to this N (else two
+                                         // ts_cuda_matmul, which reuse each weight for up to 8 rows)
+
+inline int64_t round_up4(int64_t n) {
+    return (n + 3) & ~static_cast<int64_t>(3);
+}
+inline size_t align256(size_t b) {
+    return (b + 255) & ~static_cast<size_t>(255);
+}
+
+// ---- router ----------------------------------------------------------------------------------
+
+// Whether (pa, ea) ranks before (pb, eb): higher probability, then lower id; e < 0 is "none".
+__device__ __forceinline__ bool ranks_before(float pa, int ea, float pb, int eb) {
+    return ea >= 0 && (eb < 0 || pa > pb || (pa == pb && ea < eb));
+}
+
+// Block-wide sum and max, every thread gets the result; fixed order (warp butterflies, then the
+// warps' partials in warp order), so the result does not depend on scheduling. red: kRouterWarps
+// floats of shared memory, free again on return.
+__device__ __forceinline__ float block_sum(float v, float *red) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < kRouterWarps; w++) r += red[w];
+    __syncthreads();
+    return r;
+}
+__device__ __forceinline__ float block_max(float v, float *red) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < kRouterWarps; w++) r = fmaxf(r, red[w]);
+    __syncthreads();
+    return r;
+}
+
+// One block per row t (kRouterThreads threads; thread i owns experts i, i + kRouterThreads, ...).
+//   sg[t]        = Σ_c gate_inp_shexp[c] · x[t, c]                  (the shared expert's gate logit)
+//   p[e]         = exp(l[e] − max l) / Σ exp(l − max l)             (l = router[t, :], the logits)
+//   round s < k: the best expert ranked after the pick of round s − 1 by (p desc, id asc), i.e.
+//                the CPU's top_k: a block arg-max over the candidates (p, e) with p < p_last or
+//                (p == p_last and e > e_last). NaN probabilities are never candidates; a round
+//                with no candidate (all NaN) takes the lowest id not yet chosen, as the CPU does.
+//   topk_w[t, s] = p[e_s] / Σ_s' p[e_s'] (the sum in slot order, by one thread)
+// p lives in dynamic shared memory (E floats) when E ≤ kRouterSmemE, else in the logits row itself
+// (overwritten; each thread only ever touches its own experts' entries).
+__global__ void __launch_bounds__(kRouterThreads)
+    router_kernel(const float *__restrict__ x, int H, const float *__restrict__ gate_inp_shexp,
+                  float *__restrict__ sg, float *router, int E, int k, int32_t *__restrict__ topk_id,
+                  float *__restrict__ topk_w) {
+    extern __shared__ float p_smem[];
+    __shared__ float red[kRouterWarps];
+    __shared__ float wp[kRouterWarps];
+    __shared__ int we[kRouterWarps];
+    __shared__ float sel_p[kMaxK];
+    __shared__ int sel_e[kMaxK];
+
+    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float *xt = x + static_cast<size_t>(t) * H;
+    float *logit = router + static_cast<size_t>(t) * E;
+    float *p = E <= kRouterSmemE ? p_smem : logit;
+
+    // shared expert gate logit
+    float s = 0.0f;
+    for (int c = tid; c < H; c += kRouterThreads) s = fmaf(__ldg(gate_inp_shexp + c), __ldg(xt + c), s);
+    s = block_sum(s, red);
+    if (tid == 0) sg[t] = s;
+
+    // softmax
+    float mx = -INFINITY;
+    for (int e = tid; e < E; e += kRouterThreads) mx = fmaxf(mx, logit[e]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int e = tid; e < E; e += kRouterThreads) {
+        const float v = expf(logit[e] - mx);
+        p[e] = v;
+        sum += v;
+    }
+    sum = block_sum(sum, red);
+    for (int e = tid; e < E; e += kRouterThreads) p[e] = p[e] / sum;
+
+    // top-k
+    float p_last = 0.0f;
+    int e_last = -1; // none yet: every non-NaN expert is a candidate
+    for (int r = 0; r < k; r++) {
+        float bp = 0.0f;
+        int be = -1;
+        for (int e = tid; e < E; e += kRouterThreads) {
+            const float v = p[e];
+            const bool cand = v == v && (e_last < 0 || v < p_last || (v == p_last && e > e_last));
+            if (cand && ranks_before(v, e, bp, be)) bp = v, be = e;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, off);
+            if (ranks_before(op, oe, bp, be)) bp = op, be = oe;
+        }
+        if (lane == 0) wp[warp] = bp, we[warp] = be;
+        __syncthreads();
+        if (tid == 0) {
+            for (int w = 1; w < kRouterWarps; w++)
+                if (ranks_before(wp[w], we[w], wp[0], we[0])) wp[0] = wp[w], we[0] = we[w];
+            if (we[0] < 0) { // no candidate left (NaN probabilities): lowest id not chosen yet
+                auto chosen = [&](int e) {
+                    for (int q = 0; q < r; q++)
+                        if (sel_e[q] == e) return true;
+                    return false;
+                };
+                int e = 0;
+                while (chosen(e)) e++; // r < k ≤ E ids are taken: e < E
+                we[0] = e;
+                wp[0] = p[e];
+            }
+            sel_e[r] = we[0];
+            sel_p[r] = wp[0];
+        }
+        __syncthreads();
+        if (we[0] >= 0 && wp[0] == wp[0]) p_last = wp[0], e_last = we[0];
+        __syncthreads(); // wp/we are rewritten next round
+    }
+
+    if (tid == 0) {
+        float wsum = 0.0f;
+        for (int r = 0; r < k; r++) wsum += sel_p[r];
+        for (int r = 0; r < k; r++) {
+            topk_id[static_cast<size_t>(t) * k + r] = sel_e[r];
+            topk_w[static_cast<size_t>(t) * k + r] = sel_p[r] / wsum;
+        }
+    }
+}
+
+// ---- SwiGLU and combine ------------------------------------------------------------------------
+
+// rows of width gate values at g + r·stride and up values at u + r·stride; h = silu(gate) ⊙ up
+// replaces the gate values.
+struct swiglu_part {
+    float *g;
+    const float *u;
+    int64_t rows, stride;
+    int64_t width;
+};
+
+// Both parts (the experts' rows, then the shared expert's) in one grid-stride pass, one thread an
+// element: as the CPU's g[i] = ts_silu(g[i]) * u[i].
+__global__ void __launch_bounds__(kEltThreads) swiglu_kernel(swiglu_part a, swiglu_part b) {
+    const int64_t na = a.rows * a.width, n = na + b.rows * b.width;
+    const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+        const bool in_a = i < na;
+        const int64_t j = in_a ? i : i - na, width = in_a ? a.width : b.width;
+        const int64_t r = j / width, c = j - r * width;
+        const int64_t off = r * (in_a ? a.stride : b.stride) + c;
+        float *g = (in_a ? a.g : b.g) + off;
+        const float *u = (in_a ? a.u : b.u) + off;
+        *g = ts_dsilu(*g) * *u;
+    }
+}
+
+// y[t, c] = y[t, c]·σ(sg[t]) (the shared expert's output, scaled), then y[t, c] += w[t, j]·eo[t, j, c]
+// for j = 0 .. k−1 in order, each a rounded product and a rounded sum as the CPU's
+// y += we * eo. One thread an element, grid-stride over N·H.
+__global__ void __launch_bounds__(kEltThreads)
+    combine_kernel(float *__restrict__ y, const float *__restrict__ sg, const float *__restrict__ eo,
+                   const float *__restrict__ tw, int64_t N, int64_t H, int k) {
+    const int64_t n = N * H, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+        const int64_t t = i / H, c = i - t * H;
+        float acc = y[i] * ts_dsigmoid(sg[t]);
+        const float *e = eo + t * k * H + c;
+        const float *wt = tw + t * k;
+        for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(wt[j], e[j * H]));
+        y[i] = acc;
+    }
+}
+
+inline int elt_blocks(int64_t n) {
+    const int64_t b = (n + kEltThreads - 1) / kEltThreads;
+    return static_cast<int>(b < 1 ? 1 : (b > kEltMaxBlocks ? kEltMaxBlocks : b));
+}
+
+// ---- layout ------------------------------------------------------------------------------------
+
+bool same_encoding(const ts_cuda_tensor &a, const ts_cuda_tensor &b) {
+    return a.type == b.type && a.ne0 == b.ne0 && a.row_bytes == b.row_bytes;
+}
+
+// Floats of the shared expert's gate/up region for N rows: gate N × Fs at 0, up N × Fs at
+// round_up4(N·Fs) (the fused N = 1 launch puts up at Fs, inside the same region).
+int64_t shared_floats(int64_t N, int64_t Fs) {
+    return round_up4(N * Fs) + N * Fs;
+}
+
+// Expert gate/up rows: item stride G and up offset uoff. One launch writes gate then up back to
+// back (uoff = F); two launches (gate and up of different types) each start 16-byte aligned.
+// The rows live in w->gu when G == 2F, else in scratch; neither happens to F % 4 == 0.
+void expert_layout(int64_t F, bool one_launch, int64_t *G, int64_t *uoff) {
+    *uoff = one_launch ? F : round_up4(F);
+    *G = one_launch ? round_up4(2 * F) : 2 * round_up4(F);
+}
+
+} // namespace
+
+extern "C" size_t ts_cuda_moe_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
+    (void)max_ctx;
+    if (!hp || max_rows <= 0) return 0;
+    const int64_t Fs = hp->n_ff_shexp, k = hp->n_expert_used;
+    size_t routed = 0;
+    for (uint32_t l = 0; hp->n_ff_exp && l < hp->n_layer; l++) {
+        const int64_t F = hp->n_ff_exp[l];
+        if (F % 4 == 0) continue; // rows in w->gu
+        const size_t b = static_cast<size_t>(max_rows * k * 2 * round_up4(F)) * sizeof(float);
+        if (b > routed) routed = b;
+    }
+    return align256(static_cast<size_t>(shared_floats(max_rows, Fs)) * sizeof(float)) + align256(routed);
+}
+
+extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
+                           float *y, cudaStream_t s) {
+    if (!w || !w->hp || !L || !x || !y || N < 0 || N > w->max_rows) return -1;
+    if (N == 0) return 0;
+    const ts_hparams *hp = w->hp;
+    if (l < 0 || static_cast<uint32_t>(l) >= hp->n_layer || !hp->n_ff_exp) return -1;
+    const int64_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp[l],
+                  Fs = hp->n_ff_shexp;
+    if (H <= 0 || H % 4 != 0 || H > INT32_MAX || E < 1 || E > INT32_MAX || k < 1 || k > kMaxK || k > E ||
+        F <= 0 || Fs <= 0 || N > INT32_MAX / k)
+        return -1;
+
+    // weights present and shaped as the layer says
+    const bool fused = L->ffn_gate_up_exps.data != nullptr;
+    const ts_cuda_tensor &gate = fused ? L->ffn_gate_up_exps : L->ffn_gate_exps;
+    if (!L->ffn_gate_inp.data || L->ffn_gate_inp.ne0 != H || L->ffn_gate_inp.rows < E) return -1;
+    if (!gate.data || gate.ne0 != H || gate.rows < E * (fused ? 2 * F : F)) return -1;
+    if (!fused && (!L->ffn_up_exps.data || L->ffn_up_exps.ne0 != H || L->ffn_up_exps.rows < E * F)) return -1;
+    if (!L->ffn_down_exps.data || L->ffn_down_exps.ne0 != F || L->ffn_down_exps.rows < E * H) return -1;
+    if (!L->ffn_gate_shexp.data || !L->ffn_up_shexp.data || !L->ffn_down_shexp.data ||
+        !L->ffn_gate_inp_shexp || L->ffn_gate_shexp.ne0 != H || L->ffn_up_shexp.ne0 != H ||
+        L->ffn_gate_shexp.rows < Fs || L->ffn_up_shexp.rows < Fs || L->ffn_down_shexp.ne0 != Fs ||
+        L->ffn_down_shexp.rows < H)
+        return -1;
+    if (!w->router || !w->topk_id || !w->topk_w || !w->gu || !w->eo || !w->sg) return -1;
+
+    // layout: shared gate/up at the start of scratch, expert gate/up rows in w->gu or after it
+    const bool one_launch = fused || same_encoding(L->ffn_gate_exps, L->ffn_up_exps);
+    int64_t G, uoff;
+    expert_layout(F, one_launch, &G, &uoff);
+    const int64_t NK = N * k;
+    const size_t sh_bytes = align256(static_cast<size_t>(shared_floats(N, Fs)) * sizeof(float));
+    const size_t gu_bytes = G == 2 * F ? 0 : static_cast<size_t>(NK * G) * sizeof(float);
+    if (!w->scratch || sh_bytes + gu_bytes > w->scratch_bytes) return -1;
+    float *sh = static_cast<float *>(w->scratch);
+    float *gu = G == 2 * F ? w->gu : reinterpret_cast<float *>(static_cast<char *>(w->scratch) + sh_bytes);
+    const bool sh_fused = N <= kSharedFusedMaxRows && same_encoding(L->ffn_gate_shexp, L->ffn_up_shexp);
+    const int64_t sh_uoff = sh_fused ? Fs : round_up4(N * Fs);
+
+    // 1–2. router logits, then softmax / top-k / renormalisation and the shared gate logit
+    if (ts_cuda_matmul(&L->ffn_gate_inp, 0, E, x, N, w->router, s) != 0) return -1;
+    const size_t p_smem = E <= kRouterSmemE ? static_cast<size_t>(E) * sizeof(float) : 0;
+    router_kernel<<<static_cast<unsigned>(N), kRouterThreads, p_smem, s>>>(
+        x, static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router, static_cast<int>(E),
+        static_cast<int>(k), w->topk_id, w->topk_w);
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+
+    // 3. shared expert gate and up
+    if (sh_fused) {
+        if (ts_cuda_matmul_experts(&L->ffn_gate_shexp, &L->ffn_up_shexp, nullptr, N, 0, 0, Fs, x, 1, H, sh,
+                                   round_up4(2 * Fs), s) != 0)
+            return -1;
+    } else if (ts_cuda_matmul(&L->ffn_gate_shexp, 0, Fs, x, N, sh, s) != 0 ||
+               ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0) {
+        return -1;
+    }
+
+    // 4. expert gate and up for all N·k items (items t·k .. t·k + k − 1 read x row t)
+    const int32_t *ids = w->topk_id;
+    const ts_cuda_tensor *up = &L->ffn_up_exps;
+    int rc;
+    if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
+        rc = ts_cuda_matmul_experts(&gate, nullptr, ids, NK, 2 * F, 0, 2 * F, x, k, H, gu, G, s);
+    else if (one_launch) // gate rows F·e .., then the same rows of up
+        rc = ts_cuda_matmul_experts(&gate, up, ids, NK, F, 0, F, x, k, H, gu, G, s);
+    else
+        rc = ts_cuda_matmul_experts(&gate, nullptr, ids, NK, F, 0, F, x, k, H, gu, G, s) ||
+             ts_cuda_matmul_experts(up, nullptr, ids, NK, F, 0, F, x, k, H, gu + uoff, G, s);
+    if (rc != 0) return -1;
+
+    // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass
+    const swiglu_part pe = {gu, gu + uoff, NK, G, F};
+    const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
+    swiglu_kernel<<<elt_blocks(NK * F + N * Fs), kEltThreads, 0, s>>>(pe, ps);
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+
+    // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
+    if (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0) return -1;
+    if (ts_cuda_matmul_experts(&L->ffn_down_exps, nullptr, ids, NK, H, 0, H, gu, 1, G, w->eo, H, s) != 0)
+        return -1;
+
+    // 8. y = σ(sg)·y + Σ_j w_j·eo_j
+    combine_kernel<<<elt_blocks(N * H), kEltThreads, 0, s>>>(y, w->sg, w->eo, w->topk_w, N, H,
+                                                             static_cast<int>(k));
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}

@@ -1,0 +1,840 @@
+// Qwen Sparse Attention on the GPU (spec §5.6–5.7), the twin of src/cpu/qsa.c: gated GQA
+// attention whose keys are chosen per query by a block indexer. Same math, same state layout
+// (src/cuda/layers.h); every position, sequence and block index is read on the device, so the
+// launches below depend only on N, b->max_ctx and the hyperparameters (a decode step is captured
+// once as a CUDA graph and replayed).
+//
+// Symbols: nh/nkv/hd attention heads, G = nh/nkv query heads per kv head (contiguous groups),
+// ni/di indexer heads, B tokens per indexer block, Kb top blocks, p = pos[r] the row's position,
+// nb = ⌊(p+1)/B⌋ its complete blocks.
+//
+// Launches, in stream order:
+//   1. ts_cuda_matmul ×5   qg = attn_q·x (N × nh·2·hd: per head hd query values, then hd gate
+//                          values), k/v → w->kv (keys, then values; the values go to scratch when
+//                          N·nkv·hd is not a multiple of 4, i.e. not 16-byte aligned), iq = idx_q·x,
+//                          raw indexer keys → w->ik.
+//   2. qsa_prep_kernel     grid (N, nh + nkv + ni + 1), one block per (row, item): query head h →
+//                          rmsnorm(attn_q_norm) + NeoX rope at p, in place in qg; kv head j →
+//                          rmsnorm(attn_k_norm) + rope into TS_CUDA_K[p][j], the value copied to
+//                          TS_CUDA_V[p][j]; indexer head → rmsnorm(idx_q_norm) + rope in place in
+//                          iq; the last item copies the raw indexer key to TS_CUDA_IDX_RAW[p].
+//   3. qsa_block_kernel    grid (N): the rows with (p+1) % B == 0 complete block b = (p+1)/B − 1:
+//                          rope(rmsnorm(mean of raw keys bB .. bB+B−1; idx_k_norm), bB) →
+//                          TS_CUDA_IDX_BLK[b]. It runs after every raw key of the micro-batch is
+//                          cached (a block may straddle micro-batches or rows of this one), and
+//                          before any selection: a row only reads blocks < its own nb, all of which
+//                          are complete by then.
+//   4. selection           skipped entirely when no row can be sparse (TURBOSPARK_QSA_FORCE_DENSE
+//                          set, or max_ctx/B ≤ Kb). Rows are taken in passes of rows_pass rows so
+//                          the score buffer stays bounded (see qsa_layout):
+//      qsa_score_kernel    grid (⌈(max_ctx/B)/64⌉, rows_pass): 64 blocks of one row per thread
+//                          block (early exit past the row's nb, or when the row is dense). A warp
+//                          scores 4 blocks at a time against 4 indexer heads at a time: lanes
+//                          stride over di (coalesced reads of the block keys, 16 independent loads
+//                          in flight), 16 partial dots per lane, summed over the warp with a
+//                          transposed butterfly (16 shuffles for 16 sums). score =
+//                          Σ_h ReLU(q_h·K_b) / √di + 0, the heads summed in order as the CPU does.
+//      qsa_topk_kernel     grid (rows_pass), 1024 threads, one row per block: exact top-Kb by an
+//                          MSB-first radix select on order-preserving keys of the float bits (4
+//                          passes of 8 bits, warp-aggregated shared-memory histograms, early stop
+//                          once the threshold digit's bin is taken whole), then one ordered
+//                          compaction: every block above the threshold, plus the threshold-equal
+//                          ones with the LOWEST indices, written in ascending block order to
+//                          sel[r][0 .. Kb). The same set as the CPU's sort (score desc, index asc).
+//   5. qsa_attn_kernel     grid (N, nkv·ngroups, nsplit), 256 threads: one kv head (and a group of
+//                          ≤ 16 of its query heads, which share every K/V read), one slice of the
+//                          row's allowed positions (dense: 0..p; sparse: the Kb selected blocks,
+//                          then the tail nb·B .. p). The slice is walked in sub-chunks of 32
+//                          positions with an online softmax (flash-decoding): each thread first
+//                          issues the loads of its V column for the sub-chunk (kept in registers),
+//                          each warp loads the K rows of 4 positions (float4, coalesced 1 KiB
+//                          rows) and dots them with the group's queries (shared memory), the 16
+//                          head sums reduced by the transposed butterfly; then a warp per head
+//                          updates the running max/sum, and thread d accumulates Σ p·v for every
+//                          head of the group from its registers. A split covers at least 64
+//                          positions, so short lists leave the last splits empty (they only write
+//                          m = −inf, l = 0). nsplit = 1 (large N): the result times σ(gate) goes
+//                          straight to w->att; otherwise the unnormalised partials (acc, m, l) go
+//                          to scratch and
+//   6. qsa_combine_kernel  grid (N, nh) merges the nsplit partials: o = Σ_s e^{m_s−M}·acc_s /
+//                          Σ_s e^{m_s−M}·l_s, times σ(gate) → w->att.
+//   7. ts_cuda_matmul      y = attn_output·att.
+//
+// nsplit = min(⌈max_n / 64⌉, ⌈256 / (N·nkv·ngroups)⌉) with max_n the longest allowed list any
+// row can have: min(max_ctx, (Kb+1)·B) (max_ctx under FORCE_DENSE). Batch-1 decode at the released
+// shapes (≤ 2,052 positions, nkv = 2) runs 33 splits of ≤ 64 positions: 66 thread blocks stream
+// the 8 MiB of K/V, partials add ~10 %.
+//
+// Numerics: fp32 throughout with the CPU's formulas (true divisions, sqrtf, expf, the rope of
+// ts_drope_pair); reductions are warp/block trees, so results agree with the CPU to fp32 rounding
+// (a score within rounding of a tie may therefore pick a different block than the CPU). The
+// selected lists are in ascending order and every sum has a fixed order: runs are deterministic.
+//
+// TODO (prefill speed): scoring and attention read the block keys / K/V once per row; tiling a few
+// rows of one sequence per thread block (a tensor-core flash-attention) would reuse them.
+// TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
+#include "cuda/layers.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+constexpr int kPrepThreads = 128;   // prep and block-completion kernels
+constexpr int kScoreWarps = 8;      // score kernel: warps per thread block
+constexpr int kScoreChunk = 64;     // blocks scored per thread block (2 rounds of 8 warps × 4)
+constexpr int kTopkThreads = 1024;  // top-k kernel
+constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kAttThreads = 256;    // attention kernel
+constexpr int kAttWarps = kAttThreads / 32;
+constexpr int kAttCh = 32;          // positions per sub-chunk (one per lane in the softmax step)
+constexpr int kMaxGH = 16;          // query heads per attention thread block
+constexpr int kMinSplitLen = 64;    // positions per split at least
+constexpr int64_t kAttTarget = 256; // thread blocks the split count aims at
+constexpr int kCombineThreads = 256;
+constexpr int64_t kScoreBudget = int64_t(1) << 24; // floats of block scores per pass (64 MiB)
+constexpr int kMaxHeadDim = 2 * kAttThreads;       // hd ≤ 512
+
+// Shapes of the layer, from the host hparams (kernel argument).
+struct qsa_shape {
+    int nh, nkv, hd, G;  // attention heads, kv heads, head dim, G = nh / nkv
+    int ni, di;          // indexer heads and head dim
+    int n_rot;           // rotary dims
+    int B;               // tokens per indexer block
+    int Kb;              // top blocks
+    float eps, theta;
+    int64_t nbm;         // row stride of the score buffer: max_ctx / B
+};
+
+// ---- small device helpers ----------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+    return v;
+}
+
+// Sums 16 values over the 32 lanes of a warp with 16 shuffles (a transposed butterfly: at each
+// step a lane keeps half of its values and sends the other half to its partner). On return lane l
+// holds the full sum of value (l >> 1) & 15.
+__device__ __forceinline__ float warp_sum16(float (&v)[16]) {
+    const int lane = threadIdx.x & 31;
+    bool up = lane & 16;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float send = up ? v[k] : v[k + 8], keep = up ? v[k + 8] : v[k];
+        v[k] = keep + __shfl_xor_sync(kFull, send, 16);
+    }
+    up = lane & 8;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float send = up ? v[k] : v[k + 4], keep = up ? v[k + 4] : v[k];
+        v[k] = keep + __shfl_xor_sync(kFull, send, 8);
+    }
+    up = lane & 4;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const float send = up ? v[k] : v[k + 2], keep = up ? v[k + 2] : v[k];
+        v[k] = keep + __shfl_xor_sync(kFull, send, 4);
+    }
+    up = lane & 2;
+    {
+        const float send = up ? v[0] : v[1], keep = up ? v[1] : v[0];
+        v[0] = keep + __shfl_xor_sync(kFull, send, 2);
+    }
+    return v[0] + __shfl_xor_sync(kFull, v[0], 1);
+}
+
+// Sum over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
+__device__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nw ? red[lane] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) red[32] = v;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+// sh[0..n) ← rope(rmsnorm(sh; g, eps), pos) over the block, as ts_cpu_rmsnorm + ts_cpu_rope with
+// one group of n. sh holds the input (written before the call, not yet synchronised).
+__device__ void norm_rope_shared(float *sh, int n, const float *__restrict__ g, float eps, int n_rot, float theta,
+                                 int64_t pos, float *red) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += sh[i] * sh[i];
+    ss = block_sum(ss, red); // synchronises: sh is complete from here on
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sh[i] = sh[i] * r * g[i];
+    __syncthreads();
+    const int half = n_rot / 2;
+    for (int d = threadIdx.x; d < half; d += blockDim.x) {
+        float a = sh[d], c = sh[d + half];
+        ts_drope_pair(a, c, d, n_rot, theta, pos);
+        sh[d] = a, sh[d + half] = c;
+    }
+    __syncthreads();
+}
+
+// Allowed-list length of a row: dense p+1, sparse Kb·B + the tail.
+__device__ __forceinline__ int64_t allowed_count(const qsa_shape &q, int64_t p, int64_t nb, bool dense) {
+    return dense ? p + 1 : (int64_t)q.Kb * q.B + (p + 1 - nb * q.B);
+}
+
+// ---- 2. per-row norms, rope and cache writes --------------------------------------------------
+
+__global__ void __launch_bounds__(kPrepThreads)
+    qsa_prep_kernel(ts_cuda_batch b, int l, qsa_shape q, float *__restrict__ qg, const float *__restrict__ kraw,
+                    const float *__restrict__ vraw, float *__restrict__ iq, const float *__restrict__ ikraw,
+                    const float *__restrict__ qnorm, const float *__restrict__ knorm, const float *__restrict__ iqnorm) {
+    extern __shared__ float sh[]; // max(hd, di) floats
+    __shared__ float red[33];
+    const int r = blockIdx.x, item = blockIdx.y;
+    const int64_t p = b.pos[r];
+    const int seq = b.row_seq[r];
+    const int hd = q.hd, di = q.di;
+
+    if (item < q.nh) { // query head: in place in qg
+        float *v = qg + ((int64_t)r * q.nh + item) * 2 * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
+        norm_rope_shared(sh, hd, qnorm, q.eps, q.n_rot, q.theta, p, red);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
+    } else if (item < q.nh + q.nkv) { // kv head j: key into the K cache, value into the V cache
+        const int j = item - q.nh;
+        const int64_t src = ((int64_t)r * q.nkv + j) * hd, dst = (p * q.nkv + j) * hd;
+        float *K = (float *)ts_cuda_state(b, seq, l, TS_CUDA_K);
+        float *V = (float *)ts_cuda_state(b, seq, l, TS_CUDA_V);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            sh[i] = kraw[src + i];
+            V[dst + i] = vraw[src + i];
+        }
+        norm_rope_shared(sh, hd, knorm, q.eps, q.n_rot, q.theta, p, red);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) K[dst + i] = sh[i];
+    } else if (item < q.nh + q.nkv + q.ni) { // indexer query head: in place in iq
+        const int h = item - q.nh - q.nkv;
+        float *v = iq + ((int64_t)r * q.ni + h) * di;
+        for (int i = threadIdx.x; i < di; i += blockDim.x) sh[i] = v[i];
+        norm_rope_shared(sh, di, iqnorm, q.eps, q.n_rot, q.theta, p, red);
+        for (int i = threadIdx.x; i < di; i += blockDim.x) v[i] = sh[i];
+    } else { // raw indexer key into its cache
+        float *raw = (float *)ts_cuda_state(b, seq, l, TS_CUDA_IDX_RAW) + p * di;
+        for (int i = threadIdx.x; i < di; i += blockDim.x) raw[i] = ikraw[(int64_t)r * di + i];
+    }
+}
+
+// ---- 3. block completion -----------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kPrepThreads)
+    qsa_block_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ kblknorm) {
+    extern __shared__ float sh[]; // di floats
+    __shared__ float red[33];
+    const int r = blockIdx.x;
+    const int64_t p = b.pos[r];
+    if ((p + 1) % q.B != 0) return; // uniform over the block
+    const int64_t blk = (p + 1) / q.B - 1;
+    const int seq = b.row_seq[r], di = q.di;
+    const float *raw = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_IDX_RAW) + blk * q.B * di;
+    float *K = (float *)ts_cuda_state(b, seq, l, TS_CUDA_IDX_BLK) + blk * di;
+    for (int i = threadIdx.x; i < di; i += blockDim.x) {
+        float s = 0.0f;
+        for (int t = 0; t < q.B; t++) s += raw[(int64_t)t * di + i]; // in token order, as the CPU
+        sh[i] = s / (float)q.B;
+    }
+    norm_rope_shared(sh, di, kblknorm, q.eps, q.n_rot, q.theta, blk * q.B, red); // at the block's first position
+    for (int i = threadIdx.x; i < di; i += blockDim.x) K[i] = sh[i];
+}
+
+// ---- 4a. block scores --------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    qsa_score_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ iq, int r0,
+                     float *__restrict__ scores) {
+    const int r = r0 + blockIdx.y;
+    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
+    if (nb <= q.Kb) return; // dense row: nothing to select
+    const int64_t c0 = (int64_t)blockIdx.x * kScoreChunk;
+    if (c0 >= nb) return;
+    const int64_t c1 = c0 + kScoreChunk < nb ? c0 + kScoreChunk : nb;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, di = q.di, ni = q.ni;
+    const float *Kblk = (const float *)ts_cuda_state(b, b.row_seq[r], l, TS_CUDA_IDX_BLK);
+    const float *qr = iq + (int64_t)r * ni * di;
+    float *out = scores + (int64_t)blockIdx.y * q.nbm;
+    const float sq = sqrtf((float)di);
+
+    for (int64_t b0 = c0 + warp * 4; b0 < c1; b0 += kScoreWarps * 4) {
+        // lane l ends up owning block (l >> 3) & 3 of this group of 4
+        float s = 0.0f;
+        for (int h0 = 0; h0 < ni; h0 += 4) {
+            float a[16]; // a[4·k + hh]: block b0 + k, head h0 + hh
+#pragma unroll
+            for (int k = 0; k < 16; k++) a[k] = 0.0f;
+#pragma unroll 2
+            for (int i = lane; i < di; i += 32) {
+                float kv[4], qv[4];
+#pragma unroll
+                for (int k = 0; k < 4; k++) kv[k] = b0 + k < c1 ? Kblk[(b0 + k) * di + i] : 0.0f;
+#pragma unroll
+                for (int hh = 0; hh < 4; hh++) qv[hh] = h0 + hh < ni ? qr[(int64_t)(h0 + hh) * di + i] : 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+#pragma unroll
+                    for (int hh = 0; hh < 4; hh++) a[4 * k + hh] += qv[hh] * kv[k];
+            }
+            const float tot = warp_sum16(a); // lane l: value (l >> 1) & 15 = block (l >> 3) & 3, head (l >> 1) & 3
+            const int kb = (lane >> 3) & 3;
+#pragma unroll
+            for (int hh = 0; hh < 4; hh++) { // the heads of my block, in order
+                const float d = __shfl_sync(kFull, tot, 8 * kb + 2 * hh);
+                if (h0 + hh < ni) s += d > 0.0f ? d : 0.0f; // ReLU per head, then the sum
+            }
+        }
+        const int kb = (lane >> 3) & 3;
+        if ((lane & 7) == 0 && b0 + kb < c1) out[b0 + kb] = s / sq + 0.0f; // + 0 turns −0 into +0
+    }
+}
+
+// ---- 4b. exact top-Kb -------------------------------------------------------------------------
+
+// Unsigned key with the order of the float (larger key = larger score).
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    qsa_topk_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores, int32_t *__restrict__ sel) {
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t s_digit, s_above, s_done;
+    __shared__ uint32_t w_eq[kTopkWarps], w_take[kTopkWarps];
+    const int r = r0 + blockIdx.x;
+    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
+    if (nb <= q.Kb) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float *sc = scores + (int64_t)blockIdx.x * q.nbm;
+    int32_t *out = sel + (int64_t)r * q.Kb;
+
+    // Radix select, most significant digit first: find the key prefix of the Kb-th largest score.
+    // k = how many of the keys matching the prefix still have to be taken.
+    uint32_t prefix = 0, mask = 0, k = (uint32_t)q.Kb;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+        __syncthreads();
+        for (int64_t base = 0; base < nb; base += kTopkThreads) { // uniform trip count (match_any)
+            const int64_t i = base + tid;
+            uint32_t bin = 256; // no bin
+            if (i < nb) {
+                const uint32_t key = order_key(sc[i]);
+                if ((key & mask) == prefix) bin = (key >> shift) & 255u;
+            }
+            const unsigned peers = __match_any_sync(kFull, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+        }
+        __syncthreads();
+        if (warp == 0) { // lane l owns bins 255 − 8l … 248 − 8l (descending)
+            uint32_t c[8], sum = 0;
+#pragma unroll
+            for (int t = 0; t < 8; t++) c[t] = hist[255 - 8 * lane - t], sum += c[t];
+            uint32_t incl = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t v = __shfl_up_sync(kFull, incl, o);
+                if (lane >= o) incl += v;
+            }
+            const uint32_t excl = incl - sum;
+            if (excl < k && k <= incl) { // exactly one lane
+                uint32_t above = excl;
+                int t = 0;
+                while (above + c[t] < k) above += c[t], t++;
+                s_digit = 255u - 8u * lane - (uint32_t)t;
+                s_above = above;
+                s_done = (above + c[t] == k); // the whole bin is taken: no ties left to resolve
+            }
+        }
+        __syncthreads();
+        prefix |= s_digit << shift;
+        mask |= 0xffu << shift;
+        k -= s_above;
+        if (s_done) break; // uniform
+    }
+
+    // Ordered compaction: take key-prefix > prefix, and the first k (lowest indices) equal to it.
+    const unsigned lt = (1u << lane) - 1u;
+    uint32_t carry_eq = 0, carry_take = 0;
+    for (int64_t base = 0; base < nb && carry_take < (uint32_t)q.Kb; base += kTopkThreads) {
+        const int64_t i = base + tid;
+        uint32_t km = 0;
+        bool valid = i < nb;
+        if (valid) km = order_key(sc[i]) & mask;
+        const bool gt = valid && km > prefix, eq = valid && km == prefix;
+        const unsigned beq = __ballot_sync(kFull, eq);
+        if (lane == 0) w_eq[warp] = __popc(beq);
+        __syncthreads();
+        uint32_t eq_before = carry_eq + __popc(beq & lt), eq_all = 0;
+        for (int w = 0; w < kTopkWarps; w++) {
+            if (w < warp) eq_before += w_eq[w];
+            eq_all += w_eq[w];
+        }
+        const bool take = gt || (eq && eq_before < k);
+        const unsigned btake = __ballot_sync(kFull, take);
+        if (lane == 0) w_take[warp] = __popc(btake);
+        __syncthreads();
+        uint32_t at = carry_take + __popc(btake & lt), take_all = 0;
+        for (int w = 0; w < kTopkWarps; w++) {
+            if (w < warp) at += w_take[w];
+            take_all += w_take[w];
+        }
+        if (take) out[at] = (int32_t)i;
+        carry_eq += eq_all, carry_take += take_all;
+        __syncthreads(); // w_eq / w_take are rewritten next round
+    }
+}
+
+// ---- 5. attention ------------------------------------------------------------------------------
+
+// NV: float4 K loads per lane per row (hd = 128·NV), 0 = scalar loads (any hd); SL: head-dim
+// slices of kAttThreads per thread (hd ≤ SL·256).
+template <int NV, int SL>
+__global__ void __launch_bounds__(kAttThreads)
+    qsa_attn_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ qg, const int32_t *__restrict__ sel,
+                    int all_dense, int ngroups, int gh_max, int nsplit, float *__restrict__ att,
+                    float *__restrict__ part_o, float *__restrict__ part_ml) {
+    constexpr int PF = NV <= 2 ? 4 : 2; // K rows a warp loads at once
+    extern __shared__ float4 smem4[];
+    float *q_s = reinterpret_cast<float *>(smem4);         // [gh_max][hd] queries of the group (padded to 4)
+    float *p_s = q_s + ((size_t)gh_max * q.hd + 3) / 4 * 4; // [gh_max][kAttCh] scores, then probabilities
+    float *m_s = p_s + (size_t)gh_max * kAttCh;            // [kMaxGH] running max
+    float *l_s = m_s + kMaxGH;                              // [kMaxGH] running sum
+    float *c_s = l_s + kMaxGH;                              // [kMaxGH] rescale of this sub-chunk
+    int64_t *pos_s = reinterpret_cast<int64_t *>(c_s + kMaxGH); // [kAttCh] positions of the sub-chunk
+
+    const int r = blockIdx.x, j = blockIdx.y / ngroups, grp = blockIdx.y % ngroups, split = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = q.hd, nkv = q.nkv, nh = q.nh;
+    const int h0 = j * q.G + grp * gh_max;
+    const int gh = min(gh_max, q.G - grp * gh_max);
+    if (gh <= 0) return;
+
+    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
+    const bool dense = all_dense || nb <= q.Kb;
+    const int64_t n = allowed_count(q, p, nb, dense);
+    // split length: an even share, but at least kMinSplitLen (short lists leave the last splits empty)
+    int64_t chunk = (n + nsplit - 1) / nsplit;
+    if (chunk < kMinSplitLen) chunk = kMinSplitLen;
+    const int64_t a0 = split * chunk, a1 = a0 + chunk < n ? a0 + chunk : n;
+    if (a0 >= a1) { // empty split (never the first one): weight 0 in the combine
+        if (tid < gh) {
+            float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
+            ml[0] = -INFINITY, ml[1] = 0.0f;
+        }
+        return;
+    }
+    const int seq = b.row_seq[r];
+    const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * hd;
+    const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * hd;
+    const int64_t kvs = (int64_t)nkv * hd; // cache row stride (one position)
+    const int32_t *selr = sel + (int64_t)r * q.Kb;
+    const int64_t sparse_len = (int64_t)q.Kb * q.B;
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    const float *qrow = qg + (int64_t)r * nh * 2 * hd;
+    for (int i = tid; i < gh * hd; i += kAttThreads) {
+        const int h = i / hd, d = i - h * hd;
+        q_s[i] = qrow[(int64_t)(h0 + h) * 2 * hd + d];
+    }
+    if (tid < kMaxGH) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
+
+    float acc[SL][kMaxGH];
+#pragma unroll
+    for (int sl = 0; sl < SL; sl++)
+#pragma unroll
+        for (int h = 0; h < kMaxGH; h++) acc[sl][h] = 0.0f;
+
+    for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
+        const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
+        if (tid < cnt) {
+            const int64_t a = c0 + tid;
+            int64_t t;
+            if (dense) t = a;
+            else if (a < sparse_len) t = (int64_t)selr[a / q.B] * q.B + a % q.B;
+            else t = nb * q.B + (a - sparse_len);
+            pos_s[tid] = t;
+        }
+        __syncthreads(); // pos_s (and, the first time, q_s / m_s / l_s) ready
+
+        // V column of this thread for the sub-chunk: issued now, consumed after the softmax step
+        float vpre[SL][kAttCh];
+#pragma unroll
+        for (int sl = 0; sl < SL; sl++) {
+            const int d = tid + sl * kAttThreads;
+#pragma unroll
+            for (int t = 0; t < kAttCh; t++) vpre[sl][t] = (d < hd && t < cnt) ? Vc[pos_s[t] * kvs + d] : 0.0f;
+        }
+
+        // scores: a warp per position, all gh heads at once
+        if constexpr (NV > 0) {
+            for (int t0 = warp * PF; t0 < cnt; t0 += kAttWarps * PF) {
+                float4 kr[PF][NV];
+#pragma unroll
+                for (int u = 0; u < PF; u++) {
+                    const float4 *src = reinterpret_cast<const float4 *>(Kc + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
+#pragma unroll
+                    for (int v = 0; v < NV; v++)
+                        kr[u][v] = t0 + u < cnt ? src[v * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+                for (int u = 0; u < PF; u++) {
+                    float part[kMaxGH];
+#pragma unroll
+                    for (int h = 0; h < kMaxGH; h++) {
+                        part[h] = 0.0f;
+                        if (h < gh) {
+                            const float4 *qs4 = reinterpret_cast<const float4 *>(q_s + h * hd);
+#pragma unroll
+                            for (int v = 0; v < NV; v++) {
+                                const float4 qv = qs4[v * 32 + lane], kv = kr[u][v];
+                                part[h] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+                            }
+                        }
+                    }
+                    const float tot = warp_sum16(part);
+                    const int hv = (lane >> 1) & 15;
+                    if ((lane & 1) == 0 && hv < gh && t0 + u < cnt) p_s[hv * kAttCh + t0 + u] = tot * scale;
+                }
+            }
+        } else {
+            for (int t = warp; t < cnt; t += kAttWarps) {
+                const float *kr = Kc + pos_s[t] * kvs;
+                float part[kMaxGH];
+#pragma unroll
+                for (int h = 0; h < kMaxGH; h++) part[h] = 0.0f;
+                for (int d = lane; d < hd; d += 32) {
+                    const float kv = kr[d];
+#pragma unroll
+                    for (int h = 0; h < kMaxGH; h++)
+                        if (h < gh) part[h] += q_s[h * hd + d] * kv;
+                }
+                const float tot = warp_sum16(part);
+                const int hv = (lane >> 1) & 15;
+                if ((lane & 1) == 0 && hv < gh) p_s[hv * kAttCh + t] = tot * scale;
+            }
+        }
+        __syncthreads();
+
+        // online softmax: a warp per head, a lane per position (kAttCh = 32)
+        for (int h = warp; h < gh; h += kAttWarps) {
+            const float s = lane < cnt ? p_s[h * kAttCh + lane] : -INFINITY;
+            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
+            const float e = lane < cnt ? expf(s - m_new) : 0.0f;
+            p_s[h * kAttCh + lane] = e; // 0 past cnt: the accumulation below needs no guard
+            const float sum = warp_sum(e);
+            if (lane == 0) {
+                const float c = expf(m_old - m_new); // 0 on the first sub-chunk (m_old = −inf)
+                c_s[h] = c;
+                l_s[h] = l_s[h] * c + sum;
+                m_s[h] = m_new;
+            }
+        }
+        __syncthreads();
+
+        // o += Σ p·v for every head of the group, thread = head-dim element
+#pragma unroll
+        for (int sl = 0; sl < SL; sl++) {
+#pragma unroll
+            for (int h = 0; h < kMaxGH; h++)
+                if (h < gh) acc[sl][h] *= c_s[h];
+#pragma unroll
+            for (int t = 0; t < kAttCh; t += 4) {
+#pragma unroll
+                for (int h = 0; h < kMaxGH; h++) {
+                    if (h < gh) {
+                        const float4 pv = *reinterpret_cast<const float4 *>(p_s + h * kAttCh + t);
+                        acc[sl][h] += pv.x * vpre[sl][t] + pv.y * vpre[sl][t + 1] + pv.z * vpre[sl][t + 2] +
+                                      pv.w * vpre[sl][t + 3];
+                    }
+                }
+            }
+        }
+        __syncthreads(); // pos_s and p_s are rewritten by the next sub-chunk
+    }
+
+    // output: final (one split) or partial
+#pragma unroll
+    for (int sl = 0; sl < SL; sl++) {
+        const int d = tid + sl * kAttThreads;
+        if (d >= hd) continue;
+#pragma unroll
+        for (int h = 0; h < kMaxGH; h++) {
+            if (h >= gh) continue;
+            const int hq = h0 + h;
+            if (nsplit == 1) {
+                const float gate = qrow[(int64_t)hq * 2 * hd + hd + d];
+                att[((int64_t)r * nh + hq) * hd + d] = acc[sl][h] / l_s[h] * ts_dsigmoid(gate);
+            } else {
+                part_o[(((int64_t)r * nh + hq) * nsplit + split) * hd + d] = acc[sl][h];
+            }
+        }
+    }
+    if (nsplit > 1 && tid < gh) {
+        float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
+        ml[0] = m_s[tid], ml[1] = l_s[tid];
+    }
+}
+
+// ---- 6. split combine --------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kCombineThreads)
+    qsa_combine_kernel(qsa_shape q, int nsplit, const float *__restrict__ qg, const float *__restrict__ part_o,
+                       const float *__restrict__ part_ml, float *__restrict__ att) {
+    extern __shared__ float wsh[]; // [nsplit] weights, then L
+    const int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const int hd = q.hd;
+    const int64_t base = ((int64_t)r * q.nh + h) * nsplit;
+    if (tid < 32) {
+        float M = -INFINITY;
+        for (int s = lane; s < nsplit; s += 32)
+            if (part_ml[(base + s) * 2 + 1] > 0.0f) M = fmaxf(M, part_ml[(base + s) * 2]);
+        M = warp_max(M);
+        float L = 0.0f;
+        for (int s = lane; s < nsplit; s += 32) {
+            const float m = part_ml[(base + s) * 2], ls = part_ml[(base + s) * 2 + 1];
+            const float wgt = ls > 0.0f ? expf(m - M) : 0.0f;
+            wsh[s] = wgt;
+            L += wgt * ls;
+        }
+        L = warp_sum(L);
+        if (lane == 0) wsh[nsplit] = L;
+    }
+    __syncthreads();
+    const float L = wsh[nsplit];
+    const float *gate = qg + ((int64_t)r * q.nh + h) * 2 * hd + hd;
+    for (int d = tid; d < hd; d += kCombineThreads) {
+        float o = 0.0f;
+        for (int s = 0; s < nsplit; s++)
+            if (wsh[s] != 0.0f) o += wsh[s] * part_o[(base + s) * hd + d]; // empty splits wrote no partial
+        att[((int64_t)r * q.nh + h) * hd + d] = o / L * ts_dsigmoid(gate[d]);
+    }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+bool force_dense() {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("TURBOSPARK_QSA_FORCE_DENSE");
+        cached = e && *e && strcmp(e, "0") != 0;
+    }
+    return cached != 0;
+}
+
+size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// Query heads per attention thread block, and how many such groups a kv head has.
+void head_groups(int64_t G, int *ngroups, int *gh_max) {
+    const int64_t ng = (G + kMaxGH - 1) / kMaxGH;
+    *ngroups = (int)ng;
+    *gh_max = (int)((G + ng - 1) / ng);
+}
+
+// Splits of each row's allowed list.
+int split_count(int64_t N, int64_t nkv, int ngroups, int64_t max_n) {
+    const int64_t by_len = (max_n + kMinSplitLen - 1) / kMinSplitLen;
+    const int64_t blocks = N * nkv * ngroups;
+    int64_t by_occ = (kAttTarget + blocks - 1) / blocks;
+    if (by_occ < 1) by_occ = 1;
+    int64_t s = by_len < by_occ ? by_len : by_occ;
+    return (int)(s < 1 ? 1 : s);
+}
+
+// The longest allowed list of any row.
+int64_t max_allowed(const ts_hparams *hp, int64_t max_ctx, bool dense) {
+    if (dense) return max_ctx;
+    const int64_t cap = ((int64_t)hp->idx_top_blocks + 1) * hp->compress;
+    return max_ctx < cap ? max_ctx : cap;
+}
+
+// Whether any row at context max_ctx can be sparse.
+bool can_be_sparse(const ts_hparams *hp, int64_t max_ctx, bool dense) {
+    return !dense && hp->compress > 0 && max_ctx / hp->compress > (int64_t)hp->idx_top_blocks;
+}
+
+// Scratch regions (bytes, each 256-aligned), in this order.
+struct qsa_layout {
+    size_t vbuf;     // N × nkv·hd values when they cannot follow the keys in w->kv aligned
+    size_t sel;      // N × Kb int32 selected blocks
+    size_t scores;   // rows_pass × nbm floats
+    size_t part_o;   // N × nh × nsplit × hd floats (nsplit > 1)
+    size_t part_ml;  // N × nh × nsplit × 2 floats (nsplit > 1)
+    int64_t rows_pass;
+    int nsplit;
+    size_t total() const { return vbuf + sel + scores + part_o + part_ml; }
+};
+
+qsa_layout make_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, bool dense) {
+    qsa_layout o = {};
+    const int64_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, kvw = nkv * hd;
+    if (kvw % 4 != 0) o.vbuf = align256((size_t)(N * kvw) * sizeof(float));
+    if (can_be_sparse(hp, max_ctx, dense)) {
+        const int64_t nbm = max_ctx / hp->compress;
+        int64_t rp = kScoreBudget / nbm;
+        if (rp < 1) rp = 1;
+        if (rp > N) rp = N;
+        if (rp > 65535) rp = 65535; // grid.y
+        o.rows_pass = rp;
+        o.sel = align256((size_t)(N * hp->idx_top_blocks) * sizeof(int32_t));
+        o.scores = align256((size_t)(rp * nbm) * sizeof(float));
+    }
+    int ngroups, gh_max;
+    head_groups(nh / (nkv > 0 ? nkv : 1), &ngroups, &gh_max);
+    o.nsplit = split_count(N, nkv, ngroups, max_allowed(hp, max_ctx, dense));
+    if (o.nsplit > 1) {
+        o.part_o = align256((size_t)(N * nh * o.nsplit * hd) * sizeof(float));
+        o.part_ml = align256((size_t)(N * nh * o.nsplit * 2) * sizeof(float));
+    }
+    return o;
+}
+
+bool launched() { return cudaGetLastError() == cudaSuccess; }
+
+template <int NV, int SL>
+bool launch_attn(dim3 grid, size_t smem, cudaStream_t s, const ts_cuda_batch &b, int l, const qsa_shape &q,
+                 const float *qg, const int32_t *sel, int dense, int ngroups, int gh_max, int nsplit, float *att,
+                 float *part_o, float *part_ml) {
+    qsa_attn_kernel<NV, SL><<<grid, kAttThreads, smem, s>>>(b, l, q, qg, sel, dense, ngroups, gh_max, nsplit, att,
+                                                            part_o, part_ml);
+    return launched();
+}
+
+} // namespace
+
+extern "C" size_t ts_cuda_qsa_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
+    if (max_rows < 1) max_rows = 1;
+    if (max_ctx < 1) max_ctx = 1;
+    // every region grows with N except the partials (N · nsplit(N)), which exist only while N·nkv < 256:
+    // take the largest over N, and the dense worst case (FORCE_DENSE can be set at run time)
+    size_t best = 0;
+    const int64_t nmax = max_rows < kAttTarget ? max_rows : kAttTarget;
+    for (int64_t N = 1; N <= nmax; N++) {
+        const qsa_layout a = make_layout(hp, N, max_ctx, true), c = make_layout(hp, N, max_ctx, false);
+        const size_t pa = a.part_o + a.part_ml, pc = c.part_o + c.part_ml;
+        best = best > pa ? best : pa, best = best > pc ? best : pc;
+    }
+    const qsa_layout full = make_layout(hp, max_rows, max_ctx, false);
+    return full.vbuf + full.sel + full.scores + best;
+}
+
+extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
+                           float *y, cudaStream_t s) {
+    const ts_hparams *hp = w->hp;
+    const int64_t N = b->n_rows;
+    if (N <= 0) return 0;
+    const int64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, kvw = nkv * hd;
+    const int64_t ni = hp->idx_n_head, di = hp->idx_head_dim;
+    if (nkv < 1 || nh % nkv != 0 || hd < 1 || hd > kMaxHeadDim || di < 1 || ni < 1 || hp->compress < 1 ||
+        hp->n_rot % 2 != 0 || hp->n_rot > hd || hp->n_rot > di || b->max_ctx < 1)
+        return -1;
+    const bool dense = force_dense();
+    const qsa_layout lay = make_layout(hp, N, b->max_ctx, dense);
+    if (lay.total() > w->scratch_bytes) return -1;
+
+    qsa_shape q;
+    q.nh = (int)nh, q.nkv = (int)nkv, q.hd = (int)hd, q.G = (int)(nh / nkv);
+    q.ni = (int)ni, q.di = (int)di, q.n_rot = (int)hp->n_rot, q.B = (int)hp->compress;
+    q.Kb = (int)hp->idx_top_blocks, q.eps = hp->eps, q.theta = hp->rope_base;
+    q.nbm = b->max_ctx / hp->compress;
+
+    uint8_t *sp = static_cast<uint8_t *>(w->scratch);
+    float *vbuf = lay.vbuf ? reinterpret_cast<float *>(sp) : nullptr;
+    sp += lay.vbuf;
+    int32_t *sel = reinterpret_cast<int32_t *>(sp);
+    sp += lay.sel;
+    float *scores = reinterpret_cast<float *>(sp);
+    sp += lay.scores;
+    float *part_o = reinterpret_cast<float *>(sp);
+    sp += lay.part_o;
+    float *part_ml = reinterpret_cast<float *>(sp);
+
+    // 1. projections
+    float *kraw = w->kv;
+    float *vraw = (N * kvw) % 4 == 0 ? w->kv + N * kvw : vbuf;
+    if (!vraw) return -1;
+    if (ts_cuda_matmul(&L->attn_q, 0, nh * 2 * hd, x, N, w->qg, s) ||
+        ts_cuda_matmul(&L->attn_k, 0, kvw, x, N, kraw, s) || ts_cuda_matmul(&L->attn_v, 0, kvw, x, N, vraw, s) ||
+        ts_cuda_matmul(&L->idx_q, 0, ni * di, x, N, w->iq, s) || ts_cuda_matmul(&L->idx_k, 0, di, x, N, w->ik, s))
+        return -1;
+
+    // 2. norms, rope, cache writes
+    {
+        const dim3 grid((unsigned)N, (unsigned)(nh + nkv + ni + 1));
+        const size_t smem = (size_t)(hd > di ? hd : di) * sizeof(float);
+        qsa_prep_kernel<<<grid, kPrepThreads, smem, s>>>(*b, l, q, w->qg, kraw, vraw, w->iq, w->ik, L->attn_q_norm,
+                                                         L->attn_k_norm, L->idx_q_norm);
+        if (!launched()) return -1;
+    }
+
+    // 3. indexer blocks completed by this micro-batch
+    qsa_block_kernel<<<(unsigned)N, kPrepThreads, (size_t)di * sizeof(float), s>>>(*b, l, q, L->idx_k_norm);
+    if (!launched()) return -1;
+
+    // 4. block selection, in passes of rows_pass rows
+    if (can_be_sparse(hp, b->max_ctx, dense) && q.Kb > 0) {
+        const unsigned chunks = (unsigned)((q.nbm + kScoreChunk - 1) / kScoreChunk);
+        for (int64_t r0 = 0; r0 < N; r0 += lay.rows_pass) {
+            const int64_t rp = N - r0 < lay.rows_pass ? N - r0 : lay.rows_pass;
+            qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, w->iq, (int)r0,
+                                                                                    scores);
+            if (!launched()) return -1;
+            qsa_topk_kernel<<<(unsigned)rp, kTopkThreads, 0, s>>>(*b, q, (int)r0, scores, sel);
+            if (!launched()) return -1;
+        }
+    }
+
+    // 5. attention (6. combine when split)
+    {
+        int ngroups, gh_max;
+        head_groups(q.G, &ngroups, &gh_max);
+        const int nsplit = lay.nsplit;
+        const dim3 grid((unsigned)N, (unsigned)(nkv * ngroups), (unsigned)nsplit);
+        const size_t smem = (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
+                            kAttCh * sizeof(int64_t);
+        const int fd = dense ? 1 : 0;
+        bool ok;
+        if (hd <= kAttThreads) {
+            if (hd == 256) ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                                  w->att, part_o, part_ml);
+            else if (hd == 128) ok = launch_attn<1, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max,
+                                                       nsplit, w->att, part_o, part_ml);
+            else ok = launch_attn<0, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                        part_o, part_ml);
+        } else {
+            if (hd == 512) ok = launch_attn<4, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                                  w->att, part_o, part_ml);
+            else if (hd == 384) ok = launch_attn<3, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max,
+                                                       nsplit, w->att, part_o, part_ml);
+            else ok = launch_attn<0, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                        part_o, part_ml);
+        }
+        if (!ok) return -1;
+        if (nsplit > 1) {
+            qsa_combine_kernel<<<dim3((unsigned)N, (unsigned)nh), kCombineThreads, (size_t)(nsplit + 1) * sizeof(float),
+                                 s>>>(q, nsplit, w->qg, part_o, part_ml, w->att);
+            if (!launched()) return -1;
+        }
+    }
+
+    // 7. output projection
+    return ts_cuda_matmul(&L->attn_output, 0, H, w->att, N, y, s) ? -1 : 0;
+}

@@ -1,0 +1,335 @@
+/* CUDA forward parity (label cuda: needs a GPU; exits 77, "skipped", without one).
+ *
+ * Every CUDA block against its CPU twin, through whole synthetic models of several shapes and
+ * weight types (tiny with every feature, awkward sizes, fused experts + per-head PLE tables, a
+ * mid-size model with the released head and state sizes in Q4_K):
+ *   1. the wide residual after the embedding and after every block, CPU vs CUDA, same chunks: the
+ *      first block whose relative difference passes 1e-4 is named;
+ *   2. the logits of every position within 1e-4 of max|logit| (CPU vs transformers: 3.7e-6) and
+ *      the same top-1 wherever the CPU's top-2 margin is clear;
+ *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64;
+ *   4. graph replay equal to eager execution over greedy decode steps;
+ *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone.
+ * The sparse-attention regime is reached by the tiny configs (budget 16 tokens: sparse from
+ * position 19 of 200). The golden fixtures against transformers run in tests/cuda/golden_cuda.sh.
+ *
+ *   test_cuda_forward [DIR]   (writes its synthetic files into DIR, default $TS_TMP or /tmp) */
+#include "cpu/forward.h"
+#include "cuda/forward.h"
+#include "model/qwen4exp.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+#include "turbospark.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                                              \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            printf("  FAIL: " __VA_ARGS__);                                                                           \
+            printf("\n");                                                                                             \
+            failures++;                                                                                               \
+        }                                                                                                             \
+    } while (0)
+
+/* ---- snapshots of the wide residual -------------------------------------------------------------- */
+
+typedef struct {
+    int n, cap;
+    int *layer, *block;
+    int64_t *rows;
+    float **R;
+    int64_t W;
+} trace_buf;
+
+static void record(void *ctx, int layer, int block, const float *R, int64_t T) {
+    trace_buf *t = ctx;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->layer = realloc(t->layer, t->cap * sizeof *t->layer), t->block = realloc(t->block, t->cap * sizeof *t->block);
+        t->rows = realloc(t->rows, t->cap * sizeof *t->rows), t->R = realloc(t->R, t->cap * sizeof *t->R);
+    }
+    t->layer[t->n] = layer, t->block[t->n] = block, t->rows[t->n] = T;
+    t->R[t->n] = malloc((size_t)(T * t->W) * sizeof(float));
+    memcpy(t->R[t->n], R, (size_t)(T * t->W) * sizeof(float));
+    t->n++;
+}
+
+static void trace_free(trace_buf *t) {
+    for (int i = 0; i < t->n; i++) free(t->R[i]);
+    free(t->layer), free(t->block), free(t->rows), free(t->R);
+    memset(t, 0, sizeof *t);
+}
+
+/* max|a − b| / max|b| */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    return s > 0 ? d / s : d;
+}
+
+/* ---- helpers --------------------------------------------------------------------------------------- */
+
+static ts_session *session(ts_model *m, int64_t n_ctx, int64_t ub, ts_backend be) {
+    char err[1024];
+    ts_session *s;
+    ts_session_params p = {.n_ctx = n_ctx, .ubatch = ub, .backend = be};
+    if (ts_session_new(m, &p, &s, err, sizeof err)) {
+        printf("  FAIL: session: %s\n", err);
+        failures++;
+        return NULL;
+    }
+    return s;
+}
+
+static int eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all) {
+    char err[1024];
+    if (ts_session_eval(s, ids, n, logits, all, err, sizeof err)) {
+        printf("  FAIL: eval: %s\n", err);
+        failures++;
+        return -1;
+    }
+    return 0;
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return (int32_t)b;
+}
+
+/* ---- the checks of one model ------------------------------------------------------------------------ */
+
+enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
+
+static void check_model(const char *name, const char *path) {
+    char err[1024];
+    ts_model *m = NULL, *m2 = NULL;
+    printf("%s:\n", name);
+    if (ts_model_load(path, &m, err, sizeof err) || ts_model_load(path, &m2, err, sizeof err)) {
+        printf("  FAIL: load: %s\n", err);
+        failures++;
+        ts_model_free(m);
+        return;
+    }
+    const ts_hparams *hp = &m->hp;
+    const int64_t V = hp->n_vocab, W = (int64_t)hp->hc_count * hp->n_embd, n_ctx = T_PROMPT + N_DECODE + 8;
+    int32_t ids[T_PROMPT];
+    uint64_t rng = 99;
+    for (int t = 0; t < T_PROMPT; t++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        ids[t] = (int32_t)((rng >> 33) % (uint64_t)V);
+        if (hp->ple_layer >= 0 && (t == 17 || t == 18 || t == 90)) ids[t] = (int32_t)hp->ple_eos;
+    }
+    float *lc = malloc((size_t)(T_PROMPT * V) * sizeof(float)), *lg = malloc((size_t)(T_PROMPT * V) * sizeof(float));
+    float *lx = malloc((size_t)(T_PROMPT * V) * sizeof(float));
+
+    /* 1 + 2: traces and logits, CPU vs CUDA, micro-batches of UB */
+    trace_buf tc = {.W = W}, tg = {.W = W};
+    ts_session *sc = session(m, n_ctx, UB, TS_BACKEND_CPU), *sg = session(m, n_ctx, UB, TS_BACKEND_CUDA);
+    if (!sc || !sg) goto out;
+    ts_cpu_set_trace(record, &tc);
+    eval(sc, ids, T_PROMPT, lc, true);
+    ts_cpu_set_trace(NULL, NULL);
+    ts_cuda_set_trace(m->cuda, record, &tg);
+    eval(sg, ids, T_PROMPT, lg, true);
+    ts_cuda_set_trace(m->cuda, NULL, NULL);
+    CHECK(tc.n == tg.n, "%d CPU snapshots, %d CUDA snapshots", tc.n, tg.n);
+    double worst = 0;
+    for (int i = 0; i < tc.n && i < tg.n; i++) {
+        double d = rel_diff(tg.R[i], tc.R[i], tc.rows[i] * W);
+        if (!(d <= worst)) worst = d;
+        if (!(d <= 1e-4)) {
+            printf("  FAIL: residual after layer %d %s (snapshot %d, %" PRId64 " rows) differs by %.3g of max|R|\n",
+                   tc.layer[i], tc.layer[i] < 0 ? "embedding" : tc.block[i] ? "MoE" : hp->kind[tc.layer[i]] ? "QSA" : "GDN",
+                   i, tc.rows[i], d);
+            failures++;
+            break;
+        }
+    }
+    printf("  residual: %d snapshots, worst %.2e of max|R|\n", tc.n, worst);
+    double dl = rel_diff(lg, lc, T_PROMPT * V);
+    double scale = 0;
+    for (int64_t i = 0; i < T_PROMPT * V; i++) scale = fmax(scale, fabs(lc[i]));
+    int decided = 0, same = 0;
+    for (int t = 0; t < T_PROMPT; t++) {
+        const float *r = lc + t * V;
+        int32_t a = argmax(r, V);
+        float second = -INFINITY;
+        for (int64_t v = 0; v < V; v++)
+            if (v != a && r[v] > second) second = r[v];
+        if ((r[a] - second) / scale > 1e-3) decided++, same += argmax(lg + t * V, V) == a;
+    }
+    printf("  logits: max|d| = %.2e of max|logit| over %d positions; top-1 equal at %d of %d decided positions\n", dl,
+           T_PROMPT, same, decided);
+    CHECK(dl <= 1e-4, "logits differ by %.3g of max|logit|", dl);
+    CHECK(same == decided, "top-1 differs at %d decided positions", decided - same);
+
+    /* 3: chunked prefill on the GPU */
+    for (int k = 0; k < 2; k++) {
+        const int64_t ub = k ? 7 : 1;
+        ts_session *s = session(m, n_ctx, ub, TS_BACKEND_CUDA);
+        if (!s) continue;
+        eval(s, ids, T_PROMPT, lx, true);
+        double d = rel_diff(lx, lg, T_PROMPT * V);
+        printf("  micro-batch %" PRId64 " vs %d: %.2e of max|logit|\n", ub, UB, d);
+        CHECK(d <= 1e-5, "micro-batch %" PRId64 " differs by %.3g", ub, d);
+        ts_session_free(s);
+    }
+
+    /* 4: graph replay vs eager (m2's context is created with graphs off) */
+    {
+        setenv("TURBOSPARK_CUDA_GRAPH", "0", 1);
+        ts_session *se = session(m2, n_ctx, UB, TS_BACKEND_CUDA);
+        unsetenv("TURBOSPARK_CUDA_GRAPH");
+        ts_session *sr = session(m, n_ctx, UB, TS_BACKEND_CUDA);
+        double gd = 0;
+        if (se && sr && !eval(se, ids, 50, lx, false) && !eval(sr, ids, 50, lx + V, false)) {
+            int32_t te = argmax(lx, V), tr = argmax(lx + V, V);
+            for (int k = 0; k < N_DECODE && te == tr; k++) {
+                if (eval(se, &te, 1, lx, false) || eval(sr, &tr, 1, lx + V, false)) break;
+                double d = rel_diff(lx + V, lx, V);
+                gd = d > gd ? d : gd;
+                te = argmax(lx, V), tr = argmax(lx + V, V);
+            }
+            CHECK(te == tr, "graph replay chose another token than eager execution");
+        }
+        printf("  graph replay vs eager over %d decode steps: max|d| = %.2e of max|logit|\n", N_DECODE, gd);
+        CHECK(gd <= 1e-6, "graph replay differs from eager execution by %.3g", gd);
+        ts_session_free(se), ts_session_free(sr);
+    }
+
+    /* 5: batched decode vs alone */
+    {
+        ts_session *b[N_SEQ] = {0}, *a[N_SEQ] = {0};
+        const int64_t plen[N_SEQ] = {5, 60, 23, 130};
+        float *lb[N_SEQ], *la = malloc((size_t)V * sizeof(float));
+        int32_t tok[N_SEQ];
+        const int32_t *idp[N_SEQ];
+        int64_t one[N_SEQ];
+        double bd = 0;
+        bool ok = la != NULL;
+        for (int i = 0; i < N_SEQ; i++) {
+            lb[i] = malloc((size_t)V * sizeof(float));
+            b[i] = session(m, n_ctx, UB, TS_BACKEND_CUDA), a[i] = session(m, n_ctx, UB, TS_BACKEND_CUDA);
+            ok = ok && lb[i] && b[i] && a[i];
+            if (ok) ok = !eval(b[i], ids + i, plen[i], lb[i], false) && !eval(a[i], ids + i, plen[i], la, false);
+            if (ok) tok[i] = argmax(lb[i], V), idp[i] = &tok[i], one[i] = 1;
+        }
+        for (int k = 0; ok && k < N_DECODE; k++) {
+            int32_t alone[N_SEQ];
+            for (int i = 0; ok && i < N_SEQ; i++) {
+                ok = !eval(a[i], &tok[i], 1, la, false);
+                alone[i] = argmax(la, V);
+                memcpy(lx + i * V, la, (size_t)V * sizeof(float));
+            }
+            if (ok && ts_batch_eval(b, idp, one, lb, N_SEQ, err, sizeof err)) {
+                printf("  FAIL: batch: %s\n", err);
+                failures++, ok = false;
+            }
+            for (int i = 0; ok && i < N_SEQ; i++) {
+                double d = rel_diff(lb[i], lx + i * V, V);
+                bd = d > bd ? d : bd;
+                CHECK(argmax(lb[i], V) == alone[i], "sequence %d: batched decode chose another token at step %d", i, k);
+                tok[i] = alone[i];
+            }
+        }
+        printf("  %d sequences decoded together vs alone over %d steps: max|d| = %.2e of max|logit|\n", N_SEQ, N_DECODE, bd);
+        CHECK(bd <= 1e-5, "batched decode differs from decoding alone by %.3g", bd);
+        for (int i = 0; i < N_SEQ; i++) ts_session_free(b[i]), ts_session_free(a[i]), free(lb[i]);
+        free(la);
+    }
+
+out:
+    ts_session_free(sc), ts_session_free(sg);
+    trace_free(&tc), trace_free(&tg);
+    free(lc), free(lg), free(lx);
+    ts_model_free(m), ts_model_free(m2);
+}
+
+/* ---- the models -------------------------------------------------------------------------------------- */
+
+static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, ts_layout layout, char *path,
+                       size_t n) {
+    char err[1024];
+    snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
+    ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
+    if (ts_synth_write(hp, &o, path, err, sizeof err)) {
+        printf("%s: FAIL: synth: %s\n", name, err);
+        failures++;
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : getenv("TS_TMP") ? getenv("TS_TMP") : "/tmp";
+    char err[1024], path[4096];
+    if (!ts_have_cuda()) {
+        printf("skipped: this build has no CUDA backend\n");
+        return 77;
+    }
+    {
+        ts_hparams hp;
+        if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;
+        ts_model *m;
+        int rc = write_model(dir, "probe", &hp, 0, (ts_layout){0}, path, sizeof path) || ts_model_load(path, &m, err, sizeof err);
+        ts_hparams_free(&hp);
+        if (rc) return 1;
+        ts_cuda_params cp = {.plan_ctx = 16, .plan_seqs = 1, .max_rows = 1};
+        if (ts_model_cuda_init(m, &cp, err, sizeof err)) {
+            printf("skipped: %s\n", err);
+            ts_model_free(m);
+            return 77;
+        }
+        ts_model_free(m);
+    }
+    struct {
+        const char *name;
+        uint32_t type;
+        ts_layout layout;
+        int shape; /* 0 tiny, 1 awkward, 2 mid (4 layers) */
+    } cases[] = {
+        {"tiny_f32", TS_TYPE_F32, {0}, 0},
+        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0},
+        {"awkward_f16", TS_TYPE_F16, {0}, 1},
+        {"mid4_q4_k", TS_TYPE_Q4_K, {0}, 2},
+        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ts_hparams hp;
+        int rc = cases[i].shape == 2 ? ts_hparams_mid(&hp, err, sizeof err) : ts_hparams_tiny(&hp, err, sizeof err);
+        if (!rc && cases[i].shape == 1) { /* sizes that are no power of two anywhere they may be */
+            hp.hc_count = 3, hp.hc_rank = 12, hp.n_head = 6, hp.n_head_kv = 2, hp.head_dim = 24, hp.n_rot = 8;
+            hp.idx_n_head = 3, hp.idx_head_dim = 20, hp.compress = 3, hp.idx_top_blocks = 5, hp.idx_top_k = 15;
+            hp.ssm_nk = 1, hp.ssm_nv = 3, hp.ssm_dk = 12, hp.ssm_dv = 20, hp.n_expert = 6, hp.n_expert_used = 3;
+            hp.n_ff_shexp = 40, hp.n_ff_exp[0] = 24, hp.ple_n = 4, hp.ple_p = 1, hp.ple_nh = 3, hp.ple_dh = 8;
+            hp.ple_conv = 3, hp.rope_sections[0] = 2, hp.rope_sections[1] = 1, hp.rope_sections[2] = 1;
+            ts_ple_multipliers(hp.n_vocab, hp.ple_n, 1234, 0, hp.ple_mult);
+            rc = ts_hparams_set_layers(&hp, 5, 0, err, sizeof err);
+        }
+        if (!rc && cases[i].shape == 2) rc = ts_hparams_set_layers(&hp, 4, 0, err, sizeof err);
+        if (rc) {
+            printf("%s: FAIL: hparams: %s\n", cases[i].name, err);
+            failures++;
+            continue;
+        }
+        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].layout, path, sizeof path);
+        ts_hparams_free(&hp);
+        if (!rc) check_model(cases[i].name, path);
+        remove(path);
+    }
+    printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);
+    return failures ? 1 : 0;
+}
