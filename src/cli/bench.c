@@ -65,7 +65,7 @@ static void bench_usage(FILE *f) {
                "                        [-r 3] [-ub N] [-t THREADS] [--ple auto|gpu|host] [--random-weights]\n"
                "  -p LIST   prompt sizes (one sequence; 0 skips prefill)     -n N     tokens decoded per sequence\n"
                "  -b LIST   decode batch sizes (sequences decoded together)  --ctx N  tokens each sequence holds\n"
-               "            before decode is timed (default 128)\n"
+               "            before decode is timed (default 128); the -r runs follow each other (context grows)\n"
                "  -r N      repetitions (the median is reported)             -ub N    prefill micro-batch (default 512)\n"
                "  -t N      CPU threads (OpenMP)\n"
                "  --ple P   CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
@@ -147,7 +147,7 @@ int ts_cmd_bench(int argc, char **argv) {
     long pmax = 0, bmax = 0;
     for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
     for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
-    const int64_t seq_ctx = (pmax > ctx ? pmax : ctx) + n;
+    const int64_t seq_ctx = (pmax > ctx + (reps + 1) * n ? pmax : ctx + (reps + 1) * n) + 1;
     char err[1024];
     ts_model *m;
     if (ts_model_load(path, &m, err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); return 1; }
@@ -202,16 +202,16 @@ int ts_cmd_bench(int argc, char **argv) {
         if (!rc) printf("| %s | %s | %s | %d | pp%ld | %.1f | | |\n", path, backend, device, nt, p, median(t + 1, (int)reps));
         fflush(stdout);
     }
-    for (int bi = 0; !rc && bi < nb; bi++) { /* decode */
+    for (int bi = 0; !rc && bi < nb; bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
         const long b = bl[bi];
+        random_ids(ids, ctx, V, &rng);
+        for (long i = 0; i < b; i++) {
+            ts_session_reset(ss[i]);
+            idp[i] = ids, cnt[i] = ctx, lp[i] = NULL;
+        }
+        rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
+        for (long i = 0; i < b; i++) idp[i] = step + i, cnt[i] = 1, lp[i] = i == 0 ? logits : NULL;
         for (long r = 0; !rc && r <= reps; r++) {
-            for (long i = 0; !rc && i < b; i++) { /* each sequence holds ctx tokens */
-                ts_session_reset(ss[i]);
-                idp[i] = ids, cnt[i] = ctx, lp[i] = NULL;
-            }
-            random_ids(ids, ctx, V, &rng);
-            if (!rc) rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
-            for (long i = 0; i < b; i++) idp[i] = step + i, cnt[i] = 1, lp[i] = i == 0 ? logits : NULL;
             double t0 = now();
             for (long k = 0; !rc && k < n; k++) {
                 random_ids(step, b, V, &rng);
@@ -220,7 +220,7 @@ int ts_cmd_bench(int argc, char **argv) {
             t[r] = (double)b * n / (now() - t0);
         }
         if (rc) break;
-        ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + n / 2, 4, b);
+        ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
         const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes), floor_tps = bw / bytes * b;
         const double tps = median(t + 1, (int)reps);
         printf("| %s | %s | %s | %d | tg%ld @ b%ld ctx%ld | %.1f | %.1f | %.0f%% |\n", path, backend, device, nt, n, b, ctx, tps,

@@ -35,7 +35,14 @@ expect 1 "is not a .npy file" "$TS_BIN" logits -m tiny.gguf --tokens-npy garbage
 expect 1 "cannot open" "$TS_BIN" logits -m missing.gguf --tokens-npy ok.npy -o x.npy
 expect 1 "is not a GGUF file" "$TS_BIN" logits -m garbage.npy --tokens-npy ok.npy -o x.npy
 expect 2 "missing -o" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy
-expect 2 "not available in this build" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend vulkan
+expect 2 "unknown backend 'vulkan'" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend vulkan
+if ! "$TS_BIN" devices 2>/dev/null | grep -q "^  0: "; then # no GPU here: a clear refusal, not a crash
+  if "$TS_BIN" devices | grep -q "^cuda: not built"; then
+    expect 2 "not in this build" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend cuda
+  else
+    expect 1 "no CUDA device is available" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend cuda
+  fi
+fi
 expect 2 "--ubatch must be" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --ubatch 0
 [ ! -e x.npy ] || { echo "FAIL: a failed run left x.npy behind"; fail=1; }
 # and a good run still works, with a model that is quantized
