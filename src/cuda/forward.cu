@@ -175,9 +175,38 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
 
 void up_hc(uploader &u, const ts_hc_weights *h, ts_cuda_hc *o) {
     up_vec(u, h->norm, &o->norm);
-    up_mat(u, h->down, &o->down);
+    const ts_gguf_tensor *d = h->down, *j = h->inject;
+    const size_t rb = d ? ts_row_size(d->type, d->ne[0]) : 0;
+    if (d && j && d->type == j->type && d->ne[0] == j->ne[0] && rb % 16 == 0 && d->ne[2] == 1 && j->ne[2] == 1 &&
+        ts_cuda_matmul_supports(d->type)) {
+        // down then inject rows back to back: one product computes both (hc.cu)
+        uint8_t *base = (uint8_t *)u.take(rb * (size_t)(d->ne[1] + j->ne[1]) + 16);
+        ts_cuda_tensor t = {d->type, d->ne[0], d->ne[1], rb, base, nullptr};
+        o->down = t;
+        t.rows = j->ne[1], t.data = base ? base + rb * (size_t)d->ne[1] : nullptr;
+        o->inject = t;
+        t.rows = d->ne[1] + j->ne[1], t.data = base;
+        o->down_inject = t;
+        if (!u.dry && !u.random) {
+            u.copy(base, d->data, rb * (size_t)d->ne[1]);
+            u.copy(base + rb * (size_t)d->ne[1], j->data, rb * (size_t)j->ne[1]);
+        } else if (!u.dry) { // random weights: the two parts filled as separate tensors would be
+            ts_gguf_tensor both = *d;
+            both.ne[1] = d->ne[1] + j->ne[1];
+            both.nelements = both.ne[0] * both.ne[1];
+            both.nbytes = rb * (size_t)both.ne[1];
+            uploader sub = u;
+            sub.base = base, sub.used = 0;
+            ts_cuda_tensor tmp;
+            up_mat(sub, &both, &tmp);
+            u.rc = sub.rc, u.done = sub.done, u.last_pct = sub.last_pct, u.rng = sub.rng;
+        }
+    } else {
+        up_mat(u, d, &o->down);
+        up_mat(u, j, &o->inject);
+        memset(&o->down_inject, 0, sizeof o->down_inject);
+    }
     up_mat(u, h->up, &o->up);
-    up_mat(u, h->inject, &o->inject);
 }
 
 void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
@@ -420,6 +449,10 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         if (ts_cuda_embed(w, b, w->R, s)) return "the embedding";
     }
     trace(c, -1, 0);
+    // A block's write and the next read's norm are one kernel (ts_cuda_hc_write_norm) except where
+    // PLE changes R in between or the final mixer follows (it reads gathered rows); while tracing,
+    // the plain write keeps R observable between blocks.
+    bool normed = false; // w->xn holds the norm the next read needs
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_cuda_layer *L = &c->cm.layers[l];
         if ((int32_t)l == hp->ple_layer) {
@@ -428,7 +461,9 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj, s)) return "a hyper-connection read";
+            if (normed ? ts_cuda_hc_read_xn(w, &L->hc_attn, N, w->x, w->inj, s)
+                       : ts_cuda_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj, s))
+                return "a hyper-connection read";
         }
         if (L->kind == TS_LAYER_GDN) {
             prof_scope p(c, TS_PROF_GDN);
@@ -439,12 +474,12 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)) return "a hyper-connection write";
+            if (ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, L->hc_ffn.norm, s)) return "a hyper-connection write";
         }
         trace(c, (int)l, 0);
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_read(w, &L->hc_ffn, w->R, N, w->x, w->inj, s)) return "a hyper-connection read";
+            if (ts_cuda_hc_read_xn(w, &L->hc_ffn, N, w->x, w->inj, s)) return "a hyper-connection read";
         }
         {
             prof_scope p(c, TS_PROF_MOE);
@@ -452,7 +487,10 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)) return "a hyper-connection write";
+            normed = l + 1 < hp->n_layer && (int32_t)(l + 1) != hp->ple_layer && !c->trace;
+            if (normed ? ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
+                       : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
+                return "a hyper-connection write";
         }
         trace(c, (int)l, 1);
     }
@@ -927,11 +965,14 @@ extern "C" int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const
         free(idp), free(n);
         return ts_errf(err, errlen, "out of memory");
     }
-    for (int i = 0; i < n_seq; i++) idp[i] = ids + i, n[i] = 1;
+    // logits for every sequence, as a decode step computes them
+    float **lp = (float **)calloc((size_t)n_seq, sizeof *lp);
+    float *lbuf = (float *)malloc((size_t)n_seq * c->m->hp.n_vocab * sizeof(float));
+    for (int i = 0; i < n_seq && lp && lbuf; i++) idp[i] = ids + i, n[i] = 1, lp[i] = lbuf + (size_t)i * c->m->hp.n_vocab;
     c->prof = times_ms;
-    int rc = ts_cuda_forward(c, q, idp, n, n_seq, nullptr, false, err, errlen);
+    int rc = lp && lbuf ? ts_cuda_forward(c, q, idp, n, n_seq, lp, false, err, errlen) : ts_errf(err, errlen, "out of memory");
     c->prof = nullptr;
-    free(idp), free(n);
+    free(idp), free(n), free(lp), free(lbuf);
     return rc;
 }
 

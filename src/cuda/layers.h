@@ -38,6 +38,9 @@ typedef struct ts_cuda_hc {
     ts_cuda_tensor down;   /* W → r */
     ts_cuda_tensor up;     /* r → W */
     ts_cuda_tensor inject; /* W → C; data NULL for the final mixer */
+    ts_cuda_tensor down_inject; /* W → r + C: the down rows then the inject rows, one product for both
+                                   (the upload places them back to back when they share a type), else
+                                   data NULL */
 } ts_cuda_hc;
 
 typedef struct ts_cuda_layer {
@@ -190,6 +193,12 @@ int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const float *R, int64
                     cudaStream_t s);
 /* HC write: R_s += y ⊙ inj_s. */
 int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t N, cudaStream_t s);
+/* The write followed by the next read's norm in one kernel: R_s += y ⊙ inj_s, then
+ * w->xn = grouped_rmsnorm(R; g_next). The next read is then ts_cuda_hc_read_xn (no norm). */
+int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N, const float *g_next,
+                          cudaStream_t s);
+/* HC read from w->xn already normalised (by ts_cuda_hc_write_norm). */
+int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj, cudaStream_t s);
 
 /* PLE of layer l: n-gram context (carried per sequence in TS_CUDA_PLE_CTX), hash, row gather,
  * gated value, dilated conv (history TS_CUDA_PLE_CONV); adds its output to R (N × W) and updates
