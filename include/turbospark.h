@@ -80,9 +80,14 @@ size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed
 int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err, size_t errlen);
 
 /* One batched step over several sessions of the same model: session i consumes ids[i][0..n[i])
- * and gets the logits of its last token in logits[i][n_vocab]. Equivalent to calling
- * ts_session_eval on each; on the CUDA backend the sessions run together in one batched forward
- * (one token each: one captured graph). Sessions of a batch share one backend. */
+ * and gets the logits of its last token in logits[i][n_vocab] (logits or logits[i] may be NULL).
+ * Equivalent to calling ts_session_eval on each, up to rounding: the sessions run together in
+ * batched forwards (on the CUDA backend, one token each: one captured graph). On the CPU backend
+ * the entries are packed in order into micro-batches of at most U tokens in all, every weight
+ * read once per micro-batch; an entry longer than the room left continues in the next one. They
+ * run in the workspaces of the session with the largest n_ctx (the first such), and U is its
+ * ubatch. Sessions of a batch share one backend and appear once each. Everything is checked before
+ * anything runs: a refused batch leaves every session as it was. */
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen);
 

@@ -22,6 +22,13 @@
  * least 2^16 multiply-adds are split by rows over a pool of omp_get_max_threads() threads (src/cpu/ops.c). */
 void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y);
 
+/* The same product with every token as its own product: y[t] is bit-identical to ts_cpu_matmul over
+ * token t alone (the kernels tile by token count, so a product over all T tokens may round
+ * differently), while the weights are still streamed from memory once: each chunk of rows serves
+ * all T tokens while it is in cache. */
+void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
+                        float *y);
+
 /* Row r of any tensor, dequantized: out[ne0]. */
 void ts_cpu_get_row(const ts_gguf_tensor *t, int64_t r, float *out);
 

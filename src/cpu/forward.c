@@ -13,6 +13,7 @@
 #include "cpu/layers.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +117,7 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     int64_t Fmax = hp->n_ff_shexp;
     for (uint32_t l = 0; l < hp->n_block; l++) Fmax = max64(Fmax, hp->n_ff_exp[l]);
     const int64_t ple_hist = hp->ple_layer >= 0 ? (int64_t)(hp->ple_conv - 1) * hp->ple_n : 0;
+    const int64_t conv_hist = max64(hp->ssm_conv - 1, ple_hist);
     /* the largest weight vector dequantized at once: conv weights, norms, or the packed GDN/QSA vectors */
     const int64_t vec = max64(max64(W * max64(hp->ple_conv, 1), cd * hp->ssm_conv),
                               max64(2 * hd + hp->idx_head_dim, max64(H, 2 * hp->ssm_nv + hp->ssm_dv)));
@@ -123,18 +125,27 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     w->R = work_alloc(w, T * W), w->xn = work_alloc(w, T * W), w->mix = work_alloc(w, T * W);
     w->lr = work_alloc(w, T * hp->hc_rank), w->x = work_alloc(w, T * H), w->y = work_alloc(w, T * H);
     w->inj = work_alloc(w, T * C), w->vec = work_alloc(w, vec), w->vec2 = work_alloc(w, vec);
-    w->qkv = work_alloc(w, (hp->ssm_conv - 1 + T) * cd), w->u = work_alloc(w, T * cd);
+    w->qkv = work_alloc(w, T * cd), w->u = work_alloc(w, T * cd);
     w->z = work_alloc(w, T * vdim), w->o = work_alloc(w, T * vdim), w->ba = work_alloc(w, 2 * T * hp->ssm_nv);
     w->qg = work_alloc(w, T * nh * 2 * hd), w->kv = work_alloc(w, 2 * T * kvw);
+    w->ik = work_alloc(w, T * hp->idx_head_dim);
     w->iq = work_alloc(w, T * (int64_t)hp->idx_n_head * hp->idx_head_dim), w->att = work_alloc(w, T * nh * hd);
     w->scores = work_alloc(w, n_ctx), w->probs = work_alloc(w, n_ctx);
     w->order = malloc((size_t)n_ctx * sizeof *w->order), w->allowed = malloc((size_t)n_ctx * sizeof *w->allowed);
     w->bytes += 2 * (size_t)n_ctx * sizeof(int64_t);
-    w->router = work_alloc(w, E), w->gu = work_alloc(w, 2 * Fmax * T), w->eo = work_alloc(w, T * H);
-    w->emb = work_alloc(w, T * NE), w->pv = work_alloc(w, T * H), w->pn = work_alloc(w, (ple_hist + T) * W);
+    const int64_t G = T < MOE_GROUP ? T : MOE_GROUP, Gk = G * hp->n_expert_used;
+    w->router = work_alloc(w, G * E), w->moe_w = work_alloc(w, Gk), w->xg = work_alloc(w, G * H);
+    w->moe_idx = malloc((size_t)(3 * Gk + E + 1) * sizeof *w->moe_idx);
+    w->bytes += (size_t)(3 * Gk + E + 1) * sizeof *w->moe_idx;
+    w->gu = work_alloc(w, 2 * Fmax * T), w->eo = work_alloc(w, Gk * H);
+    w->emb = work_alloc(w, T * NE), w->pv = work_alloc(w, T * H), w->pn = work_alloc(w, T * W);
+    w->hist = malloc((size_t)(conv_hist + T) * sizeof *w->hist);
+    w->bytes += (size_t)(conv_hist + T) * sizeof *w->hist;
+    w->n_lg = T * (hp->n_vocab < LOGIT_SLICE ? hp->n_vocab : LOGIT_SLICE), w->lg = work_alloc(w, w->n_lg);
     void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
-                   w->ba, w->qg, w->kv, w->iq, w->att, w->scores, w->probs, w->order, w->allowed, w->router,
-                   w->gu, w->eo, w->emb, w->pv, w->pn};
+                   w->ba, w->qg, w->kv, w->ik, w->iq, w->att, w->scores, w->probs, w->order, w->allowed,
+                   w->router, w->moe_w, w->moe_idx, w->xg, w->gu, w->eo, w->emb, w->pv, w->pn, (void *)w->hist,
+                   w->lg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (!all[i]) {
             ts_errf(err, errlen, "out of memory allocating CPU workspaces (%.1f MiB for micro-batches of %" PRId64 ")",
@@ -148,8 +159,9 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
 void ts_cpu_work_free(ts_cpu_work *w) {
     if (!w) return;
     void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
-                   w->ba, w->qg, w->kv, w->iq, w->att, w->scores, w->probs, w->order, w->allowed, w->router,
-                   w->gu, w->eo, w->emb, w->pv, w->pn};
+                   w->ba, w->qg, w->kv, w->ik, w->iq, w->att, w->scores, w->probs, w->order, w->allowed,
+                   w->router, w->moe_w, w->moe_idx, w->xg, w->gu, w->eo, w->emb, w->pv, w->pn, (void *)w->hist,
+                   w->lg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(w);
 }
@@ -167,48 +179,119 @@ static void trace(int layer, int block, const float *R, int64_t T) {
     if (g_trace) g_trace(g_trace_ctx, layer, block, R, T);
 }
 
-int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
-                   char *err, size_t errlen) {
+/* Refuses, before anything runs, a micro-batch the workspaces or a state cannot take. */
+static int check_batch(const ts_cpu_work *w, const ts_cpu_batch *b, char *err, size_t errlen) {
+    const ts_hparams *hp = &w->m->hp;
+    int64_t N = 0;
+    for (int s = 0; s < b->n_seq; s++) {
+        const ts_seq_state *st = b->st[s];
+        const int64_t T = b->T[s], n_ctx = st->n_ctx < w->n_ctx ? st->n_ctx : w->n_ctx;
+        char pre[48] = "";
+        if (b->n_seq > 1) snprintf(pre, sizeof pre, "batch sequence %d: ", s);
+        if (T < 1 || T > w->ubatch - N)
+            return ts_errf(err, errlen, "%sa micro-batch holds 1 to %" PRId64 " tokens in all (got %" PRId64 "%s)",
+                           pre, w->ubatch, N + T, T < 1 ? " with an empty sequence" : "");
+        N += T;
+        if (st->pos + T > n_ctx)
+            return ts_errf(err, errlen,
+                           "%sthe sequence would reach %" PRId64 " tokens, past the context of %" PRId64
+                           "; start a new sequence or use a larger context",
+                           pre, st->pos + T, n_ctx);
+        for (int64_t t = 0; t < T; t++)
+            if (b->ids[s][t] < 0 || (uint32_t)b->ids[s][t] >= hp->n_vocab)
+                return ts_errf(err, errlen,
+                               "%stoken id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRIu32
+                               ")",
+                               pre, b->ids[s][t], st->pos + t, hp->n_vocab - 1);
+        for (int q = 0; q < s; q++)
+            if (b->st[q] == st)
+                return ts_errf(err, errlen, "%sthe same sequence as batch sequence %d", pre, q);
+    }
+    return 0;
+}
+
+/* Embedding and every layer over the micro-batch's rows (left in w->R); advances the states. */
+static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
     const ts_model *m = w->m;
     const ts_hparams *hp = &m->hp;
-    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H;
-    if (T < 1 || T > w->ubatch)
-        return ts_errf(err, errlen, "a chunk holds 1 to %" PRId64 " tokens (got %" PRId64 ")", w->ubatch, T);
-    if (st->pos + T > st->n_ctx || st->pos + T > w->n_ctx)
-        return ts_errf(err, errlen, "the sequence would reach %" PRId64 " tokens, past the context of %" PRId64
-                       "; start a new sequence or use a larger context", st->pos + T, st->n_ctx < w->n_ctx ? st->n_ctx : w->n_ctx);
-    for (int64_t t = 0; t < T; t++)
-        if (ids[t] < 0 || (uint32_t)ids[t] >= hp->n_vocab)
-            return ts_errf(err, errlen, "token id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRIu32 ")",
-                           ids[t], st->pos + t, hp->n_vocab - 1);
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, N = b->N;
 
     /* the embedding, replicated into the C streams */
-    for (int64_t t = 0; t < T; t++) {
-        ts_cpu_get_row(m->token_embd, ids[t], w->R + t * W);
-        for (int64_t c = 1; c < C; c++) memcpy(w->R + t * W + c * H, w->R + t * W, (size_t)H * sizeof(float));
-    }
-    trace(-1, 0, w->R, T);
+    for (int64_t s = 0, r = 0; s < b->n_seq; s++)
+        for (int64_t t = 0; t < b->T[s]; t++, r++) {
+            ts_cpu_get_row(m->token_embd, b->ids[s][t], w->R + r * W);
+            for (int64_t c = 1; c < C; c++)
+                memcpy(w->R + r * W + c * H, w->R + r * W, (size_t)H * sizeof(float));
+        }
+    trace(-1, 0, w->R, N);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_layer_weights *L = &m->layers[l];
-        if ((int32_t)l == hp->ple_layer) ts_cpu_ple(w, L, st, ids, T, w->R);
+        if ((int32_t)l == hp->ple_layer) ts_cpu_ple(w, L, b, w->R);
 
-        ts_cpu_hc_read(w, &L->hc_attn, w->R, T, w->x, w->inj);
-        if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, st->conv[l], st->S[l], w->x, T, w->y);
-        else ts_cpu_qsa(w, L, st, l, w->x, T, w->y);
-        ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
-        trace((int)l, 0, w->R, T);
+        ts_cpu_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj);
+        if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, l, b, w->x, w->y);
+        else ts_cpu_qsa(w, L, l, b, w->x, w->y);
+        ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
+        trace((int)l, 0, w->R, N);
 
-        ts_cpu_hc_read(w, &L->hc_ffn, w->R, T, w->x, w->inj);
-        ts_cpu_moe(w, L, l, w->x, T, w->y);
-        ts_cpu_hc_write(hp, w->R, w->y, w->inj, T);
-        trace((int)l, 1, w->R, T);
+        ts_cpu_hc_read(w, &L->hc_ffn, w->R, N, w->x, w->inj);
+        ts_cpu_moe(w, L, l, w->x, N, w->y);
+        ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
+        trace((int)l, 1, w->R, N);
     }
-    st->pos += T;
+    for (int s = 0; s < b->n_seq; s++) b->st[s]->pos += b->T[s];
+}
+
+/* The final mixer and the output over n rows of the wide residual: logits[n × V]. */
+static void output_rows(ts_cpu_work *w, const float *R, int64_t n, float *logits) {
+    ts_cpu_hc_read(w, &w->m->output_hc, R, n, w->x, NULL);
+    ts_cpu_matmul(w->m->output, 0, w->m->hp.n_vocab, w->x, n, logits);
+}
+
+int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
+                   char *err, size_t errlen) {
+    const ts_cpu_batch b = {.n_seq = 1, .N = T, .st = &st, .ids = &ids, .T = &T};
+    if (check_batch(w, &b, err, errlen)) return -1;
+    forward_rows(w, &b);
 
     if (!logits) return 0;
-    const int64_t first = all_logits ? 0 : T - 1, n = T - first;
-    ts_cpu_hc_read(w, &m->output_hc, w->R + first * W, n, w->x, NULL);
-    ts_cpu_matmul(m->output, 0, hp->n_vocab, w->x, n, logits);
+    const int64_t first = all_logits ? 0 : T - 1;
+    output_rows(w, w->R + first * (int64_t)w->m->hp.hc_count * w->m->hp.n_embd, T - first, logits);
+    return 0;
+}
+
+int ts_cpu_forward_batch(ts_cpu_work *w, ts_seq_state *const *st, const int32_t *const *ids, const int64_t *T,
+                         int n_seq, float *const *logits, char *err, size_t errlen) {
+    const ts_model *m = w->m;
+    const int64_t W = (int64_t)m->hp.hc_count * m->hp.n_embd, V = m->hp.n_vocab;
+    if (n_seq < 1) return ts_errf(err, errlen, "a micro-batch needs at least one sequence (got %d)", n_seq);
+    ts_cpu_batch b = {.n_seq = n_seq, .st = st, .ids = ids, .T = T};
+    for (int s = 0; s < n_seq; s++) b.N += T[s];
+    if (check_batch(w, &b, err, errlen)) return -1;
+    forward_rows(w, &b);
+
+    /* the last row of every sequence that wants logits, moved up to rows 0 … n−1 of R (in order:
+     * a row never moves down), then the final mixer and the output over those rows together */
+    int64_t n = 0, r = 0;
+    for (int s = 0; s < n_seq; r += T[s++])
+        if (logits && logits[s])
+            memmove(w->R + n++ * W, w->R + (r + T[s] - 1) * W, (size_t)W * sizeof(float));
+    if (n == 1) /* straight into the one logits row, as ts_cpu_forward */
+        for (int s = 0; s < n_seq; s++)
+            if (logits[s]) output_rows(w, w->R, 1, logits[s]);
+    if (n <= 1) return 0;
+    /* n rows of V logits, a slice of the vocabulary at a time through w->lg (whole 16-row groups, so
+     * every row is computed as in one product over all V) */
+    ts_cpu_hc_read(w, &m->output_hc, w->R, n, w->x, NULL);
+    int64_t cols = w->n_lg / n / 16 * 16;
+    if (cols < 16) cols = 16; /* n ≤ ubatch and n_lg ≥ 16·ubatch unless V < 16 */
+    for (int64_t v0 = 0; v0 < V; v0 += cols) {
+        const int64_t nv = V - v0 < cols ? V - v0 : cols;
+        ts_cpu_matmul(m->output, v0, nv, w->x, n, w->lg);
+        int64_t k = 0;
+        for (int s = 0; s < n_seq; s++)
+            if (logits[s]) memcpy(logits[s] + v0, w->lg + k++ * nv, (size_t)nv * sizeof(float));
+    }
     return 0;
 }

@@ -45,9 +45,22 @@ size_t ts_cpu_work_bytes(const ts_cpu_work *w);
 int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
                    char *err, size_t errlen);
 
+/* One forward over several sequences together (continuous batching): sequence s runs ids[s][0..T[s])
+ * at positions st[s]->pos … and advances; its rows follow those of sequence s − 1, Σ T[s] ≤ ubatch.
+ * Every matrix product runs once over all the rows (each weight is read once per call); what
+ * carries a sequence's state (GDN, QSA, PLE n-gram context and conv) runs per sequence on its rows.
+ * logits[s] (V floats) gets the logits of sequence s's last token, unless logits or logits[s] is
+ * NULL. The states must be distinct. Refuses, with a sentence and before anything changes, what
+ * ts_cpu_forward refuses for any sequence and more than ubatch tokens in all. A sequence's numbers
+ * are those of ts_cpu_forward on its tokens alone, up to the rounding of the matrix products (whose
+ * kernels tile by token count; with TS_DOT=scalar they are bit-identical). n_seq = 1 is exactly
+ * ts_cpu_forward. */
+int ts_cpu_forward_batch(ts_cpu_work *w, ts_seq_state *const *st, const int32_t *const *ids, const int64_t *T,
+                         int n_seq, float *const *logits, char *err, size_t errlen);
+
 /* Tests: after the embedding (layer −1) and after each block (block 0: attention/GDN incl. PLE,
- * 1: MoE) of every forward call, fn gets the wide residual R (T × W). Process-wide; NULL turns it
- * off. The CUDA twin is ts_cuda_set_trace. */
+ * 1: MoE) of every forward call, fn gets the wide residual R (T × W; a batch's rows, all of them).
+ * Process-wide; NULL turns it off. The CUDA twin is ts_cuda_set_trace. */
 typedef void (*ts_cpu_trace_fn)(void *ctx, int layer, int block, const float *R, int64_t T);
 void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx);
 

@@ -1,11 +1,25 @@
-/* The CPU blocks of one qwen4exp layer (internal to src/cpu). Each takes a chunk of T tokens. */
+/* The CPU blocks of one qwen4exp layer (internal to src/cpu). Each takes a micro-batch of N rows:
+ * one or more sequences, each a chunk of consecutive tokens, their rows one after the other.
+ * Row-wise work (matrix products, norms, HC, MoE) runs over all N rows at once, so every weight is
+ * read once per micro-batch; what carries a sequence's state (GDN conv + recurrence, QSA caches and
+ * attention, PLE n-gram context + conv) runs per sequence on its own rows. */
 #ifndef TS_CPU_LAYERS_H
 #define TS_CPU_LAYERS_H
 
 #include "cpu/cpu.h"
 #include "cpu/forward.h"
 
-/* Workspaces, sized at creation for T ≤ ubatch tokens and n_ctx positions (W = C·H). */
+/* A micro-batch: sequence s (s < n_seq) runs ids[s][0..T[s]) at positions st[s]->pos … in rows
+ * r0 … r0 + T[s] − 1, r0 = Σ_{q<s} T[q]; N = Σ T[s] ≤ ubatch. The states are distinct. */
+typedef struct ts_cpu_batch {
+    int n_seq;
+    int64_t N;
+    ts_seq_state *const *st;
+    const int32_t *const *ids;
+    const int64_t *T;
+} ts_cpu_batch;
+
+/* Workspaces, sized at creation for T ≤ ubatch rows and n_ctx positions (W = C·H). */
 struct ts_cpu_work {
     const ts_model *m;
     int64_t ubatch, n_ctx;
@@ -19,35 +33,55 @@ struct ts_cpu_work {
     float *vec;     /* scratch for one dequantized weight vector (max over vectors) */
     float *vec2;    /* a second one */
     /* GDN */
-    float *qkv;     /* (Kc − 1 + T) × conv_dim: history then the chunk's raw projections */
+    float *qkv;     /* T × conv_dim raw projections */
     float *u;       /* T × conv_dim after conv + SiLU */
     float *z, *o;   /* T × nv·dv */
     float *ba;      /* T × 2·nv: β logits then α logits */
     /* QSA */
     float *qg;      /* T × nh·2·hd */
-    float *kv;      /* T × 2·nkv·hd: k then v of each token */
+    float *kv;      /* T × 2·nkv·hd: the k rows of all tokens, then their v rows */
+    float *ik;      /* T × di raw indexer keys (copied into each sequence's cache) */
     float *iq;      /* T × ni·di */
     float *att;     /* T × nh·hd */
     float *scores;  /* n_ctx / B block scores, then n_ctx attention weights */
     float *probs;   /* n_ctx */
     int64_t *order; /* n_ctx / B block order; n_ctx selected positions */
     int64_t *allowed; /* n_ctx */
-    /* MoE */
-    float *router;  /* E */
+    /* MoE: the routed experts run for groups of G = min(T, MOE_GROUP) tokens */
+    float *router;  /* G × E */
+    float *moe_w;   /* G × k routing weights */
+    int64_t *moe_idx; /* 3·G·k + E + 1: chosen experts, (token, rank) → pair, pair → token, expert offsets */
+    float *xg;      /* G × H inputs of one expert's tokens */
     float *gu;      /* 2·max(F, Fs) × T */
-    float *eo;      /* T × H */
+    float *eo;      /* G·k × H expert outputs, by pair (sorted by expert) */
     /* PLE */
     float *emb;     /* T × NH·dh gathered n-gram rows */
     float *pv;      /* T × H PLE value */
-    float *pn;      /* ((Kp − 1)·n + T) × W normalised gated rows with history */
+    float *pn;      /* T × W normalised gated rows */
+    /* causal convs (GDN, PLE): one sequence's input rows, its carried history first */
+    const float **hist; /* max(Kc − 1, (Kp − 1)·n) + T row pointers */
+    /* logits of several sequences (ts_cpu_forward_batch), a slice of the vocabulary at a time */
+    float *lg;      /* n_lg = T × min(V, LOGIT_SLICE) */
+    int64_t n_lg;
 };
+
+enum { LOGIT_SLICE = 2048, MOE_GROUP = 64 };
 
 void ts_cpu_hc_read(ts_cpu_work *w, const ts_hc_weights *hc, const float *R, int64_t T, float *x, float *inj);
 void ts_cpu_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t T);
-void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, const int32_t *ids, int64_t T, float *R);
-void ts_cpu_gdn(ts_cpu_work *w, const ts_layer_weights *L, float *conv, float *S, const float *x, int64_t T, float *y);
-void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, const float *x, int64_t T,
+void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, const ts_cpu_batch *b, float *R);
+void ts_cpu_gdn(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_cpu_batch *b, const float *x,
+                float *y);
+void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_cpu_batch *b, const float *x,
                 float *y);
 void ts_cpu_moe(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T, float *y);
+
+/* The causal depthwise conv + SiLU of one sequence (GDN, PLE; in gdn.c): with h = (K − 1)·dil
+ * carried rows hist (oldest first) before the T rows of x (n channels each), for t < T, c < n:
+ *     out[t·n + c] = silu(Σ_{k<K} cw[c·K + k] · row(t + k·dil)[c]),
+ *     row(j) = hist row j (j < h), else x row j − h
+ * then hist becomes the last h of those rows. rows: h + T pointers of scratch. */
+void ts_cpu_conv_silu(const float **rows, float *hist, const float *cw, int64_t K, int64_t dil, int64_t n,
+                      const float *x, int64_t T, float *out);
 
 #endif

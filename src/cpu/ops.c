@@ -51,6 +51,9 @@ const float *ts_cpu_f32(const ts_gguf_tensor *t, float *scratch) {
  *     fine-grained products costs more than it gives: measured under load, 2 threads decoded at
  *     23 tokens/s and 1 thread at 32) it works alone for BACKOFF_US, then tries the pool again.
  *
+ * ts_cpu_matmul_each runs the same chunks, every token of a chunk as its own one-token kernel call
+ * (the MoE experts: a token's numbers must not depend on which other tokens chose the expert).
+ *
  * A job is published as (generation << 32 | next chunk) in the ticket; its descriptor sits in a
  * ring slot of that generation and is read before a worker's compare-and-swap claims a chunk of that
  * same generation, so a worker that wakes late can never run a chunk of a newer job with an older
@@ -79,6 +82,7 @@ typedef struct {
     _Atomic(const uint8_t *) w;
     _Atomic(const float *) x;
     _Atomic(float *) y;
+    atomic_bool each;
     atomic_llong rb, n_out, n_in, T, rows_per_chunk, nchunks, nworkers;
 } job_slot;
 
@@ -87,6 +91,7 @@ typedef struct { /* a job as read from its slot */
     const uint8_t *w;
     const float *x;
     float *y;
+    bool each; /* every token as its own product (ts_cpu_matmul_each) */
     int64_t rb, n_out, n_in, T, rows_per_chunk, nchunks, nworkers;
 } job;
 
@@ -125,10 +130,10 @@ static job read_slot(uint32_t gen) {
     const memory_order r = memory_order_relaxed;
     return (job){atomic_load_explicit(&s->k, r),         atomic_load_explicit(&s->w, r),
                  atomic_load_explicit(&s->x, r),         atomic_load_explicit(&s->y, r),
-                 atomic_load_explicit(&s->rb, r),        atomic_load_explicit(&s->n_out, r),
-                 atomic_load_explicit(&s->n_in, r),      atomic_load_explicit(&s->T, r),
-                 atomic_load_explicit(&s->rows_per_chunk, r), atomic_load_explicit(&s->nchunks, r),
-                 atomic_load_explicit(&s->nworkers, r)};
+                 atomic_load_explicit(&s->each, r),      atomic_load_explicit(&s->rb, r),
+                 atomic_load_explicit(&s->n_out, r),     atomic_load_explicit(&s->n_in, r),
+                 atomic_load_explicit(&s->T, r),         atomic_load_explicit(&s->rows_per_chunk, r),
+                 atomic_load_explicit(&s->nchunks, r),   atomic_load_explicit(&s->nworkers, r)};
 }
 
 static void write_slot(uint32_t gen, const job *j) {
@@ -136,10 +141,20 @@ static void write_slot(uint32_t gen, const job *j) {
     const memory_order r = memory_order_relaxed;
     atomic_store_explicit(&s->k, j->k, r), atomic_store_explicit(&s->w, j->w, r);
     atomic_store_explicit(&s->x, j->x, r), atomic_store_explicit(&s->y, j->y, r);
-    atomic_store_explicit(&s->rb, j->rb, r), atomic_store_explicit(&s->n_out, j->n_out, r);
-    atomic_store_explicit(&s->n_in, j->n_in, r), atomic_store_explicit(&s->T, j->T, r);
+    atomic_store_explicit(&s->each, j->each, r), atomic_store_explicit(&s->rb, j->rb, r);
+    atomic_store_explicit(&s->n_out, j->n_out, r), atomic_store_explicit(&s->n_in, j->n_in, r);
+    atomic_store_explicit(&s->T, j->T, r);
     atomic_store_explicit(&s->rows_per_chunk, j->rows_per_chunk, r);
     atomic_store_explicit(&s->nchunks, j->nchunks, r), atomic_store_explicit(&s->nworkers, j->nworkers, r);
+}
+
+/* Rows o0 … o1−1 of a job for all its tokens: one kernel call, or one a token (each; the rows stay
+ * in cache from one token to the next). */
+static void run_rows(const job *j, int64_t o0, int64_t o1) {
+    const uint8_t *w = j->w + (size_t)o0 * (size_t)j->rb;
+    for (int64_t t = 0; t < (j->each ? j->T : 1); t++)
+        j->k(w, (size_t)j->rb, o1 - o0, j->n_in, j->x + t * j->n_in, j->n_in, j->each ? 1 : j->T,
+             j->y + t * j->n_out + o0, j->n_out);
 }
 
 /* Claim and run chunks of generation gen until none is left (or a newer job replaced it); returns
@@ -152,8 +167,7 @@ static int64_t work_on(uint32_t gen, const job *j) {
         if (!atomic_compare_exchange_weak(&g_pool.ticket, &cur, cur + 1)) continue; /* cur reloaded */
         const int64_t o0 = (int64_t)(uint32_t)cur * j->rows_per_chunk;
         const int64_t o1 = o0 + j->rows_per_chunk < j->n_out ? o0 + j->rows_per_chunk : j->n_out;
-        j->k(j->w + (size_t)o0 * (size_t)j->rb, (size_t)j->rb, o1 - o0, j->n_in, j->x, j->n_in, j->T, j->y + o0,
-             j->n_out);
+        run_rows(j, o0, o1);
         atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_release);
         ran++;
         cur = atomic_load(&g_pool.ticket);
@@ -209,7 +223,15 @@ static void pool_start(void) {
     }
 }
 
-void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y) {
+/* Runs a job alone, a chunk of rows at a time. */
+static void run_alone(const job *j) {
+    for (int64_t o0 = 0; o0 < j->n_out; o0 += j->rows_per_chunk)
+        run_rows(j, o0, o0 + j->rows_per_chunk < j->n_out ? o0 + j->rows_per_chunk : j->n_out);
+}
+
+/* ts_cpu_matmul and ts_cpu_matmul_each. */
+static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, bool each,
+                   float *y) {
     const int64_t n_in = W->ne[0];
     const size_t rb = ts_row_size(W->type, n_in);
     const uint8_t *base = (const uint8_t *)W->data + (size_t)row0 * rb;
@@ -227,11 +249,15 @@ void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
             if (nth > g_pool.nworkers + 1) nth = g_pool.nworkers + 1;
         }
     }
+    job j = {k, base, x, y, each, (int64_t)rb, n_out, n_in, T, n_out, 1, nth - 1};
+    if (each) { /* alone too, chunks of about CHUNK_WORK multiply-adds (whole 4-row groups) */
+        const int64_t per = (int64_t)(CHUNK_WORK / ((double)n_in * (double)T));
+        j.rows_per_chunk = per < 4 ? 4 : per / 4 * 4;
+    }
     if (nth <= 1 || atomic_flag_test_and_set(&g_pool.busy)) { /* small, or the pool is in use */
-        k(base, rb, n_out, n_in, x, n_in, T, y, n_out);
+        run_alone(&j);
         return;
     }
-    job j = {k, base, x, y, (int64_t)rb, n_out, n_in, T, 0, 0, nth - 1};
     /* chunks of about CHUNK_WORK multiply-adds, at least CHUNKS_PER_THREAD a thread; whole groups of
      * 4 rows, so that every row falls in the same kernel tile (4, 2 or 1 rows) as in one call over
      * all rows: the result does not depend on the thread count or on timing, bit for bit; and whole
@@ -246,7 +272,7 @@ void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
     j.nchunks = (n_out + per - 1) / per;
     const double t0 = now_us();
     if (t0 < g_pool.backoff_until) { /* the workers have not been getting a core: work alone */
-        k(base, rb, n_out, n_in, x, n_in, T, y, n_out);
+        run_alone(&j);
         atomic_flag_clear(&g_pool.busy);
         return;
     }
@@ -273,6 +299,15 @@ void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
     g_pool.gain_ema += ((t2 - t0) / (alone > 0 ? alone : 1) - g_pool.gain_ema) / 8;
     if (g_pool.gain_ema > BACKOFF_RATIO) g_pool.backoff_until = t2 + BACKOFF_US, g_pool.gain_ema = 0.5;
     atomic_flag_clear(&g_pool.busy);
+}
+
+void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y) {
+    matmul(W, row0, n_out, x, T, false, y);
+}
+
+void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
+                        float *y) {
+    matmul(W, row0, n_out, x, T, T > 1, y); /* one token: the plain product */
 }
 
 void ts_cpu_rmsnorm(const float *x, const float *g, int64_t n, int64_t group, float eps, float *y) {

@@ -39,28 +39,42 @@ static void gather(const ts_model *m, const uint64_t *ctx, float *e) {
     }
 }
 
-void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, const int32_t *ids, int64_t T, float *R) {
+/* The n-gram rows of one sequence's T tokens into emb (from row r0), then its last n − 1 ids carried. */
+static void ple_gather_seq(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t r0, int64_t T) {
     const ts_model *m = w->m;
     const ts_hparams *hp = &m->hp;
-    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, E = (int64_t)hp->ple_nh * hp->ple_dh;
-    const int64_t n1 = hp->ple_n - 1, Kp = hp->ple_conv, dil = hp->ple_n, hist = (Kp - 1) * dil;
+    const int64_t E = (int64_t)hp->ple_nh * hp->ple_dh, n1 = hp->ple_n - 1;
     uint64_t ctx[TS_MAX_NGRAM];
-
     for (int64_t t = 0; t < T; t++) {
         ngram_context(hp, st->ple_ctx, ids, t, ctx);
-        gather(m, ctx, w->emb + t * E);
+        gather(m, ctx, w->emb + (r0 + t) * E);
     }
+    int32_t ids_all[2 * TS_MAX_NGRAM];
+    int64_t keep = T < n1 ? T : n1;
+    memcpy(ids_all, st->ple_ctx, (size_t)n1 * sizeof(int32_t));
+    memmove(ids_all, ids_all + keep, (size_t)(n1 - keep) * sizeof(int32_t));
+    memcpy(ids_all + (n1 - keep), ids + (T - keep), (size_t)keep * sizeof(int32_t));
+    memcpy(st->ple_ctx, ids_all, (size_t)n1 * sizeof(int32_t));
+}
+
+/* The n-gram gather and the conv per sequence, the rest over all N rows of the micro-batch. */
+void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, const ts_cpu_batch *b, float *R) {
+    const ts_hparams *hp = &w->m->hp;
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, Kp = hp->ple_conv, dil = hp->ple_n, N = b->N;
+
+    for (int64_t s = 0, r0 = 0; s < b->n_seq; r0 += b->T[s++])
+        ple_gather_seq(w, b->st[s], b->ids[s], r0, b->T[s]);
     /* keys per stream K = grouped_rmsnorm(ple_key·e), value Vp = ple_value·e, query = grouped_rmsnorm(R) */
-    ts_cpu_matmul(L->ple_key, 0, W, w->emb, T, w->mix);
-    ts_cpu_matmul(L->ple_value, 0, H, w->emb, T, w->pv);
+    ts_cpu_matmul(L->ple_key, 0, W, w->emb, N, w->mix);
+    ts_cpu_matmul(L->ple_value, 0, H, w->emb, N, w->pv);
     const float *gk = ts_cpu_f32(L->ple_norm_key, w->vec);
-    for (int64_t t = 0; t < T; t++) ts_cpu_rmsnorm(w->mix + t * W, gk, W, H, hp->eps, w->mix + t * W);
+    for (int64_t t = 0; t < N; t++) ts_cpu_rmsnorm(w->mix + t * W, gk, W, H, hp->eps, w->mix + t * W);
     const float *gq = ts_cpu_f32(L->ple_norm_query, w->vec);
-    for (int64_t t = 0; t < T; t++) ts_cpu_rmsnorm(R + t * W, gq, W, H, hp->eps, w->xn + t * W);
+    for (int64_t t = 0; t < N; t++) ts_cpu_rmsnorm(R + t * W, gq, W, H, hp->eps, w->xn + t * W);
 
     /* G_s = σ(signed_sqrt(K_s·Q_s / √H)) · Vp, written into xn (the query is no longer needed) */
     float *G = w->xn;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < N; t++)
         for (int64_t c = 0; c < C; c++) {
             const float *K = w->mix + t * W + c * H;
             float *Gs = G + t * W + c * H;
@@ -73,26 +87,15 @@ void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, con
             for (int64_t i = 0; i < H; i++) Gs[i] = gate * w->pv[t * H + i];
         }
 
-    /* N = grouped_rmsnorm(G), appended after the (Kp−1)·n rows of history */
-    memcpy(w->pn, st->ple_conv, (size_t)(hist * W) * sizeof(float));
+    /* the conv input grouped_rmsnorm(G) (the spec's N), into pn */
     const float *gc = ts_cpu_f32(L->ple_norm_conv, w->vec);
-    for (int64_t t = 0; t < T; t++) ts_cpu_rmsnorm(G + t * W, gc, W, H, hp->eps, w->pn + (hist + t) * W);
+    for (int64_t t = 0; t < N; t++) ts_cpu_rmsnorm(G + t * W, gc, W, H, hp->eps, w->pn + t * W);
 
-    /* out = G + silu(Σ_k w[c,k]·N_{t−(Kp−1−k)·n}[c]), added to R */
+    /* out = G + silu(Σ_k w[c,k]·pn_{t−(Kp−1−k)·n}[c]), the conv per sequence (its history: its last
+     * (Kp−1)·n rows of pn), written into mix (the keys are no longer needed), then added to R */
     const float *cw = ts_cpu_f32(L->ple_conv1d, w->vec2); /* [W][Kp] */
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t c = 0; c < W; c++) {
-            float s = 0;
-            for (int64_t k = 0; k < Kp; k++) s += cw[c * Kp + k] * w->pn[(hist + t - (Kp - 1 - k) * dil) * W + c];
-            R[t * W + c] += G[t * W + c] + ts_silu(s);
-        }
-
-    /* carry the last (Kp−1)·n rows and the last n−1 ids */
-    memcpy(st->ple_conv, w->pn + T * W, (size_t)(hist * W) * sizeof(float));
-    int32_t ids_all[2 * TS_MAX_NGRAM];
-    int64_t keep = T < n1 ? T : n1;
-    memcpy(ids_all, st->ple_ctx, (size_t)n1 * sizeof(int32_t));
-    memmove(ids_all, ids_all + keep, (size_t)(n1 - keep) * sizeof(int32_t));
-    memcpy(ids_all + (n1 - keep), ids + (T - keep), (size_t)keep * sizeof(int32_t));
-    memcpy(st->ple_ctx, ids_all, (size_t)n1 * sizeof(int32_t));
+    for (int64_t s = 0, r0 = 0; s < b->n_seq; r0 += b->T[s++])
+        ts_cpu_conv_silu(w->hist, b->st[s]->ple_conv, cw, Kp, dil, W, w->pn + r0 * W, b->T[s],
+                         w->mix + r0 * W);
+    for (int64_t i = 0; i < N * W; i++) R[i] += G[i] + w->mix[i];
 }

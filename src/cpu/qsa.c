@@ -66,7 +66,8 @@ static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t
     return n;
 }
 
-/* Pools, norms and ropes the key of block b once its last token is cached. */
+/* Pools, norms and ropes the key of block b once its last token is cached. Its norm weights go to
+ * vec2: vec holds the q/k norm weights that the tokens after this one still use. */
 static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weights *L, uint32_t l, int64_t b) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t B = hp->compress, di = hp->idx_head_dim;
@@ -76,41 +77,40 @@ static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weig
         for (int64_t t = 0; t < B; t++) s += st->idx_raw[l][(b * B + t) * di + i];
         K[i] = s / (float)B;
     }
-    ts_cpu_rmsnorm(K, ts_cpu_f32(L->idx_k_norm, w->vec), di, di, hp->eps, K);
+    ts_cpu_rmsnorm(K, ts_cpu_f32(L->idx_k_norm, w->vec2), di, di, hp->eps, K);
     ts_cpu_rope(K, hp->n_rot, hp->rope_base, b * B); /* at the block's FIRST position */
 }
 
-void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, const float *x, int64_t T,
-                float *y) {
+/* Norms, rope and cache writes, then selection and attention, for the T rows of one sequence
+ * (from row r0 of the micro-batch's N); writes w->att's rows. */
+static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, int64_t r0, int64_t T,
+                    int64_t N) {
     const ts_hparams *hp = &w->m->hp;
-    const int64_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, G = nh / nkv;
+    const int64_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, G = nh / nkv;
     const int64_t ni = hp->idx_n_head, di = hp->idx_head_dim, B = hp->compress, p0 = st->pos;
     const int64_t kvw = nkv * hd;
+    float *qg = w->qg + r0 * nh * 2 * hd, *iq = w->iq + r0 * ni * di;
+    const float *kr = w->kv + r0 * kvw, *vr = w->kv + N * kvw + r0 * kvw;
 
-    ts_cpu_matmul(L->attn_q, 0, nh * 2 * hd, x, T, w->qg);
-    ts_cpu_matmul(L->attn_k, 0, kvw, x, T, w->kv);
-    ts_cpu_matmul(L->attn_v, 0, kvw, x, T, w->kv + T * kvw);
-    ts_cpu_matmul(L->idx_q, 0, ni * di, x, T, w->iq);
-    ts_cpu_matmul(L->idx_k, 0, di, x, T, st->idx_raw[l] + p0 * di); /* raw keys straight into the cache */
-
+    memcpy(st->idx_raw[l] + p0 * di, w->ik + r0 * di, (size_t)(T * di) * sizeof(float)); /* raw keys: cache */
     const float *qn = ts_cpu_f32(L->attn_q_norm, w->vec);
     const float *kn = ts_cpu_f32(L->attn_k_norm, w->vec + hd);
     const float *iqn = ts_cpu_f32(L->idx_q_norm, w->vec + 2 * hd);
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = p0 + t;
         for (int64_t h = 0; h < nh; h++) { /* query rows of head h: qg[512h … 512h+255] (gate follows) */
-            float *q = w->qg + t * nh * 2 * hd + h * 2 * hd;
+            float *q = qg + t * nh * 2 * hd + h * 2 * hd;
             ts_cpu_rmsnorm(q, qn, hd, hd, hp->eps, q);
             ts_cpu_rope(q, hp->n_rot, hp->rope_base, p);
         }
         for (int64_t j = 0; j < nkv; j++) {
             float *k = st->k[l] + (p * nkv + j) * hd;
-            ts_cpu_rmsnorm(w->kv + t * kvw + j * hd, kn, hd, hd, hp->eps, k);
+            ts_cpu_rmsnorm(kr + t * kvw + j * hd, kn, hd, hd, hp->eps, k);
             ts_cpu_rope(k, hp->n_rot, hp->rope_base, p);
-            memcpy(st->v[l] + (p * nkv + j) * hd, w->kv + T * kvw + t * kvw + j * hd, (size_t)hd * sizeof(float));
+            memcpy(st->v[l] + (p * nkv + j) * hd, vr + t * kvw + j * hd, (size_t)hd * sizeof(float));
         }
         for (int64_t h = 0; h < ni; h++) {
-            float *q = w->iq + t * ni * di + h * di;
+            float *q = iq + t * ni * di + h * di;
             ts_cpu_rmsnorm(q, iqn, di, di, hp->eps, q);
             ts_cpu_rope(q, hp->n_rot, hp->rope_base, p);
         }
@@ -120,10 +120,10 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uin
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = p0 + t;
-        const int64_t n = select_positions(w, st, l, w->iq + t * ni * di, p);
+        const int64_t n = select_positions(w, st, l, iq + t * ni * di, p);
         for (int64_t h = 0; h < nh; h++) {
             const int64_t j = h / G; /* contiguous GQA groups */
-            const float *q = w->qg + t * nh * 2 * hd + h * 2 * hd, *gate = q + hd;
+            const float *q = qg + t * nh * 2 * hd + h * 2 * hd, *gate = q + hd;
             float mx = -INFINITY;
             for (int64_t a = 0; a < n; a++) {
                 const float *k = st->k[l] + (w->allowed[a] * nkv + j) * hd;
@@ -134,7 +134,7 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uin
             }
             float sum = 0;
             for (int64_t a = 0; a < n; a++) sum += (w->probs[a] = expf(w->probs[a] - mx));
-            float *o = w->att + t * nh * hd + h * hd;
+            float *o = w->att + (r0 + t) * nh * hd + h * hd;
             for (int64_t i = 0; i < hd; i++) o[i] = 0;
             for (int64_t a = 0; a < n; a++) {
                 const float *v = st->v[l] + (w->allowed[a] * nkv + j) * hd;
@@ -144,5 +144,20 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uin
             for (int64_t i = 0; i < hd; i++) o[i] *= ts_sigmoid(gate[i]);
         }
     }
-    ts_cpu_matmul(L->attn_output, 0, H, w->att, T, y);
+}
+
+/* x: N × H → y: N × H. Projections and the output over all rows; the rest per sequence. */
+void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_cpu_batch *b, const float *x,
+                float *y) {
+    const ts_hparams *hp = &w->m->hp;
+    const int64_t H = hp->n_embd, nh = hp->n_head, hd = hp->head_dim, kvw = (int64_t)hp->n_head_kv * hd;
+    const int64_t ni = hp->idx_n_head, di = hp->idx_head_dim, N = b->N;
+
+    ts_cpu_matmul(L->attn_q, 0, nh * 2 * hd, x, N, w->qg);
+    ts_cpu_matmul(L->attn_k, 0, kvw, x, N, w->kv);
+    ts_cpu_matmul(L->attn_v, 0, kvw, x, N, w->kv + N * kvw);
+    ts_cpu_matmul(L->idx_q, 0, ni * di, x, N, w->iq);
+    ts_cpu_matmul(L->idx_k, 0, di, x, N, w->ik);
+    for (int64_t s = 0, r0 = 0; s < b->n_seq; r0 += b->T[s++]) qsa_seq(w, L, b->st[s], l, r0, b->T[s], N);
+    ts_cpu_matmul(L->attn_output, 0, H, w->att, N, y);
 }

@@ -1,6 +1,7 @@
 /* Sessions of the public API (include/turbospark.h): one sequence's state plus the workspaces its
  * forward calls use, both sized at creation, on the CPU backend (src/cpu) or on the CUDA backend
- * (src/cuda, state on the GPU, workspaces shared by the model's CUDA context). */
+ * (src/cuda, state on the GPU, workspaces shared by the model's CUDA context). A CPU batch
+ * (ts_batch_eval) runs in the workspaces of one of its sessions (cpu_batch_eval). */
 #include "turbospark.h"
 
 #include "common/error.h"
@@ -149,6 +150,41 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
     return 0;
 }
 
+/* The CPU batch: its entries packed, in order, into micro-batches of at most U rows, each one
+ * ts_cpu_forward_batch (every weight read once per micro-batch). An entry that does not fit the
+ * room left continues in the next micro-batch (only its last piece gets logits). The batch runs
+ * in the workspaces of the session with the largest context (the first such): they hold every
+ * session's positions (QSA scores), and U is that session's ubatch. The sessions are the caller's
+ * for the call, so borrowing one's workspaces is safe. */
+static int cpu_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits,
+                          int n_seq, char *err, size_t errlen) {
+    ts_session *host = s[0];
+    for (int i = 1; i < n_seq; i++)
+        if (s[i]->p.n_ctx > host->p.n_ctx) host = s[i];
+    const int64_t U = host->p.ubatch;
+    const int cap = n_seq < U ? n_seq : (int)U; /* sequences in one micro-batch */
+    ts_seq_state **st = malloc((size_t)cap * sizeof *st);
+    const int32_t **mb_ids = malloc((size_t)cap * sizeof *mb_ids);
+    int64_t *mb_n = malloc((size_t)cap * sizeof *mb_n);
+    float **mb_logits = malloc((size_t)cap * sizeof *mb_logits);
+    int rc = st && mb_ids && mb_n && mb_logits ? 0 : ts_errf(err, errlen, "out of memory");
+    int i = 0;
+    int64_t done = 0; /* tokens of entry i already run */
+    while (!rc && i < n_seq) {
+        int k = 0;
+        for (int64_t rows = 0; i < n_seq && rows < U; k++) {
+            const int64_t take = n[i] - done < U - rows ? n[i] - done : U - rows;
+            st[k] = &s[i]->st, mb_ids[k] = ids[i] + done, mb_n[k] = take;
+            mb_logits[k] = logits && done + take == n[i] ? logits[i] : NULL;
+            rows += take, done += take;
+            if (done == n[i]) i++, done = 0;
+        }
+        rc = ts_cpu_forward_batch(host->w, st, mb_ids, mb_n, k, mb_logits, err, errlen);
+    }
+    free(st), free(mb_ids), free(mb_n), free(mb_logits);
+    return rc;
+}
+
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen) {
     /* check everything first, so that a refused batch leaves every session as it was */
@@ -156,6 +192,9 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
         if (s[i]->m != s[0]->m) return ts_errf(err, errlen, "a batch must hold sessions of one model (session %d differs)", i);
         if (s[i]->p.backend != s[0]->p.backend)
             return ts_errf(err, errlen, "a batch must hold sessions of one backend (session %d differs)", i);
+        for (int j = 0; j < i; j++)
+            if (s[j] == s[i])
+                return ts_errf(err, errlen, "a batch holds each session once (entries %d and %d are the same)", j, i);
         if (n[i] < 1 || ts_session_pos(s[i]) + n[i] > s[i]->p.n_ctx)
             return ts_errf(err, errlen, "batch entry %d: %" PRId64 " tokens do not fit its session (%" PRId64 " of %" PRId64
                            " used)", i, n[i], ts_session_pos(s[i]), s[i]->p.n_ctx);
@@ -173,10 +212,7 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
         return rc;
     }
 #endif
-    for (int i = 0; i < n_seq; i++) {
-        if (ts_session_eval(s[i], ids[i], n[i], logits ? logits[i] : NULL, false, err, errlen)) return -1;
-    }
-    return 0;
+    return n_seq > 0 ? cpu_batch_eval(s, ids, n, logits, n_seq, err, errlen) : 0;
 }
 
 #ifdef TS_HAVE_CUDA
