@@ -27,6 +27,9 @@
 //  * Plain types (F32, F16, BF16) need no staging: 16-byte streaming loads straight from global
 //    memory, 8 elements a lane; rows whose length is not a multiple of 8 take a scalar path.
 //
+//  * T ≥ ts_cuda_gemm_min_tokens() (16 by default) is not run here: ts_cuda_matmul hands it to the
+//    tiled GEMM of gemm.cu, which decodes each weight once per tile of tokens.
+//
 //  * Expert products (ts_cuda_matmul_experts) run the same per-block bodies (blocks_product,
 //    plain_product, plain_any_product: templated on where a product's rows live) once per item,
 //    blockIdx.y the item: its expert id, read from device memory, picks the weight rows, so one
@@ -45,6 +48,7 @@ extern "C" {
 #include "quant/quant.h"
 }
 #include "cuda/cuda_common.h"
+#include "cuda/gemm.h"
 #include "cuda/matmul.h"
 #include "cuda/quant_decode.cuh"
 
@@ -803,6 +807,8 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         return -1;
     const ts_type_traits *tr = ts_type_get(W->type);
     if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
+    // prefill-sized T: the tiled GEMM reads W once per tile of up to 128 tokens (src/cuda/gemm.cu)
+    if (T >= ts_cuda_gemm_min_tokens()) return ts_cuda_gemm(W, row0, n_out, x_dev, T, y_dev, s);
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;

@@ -5,8 +5,9 @@
  *
  * W stays in its GGUF encoding on the device (ggml block bytes, rows back to back); x and y are
  * fp32, token-major (x: T × ne0, y: T × n_out), and every sum is accumulated in fp32. The kernels
- * are GEMVs meant for decode and small batches (T ≤ 8 per launch; larger T runs in slices of 8):
- * prefill-sized T belongs to a dense GEMM path, not here.
+ * are GEMVs meant for decode and small batches (T ≤ 8 per launch; larger T runs in slices of 8);
+ * from T = ts_cuda_gemm_min_tokens() (16) on, ts_cuda_matmul runs the tiled GEMM of
+ * src/cuda/gemm.h instead (same contract and numerics, within fp32 rounding).
  *
  * Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K (tier 1). */
 #ifndef TS_CUDA_MATMUL_H

@@ -19,15 +19,28 @@
 //   4. expert gate/up  ts_cuda_matmul_experts, all N·k items in one launch (fused gate_up tensor,
 //                      or split gate and up tensors of one type; two launches only when their types
 //                      differ), ids read from w->topk_id → "gu" (N·k rows of G floats: gate at 0,
-//                      up at uoff)
+//                      up at uoff). Prefill-sized batches (grouped, below) first build an expert
+//                      plan (ts_cuda_expert_plan_build: items sorted by expert, a work list of
+//                      tiles) and run ts_cuda_gemm_experts instead, same arguments, same outputs
 //   5. swiglu_kernel   h = silu(gate) ⊙ up over both the expert rows and the shared rows, written
 //                      over the gate values (grid-stride, 256 threads)
 //   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H)
-//   7. expert down     ts_cuda_matmul_experts, N·k items, x row i = item i's h → w->eo (N·k × H)
+//   7. expert down     ts_cuda_matmul_experts (or, grouped, ts_cuda_gemm_experts on the same plan),
+//                      N·k items, x row i = item i's h → w->eo (N·k × H)
 //   8. combine_kernel  y[t, c] = y[t, c]·σ(sg_t), then += w_tj·eo[t, j, c] for j = 0 .. k−1
 //                      (grid-stride over N·H, 256 threads)
 // Grid sizes depend on N and the hyperparameters only (plus the device's SM count inside the
 // matrix products), never on the ids.
+//
+// Grouped expert products (src/cuda/gemm.h): with one GEMV per item every item re-reads its
+// expert's rows; the grouped GEMM reads them once per tile of up to 16-64 items of that expert, but
+// pads every tile to its width, so it pays once experts get several items each. It runs when
+// N ≥ kGroupedMinRows (64: decode batches never change) and N·k ≥ kGroupedMinItemsPerExpert·E (4:
+// below that most tiles would hold one or two items; released shapes: N ≥ 205), and when the plan
+// fits the scratch (ts_cuda_moe_scratch_bytes reserves it whenever the plan is supported). Both
+// constants are estimates to be measured on the H200 (ts_cuda_moe_force_grouped switches the path
+// for comparisons). The results do not depend on the path beyond fp32 rounding, nor, on the
+// grouped path, on how the items fall into tiles.
 //
 // Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
 // w->sg (N), w->eo (N·k × H), w->gu (N·k × 2F: expert gate/up rows of stride G = 2F, used when
@@ -41,6 +54,7 @@
 // division, the top-k order, the renormalisation sum in slot order, silu, the combine in slot
 // order with separate fp32 products and sums) follows the CPU's operations one for one. No
 // fast-math intrinsics: expf and IEEE division.
+#include "cuda/gemm.h"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 
@@ -53,12 +67,16 @@ namespace {
 
 constexpr int kRouterThreads = 128; // one block a row
 constexpr int kRouterWarps = kRouterThreads / 32;
-constexpr int kMaxK = 64;                // as the CPU's idx[64]
-constexpr int64_t kRouterSmemE = 8192;   // p in shared memory up to this E (32 KiB)
-constexpr int kEltThreads = 256;         // elementwise kernels
-constexpr int64_t kEltMaxBlocks = 65536; // grid-stride beyond
-constexpr int kSharedFusedMaxRows = 1;   // shared gate+up as one expert launch up to this N (else two
-                                         // ts_cuda_matmul, which reuse each weight for up to 8 rows)
+constexpr int kMaxK = 64;                        // as the CPU's idx[64]
+constexpr int64_t kRouterSmemE = 8192;           // p in shared memory up to this E (32 KiB)
+constexpr int kEltThreads = 256;                 // elementwise kernels
+constexpr int64_t kEltMaxBlocks = 65536;         // grid-stride beyond
+constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert launch up to this N (else two
+                                                 // ts_cuda_matmul, which reuse each weight for up to 8 rows)
+constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
+constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
+
+int g_moe_grouped = -1; // ts_cuda_moe_force_grouped: -1 thresholds, 0 never, 1 always
 
 inline int64_t round_up4(int64_t n) {
     return (n + 3) & ~static_cast<int64_t>(3);
@@ -278,7 +296,17 @@ extern "C" size_t ts_cuda_moe_scratch_bytes(const ts_hparams *hp, int64_t max_ro
         const size_t b = static_cast<size_t>(max_rows * k * 2 * round_up4(F)) * sizeof(float);
         if (b > routed) routed = b;
     }
-    return align256(static_cast<size_t>(shared_floats(max_rows, Fs)) * sizeof(float)) + align256(routed);
+    // + the expert plan of the grouped path (items sorted by expert and the work list: about
+    // 4·N·k + 16·(N·k / 16 + E) bytes), placed after the two regions above
+    const size_t plan = ts_cuda_expert_plan_supported(hp->n_expert)
+                            ? ts_cuda_expert_plan_bytes(max_rows * k, static_cast<int64_t>(hp->n_expert))
+                            : 0;
+    return align256(static_cast<size_t>(shared_floats(max_rows, Fs)) * sizeof(float)) + align256(routed) +
+           plan;
+}
+
+extern "C" void ts_cuda_moe_force_grouped(int mode) {
+    g_moe_grouped = mode < 0 ? -1 : (mode > 0 ? 1 : 0);
 }
 
 extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
@@ -338,17 +366,35 @@ extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const
         return -1;
     }
 
-    // 4. expert gate and up for all N·k items (items t·k .. t·k + k − 1 read x row t)
+    // 4. expert gate and up for all N·k items (items t·k .. t·k + k − 1 read x row t): one GEMV per
+    //    item, or (grouped) an expert plan and grouped GEMMs, with the same arguments and outputs
     const int32_t *ids = w->topk_id;
     const ts_cuda_tensor *up = &L->ffn_up_exps;
+    const size_t plan_off = sh_bytes + align256(gu_bytes);
+    const size_t plan_bytes = ts_cuda_expert_plan_bytes(NK, E);
+    bool grouped = g_moe_grouped == 1 ||
+                   (g_moe_grouped < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
+    grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    ts_cuda_expert_plan plan;
+    if (grouped && ts_cuda_expert_plan_build(ids, NK, E, static_cast<char *>(w->scratch) + plan_off,
+                                             plan_bytes, &plan, s) != 0)
+        return -1;
+    auto experts = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
+                       int64_t n_out, const float *xs, int64_t x_div, int64_t x_stride, float *ys,
+                       int64_t y_stride) {
+        return grouped ? ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride,
+                                              ys, y_stride, s)
+                       : ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div,
+                                                x_stride, ys, y_stride, s);
+    };
     int rc;
     if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
-        rc = ts_cuda_matmul_experts(&gate, nullptr, ids, NK, 2 * F, 0, 2 * F, x, k, H, gu, G, s);
+        rc = experts(&gate, nullptr, 2 * F, 2 * F, x, k, H, gu, G);
     else if (one_launch) // gate rows F·e .., then the same rows of up
-        rc = ts_cuda_matmul_experts(&gate, up, ids, NK, F, 0, F, x, k, H, gu, G, s);
+        rc = experts(&gate, up, F, F, x, k, H, gu, G);
     else
-        rc = ts_cuda_matmul_experts(&gate, nullptr, ids, NK, F, 0, F, x, k, H, gu, G, s) ||
-             ts_cuda_matmul_experts(up, nullptr, ids, NK, F, 0, F, x, k, H, gu + uoff, G, s);
+        rc = experts(&gate, nullptr, F, F, x, k, H, gu, G) ||
+             experts(up, nullptr, F, F, x, k, H, gu + uoff, G);
     if (rc != 0) return -1;
 
     // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass
@@ -359,8 +405,7 @@ extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const
 
     // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
     if (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0) return -1;
-    if (ts_cuda_matmul_experts(&L->ffn_down_exps, nullptr, ids, NK, H, 0, H, gu, 1, G, w->eo, H, s) != 0)
-        return -1;
+    if (experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0) return -1;
 
     // 8. y = σ(sg)·y + Σ_j w_j·eo_j
     combine_kernel<<<elt_blocks(N * H), kEltThreads, 0, s>>>(y, w->sg, w->eo, w->topk_w, N, H,
