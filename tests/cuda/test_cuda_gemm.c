@@ -26,6 +26,7 @@
 #include "cuda/gemm.h"
 #include "model/synth.h"
 #include "cuda/matmul.h"
+#include "test_util.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -44,56 +45,6 @@ static const uint32_t k_types[] = {TS_TYPE_Q4_K, TS_TYPE_Q8_0,   TS_TYPE_Q6_K, T
                                    TS_TYPE_Q5_1, TS_TYPE_IQ4_NL, TS_TYPE_Q5_K};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
-/* ---- random numbers, parallel for ------------------------------------------------------------- */
-
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-typedef struct {
-    uint64_t s;
-} rng_t;
-static uint64_t rng_u64(rng_t *r) {
-    return mix64(r->s += 0x9E3779B97F4A7C15ull);
-}
-static double rng_unit(rng_t *r) {
-    return (rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
-}
-static double rng_gauss(rng_t *r) {
-    double s = 0;
-    for (int i = 0; i < 4; i++) s += rng_unit(r);
-    return (s - 2.0) * 1.7320508;
-}
-
-typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1);
-typedef struct {
-    range_fn fn;
-    void *ctx;
-    int64_t i0, i1;
-} range_job;
-static void *range_thread(void *p) {
-    range_job *j = p;
-    j->fn(j->ctx, j->i0, j->i1);
-    return NULL;
-}
-static void parallel_for(int64_t n, range_fn fn, void *ctx) {
-    long nth = sysconf(_SC_NPROCESSORS_ONLN);
-    if (nth < 1) nth = 1;
-    if (nth > 64) nth = 64;
-    if (n < 64) nth = 1;
-    pthread_t th[64];
-    range_job jobs[64];
-    for (long t = 0; t < nth; t++) {
-        jobs[t] = (range_job){fn, ctx, n * t / nth, n * (t + 1) / nth};
-        if (nth == 1 || pthread_create(&th[t], NULL, range_thread, &jobs[t]) != 0) {
-            range_thread(&jobs[t]);
-            th[t] = 0;
-        }
-    }
-    for (long t = 0; t < nth; t++)
-        if (nth > 1 && th[t]) pthread_join(th[t], NULL);
-}
 
 /* ---- weights ------------------------------------------------------------------------------------ */
 

@@ -16,6 +16,8 @@ extern "C" {
 }
 #include "cuda/gemm_decode.cuh"
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,29 +27,11 @@ using namespace ts_cu;
 
 namespace {
 
-uint64_t g_rng = 0x243F6A8885A308D3ull;
-uint64_t next_u64() {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-double next_unit() {
-    return (next_u64() >> 11) * (1.0 / 9007199254740992.0);
-}
-double next_gauss() {
-    double s = 0;
-    for (int i = 0; i < 4; i++) s += next_unit();
-    return (s - 2.0) * 1.7320508;
-}
-uint16_t random_scale_fp16() {
-    const uint16_t exp = static_cast<uint16_t>(5 + next_u64() % 12);
-    return static_cast<uint16_t>((next_u64() & 1) << 15 | exp << 10 | (next_u64() & 0x3FF));
-}
-void put_u16(uint8_t *p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-}
+rng_t g_rng = {0x243F6A8885A308D3ull};
+uint64_t next_u64() { return rng_u64(&g_rng); }
+double next_unit() { return rng_unit(&g_rng); }
+double next_gauss() { return rng_gauss(&g_rng); }
+uint16_t random_scale_fp16() { return rng_scale_fp16(&g_rng); }
 
 // Random bytes for a whole row of blocks, fp16 fields made finite.
 template <int TYPE> void random_blocks(uint8_t *row, int nb) {

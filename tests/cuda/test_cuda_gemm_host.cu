@@ -24,6 +24,8 @@ extern "C" {
 
 #include <atomic>
 #include <condition_variable>
+#include "test_util.h"
+
 #include <math.h>
 #include <mutex>
 #include <stdio.h>
@@ -176,21 +178,10 @@ template <int TYPE, class C> void run_gemm(const gemm_args &a, int gx, int gy) {
 
 // ---- data ---------------------------------------------------------------------------------------------
 
-uint64_t g_rng = 0x13198A2E03707344ull;
-uint64_t next_u64() {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-double next_unit() {
-    return (next_u64() >> 11) * (1.0 / 9007199254740992.0);
-}
-double next_gauss() {
-    double s = 0;
-    for (int i = 0; i < 4; i++) s += next_unit();
-    return (s - 2.0) * 1.7320508;
-}
+rng_t g_rng = {0x13198A2E03707344ull};
+uint64_t next_u64() { return rng_u64(&g_rng); }
+double next_unit() { return rng_unit(&g_rng); }
+double next_gauss() { return rng_gauss(&g_rng); }
 
 // A weight tensor of `rows` rows in file encoding (16-byte aligned, padded as on the device) and
 // its exact dequantization.
