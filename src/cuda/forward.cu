@@ -105,6 +105,29 @@ const char *tname(const ts_gguf_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
+// Fills rows × ne0 weights of `type` at device address d with random valid blocks: a pool of 61 random
+// rows (a prime, so no power-of-two stride repeats), quantized on the host, tiled on the device.
+void fill_random(uploader &u, uint8_t *d, uint32_t type, int64_t ne0, int64_t rows) {
+    const size_t rb = ts_row_size(type, ne0), bytes = rb * (size_t)rows;
+    const int64_t pool_rows = rows < 61 ? rows : 61;
+    float *row = (float *)malloc((size_t)ne0 * sizeof(float));
+    uint8_t *pool = (uint8_t *)malloc(rb * (size_t)pool_rows);
+    if (!row || !pool) {
+        free(row), free(pool);
+        u.rc = ts_errf(u.err, u.errlen, "out of host memory preparing random weights");
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)ne0);
+    for (int64_t r = 0; r < pool_rows && !u.rc; r++) {
+        for (int64_t i = 0; i < ne0; i++) row[i] = (2.0f * u.frand() - 1.0f) * 1.7f * scale;
+        if (ts_quantize_row(type, row, pool + rb * (size_t)r, ne0, u.err, u.errlen)) u.rc = -1;
+    }
+    cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, pool, rb * (size_t)pool_rows, cudaMemcpyHostToDevice);
+    free(row), free(pool);
+    if (e != cudaSuccess) u.rc = cuda_err(u.err, u.errlen, "uploading random weights", e);
+    u.tile(d, rb * (size_t)pool_rows, bytes);
+}
+
 // A matrix in its file encoding (rows of ne0, higher dims folded into rows).
 void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
     memset(out, 0, sizeof *out);
@@ -126,24 +149,7 @@ void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
         u.copy(d, t->data, bytes);
         return;
     }
-    // a pool of 61 random rows (a prime, so no power-of-two stride repeats), quantized on the host
-    const int64_t pool_rows = rows < 61 ? rows : 61;
-    float *row = (float *)malloc((size_t)t->ne[0] * sizeof(float));
-    uint8_t *pool = (uint8_t *)malloc(rb * (size_t)pool_rows);
-    if (!row || !pool) {
-        free(row), free(pool);
-        u.rc = ts_errf(u.err, u.errlen, "out of host memory preparing random weights");
-        return;
-    }
-    const float scale = 1.0f / sqrtf((float)t->ne[0]);
-    for (int64_t r = 0; r < pool_rows && !u.rc; r++) {
-        for (int64_t i = 0; i < t->ne[0]; i++) row[i] = (2.0f * u.frand() - 1.0f) * 1.7f * scale;
-        if (ts_quantize_row(t->type, row, pool + rb * (size_t)r, t->ne[0], u.err, u.errlen)) u.rc = -1;
-    }
-    cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, pool, rb * (size_t)pool_rows, cudaMemcpyHostToDevice);
-    free(row), free(pool);
-    if (e != cudaSuccess) u.rc = cuda_err(u.err, u.errlen, "uploading random weights", e);
-    u.tile(d, rb * (size_t)pool_rows, bytes);
+    fill_random(u, d, t->type, t->ne[0], rows);
 }
 
 // A 1-D or conv vector, dequantized to fp32 (random mode: uniform in [0.5, 1), negated for A).
@@ -191,16 +197,8 @@ void up_hc(uploader &u, const ts_hc_weights *h, ts_cuda_hc *o) {
         if (!u.dry && !u.random) {
             u.copy(base, d->data, rb * (size_t)d->ne[1]);
             u.copy(base + rb * (size_t)d->ne[1], j->data, rb * (size_t)j->ne[1]);
-        } else if (!u.dry) { // random weights: the two parts filled as separate tensors would be
-            ts_gguf_tensor both = *d;
-            both.ne[1] = d->ne[1] + j->ne[1];
-            both.nelements = both.ne[0] * both.ne[1];
-            both.nbytes = rb * (size_t)both.ne[1];
-            uploader sub = u;
-            sub.base = base, sub.used = 0;
-            ts_cuda_tensor tmp;
-            up_mat(sub, &both, &tmp);
-            u.rc = sub.rc, u.done = sub.done, u.last_pct = sub.last_pct, u.rng = sub.rng;
+        } else if (!u.dry) {
+            fill_random(u, base, d->type, d->ne[0], d->ne[1] + j->ne[1]);
         }
     } else {
         up_mat(u, d, &o->down);
@@ -612,13 +610,12 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
                     if (!o->random_weights) {
                         memcpy(dst, src->data, bytes);
                     } else {
-                        uint8_t *scratch = (uint8_t *)malloc(ts[i].row_bytes);
                         float *row = (float *)malloc((size_t)ts[i].ne0 * 4);
-                        for (int64_t r = 0; r < ts[i].rows && r < 61 && scratch && row; r++) {
+                        for (int64_t r = 0; r < ts[i].rows && r < 61 && row; r++) {
                             for (int64_t j = 0; j < ts[i].ne0; j++) row[j] = 2.0f * u.frand() - 1.0f;
                             ts_quantize_row(ts[i].type, row, dst + r * ts[i].row_bytes, ts[i].ne0, nullptr, 0);
                         }
-                        free(scratch), free(row);
+                        free(row);
                         const size_t pool = ts[i].row_bytes * (size_t)(ts[i].rows < 61 ? ts[i].rows : 61);
                         for (size_t have = pool; have < bytes;) {
                             const size_t n = have < bytes - have ? have : bytes - have;
