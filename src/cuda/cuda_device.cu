@@ -1,9 +1,11 @@
 // CUDA device discovery for `turbospark devices`: what the runtime sees, as sentences.
 // The first piece of the CUDA backend; the kernels (one per op, beside their CPU twins) follow.
 #include "cuda/cuda_device.h"
+#include "cuda/pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" int ts_cuda_list_devices(FILE *out, char *err, size_t errlen) {
     int n = 0;
@@ -28,3 +30,14 @@ extern "C" int ts_cuda_list_devices(FILE *out, char *err, size_t errlen) {
     }
     return 0;
 }
+
+// ts_cu::pdl_enabled (src/cuda/pdl.cuh): programmatic dependent launches unless TURBOSPARK_CUDA_PDL=0.
+namespace ts_cu {
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_PDL");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+} // namespace ts_cu

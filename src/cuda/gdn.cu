@@ -56,6 +56,7 @@
 // products on tensor cores, one state update per chunk) would replace the row loop of kernel 4 for
 // long sequences; the row loop is latency-bound (one block per head, one barrier per row).
 #include "cuda/layers.h"
+#include "cuda/pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -136,6 +137,8 @@ __global__ void __launch_bounds__(kConvThreads)
 gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
                 float *__restrict__ decay, const float *__restrict__ cw, const float *__restrict__ A,
                 const float *__restrict__ dt, const ts_cuda_batch b, int l, GdnDims d) {
+    ts_cu::pdl_trigger();
+    ts_cu::pdl_wait();
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
     const int g = blockIdx.y;
@@ -180,6 +183,8 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
 // of sequence s to extended row n + h of [history ; its n rows].
 __global__ void __launch_bounds__(kStateThreads)
 gdn_conv_state_kernel(const float *__restrict__ qkv, const ts_cuda_batch b, int l, GdnDims d, int chunks) {
+    ts_cu::pdl_trigger();
+    ts_cu::pdl_wait();
     const int s = blockIdx.x / chunks;
     const int64_t c = (int64_t)(blockIdx.x % chunks) * blockDim.x + threadIdx.x;
     if (c >= d.cd) return;
@@ -213,14 +218,30 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     __shared__ float qs[2][K], ks[2][K]; // q̂, k̂ of the current / next row, zero beyond dk
     __shared__ float red[2][32];         // block sums, alternating by row parity
 
+    ts_cu::pdl_trigger();
     const int tid = threadIdx.x, e = tid / P, p = tid % P;
     const int s = blockIdx.x / d.nv, j = blockIdx.x % d.nv, kappa = j % d.nk;
     const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
-    if (r0 >= r1) return; // no rows: uniform over the block
+    if (r0 >= r1) { // no rows: uniform over the block
+        ts_cu::pdl_wait();
+        return;
+    }
     const bool col = e < d.dv;
     float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv;
     const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff, voff = 2 * d.key_dim + (int64_t)j * d.dv;
     const int64_t zoff = (int64_t)j * d.dv + e;
+
+    // this thread's keys (its own state: no kernel of this step writes it before this one, so it is
+    // read before waiting for the previous kernel): i = p + P·m for m < mc; its column pointer steps P rows of S
+    const int mc = col ? (d.dk - p + P - 1) / P : 0;
+    const int64_t step = (int64_t)P * d.dv;
+    float st[M]; // S[p + P·m][e]
+    {
+        const float *sp = S + (int64_t)p * d.dv + e;
+#pragma unroll
+        for (int m = 0; m < M; m++, sp += step) st[m] = m < mc ? *sp : 0.0f;
+    }
+    ts_cu::pdl_wait();
 
     // zero the padding of both buffers, fetch row r0's q̂/k̂
     for (int i = d.dk + tid; i < K; i += blockDim.x) qs[0][i] = qs[1][i] = ks[0][i] = ks[1][i] = 0.0f;
@@ -230,15 +251,6 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     }
     copy_async_commit();
 
-    // this thread's keys: i = p + P·m for m < mc; its column pointer steps P rows of S
-    const int mc = col ? (d.dk - p + P - 1) / P : 0;
-    const int64_t step = (int64_t)P * d.dv;
-    float st[M]; // S[p + P·m][e]
-    {
-        const float *sp = S + (int64_t)p * d.dv + e;
-#pragma unroll
-        for (int m = 0; m < M; m++, sp += step) st[m] = m < mc ? *sp : 0.0f;
-    }
     const float gam = col ? a.gamma[e] : 0.0f;
     // row r0's scalars; later rows are prefetched one row ahead
     float bt = a.beta[r0 * d.nv + j], dc = a.decay[r0 * d.nv + j];
@@ -353,7 +365,7 @@ gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
 template <int P, int M>
 void launch_reg(const RecArgs &a, const ts_cuda_batch &b, const GdnDims &d, cudaStream_t s) {
     const int threads = (d.dv * P + 31) / 32 * 32;
-    gdn_recur_reg<P, M><<<(unsigned)b.n_seq * d.nv, threads, 0, s>>>(a, b, d);
+    ts_cu::launch(gdn_recur_reg<P, M>, dim3((unsigned)b.n_seq * d.nv), dim3(threads), 0, s, a, b, d);
 }
 
 size_t alpha_bytes(const ts_hparams *hp, int64_t rows) {
@@ -394,13 +406,14 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, decay, s)) return -1;
 
     // 2. conv + SiLU, q/k norms, gates
-    gdn_conv_kernel<<<dim3((unsigned)N, (unsigned)segs), kConvThreads, 0, s>>>(w->qkv, w->u, beta, decay, L->ssm_conv1d,
-                                                                              L->ssm_a, L->ssm_dt, *b, l, d);
+    ts_cu::launch(gdn_conv_kernel, dim3((unsigned)N, (unsigned)segs), dim3(kConvThreads), 0, s,
+                  static_cast<const float *>(w->qkv), w->u, beta, decay, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b, l, d);
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
 
     // 3. conv history
     if (d.Kc > 1) {
-        gdn_conv_state_kernel<<<(unsigned)(chunks * b->n_seq), kStateThreads, 0, s>>>(w->qkv, *b, l, d, (int)chunks);
+        ts_cu::launch(gdn_conv_state_kernel, dim3((unsigned)(chunks * b->n_seq)), dim3(kStateThreads), 0, s,
+                      static_cast<const float *>(w->qkv), *b, l, d, (int)chunks);
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }
 

@@ -19,12 +19,17 @@
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
 // products sum in a different order, so results agree to fp32 rounding, not bit for bit.
 #include "cuda/layers.h"
+#include "cuda/matmul.h"
+#include "cuda/pdl.cuh"
+#include "cuda/unit_dot.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
 namespace {
+
+using namespace ts_cu;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 20; // grid-stride beyond this
@@ -58,6 +63,8 @@ __global__ void hc_act_split_kernel(const float *__restrict__ P, int64_t N, int6
 __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restrict__ y, const float *__restrict__ inj,
                                      int64_t H, int64_t C, const float *__restrict__ g, float eps,
                                      float *__restrict__ xn) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t t = blockIdx.x, c = blockIdx.y, W = C * H;
     float *Rs = R + t * W + c * H, *Xs = xn + t * W + c * H;
     const float *yt = y + t * H, *gs = g + c * H;
@@ -105,6 +112,150 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
     }
 }
 
+
+// ---- decode: the fused read --------------------------------------------------------------------
+//
+// For N ≤ kFusedMaxRows a read is two launches instead of five:
+//  1. ts_cuda_matmul_split of the down (or down|inject) rows, one split per stream (C splits of H
+//     columns): P[q][t][j] = Σ_{c < H} D[j, q·H + c] · Xn[t, q·H + c]. Few rows (r + C = 324) of long
+//     rows (W = 10240) would otherwise run one warp a row on a third of the GPU.
+//  2. hc_up_mix_kernel: each block stages lr = silu((Σ_q P[q][t][:r]) / C) in shared memory (the
+//     splits summed in order q = 0 .. C−1), block 0 also writes inj = 2σ((Σ_q P[q][t][r:]) / C); then
+//     for its IB outputs i it computes the C up rows c·H + i (their bytes staged by cp.async, one
+//     thread per (row, unit of 32 weights), unit sums added in unit order) and the mix
+//     x[t, i] = (Σ_c σ(M_c) · Xn[t, c·H + i]) / C.
+// Same math as the five-launch path up to fp32 summation order; deterministic.
+constexpr int kFusedMaxRows = 4;
+constexpr int kFusedMaxIB = 8;
+constexpr size_t kFusedSmemBudget = 44 * 1024;
+
+__host__ __device__ inline size_t round16(size_t b) {
+    return (b + 15) & ~static_cast<size_t>(15);
+}
+
+// Shared memory of one block: lr (r floats), C weight ranges of IB rows (+ 32 bytes of alignment and
+// decoder slack each), unit partial sums (C·IB·upr floats).
+inline size_t up_mix_smem(int64_t r, int64_t C, int IB, size_t rb, int upr) {
+    return static_cast<size_t>(r) * sizeof(float) + static_cast<size_t>(C) * round16(IB * rb + 32) +
+           static_cast<size_t>(C * IB * upr) * sizeof(float);
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(kThreads)
+    hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
+                     const float *__restrict__ P, int np, int N, const float *__restrict__ xn, float *__restrict__ x,
+                     float *__restrict__ inj) {
+    using Q = qtype<TYPE>;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int t = static_cast<int>(blockIdx.y), i0 = static_cast<int>(blockIdx.x) * IB, ni = min(IB, H - i0);
+    const int tid = static_cast<int>(threadIdx.x), upr = nb * Q::UPB;
+    const size_t range = round16(IB * rb + 32);
+    float4 *xs = reinterpret_cast<float4 *>(smem);
+    uint8_t *wb = smem + static_cast<size_t>(r) * sizeof(float);
+    float *part = reinterpret_cast<float *>(wb + static_cast<size_t>(C) * range);
+
+    // the C ranges of up rows c·H + i0 .. c·H + i0 + ni − 1, as aligned 16-byte lines (weights: issued
+    // before waiting for the kernel that wrote P)
+    pdl_trigger();
+    for (int c = 0; c < C; c++) {
+        const uint8_t *start = up + (static_cast<size_t>(c) * H + i0) * rb;
+        const uint8_t *a0 = align_down16(start);
+        const int nl = static_cast<int>((start + static_cast<size_t>(ni) * rb - a0 + 15) >> 4);
+        for (int l = tid; l < nl; l += kThreads) cp_async16(wb + c * range + 16 * l, a0 + 16 * l);
+    }
+    cp_async_commit();
+    pdl_wait();
+
+    // lr (swizzled as unit_dot reads it) and, block 0, the inject weights
+    const size_t qs = static_cast<size_t>(N) * np;
+    const float *Pt = P + static_cast<size_t>(t) * np;
+    const float fc = static_cast<float>(C);
+    for (int f = tid; f < r / 4; f += kThreads) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float a = Pt[4 * f + e];
+            for (int q = 1; q < C; q++) a += Pt[q * qs + 4 * f + e];
+            v[e] = ts_dsilu(a / fc);
+        }
+        xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+    if (inj && blockIdx.x == 0 && tid < C) {
+        float a = Pt[r + tid];
+        for (int q = 1; q < C; q++) a += Pt[q * qs + r + tid];
+        inj[static_cast<size_t>(t) * C + tid] = 2.0f * ts_dsigmoid(a / fc);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // one thread per (row, unit); consecutive threads take the same unit of different rows
+    const int rows = C * ni;
+    for (int idx = tid; idx < rows * upr; idx += kThreads) {
+        const int u = idx / rows, row = idx - u * rows, c = row / ni, il = row - c * ni;
+        const int b = u / Q::UPB, k = u - b * Q::UPB;
+        const uint8_t *start = up + (static_cast<size_t>(c) * H + i0) * rb;
+        const uint8_t *blk[1] = {wb + c * range + (reinterpret_cast<uintptr_t>(start) & 15u) + il * rb + b * Q::BS};
+        float acc[1][1] = {{0.0f}};
+        unit_dot<Q, 1, 1, true>(blk, k, nullptr, xs, b * Q::QK, r, acc);
+        part[row * upr + u] = acc[0][0];
+    }
+    __syncthreads();
+
+    for (int il = tid; il < ni; il += kThreads) {
+        const float *Xt = xn + static_cast<size_t>(t) * C * H + i0 + il;
+        float s = 0.0f;
+        for (int c = 0; c < C; c++) {
+            const float *pr = part + (c * ni + il) * upr;
+            float m = 0.0f;
+            for (int u = 0; u < upr; u++) m += pr[u];
+            s += ts_dsigmoid(m) * Xt[static_cast<size_t>(c) * H];
+        }
+        x[static_cast<size_t>(t) * H + i0 + il] = s / fc;
+    }
+}
+
+// The fused read (see above), or 1 when the shapes or types do not allow it (nothing enqueued).
+int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj, cudaStream_t s) {
+    const ts_hparams *hp = w->hp;
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const ts_cuda_tensor *D = inj ? &hc->down_inject : &hc->down;
+    const ts_cuda_tensor &U = hc->up;
+    const int64_t np = inj ? r + C : r;
+    if (N > kFusedMaxRows || !D->data || D->ne0 != W || D->rows < np || !U.data || U.ne0 != r || U.rows < W || r % 4 != 0 || C * np > W)
+        return 1;
+    const ts_type_traits *tr = ts_type_get(U.type);
+    if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r)) return 1;
+    const int nb = static_cast<int>(r / tr->block_size);
+    const int upr = nb * (tr->block_size / 32);
+    int IB = kFusedMaxIB;
+    while (IB > 1 && up_mix_smem(r, C, IB, U.row_bytes, upr) > kFusedSmemBudget) IB /= 2;
+    const size_t smem = up_mix_smem(r, C, IB, U.row_bytes, upr);
+    if (smem > kFusedSmemBudget) return 1;
+
+    void (*kernel)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int, const float *, float *,
+                   float *) = nullptr;
+    switch (U.type) {
+    case TS_TYPE_Q8_0: kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>; break;
+    case TS_TYPE_Q4_0: kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>; break;
+    case TS_TYPE_Q5_0: kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>; break;
+    case TS_TYPE_Q5_1: kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>; break;
+    case TS_TYPE_IQ4_NL: kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>; break;
+    case TS_TYPE_Q4_K: kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>; break;
+    case TS_TYPE_Q5_K: kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>; break;
+    case TS_TYPE_Q6_K: kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>; break;
+    default: return 1;
+    }
+    const int rc = ts_cuda_matmul_split(D, np, static_cast<int>(C), w->xn, N, W, w->mix, s);
+    if (rc != 0) return rc;
+
+    const dim3 grid(static_cast<unsigned>((H + IB - 1) / IB), static_cast<unsigned>(N));
+    const cudaError_t e = launch(kernel, grid, dim3(kThreads), smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes, nb,
+                                 static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), IB,
+                                 static_cast<const float *>(w->mix), static_cast<int>(np), static_cast<int>(N),
+                                 static_cast<const float *>(w->xn), x, inj);
+    return e == cudaSuccess ? 0 : -1;
+}
+
 } // namespace
 
 extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj,
@@ -114,6 +265,8 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     if (N <= 0) return 0;
     const bool with_inj = inj != nullptr;
     if (with_inj && !hc->inject.data) return -1;
+    const int fused = hc_read_fused(w, hc, N, x, inj, s);
+    if (fused <= 0) return fused;
 
     if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
         if (ts_cuda_matmul(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
@@ -147,8 +300,9 @@ extern "C" int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, 
     if (N <= 0) return 0;
     const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
-    hc_write_norm_kernel<<<grid, threads, 0, s>>>(R, y, inj, H, C, g_next, hp->eps, w->xn);
-    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn) == cudaSuccess
+               ? 0
+               : -1;
 }
 
 extern "C" int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t N,

@@ -50,7 +50,9 @@ extern "C" {
 #include "cuda/cuda_common.h"
 #include "cuda/gemm.h"
 #include "cuda/matmul.h"
+#include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
+#include "cuda/unit_dot.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -66,83 +68,6 @@ constexpr int kWarps = 4; // warps per thread block
 constexpr int kMaxT = 8;  // tokens per launch; larger T is sliced on the host
 
 // ---- the block-type kernel -------------------------------------------------------------------
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ const uint8_t *align_down16(const uint8_t *p) {
-    return p - (reinterpret_cast<uintptr_t>(p) & 15u);
-}
-
-// One unit of R rows against T tokens: acc[r][t] += Σ over the unit's 32 elements. eb: index of
-// the block's first element in a row of x. x comes from global memory (x, through L1) or, when XS,
-// from the swizzled copy in shared memory (xs, see x_swizzle).
-template <class Q, int R, int T, bool XS>
-__device__ __forceinline__ void unit_dot(const uint8_t *const (&blk)[R], int k, const float *__restrict__ x,
-                                         const float4 *xs, int eb, int ne0, float (&acc)[R][T]) {
-    unit_t u[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) Q::decode(blk[r], k, u[r]);
-    constexpr float kMagic = 8388608.0f + static_cast<float>(Q::BIAS);
-#pragma unroll
-    for (int run = 0; run < 2; run++) {
-        float w[R][16];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                w[r][4 * i + 0] = byte_plus_2p23<0>(u[r].q[run][i]) - kMagic;
-                w[r][4 * i + 1] = byte_plus_2p23<1>(u[r].q[run][i]) - kMagic;
-                w[r][4 * i + 2] = byte_plus_2p23<2>(u[r].q[run][i]) - kMagic;
-                w[r][4 * i + 3] = byte_plus_2p23<3>(u[r].q[run][i]) - kMagic;
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const int e = t * ne0 + eb + u[0].e[run]; // a multiple of 16
-            float xv[16];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float4 v;
-                if constexpr (XS)
-                    v = xs[x_swizzle<Q>(static_cast<uint32_t>(e >> 2)) ^ static_cast<uint32_t>(i)];
-                else
-                    v = __ldg(reinterpret_cast<const float4 *>(x + e) + i);
-                xv[4 * i + 0] = v.x;
-                xv[4 * i + 1] = v.y;
-                xv[4 * i + 2] = v.z;
-                xv[4 * i + 3] = v.w;
-            }
-            float sx = 0.0f;
-            if (Q::HAS_MIN) {
-                float s4[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    s4[i] = (xv[4 * i] + xv[4 * i + 1]) + (xv[4 * i + 2] + xv[4 * i + 3]);
-                sx = (s4[0] + s4[1]) + (s4[2] + s4[3]);
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 16; i += 2) {
-                    s0 = fmaf(w[r][i], xv[i], s0);
-                    s1 = fmaf(w[r][i + 1], xv[i + 1], s1);
-                }
-                acc[r][t] = fmaf(u[r].scale[run], s0 + s1, acc[r][t]);
-                if (Q::HAS_MIN) acc[r][t] = fmaf(u[r].min[run], sx, acc[r][t]);
-            }
-        }
-    }
-}
 
 // Sums each accumulator over the warp; lane 0 writes the valid rows.
 template <int R, int T>
@@ -186,13 +111,6 @@ struct expert_rows {
     }
 };
 
-// Copies x (T·ne0 floats, 16-byte aligned) into the swizzled shared copy xs; the caller syncs.
-template <class Q, int T>
-__device__ __forceinline__ void stage_x(float4 *xs, const float *__restrict__ x, int ne0) {
-    const int n4 = T * ne0 / 4;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x);
-    for (int f = threadIdx.x; f < n4; f += kWarps * 32) xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
-}
 
 // The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of kWarps·R
 // consecutive rows (of n_out), each warp R rows of a group. nb: blocks per row. x (T·ne0 floats)
@@ -280,12 +198,31 @@ __global__ void __launch_bounds__(kWarps * 32)
     matmul_blocks_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int nb, int ne0,
                          const float *__restrict__ x, float *__restrict__ y) {
     extern __shared__ float4 xs[]; // XS: T·ne0/4 float4s
+    pdl_trigger();
+    pdl_wait();
     if constexpr (XS) {
-        stage_x<qtype<TYPE>, T>(xs, x, ne0);
+        stage_x<qtype<TYPE>, T>(xs, x, ne0, ne0, kWarps * 32);
         __syncthreads();
     }
     blocks_product<TYPE, R, T, XS>(dense_rows{W, rb}, n_out, nb, ne0, x, xs, y, static_cast<int>(blockIdx.x),
                                    static_cast<int>(gridDim.x));
+}
+
+// Split-K (ts_cuda_matmul_split): split q = blockIdx.y multiplies columns q·ne0 .. q·ne0 + ne0 − 1
+// of the rows (bytes q·wsplit on of each row) by the same columns of x (T rows of stride xstride)
+// and writes its partial sums to y + q·ysplit (T × n_out). x of the split is staged in shared memory.
+template <int TYPE, int T>
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_split_kernel(const uint8_t *__restrict__ W, size_t rb, size_t wsplit, int n_out, int nb, int ne0,
+                        const float *__restrict__ x, int xstride, float *__restrict__ y, size_t ysplit) {
+    extern __shared__ float4 xs[]; // T·ne0/4 float4s
+    const int q = static_cast<int>(blockIdx.y);
+    pdl_trigger();
+    pdl_wait();
+    stage_x<qtype<TYPE>, T>(xs, x + static_cast<size_t>(q) * ne0, ne0, xstride, kWarps * 32);
+    __syncthreads();
+    blocks_product<TYPE, 1, T, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs, y + q * ysplit,
+                                     static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
 }
 
 // ---- plain types -----------------------------------------------------------------------------
@@ -395,6 +332,8 @@ template <int TYPE, int R, int T>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_plain_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
                         const float *__restrict__ x, float *__restrict__ y) {
+    pdl_trigger();
+    pdl_wait();
     plain_product<TYPE, R, T>(dense_rows{W, rb}, n_out, ne0, x, y, static_cast<int>(blockIdx.x));
 }
 
@@ -422,6 +361,8 @@ template <int TYPE>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_plain_any_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
                             const float *__restrict__ x, int T, float *__restrict__ y) {
+    pdl_trigger();
+    pdl_wait();
     plain_any_product<TYPE>(dense_rows{W, rb}, n_out, ne0, x, T, y, static_cast<int>(blockIdx.x));
 }
 
@@ -482,6 +423,8 @@ __device__ __forceinline__ void fill_nan(float *y, int n_out, int rows_per_group
 
 template <int TYPE, int R, bool XS>
 __global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(const expert_args a, int nb, int ne0) {
+    pdl_trigger();
+    pdl_wait(); // the expert ids come from the router kernel
     extern __shared__ float4 xs[]; // XS: ne0/4 float4s, the current item's x row
     for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
         expert_rows rows;
@@ -490,7 +433,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(cons
         const bool ok = bind_item(a, i, rows, x, y);
         if constexpr (XS) {
             __syncthreads(); // every warp is done with the previous item's x
-            stage_x<qtype<TYPE>, 1>(xs, x, ne0);
+            stage_x<qtype<TYPE>, 1>(xs, x, ne0, ne0, kWarps * 32);
             __syncthreads();
         }
         if (ok)
@@ -503,6 +446,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(cons
 
 template <int TYPE, int R>
 __global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_kernel(const expert_args a, int ne0) {
+    pdl_trigger();
+    pdl_wait(); // the expert ids come from the router kernel
     for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
         expert_rows rows;
         const float *x;
@@ -516,6 +461,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_kernel(const
 
 template <int TYPE>
 __global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_any_kernel(const expert_args a, int ne0) {
+    pdl_trigger();
+    pdl_wait(); // the expert ids come from the router kernel
     for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
         expert_rows rows;
         const float *x;
@@ -545,6 +492,7 @@ inline int blocks_for(int n_out, int R) {
 // x is staged in shared memory when T·ne0 floats fit this (all T = 1 shapes of the model; T = 2 up
 // to 6144): beyond it the block kernels read x through L1, uncoalesced (see the design note).
 constexpr int kXsBudgetBytes = 48 * 1024;
+constexpr int kMaxSplitT = 4; // tokens of ts_cuda_matmul_split
 
 bool g_x_shared = true;
 
@@ -586,8 +534,7 @@ template <typename K> int resident_blocks(K kernel, size_t dyn_smem, bool needs_
 
 template <int TYPE, int R, int T> void launch_one(const launch_args &a) {
     if constexpr (TYPE == TS_TYPE_F32 || TYPE == TS_TYPE_F16 || TYPE == TS_TYPE_BF16) {
-        matmul_plain_kernel<TYPE, R, T>
-            <<<blocks_for(a.n_out, R), kWarps * 32, 0, a.s>>>(a.w, a.rb, a.n_out, a.ne0, a.x, a.y);
+        launch(matmul_plain_kernel<TYPE, R, T>, blocks_for(a.n_out, R), kWarps * 32, 0, a.s, a.w, a.rb, a.n_out, a.ne0, a.x, a.y);
     } else {
         const int nb = a.ne0 / qtype<TYPE>::QK;
         const size_t xbytes = static_cast<size_t>(T) * a.ne0 * sizeof(float);
@@ -596,12 +543,12 @@ template <int TYPE, int R, int T> void launch_one(const launch_args &a) {
             const auto kernel = matmul_blocks_kernel<TYPE, R, T, true>;
             thread_local occupancy_cache cache;
             const int blocks = min(want, resident_blocks(kernel, xbytes, true, cache));
-            kernel<<<blocks, kWarps * 32, xbytes, a.s>>>(a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
+            launch(kernel, blocks, kWarps * 32, xbytes, a.s, a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
         } else {
             const auto kernel = matmul_blocks_kernel<TYPE, R, T, false>;
             thread_local occupancy_cache cache;
             const int blocks = min(want, resident_blocks(kernel, 0, false, cache));
-            kernel<<<blocks, kWarps * 32, 0, a.s>>>(a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
+            launch(kernel, blocks, kWarps * 32, 0, a.s, a.w, a.rb, a.n_out, nb, a.ne0, a.x, a.y);
         }
     }
 }
@@ -690,7 +637,7 @@ template <int TYPE, int R> void launch_experts_one(const expert_launch &L) {
     const int gy = min(L.a.n_items, kMaxGridY);
     const int groups = (L.a.n_out + kWarps * R - 1) / (kWarps * R);
     if constexpr (TYPE == TS_TYPE_F32 || TYPE == TS_TYPE_F16 || TYPE == TS_TYPE_BF16) {
-        matmul_experts_plain_kernel<TYPE, R><<<dim3(groups, gy), kWarps * 32, 0, L.s>>>(L.a, L.ne0);
+        launch(matmul_experts_plain_kernel<TYPE, R>, dim3(groups, gy), kWarps * 32, 0, L.s, L.a, L.ne0);
     } else {
         const int nb = L.ne0 / qtype<TYPE>::QK;
         const size_t xbytes = static_cast<size_t>(L.ne0) * sizeof(float);
@@ -701,13 +648,13 @@ template <int TYPE, int R> void launch_experts_one(const expert_launch &L) {
             thread_local occupancy_cache_set cache;
             const int res = resident_blocks_keyed(kernel, xbytes, true, cache);
             const int gx = max(1, min(groups, (res + gy - 1) / gy));
-            kernel<<<dim3(gx, gy), kWarps * 32, xbytes, L.s>>>(L.a, nb, L.ne0);
+            launch(kernel, dim3(gx, gy), kWarps * 32, xbytes, L.s, L.a, nb, L.ne0);
         } else {
             const auto kernel = matmul_experts_blocks_kernel<TYPE, R, false>;
             thread_local occupancy_cache_set cache;
             const int res = resident_blocks_keyed(kernel, 0, false, cache);
             const int gx = max(1, min(groups, (res + gy - 1) / gy));
-            kernel<<<dim3(gx, gy), kWarps * 32, 0, L.s>>>(L.a, nb, L.ne0);
+            launch(kernel, dim3(gx, gy), kWarps * 32, 0, L.s, L.a, nb, L.ne0);
         }
     }
 }
@@ -816,16 +763,13 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         const int blocks = (no + kWarps - 1) / kWarps;
         switch (W->type) {
         case TS_TYPE_F32:
-            matmul_plain_any_kernel<TS_TYPE_F32>
-                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_F32>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
             break;
         case TS_TYPE_F16:
-            matmul_plain_any_kernel<TS_TYPE_F16>
-                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_F16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
             break;
         default:
-            matmul_plain_any_kernel<TS_TYPE_BF16>
-                <<<blocks, kWarps * 32, 0, s>>>(w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_BF16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
             break;
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
@@ -928,13 +872,13 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         const dim3 grid((a.n_out + kWarps - 1) / kWarps, a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
         switch (W->type) {
         case TS_TYPE_F32:
-            matmul_experts_plain_any_kernel<TS_TYPE_F32><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            launch(matmul_experts_plain_any_kernel<TS_TYPE_F32>, grid, kWarps * 32, 0, s, a, L.ne0);
             break;
         case TS_TYPE_F16:
-            matmul_experts_plain_any_kernel<TS_TYPE_F16><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            launch(matmul_experts_plain_any_kernel<TS_TYPE_F16>, grid, kWarps * 32, 0, s, a, L.ne0);
             break;
         default:
-            matmul_experts_plain_any_kernel<TS_TYPE_BF16><<<grid, kWarps * 32, 0, s>>>(a, L.ne0);
+            launch(matmul_experts_plain_any_kernel<TS_TYPE_BF16>, grid, kWarps * 32, 0, s, a, L.ne0);
             break;
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
@@ -978,6 +922,101 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         break;
     default:
         return -1;
+    }
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+// ---- split-K ----------------------------------------------------------------------------------
+
+namespace {
+
+struct split_args {
+    const uint8_t *w;
+    size_t rb, wsplit;
+    int n_out, ne0, splits, xstride;
+    const float *x;
+    float *y;
+    size_t ysplit;
+    cudaStream_t s;
+};
+
+template <int TYPE, int T> void launch_split_T(const split_args &a) {
+    const auto kernel = matmul_split_kernel<TYPE, T>;
+    const size_t xbytes = static_cast<size_t>(T) * a.ne0 * sizeof(float);
+    thread_local occupancy_cache cache;
+    const int res = resident_blocks(kernel, xbytes, true, cache);
+    const int gx = max(1, min(blocks_for(a.n_out, 1), res / a.splits));
+    const int nb = a.ne0 / qtype<TYPE>::QK;
+    launch(kernel, dim3(gx, a.splits), kWarps * 32, xbytes, a.s, a.w, a.rb, a.wsplit, a.n_out, nb, a.ne0, a.x,
+                                                               a.xstride, a.y, a.ysplit);
+}
+
+template <int TYPE> void launch_split(int T, const split_args &a) {
+    switch (T) {
+    case 1:
+        launch_split_T<TYPE, 1>(a);
+        break;
+    case 2:
+        launch_split_T<TYPE, 2>(a);
+        break;
+    case 3:
+        launch_split_T<TYPE, 3>(a);
+        break;
+    default:
+        launch_split_T<TYPE, 4>(a);
+        break;
+    }
+}
+
+} // namespace
+
+extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
+                                    int64_t x_stride, float *y_dev, cudaStream_t s) {
+    if (!W || !W->data || n_out < 0 || n_out > W->rows || n_out > INT_MAX || T < 0 || splits < 1) return -1;
+    if (n_out == 0 || T == 0) return 0;
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) || (reinterpret_cast<uintptr_t>(y_dev) & 15u))
+        return -1;
+    const ts_type_traits *tr = ts_type_get(W->type);
+    if (!tr || is_plain(W->type) || !ts_cuda_matmul_supports(W->type) || !g_x_shared) return 1;
+    if (W->ne0 % splits != 0 || (W->ne0 / splits) % tr->block_size != 0 || x_stride < W->ne0 || x_stride % 4 != 0 ||
+        x_stride > INT_MAX || T > kMaxSplitT || W->row_bytes != ts_row_size(W->type, W->ne0) ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return 1;
+    const int ne0 = static_cast<int>(W->ne0 / splits);
+    if (T * ne0 * sizeof(float) > static_cast<size_t>(kXsBudgetBytes)) return 1;
+    const size_t wsplit = ts_row_size(W->type, ne0);
+    if (wsplit % 16 != 0 && (W->type == TS_TYPE_Q4_K || W->type == TS_TYPE_Q5_K)) return 1; // A16 blocks
+    const split_args a = {static_cast<const uint8_t *>(W->data), W->row_bytes, wsplit, static_cast<int>(n_out), ne0,
+                          splits, static_cast<int>(x_stride), x_dev, y_dev,
+                          static_cast<size_t>(T) * static_cast<size_t>(n_out), s};
+    const int t = static_cast<int>(T);
+    switch (W->type) {
+    case TS_TYPE_Q8_0:
+        launch_split<TS_TYPE_Q8_0>(t, a);
+        break;
+    case TS_TYPE_Q4_0:
+        launch_split<TS_TYPE_Q4_0>(t, a);
+        break;
+    case TS_TYPE_Q5_0:
+        launch_split<TS_TYPE_Q5_0>(t, a);
+        break;
+    case TS_TYPE_Q5_1:
+        launch_split<TS_TYPE_Q5_1>(t, a);
+        break;
+    case TS_TYPE_IQ4_NL:
+        launch_split<TS_TYPE_IQ4_NL>(t, a);
+        break;
+    case TS_TYPE_Q4_K:
+        launch_split<TS_TYPE_Q4_K>(t, a);
+        break;
+    case TS_TYPE_Q5_K:
+        launch_split<TS_TYPE_Q5_K>(t, a);
+        break;
+    case TS_TYPE_Q6_K:
+        launch_split<TS_TYPE_Q6_K>(t, a);
+        break;
+    default:
+        return 1;
     }
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }

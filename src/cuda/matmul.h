@@ -84,6 +84,21 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
                            cudaStream_t s);
 
+/* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
+ * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):
+ *
+ *     y[q·T·n_out + t·n_out + o] = Σ_{c < ne0/splits} W[o, q·ne0/splits + c] · x[t·x_stride + q·ne0/splits + c]
+ *
+ * for q < splits, t < T, o < n_out (rows 0 .. n_out − 1 of W). The caller sums the splits (in a fixed
+ * order, so results are deterministic). Returns 1, enqueuing nothing, when the shape is not one
+ * the split kernel takes (plain types, ne0/splits not a multiple of the block size, T > 4, a split
+ * of x beyond the 48 KiB staged in shared memory): the caller then uses ts_cuda_matmul. 0 when
+ * enqueued, -1 for invalid arguments or a failed launch. Capturable; warm up outside capture as
+ * for ts_cuda_matmul. PRECONDITIONS: x_dev, y_dev device pointers, 16-byte aligned; x_stride a
+ * multiple of 4, ≥ ne0. */
+int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
+                         int64_t x_stride, float *y_dev, cudaStream_t s);
+
 /* Benchmarks and tests only, not thread-safe against concurrent ts_cuda_matmul calls:
  * force the rows each warp handles (1, 2 or 4; 0 = automatic), and allow (default) or forbid
  * staging x in shared memory (forbidden: x is read through L1, the path of large T·ne0). Both
