@@ -12,10 +12,13 @@
 // Launches of hc_read: rmsnorm (ops.cu), the down and inject products (ts_cuda_matmul; one launch
 // when the upload placed the inject rows right after the down rows, hc->down_inject), one
 // elementwise kernel for both activations (lr and inj), the up product, and one kernel for the
-// stream mix. Decode is latency-bound (96 reads a token), so two fusions save launches: the write of
-// a block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj,
-// then the next read's norm into w->xn), and ts_cuda_hc_read_xn starts from that w->xn. Elementwise kernels map one thread to one output element (grid-stride, 256 threads a
-// block); their grids depend only on N and the shapes, so the whole sequence is graph-capturable.
+// stream mix. Decode is latency-bound (96 reads a token), so fusions save launches: the write of a
+// block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj, then
+// the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 4 rows
+// with block-quantized weights the read itself is two launches (the fused read below: a split-K
+// down|inject product and hc_up_mix_kernel). Elementwise kernels map one thread to one output
+// element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
+// whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
 // products sum in a different order, so results agree to fp32 rounding, not bit for bit.
 #include "cuda/layers.h"

@@ -41,7 +41,8 @@
 //
 // TODO: the per-weight instruction count (~3.5 for 4-bit types) is near the issue limit at full
 // HBM rate; a tensor-core path (integer weights as bf16, x split into bf16 terms) or int8 dot
-// products would take it lower. TODO: split-K for launches with few rows (a single expert slice).
+// products would take it lower. Split-K (ts_cuda_matmul_split) serves few-row products whose caller
+// sums the splits (the hyper-connection down|inject rows); a single expert slice is not split yet.
 extern "C" {
 #include "common/error.h"
 #include "gguf/gguf.h"
