@@ -180,30 +180,39 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
     u.tick(bytes);
 }
 
+// Matrices of one encoding uploaded back to back, so that one product computes all their rows:
+// views[i] addresses tensor i's rows inside the region, *joined all of them. False, uploading
+// nothing, when a tensor is missing, their types or row lengths differ, or rows are not 16-byte
+// multiples (the kernels need each view 16-byte aligned).
+bool up_joined(uploader &u, const ts_gguf_tensor *const *t, int n, ts_cuda_tensor *const *views, ts_cuda_tensor *joined) {
+    memset(joined, 0, sizeof *joined);
+    for (int i = 0; i < n; i++)
+        if (!t[i] || t[i]->type != t[0]->type || t[i]->ne[0] != t[0]->ne[0] || t[i]->ne[2] != 1 || t[i]->ne[3] != 1)
+            return false;
+    const size_t rb = ts_row_size(t[0]->type, t[0]->ne[0]);
+    if (rb % 16 != 0 || !ts_cuda_matmul_supports(t[0]->type)) return false;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += t[i]->ne[1];
+    uint8_t *base = (uint8_t *)u.take(rb * (size_t)total + 16);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *views[i] = ts_cuda_tensor{t[0]->type, t[0]->ne[0], t[i]->ne[1], rb, base ? base + off : nullptr, nullptr};
+        if (!u.dry && !u.random) u.copy(base + off, t[i]->data, rb * (size_t)t[i]->ne[1]);
+        off += rb * (size_t)t[i]->ne[1];
+    }
+    *joined = ts_cuda_tensor{t[0]->type, t[0]->ne[0], total, rb, base, nullptr};
+    if (!u.dry && u.random) fill_random(u, base, t[0]->type, t[0]->ne[0], total);
+    return true;
+}
+
 void up_hc(uploader &u, const ts_hc_weights *h, ts_cuda_hc *o) {
     up_vec(u, h->norm, &o->norm);
-    const ts_gguf_tensor *d = h->down, *j = h->inject;
-    const size_t rb = d ? ts_row_size(d->type, d->ne[0]) : 0;
-    if (d && j && d->type == j->type && d->ne[0] == j->ne[0] && rb % 16 == 0 && d->ne[2] == 1 && j->ne[2] == 1 &&
-        ts_cuda_matmul_supports(d->type)) {
-        // down then inject rows back to back: one product computes both (hc.cu)
-        uint8_t *base = (uint8_t *)u.take(rb * (size_t)(d->ne[1] + j->ne[1]) + 16);
-        ts_cuda_tensor t = {d->type, d->ne[0], d->ne[1], rb, base, nullptr};
-        o->down = t;
-        t.rows = j->ne[1], t.data = base ? base + rb * (size_t)d->ne[1] : nullptr;
-        o->inject = t;
-        t.rows = d->ne[1] + j->ne[1], t.data = base;
-        o->down_inject = t;
-        if (!u.dry && !u.random) {
-            u.copy(base, d->data, rb * (size_t)d->ne[1]);
-            u.copy(base + rb * (size_t)d->ne[1], j->data, rb * (size_t)j->ne[1]);
-        } else if (!u.dry) {
-            fill_random(u, base, d->type, d->ne[0], d->ne[1] + j->ne[1]);
-        }
-    } else {
-        up_mat(u, d, &o->down);
-        up_mat(u, j, &o->inject);
-        memset(&o->down_inject, 0, sizeof o->down_inject);
+    // down then inject rows back to back: one product computes both (hc.cu)
+    const ts_gguf_tensor *di[2] = {h->down, h->inject};
+    ts_cuda_tensor *dv[2] = {&o->down, &o->inject};
+    if (!up_joined(u, di, 2, dv, &o->down_inject)) {
+        up_mat(u, h->down, &o->down);
+        up_mat(u, h->inject, &o->inject);
     }
     up_mat(u, h->up, &o->up);
 }
@@ -212,8 +221,12 @@ void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
     o->kind = L->kind;
     up_hc(u, &L->hc_attn, &o->hc_attn);
     up_hc(u, &L->hc_ffn, &o->hc_ffn);
-    up_mat(u, L->attn_qkv, &o->attn_qkv), up_mat(u, L->attn_gate, &o->attn_gate);
-    up_mat(u, L->ssm_beta, &o->ssm_beta), up_mat(u, L->ssm_alpha, &o->ssm_alpha), up_mat(u, L->ssm_out, &o->ssm_out);
+    up_mat(u, L->attn_qkv, &o->attn_qkv), up_mat(u, L->ssm_out, &o->ssm_out);
+    // z, β, α back to back: one product at batch 1 (gdn.cu)
+    const ts_gguf_tensor *zba[3] = {L->attn_gate, L->ssm_beta, L->ssm_alpha};
+    ts_cuda_tensor *zbv[3] = {&o->attn_gate, &o->ssm_beta, &o->ssm_alpha};
+    if (!up_joined(u, zba, 3, zbv, &o->gate_beta_alpha))
+        up_mat(u, L->attn_gate, &o->attn_gate), up_mat(u, L->ssm_beta, &o->ssm_beta), up_mat(u, L->ssm_alpha, &o->ssm_alpha);
     up_vec(u, L->ssm_a, &o->ssm_a, true), up_vec(u, L->ssm_dt, &o->ssm_dt);
     up_vec(u, L->ssm_conv1d, &o->ssm_conv1d), up_vec(u, L->ssm_norm, &o->ssm_norm);
     up_mat(u, L->attn_q, &o->attn_q), up_mat(u, L->attn_k, &o->attn_k), up_mat(u, L->attn_v, &o->attn_v);
@@ -480,14 +493,18 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
             prof_scope p(c, TS_PROF_HC);
             if (ts_cuda_hc_read_xn(w, &L->hc_ffn, N, w->x, w->inj, s)) return "a hyper-connection read";
         }
+        // the MoE's last step (its combine) is done by the next write when that write is also the next
+        // read's norm (ts_cuda_hc_write_norm_moe)
+        normed = l + 1 < hp->n_layer && (int32_t)(l + 1) != hp->ple_layer && !c->trace;
         {
             prof_scope p(c, TS_PROF_MOE);
-            if (ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s)) return "MoE";
+            if (normed ? ts_cuda_moe_uncombined(w, L, (int)l, w->x, N, w->y, s)
+                       : ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s))
+                return "MoE";
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            normed = l + 1 < hp->n_layer && (int32_t)(l + 1) != hp->ple_layer && !c->trace;
-            if (normed ? ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
+            if (normed ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
                        : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
                 return "a hyper-connection write";
         }

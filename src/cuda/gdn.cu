@@ -18,7 +18,8 @@
 // host synchronization, no allocation):
 //  1. four ts_cuda_matmul: qkv → w->qkv, z → w->z, β logits → w->ba[0 .. N·nv), α logits → the
 //     scratch (w->ba + N·nv is not 16-byte aligned when N·nv % 4 != 0, and ts_cuda_matmul needs
-//     aligned outputs).
+//     aligned outputs). At one row, when the upload joined the z, β and α rows
+//     (L->gate_beta_alpha), those three are one product into the scratch: z, β, α back to back.
 //  2. gdn_conv_kernel, grid (N, 2·nk + ⌈vdim/128⌉ + 1), 128 threads. blockIdx.x = row r,
 //     blockIdx.y = segment: segments 0 .. 2nk−1 are the q heads then the k heads (dk channels each):
 //     conv + SiLU per channel, then a block sum of squares and the L2 normalisation (q with its
@@ -27,10 +28,12 @@
 //     sum). The next ⌈vdim/128⌉ segments are v channels (one per thread). The last segment turns
 //     the row's nv gate logits into β (in place in w->ba) and the decay g (in place over the α
 //     logits in the scratch). History rows come from the row's sequence TS_CUDA_CONV state.
-//  3. gdn_conv_state_kernel (only when Kc > 1), grid ⌈cd/256⌉·n_seq, 256 threads: one thread per
-//     (sequence, channel) sets the history to the last Kc−1 rows of [history ; rows], in increasing
-//     history order (row h reads extended row n+h > h, not yet overwritten, when n < Kc−1). It runs
-//     after kernel 2 on the stream, so every row saw the old history.
+//  3. gdn_conv_state_kernel (only when Kc > 1, and not at decode, where every sequence has one row
+//     and kernel 2's thread for a channel shifts that channel's history after reading it), grid
+//     ⌈cd/256⌉·n_seq, 256 threads: one thread per (sequence, channel) sets the history to the last
+//     Kc−1 rows of [history ; rows], in increasing history order (row h reads extended row n+h > h,
+//     not yet overwritten, when n < Kc−1). It runs after kernel 2 on the stream, so every row saw
+//     the old history.
 //  4. the recurrence, one thread block per (sequence, value head): grid n_seq·nv. The block loops
 //     over the sequence's rows in order (prefill: many; decode: one), so S is read once and written
 //     once per launch whatever the row count. Two variants:
@@ -69,6 +72,7 @@ struct GdnDims {
     int nk, nv, dk, dv, Kc;
     int64_t key_dim, vdim, cd;
     float eps;
+    int one_row; // every sequence has exactly one row (decode): kernel 2 also shifts the conv history
 };
 
 constexpr int kConvThreads = 128;  // gdn_conv_kernel
@@ -132,6 +136,14 @@ __device__ __forceinline__ float conv_silu(const float *__restrict__ qkv, const 
     return ts_dsilu(acc);
 }
 
+// Decode (one row per sequence): the thread that convolved channel c of row r moves the history
+// up one row and appends the row's input, as kernel 3 would (it read the old history already).
+__device__ __forceinline__ void shift_history(const float *__restrict__ qkv, float *hist, const GdnDims &d, int64_t r,
+                                              int64_t c) {
+    for (int h = 0; h + 1 < d.Kc - 1; h++) hist[h * d.cd + c] = hist[(h + 1) * d.cd + c];
+    if (d.Kc > 1) hist[(d.Kc - 2) * d.cd + c] = qkv[r * d.cd + c];
+}
+
 // grid (N, 2·nk + ⌈vdim/kConvThreads⌉ + 1), block kConvThreads. See the header, launch 2.
 __global__ void __launch_bounds__(kConvThreads)
 gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
@@ -155,7 +167,7 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
 
     const int s = b.row_seq[r];
     const int64_t t = r - b.seq_row0[s];
-    const float *hist = d.Kc > 1 ? static_cast<const float *>(ts_cuda_state(b, s, l, TS_CUDA_CONV)) : nullptr;
+    float *hist = d.Kc > 1 ? static_cast<float *>(ts_cuda_state(b, s, l, TS_CUDA_CONV)) : nullptr;
     float *urow = u + r * d.cd;
 
     if (g < 2 * d.nk) { // a q head (g < nk) or a k head: channels g·dk .. g·dk + dk − 1
@@ -163,6 +175,7 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
         float sq = 0.0f;
         for (int i = tid; i < d.dk; i += blockDim.x) {
             const float v = conv_silu(qkv, hist, cw, d, r, t, c0 + i);
+            if (d.one_row) shift_history(qkv, hist, d, r, c0 + i);
             urow[c0 + i] = v;
             sq += v * v;
         }
@@ -174,7 +187,10 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
     }
 
     const int64_t c = 2 * d.key_dim + (int64_t)(g - 2 * d.nk) * blockDim.x + tid; // a v channel
-    if (c < d.cd) urow[c] = conv_silu(qkv, hist, cw, d, r, t, c);
+    if (c < d.cd) {
+        urow[c] = conv_silu(qkv, hist, cw, d, r, t, c);
+        if (d.one_row) shift_history(qkv, hist, d, r, c);
+    }
 }
 
 // ---- 3. conv history update -------------------------------------------------------------------
@@ -374,9 +390,16 @@ size_t alpha_bytes(const ts_hparams *hp, int64_t rows) {
 
 } // namespace
 
+// One row of the joined z|β|α product (batch 1): nv·dv + 2·nv floats.
+size_t zba_bytes(const ts_hparams *hp) {
+    return ((size_t)hp->ssm_nv * (hp->ssm_dv + 2) * sizeof(float) + 15) / 16 * 16;
+}
+
 extern "C" size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
     (void)max_ctx;
-    return alpha_bytes(hp, max_rows); // the α logits, then the decays (in place)
+    // the α logits, then the decays (in place); or, at one row, the joined z|β|α row
+    const size_t a = alpha_bytes(hp, max_rows), z = zba_bytes(hp);
+    return a > z ? a : z;
 }
 
 extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
@@ -389,6 +412,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     GdnDims d;
     d.nk = (int)hp->ssm_nk, d.nv = (int)hp->ssm_nv, d.dk = (int)hp->ssm_dk, d.dv = (int)hp->ssm_dv;
     d.Kc = (int)hp->ssm_conv, d.eps = hp->eps;
+    d.one_row = b->n_rows == b->n_seq; // every packed sequence has at least one row
     d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = 2 * d.key_dim + d.vdim;
     if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
     if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
@@ -397,21 +421,27 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX || (int64_t)b->n_seq * d.nv > INT32_MAX)
         return -1;
 
-    float *beta = w->ba, *decay = static_cast<float *>(w->scratch);
+    float *z = w->z, *beta = w->ba, *decay = static_cast<float *>(w->scratch);
 
-    // 1. projections
+    // 1. projections (z, β and α as one product of their joined rows at one row: z, β and α then
+    //    lie back to back in scratch; the kernels below index row 0 only)
     if (ts_cuda_matmul(&L->attn_qkv, 0, d.cd, x, N, w->qkv, s)) return -1;
-    if (ts_cuda_matmul(&L->attn_gate, 0, d.vdim, x, N, w->z, s)) return -1;
-    if (ts_cuda_matmul(&L->ssm_beta, 0, d.nv, x, N, beta, s)) return -1;
-    if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, decay, s)) return -1;
+    if (N == 1 && L->gate_beta_alpha.data && w->scratch_bytes >= zba_bytes(hp)) {
+        z = static_cast<float *>(w->scratch), beta = z + d.vdim, decay = beta + d.nv;
+        if (ts_cuda_matmul(&L->gate_beta_alpha, 0, d.vdim + 2 * d.nv, x, 1, z, s)) return -1;
+    } else {
+        if (ts_cuda_matmul(&L->attn_gate, 0, d.vdim, x, N, z, s)) return -1;
+        if (ts_cuda_matmul(&L->ssm_beta, 0, d.nv, x, N, beta, s)) return -1;
+        if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, decay, s)) return -1;
+    }
 
     // 2. conv + SiLU, q/k norms, gates
     ts_cu::launch(gdn_conv_kernel, dim3((unsigned)N, (unsigned)segs), dim3(kConvThreads), 0, s,
                   static_cast<const float *>(w->qkv), w->u, beta, decay, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b, l, d);
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
 
-    // 3. conv history
-    if (d.Kc > 1) {
+    // 3. conv history (decode: done by kernel 2)
+    if (d.Kc > 1 && !d.one_row) {
         ts_cu::launch(gdn_conv_state_kernel, dim3((unsigned)(chunks * b->n_seq)), dim3(kStateThreads), 0, s,
                       static_cast<const float *>(w->qkv), *b, l, d, (int)chunks);
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
@@ -419,7 +449,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
 
     // 4. recurrence + gated norm → w->o
     RecArgs a;
-    a.u = w->u, a.z = w->z, a.beta = beta, a.decay = decay, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
+    a.u = w->u, a.z = z, a.beta = beta, a.decay = decay, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
     if (d.dk <= 128 && d.dv <= 128) {
         if (d.dk <= 32) launch_reg<4, 8>(a, *b, d, s);
         else if (d.dk <= 64) launch_reg<4, 16>(a, *b, d, s);

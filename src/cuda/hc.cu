@@ -63,9 +63,15 @@ __global__ void hc_act_split_kernel(const float *__restrict__ P, int64_t N, int6
 }
 
 // R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream).
+// The parts of a MoE output still to be combined (ts_cuda_moe_uncombined), or eo NULL: y is final.
+struct moe_parts {
+    const float *sg, *eo, *tw; // [N], [N·k × H], [N × k]
+    int k;
+};
+
 __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restrict__ y, const float *__restrict__ inj,
                                      int64_t H, int64_t C, const float *__restrict__ g, float eps,
-                                     float *__restrict__ xn) {
+                                     float *__restrict__ xn, moe_parts m) {
     pdl_trigger();
     pdl_wait();
     const int64_t t = blockIdx.x, c = blockIdx.y, W = C * H;
@@ -74,7 +80,8 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
     const float k = inj[t * C + c];
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-        const float v = Rs[i] + yt[i] * k;
+        const float yv = m.eo ? ts_dmoe_combine(yt[i], m.sg[t], m.eo + t * m.k * H + i, H, m.tw + t * m.k, m.k) : yt[i];
+        const float v = Rs[i] + yv * k;
         Rs[i] = v;
         ss += v * v;
     }
@@ -296,16 +303,33 @@ extern "C" int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const floa
     return ts_cuda_hc_read_xn(w, hc, N, x, inj, s);
 }
 
-extern "C" int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
-                                     const float *g_next, cudaStream_t s) {
+namespace {
+
+int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N, const float *g_next,
+               moe_parts m, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count;
     if (N <= 0) return 0;
     const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
-    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn) == cudaSuccess
+    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn, m) ==
+                   cudaSuccess
                ? 0
                : -1;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
+                                     const float *g_next, cudaStream_t s) {
+    return write_norm(w, R, y, inj, N, g_next, moe_parts{nullptr, nullptr, nullptr, 0}, s);
+}
+
+extern "C" int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
+                                         const float *g_next, cudaStream_t s) {
+    if (!w->sg || !w->eo || !w->topk_w) return -1;
+    return write_norm(w, R, y, inj, N, g_next, moe_parts{w->sg, w->eo, w->topk_w, static_cast<int>(w->hp->n_expert_used)},
+                      s);
 }
 
 extern "C" int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t N,

@@ -51,6 +51,9 @@ typedef struct ts_cuda_layer {
     ts_cuda_tensor attn_gate; /* H → nv·dv (z) */
     ts_cuda_tensor ssm_beta;  /* H → nv */
     ts_cuda_tensor ssm_alpha; /* H → nv */
+    ts_cuda_tensor gate_beta_alpha; /* H → nv·dv + 2·nv: the z, β and α rows back to back (the three above
+                                       are views into it), one product at batch 1; data NULL when their
+                                       encodings differ */
     ts_cuda_tensor ssm_out;   /* nv·dv → H */
     const float *ssm_a;       /* [nv] A (negative) */
     const float *ssm_dt;      /* [nv] dt bias */
@@ -197,6 +200,10 @@ int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float
  * w->xn = grouped_rmsnorm(R; g_next). The next read is then ts_cuda_hc_read_xn (no norm). */
 int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N, const float *g_next,
                           cudaStream_t s);
+/* The same after ts_cuda_moe_uncombined: the block output is first combined from its parts, as
+ * ts_cuda_moe's last step would (y = σ(w->sg)·y + Σ_j w->topk_w[j]·w->eo[j], slot order). */
+int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
+                              const float *g_next, cudaStream_t s);
 /* HC read from w->xn already normalised (by ts_cuda_hc_write_norm). */
 int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj, cudaStream_t s);
 
@@ -223,6 +230,10 @@ size_t ts_cuda_qsa_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t
  * SwiGLU experts chosen on the device (no host sync), plus the shared expert scaled by
  * σ(gate_inp_shexp · x). x: N × H → y: N × H. */
 int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y, cudaStream_t s);
+/* Everything but the final combine: y holds the shared expert's output, unscaled, and w->sg, w->eo,
+ * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). */
+int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y,
+                           cudaStream_t s);
 size_t ts_cuda_moe_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx);
 
 /* ---- shared small ops (src/cuda/ops.cu) ----------------------------------------------------- */
@@ -242,6 +253,14 @@ int ts_cuda_rmsnorm(const float *x, int64_t sx, const float *g, int64_t rows, in
 __device__ __forceinline__ float ts_dsigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float ts_dsilu(float x) { return x * ts_dsigmoid(x); }
 __device__ __forceinline__ float ts_dsoftplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* The MoE output at one element (as the CPU's y = σ(sg)·y, then y += w_j·eo_j in slot order, each
+ * product and sum rounded on its own): y the shared expert's output, eo the element's first expert
+ * output (slots H apart), w the row's k renormalised weights. */
+__device__ __forceinline__ float ts_dmoe_combine(float y, float sg, const float *eo, int64_t H, const float *w, int k) {
+    float acc = y * ts_dsigmoid(sg);
+    for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], eo[j * H]));
+    return acc;
+}
 /* NeoX rope of one (d, d + n_rot/2) pair at position pos, as ts_cpu_rope. */
 __device__ __forceinline__ void ts_drope_pair(float &a, float &b, int d, int n_rot, float theta, int64_t pos) {
     const float inv = 1.0f / powf(theta, (float)(2 * d) / (float)n_rot);

@@ -606,6 +606,10 @@ int rows_per_warp(uint32_t type, int n_out, int T) {
     if (g_forced_rows_per_warp == 1 || g_forced_rows_per_warp == 2 || g_forced_rows_per_warp == 4)
         return g_forced_rows_per_warp;
     if (is_plain(type)) return 1;
+    // Four rows a warp pay at one token on ≥ 8192 rows for the 4- and 5-bit types (H200, 2560 → 10240,
+    // bench_cuda_matmul, session 3: Q4_K 973 → 1198 GB/s, Q5_K 1093 → 1317, Q5_0 1385 → 1638), not
+    // for Q8_0 and Q6_K (equal or slower) nor on fewer rows (6144 → 2560: 40 % slower).
+    if (T == 1 && n_out >= 8192 && type != TS_TYPE_Q8_0 && type != TS_TYPE_Q6_K) return 4;
     return (T <= 2 && n_out >= 4096) ? 2 : 1;
 }
 

@@ -330,11 +330,7 @@ __global__ void __launch_bounds__(kEltThreads)
     const int64_t n = N * H, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
         const int64_t t = i / H, c = i - t * H;
-        float acc = y[i] * ts_dsigmoid(sg[t]);
-        const float *e = eo + t * k * H + c;
-        const float *wt = tw + t * k;
-        for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(wt[j], e[j * H]));
-        y[i] = acc;
+        y[i] = ts_dmoe_combine(y[i], sg[t], eo + t * k * H + c, H, tw + t * k, k);
     }
 }
 
@@ -389,8 +385,10 @@ extern "C" void ts_cuda_moe_force_grouped(int mode) {
     g_moe_grouped = mode < 0 ? -1 : (mode > 0 ? 1 : 0);
 }
 
-extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
-                           float *y, cudaStream_t s) {
+namespace {
+
+int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y, bool combine,
+        cudaStream_t s) {
     if (!w || !w->hp || !L || !x || !y || N < 0 || N > w->max_rows) return -1;
     if (N == 0) return 0;
     const ts_hparams *hp = w->hp;
@@ -487,9 +485,22 @@ extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const
     if (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0) return -1;
     if (experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0) return -1;
 
-    // 8. y = σ(sg)·y + Σ_j w_j·eo_j
+    // 8. y = σ(sg)·y + Σ_j w_j·eo_j (or, uncombined, in the next hyper-connection write)
+    if (!combine) return 0;
     const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
                                         static_cast<const float *>(w->sg), static_cast<const float *>(w->eo),
                                         static_cast<const float *>(w->topk_w), N, H, static_cast<int>(k));
     return e == cudaSuccess ? 0 : -1;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y,
+                           cudaStream_t s) {
+    return moe(w, L, l, x, N, y, true, s);
+}
+
+extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
+                                      float *y, cudaStream_t s) {
+    return moe(w, L, l, x, N, y, false, s);
 }
