@@ -51,6 +51,7 @@ extern "C" {
 #include "cuda/cuda_common.h"
 #include "cuda/gemm.h"
 #include "cuda/matmul.h"
+#include "cuda/matvec_mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/unit_dot.cuh"
@@ -760,6 +761,19 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    if (W->type == TS_TYPE_Q4_K && T == 1 && mma_enabled() && ne0 % 256 == 0 &&
+        mma_q4k_smem(ne0) <= static_cast<size_t>(kXsBudgetBytes)) { // integer MMA (matvec_mma.cuh)
+        const auto kernel = matmul_q4k_mma_kernel;
+        thread_local bool opted_in = false;
+        if (!opted_in) {
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
+            opted_in = true;
+        }
+        return launch(kernel, dim3(static_cast<unsigned>((no + 15) / 16)), dim3(kMmaWarps * 32), mma_q4k_smem(ne0), s,
+                      w, W->row_bytes, no, ne0, x_dev, y_dev) == cudaSuccess
+                   ? 0
+                   : -1;
+    }
     if (is_plain(W->type) && ne0 % 8 != 0) {
         const int blocks = (no + kWarps - 1) / kWarps;
         switch (W->type) {
