@@ -59,20 +59,11 @@ inline size_t mma_q4k_smem(int ne0) {
     return 4 * static_cast<size_t>(ne0) + 2 * static_cast<size_t>(ne0 / 32) * sizeof(float);
 }
 
-// grid ⌈n_out / 16⌉ blocks of kMmaWarps·32 threads; ne0 a multiple of 256; T = 1.
-__global__ void __launch_bounds__(kMmaWarps * 32)
-    matmul_q4k_mma_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0, const float *__restrict__ x,
-                          float *__restrict__ y) {
-    extern __shared__ __align__(16) uint8_t sm[];
-    int8_t *dg = reinterpret_cast<int8_t *>(sm);
-    float *xsc = reinterpret_cast<float *>(sm + 4 * static_cast<size_t>(ne0));
-    float *xsum = xsc + ne0 / 32;
-    __shared__ float part[kMmaWarps][16];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    pdl_trigger();
-    pdl_wait();
-
-    // x → digits, one warp a sub-block, lane j element j
+// x (ne0 floats) → the digit planes, 2^(E − 26) and Σx of every sub-block, one warp a sub-block;
+// the caller syncs.
+__device__ __forceinline__ void mma_stage_digits(const float *__restrict__ x, int ne0, int8_t *dg, float *xsc,
+                                                 float *xsum) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int sb = warp; sb < ne0 / 32; sb += kMmaWarps) {
         const float v = x[sb * 32 + lane];
         float mx = fabsf(v), s = v;
@@ -93,11 +84,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         }
         if (lane == 0) xsc[sb] = ldexpf(1.0f, E - 26), xsum[sb] = s;
     }
-    __syncthreads();
+}
 
-    const int tile = blockIdx.x, r0 = tile * 16 + g, r1 = r0 + 8;
-    const uint8_t *row0 = W + static_cast<size_t>(min(r0, n_out - 1)) * rb;
-    const uint8_t *row1 = W + static_cast<size_t>(min(r1, n_out - 1)) * rb;
+// Rows tile·16 .. tile·16 + 15 of n_out (rows.row(o): the first byte of row o) against the staged x;
+// writes y[o]. Every thread of the block calls it (it syncs once).
+template <class Rows>
+__device__ __forceinline__ void mma_q4k_tile(const Rows &rows, int n_out, int ne0, const int8_t *dg, const float *xsc,
+                                             const float *xsum, float *__restrict__ y, int tile) {
+    __shared__ float part[kMmaWarps][16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = tile * 16 + g, r1 = r0 + 8;
+    const uint8_t *row0 = rows.row(min(r0, n_out - 1)), *row1 = rows.row(min(r1, n_out - 1));
     const int nb = ne0 / 256;
     float acc0 = 0.0f, acc1 = 0.0f; // rows r0, r1 (lanes t == 0 after the reduction below)
     for (int b = warp; b < nb; b += kMmaWarps) {
@@ -156,6 +153,34 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         const int r = tile * 16 + static_cast<int>(threadIdx.x);
         if (r < n_out) y[r] = s;
     }
+}
+
+// The shared-memory carve-up of mma_q4k_smem.
+struct mma_smem {
+    int8_t *dg;
+    float *xsc, *xsum;
+    __device__ __forceinline__ mma_smem(uint8_t *sm, int ne0)
+        : dg(reinterpret_cast<int8_t *>(sm)), xsc(reinterpret_cast<float *>(sm + 4 * static_cast<size_t>(ne0))),
+          xsum(xsc + ne0 / 32) {}
+};
+
+struct mma_dense_rows {
+    const uint8_t *w;
+    size_t rb;
+    __device__ __forceinline__ const uint8_t *row(int o) const { return w + static_cast<size_t>(o) * rb; }
+};
+
+// grid ⌈n_out / 16⌉ blocks of kMmaWarps·32 threads; ne0 a multiple of 256; T = 1.
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    matmul_q4k_mma_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0, const float *__restrict__ x,
+                          float *__restrict__ y) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    const mma_smem m(sm, ne0);
+    pdl_trigger();
+    pdl_wait();
+    mma_stage_digits(x, ne0, m.dg, m.xsc, m.xsum);
+    __syncthreads();
+    mma_q4k_tile(mma_dense_rows{W, rb}, n_out, ne0, m.dg, m.xsc, m.xsum, y, static_cast<int>(blockIdx.x));
 }
 
 } // namespace ts_cu
