@@ -40,4 +40,11 @@ bool pdl_enabled() {
     }();
     return on;
 }
+bool mma_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_MMA");
+        return v && v[0] == '1';
+    }();
+    return on;
+}
 } // namespace ts_cu

@@ -51,6 +51,7 @@ extern "C" {
 #include "cuda/cuda_common.h"
 #include "cuda/gemm.h"
 #include "cuda/matmul.h"
+#include "cuda/matvec_mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/unit_dot.cuh"
@@ -445,6 +446,28 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(cons
     }
 }
 
+// Q4_K expert products on the integer matrix units (matvec_mma.cuh): grid (⌈n_out/16⌉, items), a
+// block per 16-row tile of one item; the item's x is staged as digits by every block of the item.
+__global__ void __launch_bounds__(kMmaWarps * 32) matmul_experts_q4k_mma_kernel(const expert_args a, int ne0) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    const mma_smem m(sm, ne0);
+    pdl_trigger();
+    pdl_wait(); // the expert ids come from the router kernel
+    for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
+        expert_rows rows;
+        const float *x;
+        float *y;
+        const bool ok = bind_item(a, i, rows, x, y);
+        __syncthreads(); // every warp is done with the previous item's digits
+        mma_stage_digits(x, ne0, m.dg, m.xsc, m.xsum);
+        __syncthreads();
+        if (ok)
+            mma_q4k_tile(rows, a.n_out, ne0, m.dg, m.xsc, m.xsum, y, static_cast<int>(blockIdx.x));
+        else if (threadIdx.x < 16 && static_cast<int>(blockIdx.x) * 16 + static_cast<int>(threadIdx.x) < a.n_out)
+            y[blockIdx.x * 16 + threadIdx.x] = __int_as_float(0x7fffffff);
+    }
+}
+
 template <int TYPE, int R>
 __global__ void __launch_bounds__(kWarps * 32) matmul_experts_plain_kernel(const expert_args a, int ne0) {
     pdl_trigger();
@@ -764,6 +787,19 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    if (W->type == TS_TYPE_Q4_K && T == 1 && mma_enabled() && ne0 % 256 == 0 &&
+        mma_q4k_smem(ne0) <= static_cast<size_t>(kXsBudgetBytes)) { // integer MMA (matvec_mma.cuh)
+        const auto kernel = matmul_q4k_mma_kernel;
+        thread_local bool opted_in = false;
+        if (!opted_in) {
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
+            opted_in = true;
+        }
+        return launch(kernel, dim3(static_cast<unsigned>((no + 15) / 16)), dim3(kMmaWarps * 32), mma_q4k_smem(ne0), s,
+                      w, W->row_bytes, no, ne0, x_dev, y_dev) == cudaSuccess
+                   ? 0
+                   : -1;
+    }
     if (is_plain(W->type) && ne0 % 8 != 0) {
         const int blocks = (no + kWarps - 1) / kWarps;
         switch (W->type) {
@@ -887,6 +923,17 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
             break;
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+    }
+    if (W->type == TS_TYPE_Q4_K && mma_enabled() && L.ne0 % 256 == 0 &&
+        mma_q4k_smem(L.ne0) <= static_cast<size_t>(kXsBudgetBytes)) { // integer MMA (matvec_mma.cuh)
+        const auto kernel = matmul_experts_q4k_mma_kernel;
+        thread_local bool opted_in = false;
+        if (!opted_in) {
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
+            opted_in = true;
+        }
+        const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16), a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
+        return launch(kernel, grid, dim3(kMmaWarps * 32), mma_q4k_smem(L.ne0), s, a, L.ne0) == cudaSuccess ? 0 : -1;
     }
     // Rows per warp from all the rows of the launch (what fills the GPU).
     const int64_t total = n_items * parts * n_out;

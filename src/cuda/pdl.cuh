@@ -32,6 +32,9 @@ __device__ __forceinline__ void pdl_wait() {
 
 // Whether launches carry the attribute (TURBOSPARK_CUDA_PDL, default on; read once).
 bool pdl_enabled();
+// Whether Q4_K products at one token use the integer-MMA kernel (matvec_mma.cuh;
+// TURBOSPARK_CUDA_MMA=1, off by default until it has run on a GPU).
+bool mma_enabled();
 
 // kernel<<<grid, block, smem, s>>>(args...) as a programmatic dependent launch.
 template <typename... KArgs, typename... Args>
