@@ -446,9 +446,10 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(cons
     }
 }
 
-// Q4_K expert products on the integer matrix units (matvec_mma.cuh): grid (⌈n_out/16⌉, items), a
+// Expert products on the integer matrix units (matvec_mma.cuh): grid (⌈n_out/16⌉, items), a
 // block per 16-row tile of one item; the item's x is staged as digits by every block of the item.
-__global__ void __launch_bounds__(kMmaWarps * 32) matmul_experts_q4k_mma_kernel(const expert_args a, int ne0) {
+template <int TYPE>
+__global__ void __launch_bounds__(kMmaWarps * 32) matmul_experts_mma_kernel(const expert_args a, int ne0) {
     extern __shared__ __align__(16) uint8_t sm[];
     const mma_smem m(sm, ne0);
     pdl_trigger();
@@ -462,7 +463,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) matmul_experts_q4k_mma_kernel(
         mma_stage_digits(x, ne0, m.dg, m.xsc, m.xsum);
         __syncthreads();
         if (ok)
-            mma_q4k_tile(rows, a.n_out, ne0, m.dg, m.xsc, m.xsum, y, static_cast<int>(blockIdx.x));
+            mma_tile<TYPE>(rows, a.n_out, ne0, m.dg, m.xsc, m.xsum, y, static_cast<int>(blockIdx.x));
         else if (threadIdx.x < 16 && static_cast<int>(blockIdx.x) * 16 + static_cast<int>(threadIdx.x) < a.n_out)
             y[blockIdx.x * 16 + threadIdx.x] = __int_as_float(0x7fffffff);
     }
@@ -695,6 +696,56 @@ template <int TYPE> void launch_experts_type(int R, const expert_launch &L) {
         launch_experts_one<TYPE, 1>(L);
 }
 
+// ---- integer-MMA dispatch (matvec_mma.cuh; TURBOSPARK_CUDA_MMA=1) ----------------------------
+
+bool mma_type(uint32_t type) {
+    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K || type == TS_TYPE_Q8_0 || type == TS_TYPE_Q5_0 ||
+           type == TS_TYPE_Q4_0;
+}
+
+template <typename K> void mma_opt_in(K kernel) {
+    thread_local bool done = false; // one flag per kernel instantiation and thread
+    if (!done) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes), done = true;
+}
+
+template <int TYPE>
+int launch_mma_t(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, float *y, cudaStream_t s) {
+    const auto kernel = matmul_mma_kernel<TYPE>;
+    mma_opt_in(kernel);
+    return launch(kernel, dim3(static_cast<unsigned>((n_out + 15) / 16)), dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s,
+                  w, rb, n_out, ne0, x, y) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+int launch_mma(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, float *y,
+               cudaStream_t s) {
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_mma_t<TS_TYPE_Q4_K>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q5_K: return launch_mma_t<TS_TYPE_Q5_K>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q8_0: return launch_mma_t<TS_TYPE_Q8_0>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q5_0: return launch_mma_t<TS_TYPE_Q5_0>(w, rb, n_out, ne0, x, y, s);
+    default: return launch_mma_t<TS_TYPE_Q4_0>(w, rb, n_out, ne0, x, y, s);
+    }
+}
+
+template <int TYPE> int launch_mma_experts_t(const expert_args &a, int ne0, cudaStream_t s) {
+    const auto kernel = matmul_experts_mma_kernel<TYPE>;
+    mma_opt_in(kernel);
+    const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16), a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
+    return launch(kernel, grid, dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s, a, ne0) == cudaSuccess ? 0 : -1;
+}
+
+int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_t s) {
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_mma_experts_t<TS_TYPE_Q4_K>(a, ne0, s);
+    case TS_TYPE_Q5_K: return launch_mma_experts_t<TS_TYPE_Q5_K>(a, ne0, s);
+    case TS_TYPE_Q8_0: return launch_mma_experts_t<TS_TYPE_Q8_0>(a, ne0, s);
+    case TS_TYPE_Q5_0: return launch_mma_experts_t<TS_TYPE_Q5_0>(a, ne0, s);
+    default: return launch_mma_experts_t<TS_TYPE_Q4_0>(a, ne0, s);
+    }
+}
+
 } // namespace
 
 extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
@@ -787,19 +838,8 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
-    if (W->type == TS_TYPE_Q4_K && T == 1 && mma_enabled() && ne0 % 256 == 0 &&
-        mma_q4k_smem(ne0) <= static_cast<size_t>(kXsBudgetBytes)) { // integer MMA (matvec_mma.cuh)
-        const auto kernel = matmul_q4k_mma_kernel;
-        thread_local bool opted_in = false;
-        if (!opted_in) {
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
-            opted_in = true;
-        }
-        return launch(kernel, dim3(static_cast<unsigned>((no + 15) / 16)), dim3(kMmaWarps * 32), mma_q4k_smem(ne0), s,
-                      w, W->row_bytes, no, ne0, x_dev, y_dev) == cudaSuccess
-                   ? 0
-                   : -1;
-    }
+    if (T == 1 && mma_enabled() && mma_type(W->type) && mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
+        return launch_mma(W->type, w, W->row_bytes, no, ne0, x_dev, y_dev, s); // integer MMA (matvec_mma.cuh)
     if (is_plain(W->type) && ne0 % 8 != 0) {
         const int blocks = (no + kWarps - 1) / kWarps;
         switch (W->type) {
@@ -924,17 +964,8 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
-    if (W->type == TS_TYPE_Q4_K && mma_enabled() && L.ne0 % 256 == 0 &&
-        mma_q4k_smem(L.ne0) <= static_cast<size_t>(kXsBudgetBytes)) { // integer MMA (matvec_mma.cuh)
-        const auto kernel = matmul_experts_q4k_mma_kernel;
-        thread_local bool opted_in = false;
-        if (!opted_in) {
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes);
-            opted_in = true;
-        }
-        const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16), a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
-        return launch(kernel, grid, dim3(kMmaWarps * 32), mma_q4k_smem(L.ne0), s, a, L.ne0) == cudaSuccess ? 0 : -1;
-    }
+    if (mma_enabled() && mma_type(W->type) && mma_smem_bytes(L.ne0) <= static_cast<size_t>(kXsBudgetBytes))
+        return launch_mma_experts(W->type, a, L.ne0, s); // integer MMA (matvec_mma.cuh)
     // Rows per warp from all the rows of the launch (what fills the GPU).
     const int64_t total = n_items * parts * n_out;
     const int R = rows_per_warp(W->type, total > INT_MAX ? INT_MAX : static_cast<int>(total), 1);
