@@ -31,6 +31,17 @@ extern "C" int ts_cuda_list_devices(FILE *out, char *err, size_t errlen) {
     return 0;
 }
 
+extern "C" int ts_cuda_sm_count(void) {
+    thread_local int dev = -1, n = 0;
+    int d = 0;
+    cudaGetDevice(&d);
+    if (d != dev) {
+        dev = d;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n < 1) n = 1;
+    }
+    return n;
+}
+
 // ts_cu::pdl_enabled (src/cuda/pdl.cuh): programmatic dependent launches unless TURBOSPARK_CUDA_PDL=0.
 namespace ts_cu {
 bool pdl_enabled() {

@@ -12,6 +12,10 @@ extern "C" {
 /* Prints the CUDA devices the runtime sees; -1 with err when there is none or no driver. */
 int ts_cuda_list_devices(FILE *out, char *err, size_t errlen);
 
+/* Multiprocessors of the current device (1 when the runtime cannot say); cached per thread and
+ * device, for sizing resident grids. */
+int ts_cuda_sm_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -96,6 +96,7 @@
 extern "C" {
 #include "quant/quant.h"
 }
+#include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_decode.cuh"
 #include "cuda/gemm_tile.cuh"
@@ -202,17 +203,6 @@ size_t plan_bytes_for(int64_t n, int64_t max_tiles) {
 int64_t g_min_tokens = TS_CUDA_GEMM_MIN_TOKENS;
 int g_forced_cfg = -1;
 
-int sm_count() {
-    thread_local int dev = -1, n = 0;
-    int d = 0;
-    cudaGetDevice(&d);
-    if (d != dev) {
-        dev = d;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n < 1) n = 1;
-    }
-    return n;
-}
-
 // Sets the kernel's shared-memory limit (once per thread and device) and returns how many blocks
 // of it an SM holds (0: it cannot run on this device).
 template <int TYPE, class C> int prepare() {
@@ -304,7 +294,7 @@ int resident(uint32_t type, int cfg) {
 int pick_config(uint32_t type, int64_t n_out, int64_t T) {
     if (g_forced_cfg >= 0 && g_forced_cfg < kNumCfg)
         return resident(type, g_forced_cfg) > 0 ? g_forced_cfg : -1;
-    const int64_t sms = sm_count();
+    const int64_t sms = ts_cuda_sm_count();
     double best = 0;
     int pick = -1;
     for (int c = 0; c < kNumCfg; c++) {

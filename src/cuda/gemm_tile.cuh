@@ -312,6 +312,14 @@ __host__ __device__ constexpr size_t expert_plan_smem(int64_t E, int R) {
     return sizeof(int) * (static_cast<size_t>(R + 3) * static_cast<size_t>(E + 1) + 1);
 }
 
+// The plan's group of item i: its expert, E for an id outside [0, E) (the "bad" group), −1 past the
+// warp's range (valid false).
+TS_HD int plan_group(const int32_t *ids, int i, bool valid, int E) {
+    if (!valid) return -1;
+    const int id = ids[i];
+    return (id >= 0 && id < E) ? id : E;
+}
+
 // The single block (32·R threads) of the plan: see gemm.cu's header for the steps.
 #pragma nv_exec_check_disable
 template <class Env>
@@ -335,11 +343,7 @@ TS_HD void expert_plan_block(const int32_t *ids, int n, int E, int TT, int R, in
     for (int base = beg; base < end; base += 32) {
         const int i = base + lane;
         const bool valid = i < end;
-        int e = -1;
-        if (valid) {
-            const int id = ids[i];
-            e = (id >= 0 && id < E) ? id : E;
-        }
+        const int e = plan_group(ids, i, valid, E);
         const uint32_t m = env.match_any(e);
         if (valid && lane == gffs(m) - 1) cnt[warp * E1 + e] += gpopc(m);
         env.syncwarp();
@@ -404,11 +408,7 @@ TS_HD void expert_plan_block(const int32_t *ids, int n, int E, int TT, int R, in
     for (int base = beg; base < end; base += 32) {
         const int i = base + lane;
         const bool valid = i < end;
-        int e = -1;
-        if (valid) {
-            const int id = ids[i];
-            e = (id >= 0 && id < E) ? id : E;
-        }
+        const int e = plan_group(ids, i, valid, E);
         const uint32_t m = env.match_any(e);
         int pos = 0;
         if (valid) pos = cnt[warp * E1 + e] + gpopc(m & ((1u << lane) - 1u));

@@ -49,6 +49,7 @@ extern "C" {
 #include "quant/quant.h"
 }
 #include "cuda/cuda_common.h"
+#include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
 #include "cuda/matmul.h"
 #include "cuda/matvec_mma.cuh"
@@ -521,17 +522,6 @@ constexpr int kMaxSplitT = 4; // tokens of ts_cuda_matmul_split
 
 bool g_x_shared = true;
 
-int sm_count() {
-    thread_local int dev = -1, n = 0;
-    int d = 0;
-    cudaGetDevice(&d);
-    if (d != dev) {
-        dev = d;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n < 1) n = 1;
-    }
-    return n;
-}
-
 // Blocks for a grid that is resident at once (the block kernel loops over row groups). The caller
 // keeps the cache, one per kernel instantiation and thread.
 struct occupancy_cache {
@@ -552,7 +542,7 @@ template <typename K> int resident_blocks(K kernel, size_t dyn_smem, bool needs_
             per_sm < 1)
             per_sm = 1;
         c.dyn = dyn_smem;
-        c.blocks = per_sm * sm_count();
+        c.blocks = per_sm * ts_cuda_sm_count();
     }
     return c.blocks;
 }
