@@ -15,7 +15,11 @@ $B synth --released --sparse --type q4_k_m -o /tmp/rel.gguf > /dev/null 2>&1 &
 sy=$!
 ( TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh ) > "$out/golden.txt" 2>&1; echo "golden rc=$?"; tail -2 "$out/golden.txt"
 wait $sy
-for mma in 0 1; do
+date; for mma in 0 1; do
   TURBOSPARK_CUDA_MMA=$mma timeout 150 $B bench -m /tmp/rel.gguf --backend cuda --random-weights -p 0 -n 32 -b 1,64 --ctx 1 -r 2 2>/dev/null | grep -E "tg32|total"
 done
 TURBOSPARK_CUDA_MMA=1 timeout 120 .device/bench_cuda_matmul 15 2>&1 | grep -E "^q4_K|copy"
+# Decode far into the sparse-attention regime (the context is filled by prefill before timing).
+for ctx in 4096 32768; do
+  timeout 240 $B bench -m /tmp/rel.gguf --backend cuda --random-weights -p 0 -n 16 -b 1 --ctx $ctx -r 1 2>/dev/null | grep -E "tg16|ctx"
+done
