@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first device run for branch cuda-next (session 3 left it unvalidated): the parity suites with
+# The device run that validated branch cuda-next in session 4 (BENCHMARKS.md, run 5): the parity suites with
 # and without the integer-MMA GEMV, the decode bench, and the GEMV bench with the MMA path.
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_next.sh        (writes logs under $OUT)

@@ -5,9 +5,11 @@
 // and the row value Σ_p C_p·128^p · 2^(E − 26) · d·sc − dmin·m·Σx is formed in fp32. Error per
 // element of x ≤ 2^−26 of its sub-block's max|x|.
 //
-// STATUS: written in session 3 without a GPU to run it; opt-in (TURBOSPARK_CUDA_MMA=1) until
-// test_cuda_matmul and bench_cuda_matmul have run it on the H200. tests/cuda/test_mma_emul.cu runs
-// its per-lane arithmetic on the host against the dequantized dot product (4.8e-8 of Σ|w·x|).
+// STATUS: exact on the H200 (test_cuda_matmul, test_cuda_forward and cuda_golden pass with
+// TURBOSPARK_CUDA_MMA=1, session 4) but 4x slower than the SIMT kernel in this first layout (78 us for
+// Q4_K 2560 -> 10240: each block stages all of x before its first weight load, one sub-block load in
+// flight a warp), so it stays opt-in; docs/CUDA_DECODE_PLAN.md section 2 has the next layout.
+// tests/cuda/test_mma_emul.cu runs its per-lane arithmetic on the host against the dequantized dot.
 //
 // Layout: one thread block of kMmaWarps warps per 16-row tile; warp w takes super-blocks w, w +
 // kMmaWarps, ... of the tile's rows, and the warps' partial sums are added in warp order (fixed:
