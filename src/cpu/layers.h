@@ -76,6 +76,33 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_
                 float *y);
 void ts_cpu_moe(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T, float *y);
 
+/* One GDN value head over the T rows of one sequence (gdn.c; spec §5.5, §7). Row t: q̂ at q + t·qs
+ * (L2-normalised, 1/√dk included), k̂ at k + t·qs, v at v + t·vs (dv), β = beta[t·gs], log-decay
+ * g = lg[t·gs] = A·softplus(a + dt) ≤ 0. S: dk × dv (S[i·dv + e]), updated; o + t·os gets Sᵀq̂
+ * (before the gated norm). */
+typedef struct {
+    int64_t T, dk, dv;
+    const float *q, *k;
+    int64_t qs;
+    const float *v;
+    int64_t vs;
+    const float *beta, *lg;
+    int64_t gs;
+    float *o;
+    int64_t os;
+} ts_gdn_head;
+
+/* Rows of a chunk in the chunked form (the reference's chunk size). */
+enum { TS_GDN_CHUNK = 64 };
+
+/* The token recurrence (what the CPU forward runs): S ← e^g·S; δ = β(v − Sᵀk̂); S ← S + k̂δᵀ; o = Sᵀq̂.
+ * scratch: dv floats. */
+void ts_cpu_gdn_recur(const ts_gdn_head *h, float *S, float *scratch);
+/* The chunked WY/UT form of the same recurrence, chunks of TS_GDN_CHUNK rows (the twin of the CUDA
+ * prefill kernel; equal to ts_cpu_gdn_recur to fp32 rounding). scratch: ts_cpu_gdn_chunk_scratch floats. */
+void ts_cpu_gdn_chunked(const ts_gdn_head *h, float *S, float *scratch);
+int64_t ts_cpu_gdn_chunk_scratch(int64_t dv);
+
 /* The causal depthwise conv + SiLU of one sequence (GDN, PLE; in gdn.c): with h = (K − 1)·dil
  * carried rows hist (oldest first) before the T rows of x (n channels each), for t < T, c < n:
  *     out[t·n + c] = silu(Σ_{k<K} cw[c·K + k] · row(t + k·dil)[c]),
