@@ -26,7 +26,7 @@
 //     1/√dk) written in place into w->u, so the recurrence reads q̂, k̂ directly (each key head is
 //     normalised once, not once per value head; the products equal the CPU's qh/kh for the same
 //     sum). The next ⌈vdim/128⌉ segments are v channels (one per thread). The last segment turns
-//     the row's nv gate logits into β (in place in w->ba) and the decay g (in place over the α
+//     the row's nv gate logits into β (in place in w->ba) and the log-decay (in place over the α
 //     logits in the scratch). History rows come from the row's sequence TS_CUDA_CONV state.
 //  3. gdn_conv_state_kernel (only when Kc > 1, and not at decode, where every sequence has one row
 //     and kernel 2's thread for a channel shifts that channel's history after reading it), grid
@@ -47,23 +47,27 @@
 //     - gdn_recur_global (any other dk, dv): one thread per column (looping when dv > 512), S
 //       updated in place in global memory (two reads and one write of S per row), q̂/k̂ staged in
 //       dynamic shared memory (2·dk floats).
-//     Both write the gated output into w->o.
+//     Both write the gated output into w->o. Sequences of ≥ kChunk rows are left to 4b when it runs.
+//  4b. gdn_chunk_kernel (N ≥ kChunk, dk ≤ kChunkDk, unless TURBOSPARK_CUDA_GDN_CHUNKED=0): the
+//     chunked WY/UT form of the same recurrence for every sequence of ≥ kChunk rows, one block per
+//     (sequence, value head, slice of kSlice value columns) walking the chunks in order; writes o
+//     before the gated norm. Twin of ts_cpu_gdn_chunked (src/cpu/gdn.c); see the kernel.
+//  4c. gdn_gate_norm_kernel (with 4b), grid (N, nv): the gated norm of those sequences' rows.
 //  5. ts_cuda_matmul: y = ssm_out·o.
 //
 // Numerics: fp32 everywhere, accurate expf/log1pf/sqrtf (no fast-math intrinsics), the CPU's
 // formulas operation for operation (decay applied to S before the read, the same products and
 // association for the gates and the norm); sums run in a different order (and FMAs contract), so
-// results agree with ts_cpu_gdn to fp32 rounding, not bit for bit.
-//
-// TODO (prefill speed): the chunked WY/UT form (chunks of 64 rows: intra-chunk attention as matrix
-// products on tensor cores, one state update per chunk) would replace the row loop of kernel 4 for
-// long sequences; the row loop is latency-bound (one block per head, one barrier per row).
+// results agree with ts_cpu_gdn to fp32 rounding, not bit for bit. The chunked form agrees with the
+// recurrence to fp32 rounding too (tests/unit/test_gdn.c on the CPU twins), so a prefill of ≥ kChunk
+// rows is not bit-identical to the same rows decoded one by one (as in the reference).
 #include "cuda/layers.h"
 #include "cuda/pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -73,6 +77,7 @@ struct GdnDims {
     int64_t key_dim, vdim, cd;
     float eps;
     int one_row; // every sequence has exactly one row (decode): kernel 2 also shifts the conv history
+    int64_t chunk_min; // sequences with at least this many rows run the chunked form (kernel 4b)
 };
 
 constexpr int kConvThreads = 128;  // gdn_conv_kernel
@@ -147,7 +152,7 @@ __device__ __forceinline__ void shift_history(const float *__restrict__ qkv, flo
 // grid (N, 2·nk + ⌈vdim/kConvThreads⌉ + 1), block kConvThreads. See the header, launch 2.
 __global__ void __launch_bounds__(kConvThreads)
 gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
-                float *__restrict__ decay, const float *__restrict__ cw, const float *__restrict__ A,
+                float *__restrict__ lg, const float *__restrict__ cw, const float *__restrict__ A,
                 const float *__restrict__ dt, const ts_cuda_batch b, int l, GdnDims d) {
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
@@ -156,11 +161,11 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
     const int g = blockIdx.y;
     const int tid = threadIdx.x;
 
-    if (g == (int)gridDim.y - 1) { // gates of row r: β = σ(b), decay = exp(A·softplus(a + dt))
+    if (g == (int)gridDim.y - 1) { // gates of row r: β = σ(b), log-decay A·softplus(a + dt)
         for (int j = tid; j < d.nv; j += blockDim.x) {
             const int64_t i = r * d.nv + j;
             beta[i] = ts_dsigmoid(beta[i]);
-            decay[i] = expf(A[j] * ts_dsoftplus(decay[i] + dt[j]));
+            lg[i] = A[j] * ts_dsoftplus(lg[i] + dt[j]);
         }
         return;
     }
@@ -218,7 +223,7 @@ struct RecArgs {
     const float *u;     // N × cd, q̂ and k̂ already normalised (kernel 2)
     const float *z;     // N × vdim
     const float *beta;  // N × nv, β
-    const float *decay; // N × nv, g
+    const float *lg;    // N × nv, log-decay (the decay is its exp)
     const float *gamma; // [dv]
     float *o;           // N × vdim
     int l;
@@ -238,7 +243,7 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     const int tid = threadIdx.x, e = tid / P, p = tid % P;
     const int s = blockIdx.x / d.nv, j = blockIdx.x % d.nv, kappa = j % d.nk;
     const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
-    if (r0 >= r1) { // no rows: uniform over the block
+    if (r0 >= r1 || r1 - r0 >= d.chunk_min) { // no rows, or the chunked kernel's: uniform over the block
         ts_cu::pdl_wait();
         return;
     }
@@ -269,7 +274,7 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
 
     const float gam = col ? a.gamma[e] : 0.0f;
     // row r0's scalars; later rows are prefetched one row ahead
-    float bt = a.beta[r0 * d.nv + j], dc = a.decay[r0 * d.nv + j];
+    float bt = a.beta[r0 * d.nv + j], dc = expf(a.lg[r0 * d.nv + j]);
     float v = col ? a.u[r0 * d.cd + voff + e] : 0.0f, zz = col ? a.z[r0 * d.vdim + zoff] : 0.0f;
 
     copy_async_wait_all();
@@ -285,7 +290,7 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
                 copy4_async(&ks[buf ^ 1][i], a.u + (r + 1) * d.cd + koff + i);
             }
             copy_async_commit();
-            bt_n = a.beta[(r + 1) * d.nv + j], dc_n = a.decay[(r + 1) * d.nv + j];
+            bt_n = a.beta[(r + 1) * d.nv + j], dc_n = expf(a.lg[(r + 1) * d.nv + j]);
             if (col) v_n = a.u[(r + 1) * d.cd + voff + e], z_n = a.z[(r + 1) * d.vdim + zoff];
         }
         const float *qh = qs[buf], *kh = ks[buf];
@@ -342,6 +347,7 @@ gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     const int tid = threadIdx.x;
     const int s = blockIdx.x / d.nv, j = blockIdx.x % d.nv, kappa = j % d.nk;
     const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
+    if (r1 - r0 >= d.chunk_min) return; // the chunked kernel's
     float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv;
     const int64_t dv = d.dv;
 
@@ -353,7 +359,7 @@ gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
             ks[i] = urow[d.key_dim + (int64_t)kappa * d.dk + i];
         }
         __syncthreads();
-        const float bt = a.beta[r * d.nv + j], dc = a.decay[r * d.nv + j];
+        const float bt = a.beta[r * d.nv + j], dc = expf(a.lg[r * d.nv + j]);
         const float *v = urow + 2 * d.key_dim + (int64_t)j * dv;
         float *orow = a.o + r * d.vdim + (int64_t)j * dv;
 
@@ -378,6 +384,190 @@ gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     }
 }
 
+// ---- 4b. the chunked form (sequences of ≥ chunk_min rows) -----------------------------------------
+//
+// The twin of ts_cpu_gdn_chunked (src/cpu/gdn.c): per chunk of n ≤ kChunk rows, G_t = Σ_{s≤t} g_s,
+// A[t][s] = β_t·e^(G_t−G_s)·k̂_t·k̂_s (s < t), P[t][s] = e^(G_t−G_s)·q̂_t·k̂_s (s ≤ t),
+// δ = (I + A)⁻¹·β(v − e^G·K S), o = e^G·Q S + P δ, S ← e^(G_{n−1})·S + Σ_t e^(G_{n−1}−G_t) k̂_t δ_tᵀ.
+// grid n_seq·nv·⌈dv/kSlice⌉: one block per (sequence, value head, slice of kSlice value columns);
+// the columns of S are independent, so a block walks its sequence's chunks in order with its slice
+// of S in shared memory (A and P are computed by every slice of a head). dk ≤ kChunkDk. The output
+// is o before the gated norm (kernel 4c).
+
+constexpr int kChunk = 64;         // rows of a chunk (= TS_GDN_CHUNK of the CPU twin)
+constexpr int kSlice = 32;         // value columns of a block
+constexpr int kChunkThreads = 256; // 8 warps
+constexpr int kChunkDk = 128;      // largest dk of the chunked form
+constexpr int kDs = kSlice + 8;    // row stride of δ (2-way bank conflicts at most in the solve)
+
+struct ChunkSmem { // offsets in floats into dynamic shared memory; ks = dk + 1 (row stride of K̂, Q̂)
+    int ks, K, Q, A, P, D, S, G, B, E;
+    __host__ __device__ explicit ChunkSmem(int dk) {
+        ks = dk + 1;
+        K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * (kChunk + 1);
+        D = P + kChunk * (kChunk + 1), S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk, E = B + kChunk;
+    }
+    __host__ __device__ int floats() const { return E + kChunk; }
+};
+
+__global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    extern __shared__ float sm[];
+    const ChunkSmem L(d.dk);
+    float *Ks = sm + L.K, *Qs = sm + L.Q, *As = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
+    float *Gs = sm + L.G, *Bs = sm + L.B, *Es = sm + L.E; // G_t, β_t, e^(G_{n−1}−G_t)
+    constexpr int CP = kChunk + 1; // row stride of A, P
+
+    ts_cu::pdl_trigger();
+    const int slices = (d.dv + kSlice - 1) / kSlice;
+    const int s = blockIdx.x / (d.nv * slices), j = (blockIdx.x / slices) % d.nv, e0 = (blockIdx.x % slices) * kSlice;
+    const int kappa = j % d.nk, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int ncol = min(kSlice, d.dv - e0);
+    const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
+    if (r1 - r0 < d.chunk_min) { // the recurrence's: uniform over the block
+        ts_cu::pdl_wait();
+        return;
+    }
+    float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv + e0;
+    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff, voff = 2 * d.key_dim + (int64_t)j * d.dv + e0;
+    ts_cu::pdl_wait();
+    for (int i = tid; i < d.dk * kSlice; i += kChunkThreads) {
+        const int k = i / kSlice, e = i % kSlice;
+        Ss[i] = e < ncol ? S[(int64_t)k * d.dv + e] : 0.0f;
+    }
+
+    for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
+        const int n = (int)min((int64_t)kChunk, r1 - c0);
+        // load the chunk: q̂, k̂ rows (zero beyond n), v slice into δ, β, g
+        for (int i = tid; i < kChunk * d.dk; i += kChunkThreads) {
+            const int t = i / d.dk, k = i % d.dk;
+            const float *u = a.u + (c0 + t) * d.cd;
+            Qs[t * L.ks + k] = t < n ? u[qoff + k] : 0.0f;
+            Ks[t * L.ks + k] = t < n ? u[koff + k] : 0.0f;
+        }
+        for (int i = tid; i < kChunk * kSlice; i += kChunkThreads) {
+            const int t = i / kSlice, e = i % kSlice;
+            Ds[t * kDs + e] = t < n && e < ncol ? a.u[(c0 + t) * d.cd + voff + e] : 0.0f;
+        }
+        if (tid < kChunk) Bs[tid] = tid < n ? a.beta[(c0 + tid) * d.nv + j] : 0.0f;
+        if (tid == 0) { // G: the running sum in row order (as the CPU)
+            float g = 0.0f;
+#pragma unroll 8
+            for (int t = 0; t < kChunk; t++) Gs[t] = g = t < n ? g + a.lg[(c0 + t) * d.nv + j] : g;
+        }
+        __syncthreads();
+        if (tid < kChunk) Es[tid] = tid < n ? expf(Gs[n - 1] - Gs[tid]) : 0.0f; // read after the next barrier
+
+        // A and P: thread (ty, tx) has rows t = ty + 16α and columns s = tx + 16β' (α, β' < 4)
+        {
+            const int ty = tid / 16, tx = tid % 16;
+            float kk[4][4] = {}, qk[4][4] = {};
+            for (int k = 0; k < d.dk; k++) {
+                float kt[4], qt[4], kc[4];
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    kt[x] = Ks[(ty + 16 * x) * L.ks + k], qt[x] = Qs[(ty + 16 * x) * L.ks + k];
+                    kc[x] = Ks[(tx + 16 * x) * L.ks + k];
+                }
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+#pragma unroll
+                    for (int y = 0; y < 4; y++) kk[x][y] = fmaf(kt[x], kc[y], kk[x][y]), qk[x][y] = fmaf(qt[x], kc[y], qk[x][y]);
+            }
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+#pragma unroll
+                for (int y = 0; y < 4; y++) {
+                    const int t = ty + 16 * x, c = tx + 16 * y;
+                    const float w = c <= t ? expf(Gs[t] - Gs[c]) : 0.0f;
+                    As[t * CP + c] = c < t ? Bs[t] * w * kk[x][y] : 0.0f;
+                    Ps[t * CP + c] = w * qk[x][y];
+                }
+        }
+
+        // R = β(v − e^G·K S) into δ, and e^G·Q S kept for o: thread (warp, lane) has column e = lane,
+        // rows t = warp + 8m (m < 8)
+        float oq[8];
+        {
+            float sk[8] = {}, sq[8] = {};
+            for (int k = 0; k < d.dk; k++) {
+                const float sv = Ss[k * kSlice + lane];
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    const int t = warp + 8 * m;
+                    sk[m] = fmaf(Ks[t * L.ks + k], sv, sk[m]);
+                    sq[m] = fmaf(Qs[t * L.ks + k], sv, sq[m]);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const int t = warp + 8 * m;
+                const float eg = expf(Gs[t]);
+                float *dp = &Ds[t * kDs + lane];
+                *dp = Bs[t] * (*dp - eg * sk[m]);
+                oq[m] = eg * sq[m];
+            }
+        }
+        __syncthreads();
+
+        // δ_t = R_t − Σ_{s<t} A[t][s]·δ_s, in row order: the 8 lanes ph of column e = 4·warp + lane/8
+        // (one warp) split the sum over s ≡ ph (mod 8)
+        {
+            const int e = 4 * warp + lane / 8, ph = lane % 8;
+            for (int t = 1; t < n; t++) {
+                float acc = 0.0f;
+                for (int c = ph; c < t; c += 8) acc = fmaf(As[t * CP + c], Ds[c * kDs + e], acc);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+                if (ph == 0) Ds[t * kDs + e] -= acc;
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+
+        // o = e^G·Q S + P δ (raw, before the gated norm)
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const int t = warp + 8 * m;
+            float acc = oq[m];
+            for (int c = 0; c <= t && c < n; c++) acc = fmaf(Ps[t * CP + c], Ds[c * kDs + lane], acc);
+            if (t < n && lane < ncol) a.o[(c0 + t) * d.vdim + (int64_t)j * d.dv + e0 + lane] = acc;
+        }
+
+        // S ← e^(G_{n−1})·S + Σ_t e^(G_{n−1}−G_t)·k̂_t δ_tᵀ: thread has column lane, keys warp + 8m
+        {
+            const float el = expf(Gs[n - 1]);
+            for (int k = warp; k < d.dk; k += 8) {
+                float acc = Ss[k * kSlice + lane] * el;
+                for (int t = 0; t < n; t++) acc = fmaf(Es[t] * Ks[t * L.ks + k], Ds[t * kDs + lane], acc);
+                Ss[k * kSlice + lane] = acc;
+            }
+        }
+        __syncthreads(); // before the next chunk's loads
+    }
+    for (int i = tid; i < d.dk * kSlice; i += kChunkThreads) {
+        const int k = i / kSlice, e = i % kSlice;
+        if (e < ncol) S[(int64_t)k * d.dv + e] = Ss[i];
+    }
+}
+
+// 4c. The gated norm of the chunked sequences' rows: grid (N, nv), block kConvThreads; o in place.
+__global__ void __launch_bounds__(kConvThreads) gdn_gate_norm_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    ts_cu::pdl_trigger();
+    ts_cu::pdl_wait();
+    __shared__ float red[32];
+    const int64_t r = blockIdx.x;
+    const int s = b.row_seq[r], j = blockIdx.y;
+    if (b.seq_row0[s + 1] - b.seq_row0[s] < d.chunk_min) return; // normed by the recurrence
+    float *o = a.o + r * d.vdim + (int64_t)j * d.dv;
+    const float *z = a.z + r * d.vdim + (int64_t)j * d.dv;
+    float sq = 0.0f;
+    for (int e = threadIdx.x; e < d.dv; e += blockDim.x) sq += o[e] * o[e];
+    const float ss = block_sum(sq, red);
+    const float rn = 1.0f / sqrtf(ss / (float)d.dv + d.eps);
+    for (int e = threadIdx.x; e < d.dv; e += blockDim.x) o[e] = o[e] * rn * a.gamma[e] * ts_dsigmoid(z[e]);
+}
+
 template <int P, int M>
 void launch_reg(const RecArgs &a, const ts_cuda_batch &b, const GdnDims &d, cudaStream_t s) {
     const int threads = (d.dv * P + 31) / 32 * 32;
@@ -397,7 +587,7 @@ size_t zba_bytes(const ts_hparams *hp) {
 
 extern "C" size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
     (void)max_ctx;
-    // the α logits, then the decays (in place); or, at one row, the joined z|β|α row
+    // the α logits, then the log-decays (in place); or, at one row, the joined z|β|α row
     const size_t a = alpha_bytes(hp, max_rows), z = zba_bytes(hp);
     return a > z ? a : z;
 }
@@ -413,6 +603,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     d.nk = (int)hp->ssm_nk, d.nv = (int)hp->ssm_nv, d.dk = (int)hp->ssm_dk, d.dv = (int)hp->ssm_dv;
     d.Kc = (int)hp->ssm_conv, d.eps = hp->eps;
     d.one_row = b->n_rows == b->n_seq; // every packed sequence has at least one row
+    d.chunk_min = INT64_MAX;            // set below when the chunked form runs
     d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = 2 * d.key_dim + d.vdim;
     if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
     if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
@@ -421,23 +612,23 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX || (int64_t)b->n_seq * d.nv > INT32_MAX)
         return -1;
 
-    float *z = w->z, *beta = w->ba, *decay = static_cast<float *>(w->scratch);
+    float *z = w->z, *beta = w->ba, *lg = static_cast<float *>(w->scratch);
 
     // 1. projections (z, β and α as one product of their joined rows at one row: z, β and α then
     //    lie back to back in scratch; the kernels below index row 0 only)
     if (ts_cuda_matmul(&L->attn_qkv, 0, d.cd, x, N, w->qkv, s)) return -1;
     if (N == 1 && L->gate_beta_alpha.data && w->scratch_bytes >= zba_bytes(hp)) {
-        z = static_cast<float *>(w->scratch), beta = z + d.vdim, decay = beta + d.nv;
+        z = static_cast<float *>(w->scratch), beta = z + d.vdim, lg = beta + d.nv;
         if (ts_cuda_matmul(&L->gate_beta_alpha, 0, d.vdim + 2 * d.nv, x, 1, z, s)) return -1;
     } else {
         if (ts_cuda_matmul(&L->attn_gate, 0, d.vdim, x, N, z, s)) return -1;
         if (ts_cuda_matmul(&L->ssm_beta, 0, d.nv, x, N, beta, s)) return -1;
-        if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, decay, s)) return -1;
+        if (ts_cuda_matmul(&L->ssm_alpha, 0, d.nv, x, N, lg, s)) return -1;
     }
 
     // 2. conv + SiLU, q/k norms, gates
     ts_cu::launch(gdn_conv_kernel, dim3((unsigned)N, (unsigned)segs), dim3(kConvThreads), 0, s,
-                  static_cast<const float *>(w->qkv), w->u, beta, decay, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b, l, d);
+                  static_cast<const float *>(w->qkv), w->u, beta, lg, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b, l, d);
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
 
     // 3. conv history (decode: done by kernel 2)
@@ -447,9 +638,22 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }
 
-    // 4. recurrence + gated norm → w->o
+    // 4. recurrence + gated norm → w->o; sequences of ≥ kChunk rows take the chunked form (4b, 4c)
+    //    unless TURBOSPARK_CUDA_GDN_CHUNKED=0 or dk > kChunkDk (never at decode: one row a sequence)
     RecArgs a;
-    a.u = w->u, a.z = z, a.beta = beta, a.decay = decay, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
+    a.u = w->u, a.z = z, a.beta = beta, a.lg = lg, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
+    const char *ch = getenv("TURBOSPARK_CUDA_GDN_CHUNKED");
+    const bool chunked = N >= kChunk && !d.one_row && d.dk <= kChunkDk && !(ch && ch[0] == '0');
+    d.chunk_min = chunked ? kChunk : INT64_MAX;
+    if (chunked) {
+        const int slices = (d.dv + kSlice - 1) / kSlice;
+        const size_t shm = (size_t)ChunkSmem(d.dk).floats() * sizeof(float);
+        if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX ||
+            cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
+            return -1;
+        ts_cu::launch(gdn_chunk_kernel, dim3((unsigned)(b->n_seq * d.nv * slices)), dim3(kChunkThreads), shm, s, a, *b, d);
+        if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    }
     if (d.dk <= 128 && d.dv <= 128) {
         if (d.dk <= 32) launch_reg<4, 8>(a, *b, d, s);
         else if (d.dk <= 64) launch_reg<4, 16>(a, *b, d, s);
@@ -464,6 +668,10 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         gdn_recur_global<<<(unsigned)b->n_seq * d.nv, threads, shm, s>>>(a, *b, d);
     }
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    if (chunked) {
+        ts_cu::launch(gdn_gate_norm_kernel, dim3((unsigned)N, (unsigned)d.nv), dim3(kConvThreads), 0, s, a, *b, d);
+        if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    }
 
     // 5. output projection
     if (ts_cuda_matmul(&L->ssm_out, 0, hp->n_embd, w->o, N, y, s)) return -1;
