@@ -693,7 +693,9 @@ bool mma_type(uint32_t type) {
            type == TS_TYPE_Q4_0;
 }
 
-template <typename K> void mma_opt_in(K kernel) {
+// TYPE is a template parameter so that each kernel instantiation gets its own flag (the kernels of
+// all types share one function-pointer type K).
+template <int TYPE, typename K> void mma_opt_in(K kernel) {
     thread_local bool done = false; // one flag per kernel instantiation and thread
     if (!done) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes), done = true;
 }
@@ -701,7 +703,7 @@ template <typename K> void mma_opt_in(K kernel) {
 template <int TYPE>
 int launch_mma_t(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, float *y, cudaStream_t s) {
     const auto kernel = matmul_mma_kernel<TYPE>;
-    mma_opt_in(kernel);
+    mma_opt_in<TYPE>(kernel);
     return launch(kernel, dim3(static_cast<unsigned>((n_out + 15) / 16)), dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s,
                   w, rb, n_out, ne0, x, y) == cudaSuccess
                ? 0
@@ -721,7 +723,7 @@ int launch_mma(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, c
 
 template <int TYPE> int launch_mma_experts_t(const expert_args &a, int ne0, cudaStream_t s) {
     const auto kernel = matmul_experts_mma_kernel<TYPE>;
-    mma_opt_in(kernel);
+    mma_opt_in<TYPE>(kernel);
     const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16), a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
     return launch(kernel, grid, dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s, a, ne0) == cudaSuccess ? 0 : -1;
 }
