@@ -61,6 +61,7 @@
 // results agree with ts_cpu_gdn to fp32 rounding, not bit for bit. The chunked form agrees with the
 // recurrence to fp32 rounding too (tests/unit/test_gdn.c on the CPU twins), so a prefill of ≥ kChunk
 // rows is not bit-identical to the same rows decoded one by one (as in the reference).
+#include "cuda/cp_async.cuh"
 #include "cuda/layers.h"
 #include "cuda/pdl.cuh"
 
@@ -103,26 +104,6 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
     float t = 0.0f;
     for (int i = 0; i < nw; i++) t += red[i];
     return t;
-}
-
-// 4-byte asynchronous copy global → shared (sm_80+), with a plain fallback.
-__device__ __forceinline__ void copy4_async(float *smem, const float *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
-#else
-    *smem = *gmem;
-#endif
-}
-__device__ __forceinline__ void copy_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void copy_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
 }
 
 // ---- 2. conv + SiLU, q/k L2 norms, gates --------------------------------------------------------
@@ -267,17 +248,17 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     // zero the padding of both buffers, fetch row r0's q̂/k̂
     for (int i = d.dk + tid; i < K; i += blockDim.x) qs[0][i] = qs[1][i] = ks[0][i] = ks[1][i] = 0.0f;
     for (int i = tid; i < d.dk; i += blockDim.x) {
-        copy4_async(&qs[0][i], a.u + r0 * d.cd + qoff + i);
-        copy4_async(&ks[0][i], a.u + r0 * d.cd + koff + i);
+        ts_cu::cp_async4(&qs[0][i], a.u + r0 * d.cd + qoff + i);
+        ts_cu::cp_async4(&ks[0][i], a.u + r0 * d.cd + koff + i);
     }
-    copy_async_commit();
+    ts_cu::cp_async_commit();
 
     const float gam = col ? a.gamma[e] : 0.0f;
     // row r0's scalars; later rows are prefetched one row ahead
     float bt = a.beta[r0 * d.nv + j], dc = expf(a.lg[r0 * d.nv + j]);
     float v = col ? a.u[r0 * d.cd + voff + e] : 0.0f, zz = col ? a.z[r0 * d.vdim + zoff] : 0.0f;
 
-    copy_async_wait_all();
+    ts_cu::cp_async_wait<0>(); // every group is committed
     __syncthreads();
 
     for (int64_t r = r0; r < r1; r++) {
@@ -286,10 +267,10 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
         float bt_n = 0.0f, dc_n = 0.0f, v_n = 0.0f, z_n = 0.0f;
         if (r + 1 < r1) {
             for (int i = tid; i < d.dk; i += blockDim.x) {
-                copy4_async(&qs[buf ^ 1][i], a.u + (r + 1) * d.cd + qoff + i);
-                copy4_async(&ks[buf ^ 1][i], a.u + (r + 1) * d.cd + koff + i);
+                ts_cu::cp_async4(&qs[buf ^ 1][i], a.u + (r + 1) * d.cd + qoff + i);
+                ts_cu::cp_async4(&ks[buf ^ 1][i], a.u + (r + 1) * d.cd + koff + i);
             }
-            copy_async_commit();
+            ts_cu::cp_async_commit();
             bt_n = a.beta[(r + 1) * d.nv + j], dc_n = expf(a.lg[(r + 1) * d.nv + j]);
             if (col) v_n = a.u[(r + 1) * d.cd + voff + e], z_n = a.z[(r + 1) * d.vdim + zoff];
         }
@@ -319,7 +300,7 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
         for (int off = 1; off < P; off <<= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
 
         // gated norm; the barrier inside block_sum also publishes the next row's q̂/k̂
-        copy_async_wait_all();
+        ts_cu::cp_async_wait<0>(); // every group is committed
         const float ss = block_sum(col && p == 0 ? o * o : 0.0f, red[buf]);
         const float rn = 1.0f / sqrtf(ss / (float)d.dv + d.eps);
         if (col && p == 0) a.o[r * d.vdim + zoff] = o * rn * gam * ts_dsigmoid(zz);
@@ -648,9 +629,14 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     if (chunked) {
         const int slices = (d.dv + kSlice - 1) / kSlice;
         const size_t shm = (size_t)ChunkSmem(d.dk).floats() * sizeof(float);
-        if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX ||
-            cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
-            return -1;
+        thread_local size_t opted = 0; // the shared-memory opt-in already made (it depends on dk only)
+        if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX) return -1;
+        if (shm > opted) {
+            if (cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) !=
+                cudaSuccess)
+                return -1;
+            opted = shm;
+        }
         ts_cu::launch(gdn_chunk_kernel, dim3((unsigned)(b->n_seq * d.nv * slices)), dim3(kChunkThreads), shm, s, a, *b, d);
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }

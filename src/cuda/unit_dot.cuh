@@ -1,28 +1,18 @@
 // The inner loop of the quantized matrix-vector kernels (matmul.cu, and the fused hyper-connection
 // product of hc.cu): one "unit" of 32 weights of R rows (src/cuda/quant_decode.cuh) against T
-// tokens of x, x either in global memory or staged in shared memory, swizzled (x_swizzle); the
-// cp.async helpers that stage weight bytes in shared memory; stage_x, which stages x.
+// tokens of x, x either in global memory or staged in shared memory, swizzled (x_swizzle);
+// stage_x, which stages x (the cp.async helpers are in cp_async.cuh).
 // Design and numerics: see the header of matmul.cu.
 #ifndef TS_CUDA_UNIT_DOT_CUH
 #define TS_CUDA_UNIT_DOT_CUH
 
+#include "cuda/cp_async.cuh"
 #include "cuda/quant_decode.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 namespace ts_cu {
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ const uint8_t *align_down16(const uint8_t *p) {
     return p - (reinterpret_cast<uintptr_t>(p) & 15u);
