@@ -425,6 +425,13 @@ def broken_files():
     add("offset_wraps.gguf", bld(t=with_tensor(7, offset=2**64 - 32, data=None)), "runs past the end of the file")
     add("tensors_overlap.gguf", bld(t=with_tensor(2, offset=1088)), "overlap in the data section")
     add("tensors_overlap_partial.gguf", bld(t=with_tensor(3, offset=1344 + 224)), "overlap in the data section")
+    # Edited headers whose tensor no longer fills the data laid out for it (refused before binding).
+    add("type_f32_as_f16.gguf", bld(t=with_tensor(1, type=T_F16)),
+        "'output_norm.weight' (f16, 128 bytes) is followed by 128 unused bytes before tensor 'blk.0.attn_norm.weight'")
+    add("shape_shrunk_last.gguf", bld(t=with_tensor(7, ne=[4, 3, 2, 1])),
+        "'blk.0.ple_test.weight' (bf16, 48 bytes) is followed by 48 unused bytes before the end of the file")
+    add("tensor_name_65.gguf", bld(t=with_tensor(2, name=b"blk.0." + b"n" * 59)),
+        "tensor #2 has a name of 65 bytes")
     return out
 
 

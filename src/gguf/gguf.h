@@ -28,6 +28,7 @@ extern "C" {
 #define TS_GGUF_DEFAULT_ALIGNMENT 32
 #define TS_GGUF_MAX_DIMS 4
 #define TS_GGUF_MAX_ARRAY_DEPTH 8 /* nested arrays deeper than this are refused */
+#define TS_GGUF_MAX_NAME 64       /* bytes of a tensor name (the GGUF specification's limit) */
 
 typedef enum ts_gguf_vtype {
     TS_GGUF_U8 = 0,

@@ -297,6 +297,9 @@ static int parse_tensor_info(ts_gguf *g, cursor *c, int64_t i) {
     if (read_str(c, &t->name, "a tensor name")) return -1;
     if (t->name.len == 0) return ts_errf(c->err, c->errlen, "%s: tensor #%" PRId64 " has an empty name", c->name, i);
     const char *nm = excerpt(t->name, ex, sizeof ex);
+    if (t->name.len > TS_GGUF_MAX_NAME)
+        return ts_errf(c->err, c->errlen, "%s: tensor #%" PRId64 " has a name of %" PRIu64 " bytes ('%s'); GGUF "
+                       "allows at most %d", c->name, i, t->name.len, nm, TS_GGUF_MAX_NAME);
     if (memchr(t->name.ptr, 0, t->name.len))
         return ts_errf(c->err, c->errlen, "%s: tensor #%" PRId64 " name ('%s') contains a NUL byte", c->name, i, nm);
     char what[112];
@@ -360,13 +363,23 @@ static int check_tensor_data(ts_gguf *g, cursor *c) {
     }
     int64_t *by_off = sorted_index(g, g->n_tensors, cmp_tensor_offset);
     if (!by_off) return ts_errf(c->err, c->errlen, "%s: out of memory", c->name);
+    /* Writers lay tensors out back to back, each padded to the alignment: a tensor followed by a
+     * whole alignment unit or more of unused bytes has a type or shape that does not describe its
+     * data (an edited header: an F32 norm relabelled F16 would read half its bytes as garbage). */
     int rc = 0;
-    for (int64_t k = 1; k < g->n_tensors && !rc; k++) {
-        const ts_gguf_tensor *a = &g->tensors[by_off[k - 1]], *b = &g->tensors[by_off[k]];
-        if (a->offset + a->nbytes > b->offset)
+    for (int64_t k = 0; k < g->n_tensors && !rc; k++) {
+        const ts_gguf_tensor *a = &g->tensors[by_off[k]], *b = k + 1 < g->n_tensors ? &g->tensors[by_off[k + 1]] : NULL;
+        uint64_t end = a->offset + a->nbytes, next = b ? b->offset : data_size;
+        if (b && end > next)
             rc = ts_errf(c->err, c->errlen, "%s: tensors '%s' and '%s' overlap in the data section (offsets %" PRIu64
                          " and %" PRIu64 ")", c->name, excerpt(a->name, ex, sizeof ex),
                          excerpt(b->name, ex2, sizeof ex2), a->offset, b->offset);
+        else if (next - end >= g->alignment)
+            rc = ts_errf(c->err, c->errlen, "%s: tensor '%s' (%s, %" PRIu64 " bytes) is followed by %" PRIu64
+                         " unused bytes before %s%s%s: its type or shape does not match the data laid out for it "
+                         "(edited header?)", c->name, excerpt(a->name, ex, sizeof ex), ts_type_name(a->type),
+                         a->nbytes, next - end, b ? "tensor '" : "the end of the file",
+                         b ? excerpt(b->name, ex2, sizeof ex2) : "", b ? "'" : "");
     }
     free(by_off);
     return rc;
