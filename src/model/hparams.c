@@ -18,12 +18,15 @@ void ts_hparams_free(ts_hparams *hp) {
     memset(hp, 0, sizeof *hp);
 }
 
-/* A required u32 key that must be ≥ min. */
-static int get_u32_min(const ts_gguf *g, const char *key, uint32_t min, uint32_t *v, char *err, size_t errlen) {
+/* A required u32 key in [min, max]. The maxima (TS_MAX_* in qwen4exp.h) are far above any config of
+ * the family and keep every product of two sizes inside 64 bits; they are checked before anything
+ * sized by the key is allocated. */
+static int get_u32_in(const ts_gguf *g, const char *key, uint32_t min, uint32_t max, uint32_t *v, char *err,
+                      size_t errlen) {
     if (ts_gguf_get_u32(g, key, v, err, errlen)) return -1;
-    if (*v < min)
-        return ts_errf(err, errlen, "%s: metadata key '%s' is %" PRIu32 ", expected at least %" PRIu32,
-                       ts_gguf_path(g), key, *v, min);
+    if (*v < min || *v > max)
+        return ts_errf(err, errlen, "%s: metadata key '%s' is %" PRIu32 ", expected %" PRIu32 " to %" PRIu32
+                       " (edited or corrupt file?)", ts_gguf_path(g), key, *v, min, max);
     return 0;
 }
 
@@ -64,7 +67,7 @@ static int read_layer_kinds(const ts_gguf *g, ts_hparams *hp, char *err, size_t 
                            K("attention.recurrent_layers"), hp->n_block);
         for (uint32_t l = 0; l < hp->n_layer; l++) hp->kind[l] = ts_gguf_arr_u64(rec, l) ? TS_LAYER_GDN : TS_LAYER_QSA;
     } else {
-        if (get_u32_min(g, K("full_attention_interval"), 1, &hp->full_attn_interval, err, errlen)) return -1;
+        if (get_u32_in(g, K("full_attention_interval"), 1, TS_MAX_LAYERS, &hp->full_attn_interval, err, errlen)) return -1;
         for (uint32_t l = 0; l < hp->n_layer; l++)
             hp->kind[l] = (l + 1) % hp->full_attn_interval == 0 ? TS_LAYER_QSA : TS_LAYER_GDN;
     }
@@ -83,8 +86,9 @@ static int read_layer_kinds(const ts_gguf *g, ts_hparams *hp, char *err, size_t 
         if (!qsa_trunk && b != 0)
             return ts_errf(err, errlen, "%s: compress ratio of block %" PRIu32 " is %" PRId64 ", expected 0 for a %s",
                            path, l, b, l < hp->n_layer ? "GDN layer" : "MTP block");
-        if (qsa_trunk && b <= 1)
-            return ts_errf(err, errlen, "%s: compress ratio of QSA layer %" PRIu32 " is %" PRId64 ", expected > 1", path, l, b);
+        if (qsa_trunk && (b <= 1 || b > TS_MAX_CONTEXT))
+            return ts_errf(err, errlen, "%s: compress ratio of QSA layer %" PRIu32 " is %" PRId64 ", expected 2 to %u", path, l, b,
+                           TS_MAX_CONTEXT);
         if (qsa_trunk && hp->compress && b != hp->compress)
             return ts_errf(err, errlen, "%s: QSA layers have different compress ratios (%" PRIu32 " and %" PRId64
                            "); one shared ratio is supported", path, hp->compress, b);
@@ -113,11 +117,11 @@ static int read_ple(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) 
         return ts_errf(err, errlen, "%s: PLE layer %" PRId64 " must be a GDN trunk layer (0-based, < %" PRIu32 ")", path,
                        layer, hp->n_layer);
     hp->ple_layer = (int32_t)layer;
-    if (get_u32_min(g, K("ple.ngram_size"), 2, &hp->ple_n, err, errlen) ||
-        get_u32_min(g, K("ple.heads_per_ngram"), 1, &hp->ple_p, err, errlen) ||
-        get_u32_min(g, K("ple.conv_kernel"), 1, &hp->ple_conv, err, errlen) ||
+    if (get_u32_in(g, K("ple.ngram_size"), 2, TS_MAX_NGRAM, &hp->ple_n, err, errlen) ||
+        get_u32_in(g, K("ple.heads_per_ngram"), 1, TS_MAX_HEADS, &hp->ple_p, err, errlen) ||
+        get_u32_in(g, K("ple.conv_kernel"), 1, TS_MAX_CONV, &hp->ple_conv, err, errlen) ||
         ts_gguf_get_u32(g, K("ple.eos_token_id"), &hp->ple_eos, err, errlen) ||
-        get_u32_min(g, K("embedding_length_per_layer_input"), 1, &hp->ple_dh, err, errlen))
+        get_u32_in(g, K("embedding_length_per_layer_input"), 1, TS_MAX_WIDTH, &hp->ple_dh, err, errlen))
         return -1;
     if (hp->ple_n > TS_MAX_NGRAM)
         return ts_errf(err, errlen, "%s: PLE n-gram order %" PRIu32 " is above the supported %d", path, hp->ple_n, TS_MAX_NGRAM);
@@ -174,27 +178,29 @@ static int read_ff_exp(const ts_gguf *g, ts_hparams *hp, char *err, size_t errle
                            ts_gguf_path(g), K("expert_feed_forward_length"), hp->n_block);
         for (uint32_t l = 0; l < hp->n_block; l++) {
             int64_t f = ts_gguf_arr_i64(v, l);
-            if (f <= 0 || f > INT32_MAX)
+            if (f <= 0 || f > TS_MAX_WIDTH)
                 return ts_errf(err, errlen, "%s: expert width of layer %" PRIu32 " is %" PRId64, ts_gguf_path(g), l, f);
             hp->n_ff_exp[l] = (uint32_t)f;
         }
         return 0;
     }
     uint32_t f;
-    if (get_u32_min(g, K("expert_feed_forward_length"), 1, &f, err, errlen)) return -1;
+    if (get_u32_in(g, K("expert_feed_forward_length"), 1, TS_MAX_WIDTH, &f, err, errlen)) return -1;
     for (uint32_t l = 0; l < hp->n_block; l++) hp->n_ff_exp[l] = f;
     return 0;
 }
 
 static int read_rope(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) {
     const char *path = ts_gguf_path(g);
-    if (get_u32_min(g, K("rope.dimension_count"), 2, &hp->n_rot, err, errlen) ||
+    if (get_u32_in(g, K("rope.dimension_count"), 2, TS_MAX_HEAD_DIM, &hp->n_rot, err, errlen) ||
         ts_gguf_get_f32(g, K("rope.freq_base"), &hp->rope_base, err, errlen))
         return -1;
     if (hp->n_rot % 2 || hp->n_rot > hp->head_dim || hp->n_rot > hp->idx_head_dim)
         return ts_errf(err, errlen, "%s: rope.dimension_count %" PRIu32 " must be even and at most the head dims (%" PRIu32
                        ", indexer %" PRIu32 ")", path, hp->n_rot, hp->head_dim, hp->idx_head_dim);
-    if (!(hp->rope_base > 0)) return ts_errf(err, errlen, "%s: rope.freq_base must be positive", path);
+    if (!(hp->rope_base >= 1 && hp->rope_base <= 1e12f))
+        return ts_errf(err, errlen, "%s: rope.freq_base is %g, expected a finite value from 1 to 1e12", path,
+                       (double)hp->rope_base);
     for (int64_t i = 0; i < ts_gguf_kv_count(g); i++) { /* rule 11: no rope scaling is implemented */
         const ts_gguf_kv *kv = ts_gguf_kv_at(g, i);
         const char *pre = K("rope.scaling.");
@@ -213,6 +219,9 @@ static int read_rope(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen)
         int64_t sum = 0;
         for (uint64_t i = 0; i < sec->arr.count; i++) {
             hp->rope_sections[i] = (int32_t)ts_gguf_arr_i64(sec, i);
+            if (hp->rope_sections[i] < 0 || hp->rope_sections[i] > (int32_t)hp->n_rot)
+                return ts_errf(err, errlen, "%s: rope.dimension_sections[%" PRIu64 "] is %" PRId32 ", expected 0 to %"
+                               PRIu32, path, i, hp->rope_sections[i], hp->n_rot);
             if (i < 3) sum += hp->rope_sections[i];
         }
         if (sum != hp->n_rot / 2)
@@ -231,29 +240,38 @@ int ts_hparams_read(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) 
         return ts_errf(err, errlen, "%s: tensor 'token_embd.weight' is %s", path, emb ? "not a 2-D [H, V] matrix" : "missing");
     hp->n_vocab = (uint32_t)emb->ne[1];
     uint32_t kv_len, v_len;
-    if (get_u32_min(g, K("embedding_length"), 1, &hp->n_embd, err, errlen) ||
-        get_u32_min(g, K("block_count"), 1, &hp->n_block, err, errlen) ||
-        get_u32_min(g, K("context_length"), 1, &hp->n_ctx_train, err, errlen) ||
+    if (get_u32_in(g, K("embedding_length"), 1, TS_MAX_WIDTH, &hp->n_embd, err, errlen) ||
+        get_u32_in(g, K("block_count"), 1, TS_MAX_LAYERS, &hp->n_block, err, errlen) ||
+        get_u32_in(g, K("context_length"), 1, TS_MAX_CONTEXT, &hp->n_ctx_train, err, errlen) ||
         ts_gguf_get_f32(g, K("attention.layer_norm_rms_epsilon"), &hp->eps, err, errlen) ||
-        get_u32_min(g, K("hyper_connection.count"), 2, &hp->hc_count, err, errlen) ||
-        get_u32_min(g, K("hyper_connection.low_rank"), 1, &hp->hc_rank, err, errlen) ||
-        get_u32_min(g, K("attention.head_count"), 1, &hp->n_head, err, errlen) ||
-        get_u32_min(g, K("attention.head_count_kv"), 1, &hp->n_head_kv, err, errlen) ||
-        get_u32_min(g, K("attention.key_length"), 1, &kv_len, err, errlen) ||
-        get_u32_min(g, K("attention.value_length"), 1, &v_len, err, errlen) ||
-        get_u32_min(g, K("attention.indexer.head_count"), 1, &hp->idx_n_head, err, errlen) ||
-        get_u32_min(g, K("attention.indexer.key_length"), 1, &hp->idx_head_dim, err, errlen) ||
-        get_u32_min(g, K("attention.indexer.top_k"), 1, &hp->idx_top_k, err, errlen) ||
-        get_u32_min(g, K("ssm.conv_kernel"), 1, &hp->ssm_conv, err, errlen) ||
-        get_u32_min(g, K("ssm.state_size"), 1, &hp->ssm_dk, err, errlen) ||
-        get_u32_min(g, K("ssm.group_count"), 1, &hp->ssm_nk, err, errlen) ||
-        get_u32_min(g, K("ssm.time_step_rank"), 1, &hp->ssm_nv, err, errlen) ||
-        get_u32_min(g, K("expert_count"), 1, &hp->n_expert, err, errlen) ||
-        get_u32_min(g, K("expert_used_count"), 1, &hp->n_expert_used, err, errlen) ||
-        get_u32_min(g, K("expert_shared_feed_forward_length"), 1, &hp->n_ff_shexp, err, errlen))
+        get_u32_in(g, K("hyper_connection.count"), 2, TS_MAX_STREAMS, &hp->hc_count, err, errlen) ||
+        get_u32_in(g, K("hyper_connection.low_rank"), 1, TS_MAX_WIDTH, &hp->hc_rank, err, errlen) ||
+        get_u32_in(g, K("attention.head_count"), 1, TS_MAX_HEADS, &hp->n_head, err, errlen) ||
+        get_u32_in(g, K("attention.head_count_kv"), 1, TS_MAX_HEADS, &hp->n_head_kv, err, errlen) ||
+        get_u32_in(g, K("attention.key_length"), 1, TS_MAX_HEAD_DIM, &kv_len, err, errlen) ||
+        get_u32_in(g, K("attention.value_length"), 1, TS_MAX_HEAD_DIM, &v_len, err, errlen) ||
+        get_u32_in(g, K("attention.indexer.head_count"), 1, TS_MAX_HEADS, &hp->idx_n_head, err, errlen) ||
+        get_u32_in(g, K("attention.indexer.key_length"), 1, TS_MAX_HEAD_DIM, &hp->idx_head_dim, err, errlen) ||
+        get_u32_in(g, K("attention.indexer.top_k"), 1, TS_MAX_CONTEXT, &hp->idx_top_k, err, errlen) ||
+        get_u32_in(g, K("ssm.conv_kernel"), 1, TS_MAX_CONV, &hp->ssm_conv, err, errlen) ||
+        get_u32_in(g, K("ssm.state_size"), 1, TS_MAX_HEAD_DIM, &hp->ssm_dk, err, errlen) ||
+        get_u32_in(g, K("ssm.group_count"), 1, TS_MAX_HEADS, &hp->ssm_nk, err, errlen) ||
+        get_u32_in(g, K("ssm.time_step_rank"), 1, TS_MAX_HEADS, &hp->ssm_nv, err, errlen) ||
+        get_u32_in(g, K("expert_count"), 1, TS_MAX_EXPERTS, &hp->n_expert, err, errlen) ||
+        get_u32_in(g, K("expert_used_count"), 1, TS_MAX_EXPERTS, &hp->n_expert_used, err, errlen) ||
+        get_u32_in(g, K("expert_shared_feed_forward_length"), 1, TS_MAX_WIDTH, &hp->n_ff_shexp, err, errlen))
         return -1;
+    /* every block is at least TS_MIN_TENSORS_PER_BLOCK tensors of this file: refused here, before the
+     * per-block tables below are allocated (a 4-byte edit of block_count must cost nothing) */
+    if ((uint64_t)hp->n_block * TS_MIN_TENSORS_PER_BLOCK > (uint64_t)ts_gguf_tensor_count(g))
+        return ts_errf(err, errlen, "%s: block_count is %" PRIu32 ", but the file holds %" PRId64 " tensors, fewer "
+                       "than the %d a block needs at least (edited or truncated file?)", path, hp->n_block,
+                       ts_gguf_tensor_count(g), TS_MIN_TENSORS_PER_BLOCK);
+    if (!(hp->eps > 0 && hp->eps <= 0.1f))
+        return ts_errf(err, errlen, "%s: attention.layer_norm_rms_epsilon is %g, expected a finite value above 0 and "
+                       "at most 0.1", path, (double)hp->eps);
     uint32_t inner;
-    if (get_u32_min(g, K("ssm.inner_size"), 1, &inner, err, errlen)) return -1;
+    if (get_u32_in(g, K("ssm.inner_size"), 1, TS_MAX_WIDTH, &inner, err, errlen)) return -1;
     const ts_gguf_value *nmtp = ts_gguf_find(g, K("nextn_predict_layers"));
     if (nmtp && ts_gguf_get_u32(g, K("nextn_predict_layers"), &hp->n_mtp, err, errlen)) return -1;
     if (hp->n_mtp >= hp->n_block)
@@ -276,7 +294,6 @@ int ts_hparams_read(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) 
     if (hp->n_expert_used > hp->n_expert)
         return ts_errf(err, errlen, "%s: expert_used_count %" PRIu32 " exceeds expert_count %" PRIu32, path,
                        hp->n_expert_used, hp->n_expert);
-    if (!(hp->eps > 0)) return ts_errf(err, errlen, "%s: layer_norm_rms_epsilon must be positive", path);
     if (read_layer_kinds(g, hp, err, errlen) || read_ff_exp(g, hp, err, errlen) || read_rope(g, hp, err, errlen))
         return -1;
     bool any_qsa = false;

@@ -22,6 +22,17 @@ extern "C" {
 
 #define TS_ARCH "qwen4exp"
 #define TS_MAX_NGRAM 8 /* PLE n-gram order n ≤ 8 */
+/* Architecture limits checked on every size read from a file, before anything it sizes is allocated
+ * (the released model: 48 layers, width 2560, 512 experts, 262,144 tokens of context). */
+#define TS_MAX_LAYERS 1024             /* block_count */
+#define TS_MAX_WIDTH (1u << 20)        /* hidden and feed-forward widths, HC rank */
+#define TS_MAX_HEADS 4096              /* attention, indexer, GDN and PLE heads */
+#define TS_MAX_HEAD_DIM 4096           /* head and state dimensions */
+#define TS_MAX_STREAMS 16              /* hyper-connection streams */
+#define TS_MAX_CONV 64                 /* convolution kernels */
+#define TS_MAX_EXPERTS 65536           /* experts */
+#define TS_MAX_CONTEXT (1u << 24)      /* context_length, indexer budget */
+#define TS_MIN_TENSORS_PER_BLOCK 16    /* a block holds at least 2 HC modules, its mixer and its MoE */
 
 typedef enum ts_layer_kind { TS_LAYER_GDN = 0, TS_LAYER_QSA = 1 } ts_layer_kind;
 

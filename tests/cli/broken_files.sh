@@ -57,5 +57,53 @@ grep -q -e "AddressSanitizer" -e "runtime error" "$TS_TMP/err" && bad "sample.gg
 grep -Eq '^architecture +qwen4exp$' "$TS_TMP/out" || bad "sample.gguf: output does not name the architecture qwen4exp"
 grep -Eq '^tensors +8,' "$TS_TMP/out" || bad "sample.gguf: output does not give the tensor count 8"
 
-[ "$fail" -eq 0 ] && echo "ok: $n broken files refused cleanly; sample.gguf accepted"
+# Edited copies of the demo model (tests/cli/gguf_edit.py: a few bytes changed in place, as a careless
+# or hostile editor would): refused by `run` with exit status 1 and one sentence, before anything
+# sized by the edited value is allocated. Until issue 17 the block_count edit made the loader
+# allocate 16 GB and run for 40 s; it must now take well under 2 s and 200 MB.
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+demo="$TS_TMP/demo.gguf"
+"$TS_BIN" convert "$repo/models/demo" -o "$demo" --type bf16 --quiet || bad "convert models/demo"
+m=0
+edited() { # edited NAME 'EXPECTED SUBSTRING' EDIT...: the edited copy is refused by run with that sentence
+    local name=$1 expect=$2
+    shift 2
+    m=$((m + 1))
+    "$PY" "$repo/tests/cli/gguf_edit.py" "$demo" "$TS_TMP/$name.gguf" "$@" || { bad "$name: gguf_edit.py failed"; return; }
+    run "$TS_BIN" run -m "$TS_TMP/$name.gguf" -p "And it came to pass" -n 2
+    local err
+    err=$(grep -v '^run: loaded' "$TS_TMP/err" | grep -v '^$')
+    [ "$rc" -eq 1 ] || bad "$name: exit status $rc, expected 1 (stderr: $err)"
+    [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || bad "$name: expected one sentence on stderr: $err"
+    [[ "$err" == *"$expect"* ]] || bad "$name: stderr does not contain '$expect': $err"
+}
+a=qwen4exp
+edited block_count_max "'$a.block_count' is 4294967295, expected 1 to 1024" u32:$a.block_count=4294967295
+edited block_count_1000 "block_count is 1000, but the file holds" u32:$a.block_count=1000
+edited context_length_max "'$a.context_length' is 4294967295" u32:$a.context_length=4294967295
+edited experts_max "'$a.expert_count' is 4000000000" u32:$a.expert_count=4000000000
+edited eps_inf "layer_norm_rms_epsilon is inf, expected a finite value" f32:$a.attention.layer_norm_rms_epsilon=inf
+edited eps_nan "layer_norm_rms_epsilon is nan" f32:$a.attention.layer_norm_rms_epsilon=nan
+edited eps_0 "layer_norm_rms_epsilon is 0" f32:$a.attention.layer_norm_rms_epsilon=0
+edited rope_inf "rope.freq_base is inf" f32:$a.rope.freq_base=inf
+edited rope_nan "rope.freq_base is nan" f32:$a.rope.freq_base=nan
+edited norm_f16 "'blk.0.ssm_norm.weight' (f16, 128 bytes) is followed by 128 unused bytes" type:blk.0.ssm_norm.weight=1
+edited hc_norm_bf16 "'blk.3.hc_ffn_norm.weight' (bf16, 2048 bytes) is followed by 2048 unused bytes" type:blk.3.hc_ffn_norm.weight=30
+edited ssm_a_f16 "'blk.0.ssm_a' has type f16, which turbospark cannot use there (it must be f32)" type:blk.0.ssm_a=1
+edited name_5000 "has a name of 5000 bytes" "rename:blk.0.ssm_a=$(head -c 5000 /dev/zero | tr '\0' n)"
+# the block_count edit: time and peak memory of the refusal
+"$PY" - "$TS_BIN" "$TS_TMP/block_count_max.gguf" <<'EOF2' >"$TS_TMP/cost" || bad "block_count refusal: $(cat "$TS_TMP/cost")"
+import resource, subprocess, sys, time
+t = time.monotonic()
+r = subprocess.run([sys.argv[1], "inspect", sys.argv[2]], capture_output=True)
+dt = time.monotonic() - t
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB
+print("block_count edit refused by inspect in %.3f s, peak RSS %d KiB" % (dt, rss))
+sys.exit(0 if dt < 2 and rss < 200 * 1024 and b"does NOT bind" in r.stdout else 1)
+EOF2
+cat "$TS_TMP/cost"
+
+[ "$fail" -eq 0 ] && echo "ok: $n broken files and $m edited models refused cleanly; sample.gguf accepted"
 exit "$fail"
