@@ -13,6 +13,7 @@
 #include "cpu/layers.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,8 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     const int64_t vec = max64(max64(W * max64(hp->ple_conv, 1), cd * hp->ssm_conv),
                               max64(2 * hd + hp->idx_head_dim, max64(H, 2 * hp->ssm_nv + hp->ssm_dv)));
     w->m = m, w->ubatch = ubatch, w->n_ctx = n_ctx;
+    const char *cf = getenv("TURBOSPARK_CHECK_FINITE");
+    w->check_finite = cf && *cf && strcmp(cf, "0") != 0;
     w->R = work_alloc(w, T * W), w->xn = work_alloc(w, T * W), w->mix = work_alloc(w, T * W);
     w->lr = work_alloc(w, T * hp->hc_rank), w->x = work_alloc(w, T * H), w->y = work_alloc(w, T * H);
     w->inj = work_alloc(w, T * C), w->vec = work_alloc(w, vec), w->vec2 = work_alloc(w, vec);
@@ -175,8 +178,30 @@ static void *g_trace_ctx;
 
 void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx) { g_trace = fn, g_trace_ctx = ctx; }
 
-static void trace(int layer, int block, const float *R, int64_t T) {
+/* After the embedding (layer −1) and after each block of each layer: the trace hook, and with
+ * TURBOSPARK_CHECK_FINITE the debug check that finds where a NaN or infinity first appears. */
+static void trace(ts_cpu_work *w, int layer, int block, const float *R, int64_t T) {
     if (g_trace) g_trace(g_trace_ctx, layer, block, R, T);
+    if (!w->check_finite || w->bad_layer != -2) return;
+    const int64_t n = T * (int64_t)w->m->hp.hc_count * w->m->hp.n_embd;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(R[i])) {
+            w->bad_layer = layer, w->bad_block = block;
+            return;
+        }
+}
+
+static int finite_error(const ts_cpu_work *w, char *err, size_t errlen) {
+    if (w->bad_layer == -2) return 0;
+    const ts_hparams *hp = &w->m->hp;
+    if (w->bad_layer < 0)
+        return ts_errf(err, errlen, "a non-finite value (NaN or infinity) first appears in the token embedding "
+                       "(token_embd.weight)");
+    const char *mixer = hp->kind[w->bad_layer] == TS_LAYER_GDN ? "GDN" : "QSA";
+    return ts_errf(err, errlen, "a non-finite value (NaN or infinity) first appears in layer %d, after its %s block "
+                   "(blk.%d.%s)", w->bad_layer, w->bad_block == 0 ? mixer : "MoE", w->bad_layer,
+                   w->bad_block == 0 ? (w->bad_layer == hp->ple_layer ? "ple_* / hc_attn / attn_* / ssm_*" :
+                                        "hc_attn / attn_* / ssm_*") : "hc_ffn / ffn_*");
 }
 
 /* Refuses, before anything runs, a micro-batch the workspaces or a state cannot take. */
@@ -223,7 +248,8 @@ static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
             for (int64_t c = 1; c < C; c++)
                 memcpy(w->R + r * W + c * H, w->R + r * W, (size_t)H * sizeof(float));
         }
-    trace(-1, 0, w->R, N);
+    w->bad_layer = -2;
+    trace(w, -1, 0, w->R, N);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_layer_weights *L = &m->layers[l];
@@ -233,12 +259,12 @@ static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
         if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, l, b, w->x, w->y);
         else ts_cpu_qsa(w, L, l, b, w->x, w->y);
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
-        trace((int)l, 0, w->R, N);
+        trace(w, (int)l, 0, w->R, N);
 
         ts_cpu_hc_read(w, &L->hc_ffn, w->R, N, w->x, w->inj);
         ts_cpu_moe(w, L, l, w->x, N, w->y);
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
-        trace((int)l, 1, w->R, N);
+        trace(w, (int)l, 1, w->R, N);
     }
     for (int s = 0; s < b->n_seq; s++) b->st[s]->pos += b->T[s];
 }
@@ -254,6 +280,7 @@ int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t
     const ts_cpu_batch b = {.n_seq = 1, .N = T, .st = &st, .ids = &ids, .T = &T};
     if (check_batch(w, &b, err, errlen)) return -1;
     forward_rows(w, &b);
+    if (finite_error(w, err, errlen)) return -1;
 
     if (!logits) return 0;
     const int64_t first = all_logits ? 0 : T - 1;
@@ -270,6 +297,7 @@ int ts_cpu_forward_batch(ts_cpu_work *w, ts_seq_state *const *st, const int32_t 
     for (int s = 0; s < n_seq; s++) b.N += T[s];
     if (check_batch(w, &b, err, errlen)) return -1;
     forward_rows(w, &b);
+    if (finite_error(w, err, errlen)) return -1;
 
     /* the last row of every sequence that wants logits, moved up to rows 0 … n−1 of R (in order:
      * a row never moves down), then the final mixer and the output over those rows together */

@@ -63,6 +63,9 @@ struct ts_cpu_work {
     /* logits of several sequences (ts_cpu_forward_batch), a slice of the vocabulary at a time */
     float *lg;      /* n_lg = T × min(V, LOGIT_SLICE) */
     int64_t n_lg;
+    /* TURBOSPARK_CHECK_FINITE=1: the residual is checked after every block of the forward */
+    bool check_finite;
+    int bad_layer, bad_block; /* where a non-finite value first appeared (bad_layer −2: not yet) */
 };
 
 enum { LOGIT_SLICE = 2048, MOE_GROUP = 64 };

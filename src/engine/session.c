@@ -12,6 +12,7 @@
 #endif
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 
 struct ts_session {
@@ -125,6 +126,21 @@ size_t ts_session_state_bytes(const ts_session *s) {
     return s->st.bytes + ts_cpu_work_bytes(s->w);
 }
 
+/* The cheap guard on every backend's output: rows × V logits must be finite, else the call fails
+ * (a NaN would otherwise be sampled as token 0, or written out as a "result"). O(V) per row, a
+ * small fraction of the output product that made the row. */
+static int check_logits(const float *x, int64_t rows, int64_t V, int64_t pos0, char *err, size_t errlen) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t v = 0; v < V; v++)
+            if (!isfinite(x[r * V + v]))
+                return ts_errf(err, errlen,
+                               "the logits at position %" PRId64 " hold %s (vocabulary entry %" PRId64
+                               "): the model produced NaN or infinity (damaged or edited weights or metadata?); "
+                               "TURBOSPARK_CHECK_FINITE=1 on the CPU backend names the layer where it first appears",
+                               pos0 + r, isnan(x[r * V + v]) ? "NaN" : "an infinity", v);
+    return 0;
+}
+
 int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err, size_t errlen) {
     if (n < 1) return ts_errf(err, errlen, "nothing to evaluate: %" PRId64 " tokens", n);
     if (ts_session_pos(s) + n > s->p.n_ctx)
@@ -132,7 +148,7 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
                        " tokens", n, ts_session_pos(s), s->p.n_ctx);
 #ifdef TS_HAVE_CUDA
 #endif
-    const int64_t V = s->m->hp.n_vocab;
+    const int64_t V = s->m->hp.n_vocab, pos0 = ts_session_pos(s);
     for (int64_t t0 = 0; t0 < n; t0 += s->p.ubatch) {
         int64_t k = n - t0 < s->p.ubatch ? n - t0 : s->p.ubatch;
         bool last = t0 + k == n;
@@ -142,10 +158,11 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
             ts_cuda_seq *q = s->cuda_seq;
             const int32_t *chunk = ids + t0;
             if (ts_cuda_forward(s->m->cuda, &q, &chunk, &k, 1, &out, all, err, errlen)) return -1;
-            continue;
-        }
+        } else
 #endif
-        if (ts_cpu_forward(s->w, &s->st, ids + t0, k, out, all, err, errlen)) return -1;
+            if (ts_cpu_forward(s->w, &s->st, ids + t0, k, out, all, err, errlen))
+            return -1;
+        if (out && check_logits(out, all ? k : 1, V, all ? pos0 + t0 : pos0 + n - 1, err, errlen)) return -1;
     }
     return 0;
 }
@@ -202,17 +219,24 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
             if (ids[i][t] < 0 || ids[i][t] >= (int32_t)s[i]->m->hp.n_vocab)
                 return ts_errf(err, errlen, "batch entry %d: token id %" PRId32 " is outside the vocabulary", i, ids[i][t]);
     }
+    int rc = 0;
 #ifdef TS_HAVE_CUDA
     if (n_seq > 0 && s[0]->cuda_seq) {
         ts_cuda_seq **q = malloc((size_t)n_seq * sizeof *q);
         if (!q) return ts_errf(err, errlen, "out of memory");
         for (int i = 0; i < n_seq; i++) q[i] = s[i]->cuda_seq;
-        int rc = ts_cuda_forward(s[0]->m->cuda, q, ids, n, n_seq, logits, false, err, errlen);
+        rc = ts_cuda_forward(s[0]->m->cuda, q, ids, n, n_seq, logits, false, err, errlen);
         free(q);
-        return rc;
-    }
+    } else
 #endif
-    return n_seq > 0 ? cpu_batch_eval(s, ids, n, logits, n_seq, err, errlen) : 0;
+        rc = n_seq > 0 ? cpu_batch_eval(s, ids, n, logits, n_seq, err, errlen) : 0;
+    for (int i = 0; !rc && logits && i < n_seq; i++) {
+        if (!logits[i]) continue;
+        char e2[400];
+        if (check_logits(logits[i], 1, s[i]->m->hp.n_vocab, ts_session_pos(s[i]) - 1, e2, sizeof e2))
+            rc = ts_errf(err, errlen, "batch entry %d: %s", i, e2);
+    }
+    return rc;
 }
 
 #ifdef TS_HAVE_CUDA

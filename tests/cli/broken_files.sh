@@ -93,6 +93,12 @@ edited norm_f16 "'blk.0.ssm_norm.weight' (f16, 128 bytes) is followed by 128 unu
 edited hc_norm_bf16 "'blk.3.hc_ffn_norm.weight' (bf16, 2048 bytes) is followed by 2048 unused bytes" type:blk.3.hc_ffn_norm.weight=30
 edited ssm_a_f16 "'blk.0.ssm_a' has type f16, which turbospark cannot use there (it must be f32)" type:blk.0.ssm_a=1
 edited name_5000 "has a name of 5000 bytes" "rename:blk.0.ssm_a=$(head -c 5000 /dev/zero | tr '\0' n)"
+# NaN weights load (nothing in the header is wrong) but the logits are refused, never sampled; the
+# debug switch names the layer where the first NaN appears.
+edited nan_weights "the logits at position 4 hold NaN" fill:blk.1.hc_ffn_norm.weight=nan
+TURBOSPARK_CHECK_FINITE=1 timeout 20 "$TS_BIN" run -m "$TS_TMP/nan_weights.gguf" -p "And it came to pass" -n 2 \
+    >/dev/null 2>"$TS_TMP/err"
+grep -q "first appears in layer 1, after its MoE block" "$TS_TMP/err" || bad "TURBOSPARK_CHECK_FINITE: $(cat "$TS_TMP/err")"
 # the block_count edit: time and peak memory of the refusal
 "$PY" - "$TS_BIN" "$TS_TMP/block_count_max.gguf" <<'EOF2' >"$TS_TMP/cost" || bad "block_count refusal: $(cat "$TS_TMP/cost")"
 import resource, subprocess, sys, time
