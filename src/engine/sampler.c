@@ -53,12 +53,14 @@ void ts_sampler_reset(ts_sampler *s, uint64_t seed) {
     s->n_hist = 0;
 }
 
-static int check_params(const ts_sampler_params *p, char *err, size_t errlen) {
+int ts_sampler_check(const ts_sampler_params *p, char *err, size_t errlen) {
     if (!(p->temperature >= 0) || p->temperature > 100) return ts_errf(err, errlen, "temperature must be between 0 and 100");
     if (!(p->top_p >= 0) || p->top_p > 1) return ts_errf(err, errlen, "top_p must be between 0 and 1");
     if (!(p->min_p >= 0) || p->min_p > 1) return ts_errf(err, errlen, "min_p must be between 0 and 1");
     if (p->top_k < 0) return ts_errf(err, errlen, "top_k must be 0 (off) or positive");
-    if (!(p->repeat_penalty > 0) || p->repeat_penalty > 100) return ts_errf(err, errlen, "repeat_penalty must be above 0 and at most 100");
+    /* a penalty divides logits: below 1e-6 a logit of 30 would pass 3e7 and soon overflow */
+    if (!(p->repeat_penalty >= 1e-6f) || p->repeat_penalty > 100)
+        return ts_errf(err, errlen, "repeat_penalty must be between 1e-6 and 100 (1 is off; got %g)", (double)p->repeat_penalty);
     if (!(fabsf(p->presence_penalty) <= 2) || !(fabsf(p->frequency_penalty) <= 2))
         return ts_errf(err, errlen, "presence and frequency penalties must be between -2 and 2");
     if (p->penalty_last_n < -1 || p->penalty_last_n > TS_PENALTY_MAX_HISTORY)
@@ -70,7 +72,7 @@ static int check_params(const ts_sampler_params *p, char *err, size_t errlen) {
 int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen) {
     *out = NULL;
     if (n_vocab < 1) return ts_errf(err, errlen, "the vocabulary is empty");
-    if (check_params(p, err, errlen)) return -1;
+    if (ts_sampler_check(p, err, errlen)) return -1;
     ts_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->c = malloc((size_t)n_vocab * sizeof *s->c);
@@ -89,7 +91,7 @@ int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out
 }
 
 int ts_sampler_configure(ts_sampler *s, const ts_sampler_params *p, char *err, size_t errlen) {
-    if (check_params(p, err, errlen)) return -1;
+    if (ts_sampler_check(p, err, errlen)) return -1;
     s->p = *p;
     ts_sampler_reset(s, p->seed);
     return 0;

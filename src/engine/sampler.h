@@ -35,6 +35,9 @@ typedef struct ts_sampler ts_sampler;
 
 /* Checks the parameters (a sentence for each bad one) and allocates for n_vocab. */
 int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
+/* The check ts_sampler_new and ts_sampler_configure make, alone: 0, or −1 with a sentence. Callers
+ * that convert from wider types (the server's JSON doubles) check the converted floats with it. */
+int ts_sampler_check(const ts_sampler_params *p, char *err, size_t errlen);
 void ts_sampler_free(ts_sampler *s);
 /* New parameters (checked as ts_sampler_new checks them), empty history, reseeded: one sampler
  * serves request after request without allocating. On failure the sampler is unchanged. */

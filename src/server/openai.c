@@ -219,8 +219,7 @@ static int parse_common(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     const cJSON *rp = member(o, "repetition_penalty");
     if (!rp) rp = member(o, "repeat_penalty");
     if (rp) {
-        if (want_number(rp, rp->string, 0, 100, &d, e)) return -1;
-        if (d <= 0) return BAD(e, "invalid_value", rp->string, "'%s' must be above 0 (1 is off)", rp->string);
+        if (want_number(rp, rp->string, 1e-6, 100, &d, e)) return -1;
         r->sp.repeat_penalty = (float)d;
     }
     if ((v = member(o, "repeat_last_n"))) {
@@ -487,6 +486,9 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     if (!rc) rc = refuse_unsupported(o, kind, e);
     if (!rc) rc = parse_common(o, r, e);
     if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    char serr[256];
+    if (!rc && ts_sampler_check(&r->sp, serr, sizeof serr)) /* as the floats the sampler will use */
+        rc = BAD(e, "invalid_value", NULL, "the sampling parameters are out of range: %s", serr);
     if (!r->stream) r->include_usage = false;
     cJSON_Delete(o);
     if (rc == -2)

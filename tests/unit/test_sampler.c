@@ -174,6 +174,9 @@ static void test_refusals(void **state) {
     p = plain(1);
     p.repeat_penalty = 0;
     assert_int_equal(ts_sampler_new(&p, 10, &s, err, sizeof err), -1);
+    p.repeat_penalty = 1e-30f; /* positive, but it would turn logits into infinities */
+    assert_int_equal(ts_sampler_check(&p, err, sizeof err), -1);
+    assert_non_null(strstr(err, "repeat_penalty"));
     p = plain(1);
     p.top_k = -2;
     assert_int_equal(ts_sampler_new(&p, 10, &s, err, sizeof err), -1);

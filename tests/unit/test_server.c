@@ -119,6 +119,10 @@ static void test_refusals(void **state) {
     char b[1024];
 #define WITH(extra) (snprintf(b, sizeof b, "{%s,%s}", u, extra), b)
     refused(C, "", 400, "", "invalid_json");
+    /* every sampling value as the float the sampler uses: 1e-50 is above 0 as a double, 0.0f as a float */
+    refused(C, WITH("\"repetition_penalty\":1e-50"), 400, "repetition_penalty", "invalid_value");
+    refused(C, WITH("\"repeat_penalty\":1e-7"), 400, "repeat_penalty", "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"repetition_penalty\":0}", 400, "repetition_penalty", "invalid_value");
     refused(C, "{\"messages\":", 400, "", "invalid_json");
     refused(C, "{} {}", 400, "", "invalid_json");
     refused(C, "[1]", 400, "", "invalid_type");
