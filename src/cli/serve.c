@@ -10,33 +10,42 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: turbospark serve -m FILE.gguf [options]\n"
-            "  --host ADDR          address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for "
-            "all)\n"
-            "  --port N             port (default 8080; 0 picks a free one, printed on stderr)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' (GET /health stays open)\n"
-            "  --api-key-file FILE  the same, the key read from FILE (keeps it out of the process list)\n"
-            "  -np N                slots: requests decoded together (default 4)\n"
-            "  -c N                 context of each slot in tokens (default 4096, at most the model's)\n"
-            "  -ub N                prompt tokens a slot evaluates per step (default 256)\n"
-            "  -b N                 prompt tokens per step over all slots (default 512): bounds how long a\n"
-            "                       long prompt can hold up the running streams\n"
-            "  -t N                 CPU threads\n"
-            "  --alias NAME         the model's id in the API (default: the file's name)\n"
-            "  --chat-template K    chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
-            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
-            "  --max-connections N  open connections (default 512)\n"
-            "  --max-body BYTES     largest request body (default 8388608)\n"
-            "  --timeout S          seconds an idle connection is kept (default 60)\n"
-            "  --drain S            on SIGINT/SIGTERM, seconds running requests may finish (default 30)\n"
-            "  --no-cache-prompt    never reuse a slot's previous sequence as a prompt prefix\n"
-            "  --quiet              no per-request log lines\n"
-            "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
-            "  --presence-penalty P --frequency-penalty F\n"
-            "                       sampling defaults for requests that leave them out (else the file's\n"
-            "                       general.sampling.*, else llama.cpp's)\n"
-            TS_CLI_BACKEND_HELP);
+    fprintf(
+        f, "usage: turbospark serve -m FILE.gguf [options]\n"
+           "  --host ADDR          address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for "
+           "all)\n"
+           "  --port N             port (default 8080; 0 picks a free one, printed on stderr)\n"
+           "  --api-key KEY        require 'Authorization: Bearer KEY' (GET /health stays open)\n"
+           "  --api-key-file FILE  the same, the key read from FILE (keeps it out of the process list)\n"
+           "  -np N                slots: requests decoded together (default 4)\n"
+           "  -c N                 context of each slot in tokens (default 4096, at most the model's)\n"
+           "  -ub N                prompt tokens a slot evaluates per step (default 256)\n"
+           "  -b N                 prompt tokens per step over all slots (default 512): bounds how long a\n"
+           "                       long prompt can hold up the running streams\n"
+           "  -t N                 CPU threads\n"
+           "  --alias NAME         the model's id in the API (default: the file's name)\n"
+           "  --chat-template K    chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+           "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
+           "  --max-connections N  open connections (default 512)\n"
+           "  --max-connections-per-ip N  open connections from one client address (default 128)\n"
+           "  --max-parsing N      connections waiting for or sending a request at once (default 64); past\n"
+           "                       it, the oldest one still waiting for its request head is closed\n"
+           "  --max-body BYTES     largest request body (default 8388608); a body may also hold at most\n"
+           "                       8 JSON values per token of context (-c) plus 4096 (413 past either)\n"
+           "  --timeout S          seconds an idle connection is kept (default 60)\n"
+           "  --header-timeout S   seconds a client has to send a whole request head (default 10)\n"
+           "  --body-timeout S     seconds a client has to send a whole body after its head (default 60)\n"
+           "  --allow-host NAME    accept this Host header too (repeatable; '*' any). By default only\n"
+           "                       loopback names and the --host value are accepted (DNS rebinding)\n"
+           "  --cors ORIGIN        answer CORS for this web origin, e.g. http://localhost:3000 (repeatable;\n"
+           "                       '*' any); without it, browsers' cross-origin POSTs are refused (403)\n"
+           "  --drain S            on SIGINT/SIGTERM, seconds running requests may finish (default 30)\n"
+           "  --no-cache-prompt    never reuse a slot's previous sequence as a prompt prefix\n"
+           "  --quiet              no per-request log lines\n"
+           "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
+           "  --presence-penalty P --frequency-penalty F\n"
+           "                       sampling defaults for requests that leave them out (else the file's\n"
+           "                       general.sampling.*, else llama.cpp's)\n" TS_CLI_BACKEND_HELP);
 }
 
 static int parse_long(const char *s, long lo, long hi, long *v) {
@@ -130,7 +139,24 @@ int ts_cmd_serve(int argc, char **argv) {
             bad = parse_long(v, 0, 1 << 20, &k), o.max_queue = (int)k;
         else if (!strcmp(a, "--max-connections"))
             bad = parse_long(v, 1, 1 << 16, &k), o.max_connections = (int)k;
-        else if (!strcmp(a, "--max-body"))
+        else if (!strcmp(a, "--max-connections-per-ip"))
+            bad = parse_long(v, 1, 1 << 16, &k), o.max_per_ip = (int)k;
+        else if (!strcmp(a, "--max-parsing"))
+            bad = parse_long(v, 1, 1 << 16, &k), o.max_parsing = (int)k;
+        else if (!strcmp(a, "--header-timeout"))
+            bad = parse_double(v, 0.1, 86400, &o.header_timeout);
+        else if (!strcmp(a, "--body-timeout"))
+            bad = parse_double(v, 0.1, 86400, &o.body_timeout);
+        else if (!strcmp(a, "--allow-host") || !strcmp(a, "--cors")) {
+            bool host = a[2] == 'a';
+            int *n = host ? &o.n_allow_hosts : &o.n_cors;
+            if (*n == TS_SERVER_MAX_LIST || !*v) {
+                fprintf(stderr, "turbospark serve: '%s' is empty or given more than %d times\n", a,
+                        TS_SERVER_MAX_LIST);
+                return 2;
+            }
+            (host ? o.allow_hosts : o.cors)[(*n)++] = v;
+        } else if (!strcmp(a, "--max-body"))
             bad = parse_long(v, 1024, 1L << 30, &k), o.max_body = (size_t)k;
         else if (!strcmp(a, "--timeout"))
             bad = parse_long(v, 1, 86400, &k), o.idle_timeout = (int)k;

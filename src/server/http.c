@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
+#include "server/guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sched.h"
@@ -24,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +47,9 @@ typedef struct server {
     char model_name[256];
     long long created;
     int64_t n_ctx;
+    size_t max_values;       /* JSON values a request body may hold (openai.h) */
+    size_t max_prompt_bytes; /* prompt text that cannot fit n_ctx tokens, whatever it is */
+    ts_guard *guard;
     atomic_int in_flight;
     atomic_bool draining;
     struct MHD_Daemon *d;
@@ -57,6 +63,9 @@ typedef struct req {
     const route *rt;
     char method[16], path[160];
     double t0;
+    ts_conn *gc;      /* the connection's guard record (guard.h), or NULL */
+    bool head_done;   /* the whole request head was received */
+    const char *acao; /* Access-Control-Allow-Origin to send (--cors), or NULL */
     ts_text body;
     size_t discarded; /* body bytes dropped past the limit */
     bool responded;   /* a response is queued */
@@ -82,11 +91,22 @@ struct route {
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
+/* Headers every response of ours carries: CORS for an allowed origin (--cors), and nothing a
+ * browser could take as leave to sniff the type. */
+static void common_headers(const req *q, struct MHD_Response *r) {
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (q->acao) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", q->acao);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+}
+
 static enum MHD_Result queue(req *q, unsigned status, const char *ctype, const char *body, size_t n,
                              const char *h1, const char *v1) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    common_headers(q, r);
     if (h1) MHD_add_response_header(r, h1, v1);
     enum MHD_Result rc = MHD_queue_response(q->conn, status, r);
     MHD_destroy_response(r);
@@ -187,9 +207,11 @@ static enum MHD_Result handle_models(req *q) {
 
 static enum MHD_Result handle_model(req *q) { /* GET /v1/models/{id} */
     const char *id = strrchr(q->path, '/') + 1;
+    char clip[136];
     if (strcmp(id, q->S->model_name) != 0)
         FAIL(q, 404, "invalid_request_error", "model_not_found", "model",
-             "the model '%.128s' does not exist here (this server has '%s')", id, q->S->model_name);
+             "the model '%s' does not exist here (this server has '%s')",
+             ts_api_clip(id, 128, clip, sizeof clip), q->S->model_name);
     ts_text t = {0};
     enum MHD_Result r = model_json(q->S, &t) ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
     ts_text_free(&t);
@@ -201,6 +223,7 @@ static enum MHD_Result handle_metrics(req *q) {
     ts_metrics_gauges g = {0};
     ts_sched_gauges(S->sched, &g);
     g.http_in_flight = atomic_load(&S->in_flight);
+    ts_guard_counts(S->guard, g.conn_by_phase);
     ts_text t = {0};
     enum MHD_Result r =
         ts_metrics_render(&S->mt, &g, &t)
@@ -306,8 +329,7 @@ static enum MHD_Result finish_blocking(req *q) {
             ts_job_cancel(q->job);
             ts_text_free(&text);
             q->outcome = "client gone";
-            q->status = 499; /* nginx's "client closed request", for the log only */
-            return MHD_NO;   /* closes the connection */
+            return MHD_NO; /* closes the connection */
         }
     }
     note_job(q, &st);
@@ -335,7 +357,7 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     server *S = q->S;
     ts_api_request r;
     ts_api_error e;
-    if (ts_api_parse(kind, q->body.s ? q->body.s : "", q->body.n, &S->defaults, &r, &e))
+    if (ts_api_parse(kind, q->body.s ? q->body.s : "", q->body.n, &S->defaults, S->max_values, &r, &e))
         return send_error(q, &e, NULL, NULL);
     ts_tokens ids = {0};
     char err[512];
@@ -353,6 +375,14 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
         ts_chat_opts co = {.add_generation_prompt = r.add_generation_prompt,
                            .enable_thinking = r.enable_thinking};
         int bad = ts_chat_render(S->chat_kind, r.msgs, r.n_msgs, &co, &prompt, err, sizeof err);
+        if (!bad && prompt.n > S->max_prompt_bytes) {
+            ts_text_free(&prompt);
+            ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                        "this model's context is %" PRId64 " tokens per request; the messages are %zu bytes, "
+                        "more than any %" PRId64 " tokens can hold",
+                        S->n_ctx, prompt.n, S->n_ctx);
+            goto refuse;
+        }
         if (!bad) bad = ts_tokenize(S->tok, prompt.s ? prompt.s : "", prompt.n, true, &ids, err, sizeof err);
         ts_text_free(&prompt);
         if (bad) {
@@ -370,6 +400,13 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
                             ids.ids[i], i, V - 1);
                 goto refuse;
             }
+    } else if (r.prompt_len > S->max_prompt_bytes) {
+        ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", "prompt",
+                    "this model's context is %" PRId64
+                    " tokens per request; the prompt is %zu bytes, more than "
+                    "any %" PRId64 " tokens can hold",
+                    S->n_ctx, r.prompt_len, S->n_ctx);
+        goto refuse;
     } else if (ts_tokenize(S->tok, r.prompt, r.prompt_len, true, &ids, err, sizeof err)) {
         ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "prompt", "%s", err);
         goto refuse;
@@ -441,6 +478,7 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    common_headers(q, resp);
     rc = MHD_queue_response(q->conn, 200, resp);
     MHD_destroy_response(resp);
     q->responded = true;
@@ -488,54 +526,208 @@ static const route *find_route(const char *url) {
     return NULL;
 }
 
+/* ---- browsers: Host, Origin, Content-Type ------------------------------------------------------ */
+
+/* The host part of a Host header value ("name", "name:port", "[v6]:port"), in buf. */
+static const char *host_name(const char *h, char *buf, size_t n) {
+    size_t L;
+    if (h[0] == '[') {
+        const char *e = strchr(h, ']');
+        L = e ? (size_t)(e - h - 1) : strlen(h + 1);
+        h++;
+    } else {
+        const char *c = strchr(h, ':');
+        L = c && !strchr(c + 1, ':') ? (size_t)(c - h) : strlen(h);
+    }
+    if (L >= n) L = n - 1;
+    memcpy(buf, h, L);
+    buf[L] = 0;
+    return buf;
+}
+
+static bool is_loopback(const char *name) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, name, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, name, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    size_t n = strlen(name);
+    return !strcasecmp(name, "localhost") || (n > 10 && !strcasecmp(name + n - 10, ".localhost"));
+}
+
+/* DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 sends Host:
+ * evil.example. Only loopback names, the --host given and --allow-host values pass; when listening
+ * on every address (0.0.0.0, ::) any IP address literal passes too (clients reaching us by address). */
+static bool host_allowed(const server *S, const char *h) {
+    if (!h) return true; /* HTTP/1.0 without Host: no browser sends that */
+    char name[256];
+    host_name(h, name, sizeof name);
+    if (is_loopback(name) || !strcasecmp(name, S->o->host)) return true;
+    for (int i = 0; i < S->o->n_allow_hosts; i++)
+        if (!strcmp(S->o->allow_hosts[i], "*") || !strcasecmp(name, S->o->allow_hosts[i])) return true;
+    bool wildcard = !strcmp(S->o->host, "0.0.0.0") || !strcmp(S->o->host, "::");
+    unsigned char a[16];
+    return wildcard && (inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1);
+}
+
+/* The --cors value that allows this Origin, or NULL. */
+static const char *cors_match(const server *S, const char *origin) {
+    for (int i = 0; origin && i < S->o->n_cors; i++)
+        if (!strcmp(S->o->cors[i], "*") || !strcasecmp(S->o->cors[i], origin)) return origin;
+    return NULL;
+}
+
+/* application/json, with or without parameters (charset=utf-8). */
+static bool is_json_type(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    if (strncasecmp(ct, "application/json", 16) != 0) return false;
+    ct += 16;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    return *ct == 0 || *ct == ';';
+}
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+static ts_conn *guard_record(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static req *new_req(server *S, struct MHD_Connection *c) {
+    req *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->S = S, q->conn = c, q->t0 = ts_now(), q->gc = guard_record(c);
+    atomic_fetch_add(&S->in_flight, 1);
+    ts_guard_phase(S->guard, q->gc, TS_CONN_HEADERS);
+    return q;
+}
+
+/* The request line has arrived (libmicrohttpd's URI log callback): the request exists from here,
+ * so that one libmicrohttpd refuses itself (a head too large, malformed HTTP) is still counted. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    return new_req(cls, c);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    server *S = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? ts_guard_open(S->guard, ci->connect_fd) : NULL;
+    } else {
+        ts_guard_close(S->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* The whole head is here: everything that does not need the body is decided now. */
+static enum MHD_Result on_head(req *q, const char *url, const char *method) {
+    server *S = q->S;
+    struct MHD_Connection *c = q->conn;
+    char u[136], m[24];
+    snprintf(q->method, sizeof q->method, "%s", method);
+    snprintf(q->path, sizeof q->path, "%s", url);
+    ts_api_clip(url, 128, u, sizeof u), ts_api_clip(method, 16, m, sizeof m);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!host_allowed(S, host)) {
+        char h[72];
+        FAIL(q, 403, "invalid_request_error", "host_not_allowed", NULL,
+             "the Host header '%s' names neither this machine nor --host; start the server with --allow-host "
+             "NAME to accept it (a web page can reach a local server through a name it controls)",
+             ts_api_clip(host, 64, h, sizeof h));
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    q->acao = cors_match(S, origin);
+    if (q->acao && !strcmp(method, "OPTIONS")) { /* a CORS preflight (only with --cors) */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        common_headers(q, r);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        enum MHD_Result rc = MHD_queue_response(c, 204, r);
+        MHD_destroy_response(r);
+        q->responded = true, q->status = 204, q->outcome = "preflight";
+        return rc;
+    }
+    const route *rt = find_route(url);
+    if (!rt)
+        FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
+             "unknown URL: %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET "
+             "/health, GET /metrics)",
+             m, u);
+    if (strcmp(method, rt->method) != 0) {
+        ts_api_error e;
+        ts_api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                    "%s is not allowed on %s; use %s", m, u, rt->method);
+        return send_error(q, &e, MHD_HTTP_HEADER_ALLOW, rt->method);
+    }
+    q->rt = rt;
+    bool post = strcmp(rt->method, "POST") == 0;
+    if (post && origin && !q->acao) {
+        char o[72];
+        FAIL(q, 403, "invalid_request_error", "origin_not_allowed", NULL,
+             "requests from the web origin '%s' are not allowed; start the server with --cors ORIGIN to "
+             "allow it",
+             ts_api_clip(origin, 64, o, sizeof o));
+    }
+    if (rt->auth && S->o->api_key) {
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *given = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : "";
+        if (!key_matches(given, S->o->api_key)) {
+            ts_api_error e;
+            ts_api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                        h ? "incorrect API key provided"
+                          : "no API key provided: send 'Authorization: Bearer KEY'");
+            return send_error(q, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        }
+    }
+    if (atomic_load(&S->draining) && post) {
+        ts_api_error e;
+        ts_api_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return send_error(q, &e, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te && strcasecmp(te, "chunked") != 0) {
+        char t[72];
+        ts_api_error e;
+        ts_api_fail(
+            &e, 501, "invalid_request_error", "unsupported_transfer_encoding", NULL,
+            "Transfer-Encoding '%s' is not supported: send the body as it is, with Content-Length, or "
+            "'Transfer-Encoding: chunked'",
+            ts_api_clip(te, 64, t, sizeof t));
+        return send_error(q, &e, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    if (post &&
+        !is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        char t[72];
+        FAIL(q, 415, "invalid_request_error", "unsupported_media_type", NULL,
+             "the request body must be JSON sent with 'Content-Type: application/json' (got %s%s%s)",
+             ct ? "'" : "", ct ? ts_api_clip(ct, 64, t, sizeof t) : "none", ct ? "'" : "");
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > S->o->max_body) {
+        char t[32];
+        FAIL(q, 413, "invalid_request_error", "request_too_large", NULL,
+             "the request body (%s bytes) is larger than this server's limit of %zu bytes",
+             ts_api_clip(cl, 20, t, sizeof t), S->o->max_body);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **con_cls) {
     server *S = cls;
     req *q = *con_cls;
     (void)version;
-    if (!q) { /* headers only: decide everything that does not need the body */
-        if (!(q = calloc(1, sizeof *q))) return MHD_NO;
-        *con_cls = q;
-        q->S = S, q->conn = c, q->t0 = ts_now();
-        atomic_fetch_add(&S->in_flight, 1);
-        snprintf(q->method, sizeof q->method, "%s", method);
-        snprintf(q->path, sizeof q->path, "%s", url);
-        const route *rt = find_route(url);
-        if (!rt)
-            FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
-                 "unknown URL: %.16s %.128s (see GET /v1/models, "
-                 "POST /v1/chat/completions, POST /v1/completions, GET /health, GET /metrics)",
-                 method, url);
-        if (strcmp(method, rt->method) != 0) {
-            ts_api_error e;
-            ts_api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
-                        "%.16s is not allowed on %.128s; use %s", method, url, rt->method);
-            return send_error(q, &e, MHD_HTTP_HEADER_ALLOW, rt->method);
-        }
-        q->rt = rt;
-        if (rt->auth && S->o->api_key) {
-            const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-            const char *given = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : "";
-            if (!key_matches(given, S->o->api_key)) {
-                ts_api_error e;
-                ts_api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                            h ? "incorrect API key provided"
-                              : "no API key provided: send 'Authorization: Bearer KEY'");
-                return send_error(q, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-            }
-        }
-        if (atomic_load(&S->draining) && strcmp(rt->method, "POST") == 0) {
-            ts_api_error e;
-            ts_api_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-            return send_error(q, &e, MHD_HTTP_HEADER_CONNECTION, "close");
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > S->o->max_body)
-            FAIL(q, 413, "invalid_request_error", "request_too_large", NULL,
-                 "the request body (%.20s bytes) is larger than this server's limit of %zu bytes", cl,
-                 S->o->max_body);
-        return MHD_YES;
+    if (!q && !(q = *con_cls = new_req(S, c))) return MHD_NO;
+    if (!q->head_done) {
+        q->head_done = true;
+        ts_guard_phase(S->guard, q->gc, TS_CONN_BODY);
+        return on_head(q, url, method);
     }
     if (q->responded) { /* answered already (error on the headers): drop the body */
         *upload_size = 0;
@@ -550,10 +742,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return ts_text_append(&q->body, upload, n) ? MHD_NO : MHD_YES;
     }
+    ts_guard_phase(S->guard, q->gc, TS_CONN_ANSWER);
     if (q->discarded)
         FAIL(q, 413, "invalid_request_error", "request_too_large", NULL,
              "the request body is larger than this server's limit of %zu bytes", S->o->max_body);
     return q->rt->handle(q);
+}
+
+/* Why a request of ours got no response (for /metrics). */
+static ts_unanswered unanswered_reason(const req *q, enum MHD_RequestTerminationCode toe) {
+    if (ts_guard_closed(q->S->guard, q->gc)) return TS_UNANSWERED_CLOSED;
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return TS_UNANSWERED_TIMEOUT;
+    if (toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) return TS_UNANSWERED_SHUTDOWN;
+    if (toe == MHD_REQUEST_TERMINATED_READ_ERROR || toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ||
+        q->head_done)
+        return TS_UNANSWERED_CLIENT_GONE;
+    return TS_UNANSWERED_HTTP_ERROR; /* libmicrohttpd refused the head and answered itself */
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -572,8 +776,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->job && !q->over && q->stream)
         q->outcome = "client gone";
-    unsigned status = q->status ? q->status : 500;
-    ts_metrics_http(&S->mt, status);
+    if (q->responded) {
+        ts_metrics_http(&S->mt, q->status);
+    } else {
+        ts_unanswered why = unanswered_reason(q, toe);
+        ts_metrics_unanswered(&S->mt, why);
+        if (!q->outcome)
+            q->outcome = why == TS_UNANSWERED_HTTP_ERROR ? "malformed HTTP (answered by libmicrohttpd)"
+                         : why == TS_UNANSWERED_TIMEOUT  ? "timeout"
+                         : why == TS_UNANSWERED_SHUTDOWN ? "shutdown"
+                         : why == TS_UNANSWERED_CLOSED   ? "closed by the connection guard"
+                                                         : "client gone";
+    }
+    ts_guard_phase(S->guard, q->gc, TS_CONN_WAIT);
     if (!S->o->quiet) {
         char addr[INET6_ADDRSTRLEN] = "?";
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -584,12 +799,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
         }
-        char gen[128] = "";
+        char gen[128] = "", status[8] = "-";
         if (q->job)
             snprintf(gen, sizeof gen, " prompt=%" PRId64 " cached=%" PRId64 " gen=%" PRId64 "%s", q->n_prompt,
                      q->n_cached, q->n_gen, q->stream ? " stream" : "");
-        fprintf(stderr, "serve: %s %s %s %u %.3fs%s%s%s\n", addr, q->method, q->path, status,
-                ts_now() - q->t0, gen, q->outcome ? " " : "", q->outcome ? q->outcome : "");
+        if (q->responded) snprintf(status, sizeof status, "%u", q->status);
+        ts_text line = {0}; /* the path is the client's bytes: sanitized, as JSON strings are */
+        ts_utf8_sanitize(q->path[0] ? q->path : "?", strlen(q->path[0] ? q->path : "?"), &line);
+        for (size_t i = 0; i < line.n; i++)
+            if ((unsigned char)line.s[i] < 0x20 || line.s[i] == 0x7f) line.s[i] = '?';
+        fprintf(stderr, "serve: %s %s %.*s %s %.3fs%s%s%s\n", addr, q->method[0] ? q->method : "?",
+                (int)line.n, line.s ? line.s : "", status, ts_now() - q->t0, gen, q->outcome ? " " : "",
+                q->outcome ? q->outcome : "");
+        ts_text_free(&line);
     }
     ts_text_free(&q->body);
     ts_text_free(&q->pend);
@@ -610,8 +832,12 @@ void ts_server_default_opts(ts_server_opts *o) {
     o->step_tokens = 512;
     o->max_queue = 256;
     o->max_connections = 512;
+    o->max_per_ip = 128;
+    o->max_parsing = 64;
     o->max_body = 8u << 20;
     o->idle_timeout = 60;
+    o->header_timeout = 10;
+    o->body_timeout = 60;
     o->drain_seconds = 30;
     o->cache_prompt = true;
     o->sp = ts_sampler_default_params();
@@ -650,10 +876,15 @@ static struct MHD_Daemon *start_daemon(server *S, char *err, size_t errlen) {
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* libmicrohttpd's own limit sits above ours by max_parsing, so that the guard (guard.h) can close
+     * the oldest waiting connection for a new one (and the closed ones can wind down) rather than
+     * libmicrohttpd refusing the new one */
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, S,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_URI_LOG_CALLBACK, on_uri, S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections + o->max_parsing),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)o->idle_timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d)
@@ -692,6 +923,18 @@ int ts_serve(const ts_server_opts *o) {
     }
     if (!S->chat_ok) fprintf(stderr, "serve: warning: /v1/chat/completions is off: %s\n", S->chat_err);
     S->n_ctx = o->n_ctx < ts_model_n_ctx_train(S->m) ? o->n_ctx : ts_model_n_ctx_train(S->m);
+    /* memory per request: the body (--max-body), and a JSON tree of at most max_values values
+     * (about 64 bytes each in cJSON) — 8 per token of context, enough for any request that fits */
+    S->max_values = (size_t)S->n_ctx * 8 + 4096;
+    if (S->max_values > (1u << 20)) S->max_values = 1u << 20;
+    {
+        size_t longest = 1; /* a prompt past n_ctx tokens of the longest piece (x4: NFC composes) can't fit */
+        for (int32_t id = 0; id < ts_tokenizer_n_tokens(S->tok); id++) {
+            size_t L = 0;
+            if (ts_token_bytes(S->tok, id, true, &L) && L > longest) longest = L;
+        }
+        S->max_prompt_bytes = 4 * longest * (size_t)S->n_ctx;
+    }
     model_name_of(o, S->model_name, sizeof S->model_name);
     S->created = (long long)time(NULL);
     if (ts_metrics_init(&S->mt)) {
@@ -720,6 +963,21 @@ int ts_serve(const ts_server_opts *o) {
     if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
     if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;
     if (ts_sched_new(S->m, S->tok, &sp, &S->mt, &S->sched, err, sizeof err)) goto fail;
+    {
+        /* a thread and two descriptors per connection (the guard keeps a dup of each socket) */
+        struct rlimit rl;
+        rlim_t want = 2 * (rlim_t)(o->max_connections + o->max_parsing) + 64;
+        if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < want) {
+            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        ts_guard_params gp = {.header_timeout = o->header_timeout,
+                              .body_timeout = o->body_timeout,
+                              .idle_timeout = o->idle_timeout,
+                              .max_parsing = o->max_parsing,
+                              .max_connections = o->max_connections};
+        if (ts_guard_new(&gp, &S->mt, &S->guard, err, sizeof err)) goto fail;
+    }
     if (!(S->d = start_daemon(S, err, sizeof err))) goto fail;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? (int)di->port : o->port;
@@ -751,7 +1009,9 @@ int ts_serve(const ts_server_opts *o) {
     atomic_store(&S->draining, true);
     int lfd = MHD_quiesce_daemon(S->d);
     if (lfd >= 0) close(lfd);
-    ts_sched_drain(S->sched, ts_now() + o->drain_seconds);
+    double deadline = ts_now() + o->drain_seconds;
+    ts_sched_drain(S->sched, deadline);
+    ts_guard_close_idle(S->guard); /* connections not being answered: nothing to finish */
     struct timespec zero = {0, 0};
     while (!ts_sched_wait_idle(S->sched, 100)) {
         if (sigtimedwait(&sigs, NULL, &zero) > 0) {
@@ -759,8 +1019,10 @@ int ts_serve(const ts_server_opts *o) {
             ts_sched_drain(S->sched, 0);
         }
     }
-    /* let the connection threads write their last bytes */
-    for (double t = ts_now(); atomic_load(&S->in_flight) > 0 && ts_now() - t < 5;) {
+    /* let the connection threads write their last bytes (requests still being parsed or tokenized
+     * end with a 503 once they look; all of it within --drain, and at least a second) */
+    ts_guard_close_idle(S->guard);
+    for (double t = ts_now(); atomic_load(&S->in_flight) > 0 && (ts_now() < deadline || ts_now() - t < 1);) {
         struct timespec ms = {0, 10 * 1000000L};
         nanosleep(&ms, NULL);
     }
@@ -773,6 +1035,7 @@ fail:
     fprintf(stderr, "turbospark serve: %s\n", err);
 done:
     if (S->d) MHD_stop_daemon(S->d);
+    ts_guard_free(S->guard);
     ts_sched_free(S->sched);
     if (metrics_ok) ts_metrics_destroy(&S->mt);
     ts_tokenizer_free(S->tok);

@@ -52,6 +52,18 @@ void ts_metrics_http(ts_metrics *m, unsigned status) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void ts_metrics_unanswered(ts_metrics *m, ts_unanswered why) {
+    pthread_mutex_lock(&m->mu);
+    if ((unsigned)why < TS_UNANSWERED_N) m->unanswered[why]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ts_metrics_conn_closed(ts_metrics *m, ts_close_reason why) {
+    pthread_mutex_lock(&m->mu);
+    if ((unsigned)why < TS_CLOSE_N) m->conn_closed[why]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* The bucket of the current second (cleared when it is reused). Under mu. */
 static int bucket(ts_metrics *m, int64_t sec) {
     int i = (int)(sec % (TS_METRICS_WINDOW + 1));
@@ -127,6 +139,28 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
             if (m->http_by_code[c][k])
                 rc |= appendf(out, "turbospark_http_requests_total{code=\"%d\"} %llu\n", c * 100 + k,
                               (unsigned long long)m->http_by_code[c][k]);
+    static const char *const unanswered[TS_UNANSWERED_N] = {"client_gone", "timeout", "http_error",
+                                                            "shutdown", "closed_by_guard"};
+    rc |= appendf(
+        out, "# HELP turbospark_http_requests_unanswered_total HTTP requests that ended without a response "
+             "of ours, by reason (http_error: libmicrohttpd refused malformed HTTP itself).\n"
+             "# TYPE turbospark_http_requests_unanswered_total counter\n");
+    for (int i = 0; i < TS_UNANSWERED_N; i++)
+        rc |= appendf(out, "turbospark_http_requests_unanswered_total{reason=\"%s\"} %llu\n", unanswered[i],
+                      (unsigned long long)m->unanswered[i]);
+    static const char *const closed[TS_CLOSE_N] = {"header_deadline", "body_deadline", "idle_deadline",
+                                                   "evicted", "shutdown"};
+    rc |= appendf(out,
+                  "# HELP turbospark_http_connections_closed_total Connections the server closed to keep its "
+                  "bounds, by reason.\n# TYPE turbospark_http_connections_closed_total counter\n");
+    for (int i = 0; i < TS_CLOSE_N; i++)
+        rc |= appendf(out, "turbospark_http_connections_closed_total{reason=\"%s\"} %llu\n", closed[i],
+                      (unsigned long long)m->conn_closed[i]);
+    static const char *const phase[4] = {"waiting", "head", "body", "answer"};
+    rc |= appendf(out, "# HELP turbospark_http_connections Open connections, by phase.\n"
+                       "# TYPE turbospark_http_connections gauge\n");
+    for (int i = 0; i < 4; i++)
+        rc |= appendf(out, "turbospark_http_connections{phase=\"%s\"} %d\n", phase[i], g->conn_by_phase[i]);
     rc |= appendf(out, "# HELP turbospark_requests_total Completions finished, by reason.\n"
                        "# TYPE turbospark_requests_total counter\n");
     for (int f = TS_FINISH_STOP; f < TS_FINISH_N; f++)

@@ -26,11 +26,33 @@ typedef enum ts_finish {
 
 const char *ts_finish_name(ts_finish f); /* "stop", "length", "cancelled", "shutdown", "error" */
 
+/* Why the connection guard (guard.h) closed a connection. */
+typedef enum ts_close_reason {
+    TS_CLOSE_HEADER_DEADLINE, /* no whole request head within --header-timeout */
+    TS_CLOSE_BODY_DEADLINE,   /* no whole body within --body-timeout */
+    TS_CLOSE_IDLE_DEADLINE,   /* kept alive without a new request for --timeout */
+    TS_CLOSE_EVICTED,  /* the oldest waiting connection, to make room (--max-parsing, --max-connections) */
+    TS_CLOSE_SHUTDOWN, /* not being answered when the server began to stop */
+    TS_CLOSE_N
+} ts_close_reason;
+
+/* Why a request ended without a response of ours. */
+typedef enum ts_unanswered {
+    TS_UNANSWERED_CLIENT_GONE, /* the client closed its end before the answer */
+    TS_UNANSWERED_TIMEOUT,     /* libmicrohttpd's idle timeout, or the guard's deadlines */
+    TS_UNANSWERED_HTTP_ERROR,  /* malformed HTTP: libmicrohttpd answered it itself (400, 413, 431, ...) */
+    TS_UNANSWERED_SHUTDOWN,    /* the server stopped */
+    TS_UNANSWERED_CLOSED,      /* the connection guard closed it (a deadline, or room for a new one) */
+    TS_UNANSWERED_N
+} ts_unanswered;
+
 typedef struct ts_metrics {
     pthread_mutex_t mu;
     double t_start; /* monotonic seconds at creation */
     /* HTTP */
-    uint64_t http_by_code[6][100]; /* [status / 100][status % 100] for 100..599 */
+    uint64_t http_by_code[6][100]; /* [status / 100][status % 100] for 100..599: responses we sent */
+    uint64_t unanswered[TS_UNANSWERED_N];
+    uint64_t conn_closed[TS_CLOSE_N];
     /* generation */
     uint64_t finished[TS_FINISH_N];
     uint64_t prompt_tokens, prompt_tokens_cached, gen_tokens, steps, step_sequences;
@@ -48,6 +70,8 @@ int ts_metrics_init(ts_metrics *m);
 void ts_metrics_destroy(ts_metrics *m);
 
 void ts_metrics_http(ts_metrics *m, unsigned status);
+void ts_metrics_unanswered(ts_metrics *m, ts_unanswered why);
+void ts_metrics_conn_closed(ts_metrics *m, ts_close_reason why);
 /* A scheduler step: sequences in it, prompt and generated tokens, seconds it took. */
 void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, double seconds);
 /* A finished completion: why, cached prompt tokens, total latency and time to first token (< 0: none). */
@@ -58,6 +82,7 @@ typedef struct ts_metrics_gauges {
     int queue_depth, slots_busy, slots_total;
     int64_t n_ctx_slot;
     int http_in_flight;
+    int conn_by_phase[4]; /* connections waiting, reading a head, reading a body, being answered */
 } ts_metrics_gauges;
 
 /* Appends the Prometheus text exposition (version 0.0.4) to out. 0 or −1 (out of memory). */

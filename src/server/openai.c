@@ -10,16 +10,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The length of s[0..n) without a UTF-8 sequence cut at its end. */
+static size_t utf8_whole(const char *s, size_t n) {
+    size_t i = n, k = 0;
+    while (i > 0 && k < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, k++; /* continuation bytes */
+    if (i == 0) return n;
+    unsigned char c = (unsigned char)s[i - 1];
+    size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return want > k + 1 ? i - 1 : n; /* a lead byte with too few continuations: drop it and them */
+}
+
+const char *ts_api_clip(const char *s, size_t max, char *buf, size_t buflen) {
+    size_t n = strlen(s);
+    if (max + 4 > buflen) max = buflen > 4 ? buflen - 4 : 0;
+    bool cut = n > max;
+    if (cut) n = utf8_whole(s, max);
+    memcpy(buf, s, n);
+    if (cut) memcpy(buf + n, "...", 3), n += 3;
+    buf[n] = 0;
+    return buf;
+}
+
 int ts_api_fail(ts_api_error *e, int status, const char *type, const char *code, const char *param,
                 const char *fmt, ...) {
     e->status = status;
     e->type = type;
     e->code = code;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    e->param[utf8_whole(e->param, strlen(e->param))] = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    int n = vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof e->message) /* cut: never in the middle of a character */
+        e->message[utf8_whole(e->message, sizeof e->message - 1)] = 0;
     return -1;
 }
 
@@ -101,6 +125,7 @@ static bool valid_utf8(const char *s, size_t n) {
 /* ---- fields refused by name ----------------------------------------------------------------- */
 
 static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e) {
+    char clip[80];
     const cJSON *v;
     int64_t k;
     if ((v = member(o, "n"))) {
@@ -141,8 +166,8 @@ static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e)
                        "'response_format' must be an object with a string 'type'");
         if (strcmp(t->valuestring, "text") != 0)
             return BAD(e, "unsupported_parameter", "response_format",
-                       "response_format '%.64s' is not supported: this server produces plain text only",
-                       t->valuestring);
+                       "response_format '%s' is not supported: this server produces plain text only",
+                       ts_api_clip(t->valuestring, 64, clip, sizeof clip));
     }
     if ((v = member(o, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
         return BAD(e, "unsupported_parameter", "logit_bias", "logit_bias is not supported by this server");
@@ -280,7 +305,7 @@ static int parse_common(const cJSON *o, ts_api_request *r, ts_api_error *e) {
 /* The text of a message's content: a string, or text parts joined by newlines. */
 static int content_text(const cJSON *c, const char *where, ts_api_request *r, const char **out,
                         ts_api_error *e) {
-    char pname[96];
+    char pname[96], clip[80];
     if (!c) {
         *out = "";
         return 0;
@@ -316,12 +341,13 @@ static int content_text(const cJSON *c, const char *where, ts_api_request *r, co
             return ts_api_fail(
                 e, 400, "invalid_request_error", "unsupported_content_type", pname,
                 "%s content parts are not supported: this server loads the text model only (%s is '%s')",
-                what, pname, k);
+                what, pname, ts_api_clip(k, 32, clip, sizeof clip));
         }
         if (strcmp(k, "text") != 0) {
             ts_text_free(&t);
             return BAD(e, "invalid_value", pname,
-                       "'%s' has an unknown content part type '%.64s' (expected 'text')", pname, k);
+                       "'%s' has an unknown content part type '%s' (expected 'text')", pname,
+                       ts_api_clip(k, 64, clip, sizeof clip));
         }
         const cJSON *tx = member(p, "text");
         if (!tx || !cJSON_IsString(tx)) {
@@ -364,6 +390,7 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
         if (!role || !cJSON_IsString(role))
             return BAD(e, "invalid_type", pname, "'%s' must be a string", pname);
         const char *rs = role->valuestring;
+        char clip[48];
         const char *canon = !strcmp(rs, "system") || !strcmp(rs, "developer") ? "system"
                             : !strcmp(rs, "user")                             ? "user"
                             : !strcmp(rs, "assistant")                        ? "assistant"
@@ -371,7 +398,8 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
                                                                               : NULL;
         if (!canon)
             return BAD(e, "invalid_value", pname,
-                       "'%s' is '%.32s'; expected system, developer, user, assistant or tool", pname, rs);
+                       "'%s' is '%s'; expected system, developer, user, assistant or tool", pname,
+                       ts_api_clip(rs, 32, clip, sizeof clip));
         const cJSON *tc = member(m, "tool_calls");
         if (tc && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
             snprintf(pname, sizeof pname, "%s.tool_calls", where);
@@ -455,8 +483,30 @@ static int parse_prompt(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     return 0;
 }
 
+/* JSON values in s[0..n) (keys included), counting stops past max. Not a validator: malformed
+ * input is counted somehow and left to cJSON to refuse. */
+static size_t count_values(const char *s, size_t n, size_t max) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k <= max; i++) {
+        char c = s[i];
+        if (c == '"') {
+            k++;
+            for (i++; i < n && s[i] != '"'; i++)
+                if (s[i] == '\\') i++;
+        } else if (c == '[' || c == '{') {
+            k++;
+        } else if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+            k++;
+            while (i + 1 < n && s[i + 1] != ',' && s[i + 1] != ']' && s[i + 1] != '}' && s[i + 1] != ' ' &&
+                   s[i + 1] != '\n' && s[i + 1] != '"')
+                i++;
+        }
+    }
+    return k;
+}
+
 int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
-                 ts_api_request *r, ts_api_error *e) {
+                 size_t max_values, ts_api_request *r, ts_api_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
@@ -468,6 +518,12 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     if (memchr(body, 0, n))
         return BAD(e, "invalid_json", NULL, "the request body holds a NUL byte at %zu: not JSON text",
                    (size_t)((const char *)memchr(body, 0, n) - body));
+    if (max_values && count_values(body, n, max_values) > max_values)
+        return ts_api_fail(
+            e, 413, "invalid_request_error", "request_too_large", NULL,
+            "the request body holds more than %zu JSON values, this server's limit (it allows 8 "
+            "per token of context): a prompt or message list that long cannot fit the context",
+            max_values);
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, n, &end, false);
     if (!o) {
@@ -564,8 +620,11 @@ TS_PRINTF(2, 3) static int putf(ts_text *out, const char *fmt, ...) {
 }
 
 int ts_api_error_json(const ts_api_error *e, ts_text *out) {
+    ts_text msg = {0}; /* echoed input may hold invalid UTF-8: U+FFFD for it */
+    if (ts_utf8_sanitize(e->message, strlen(e->message), &msg) < 0) return -1;
     int rc = put(out, "{\"error\":{\"message\":");
-    rc |= ts_json_string(out, e->message, strlen(e->message));
+    rc |= ts_json_string(out, msg.s ? msg.s : "", msg.n);
+    ts_text_free(&msg);
     rc |= put(out, ",\"type\":");
     rc |= ts_json_string(out, e->type ? e->type : "invalid_request_error",
                          strlen(e->type ? e->type : "invalid_request_error"));

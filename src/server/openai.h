@@ -77,10 +77,22 @@ typedef struct ts_api_request {
     size_t n_owned;
 } ts_api_request;
 
+/* A user-given string for an error message: at most max bytes of s, cut at a UTF-8 character
+ * boundary (with "..." when cut), in buf. Messages are sanitized again when written (invalid UTF-8
+ * becomes U+FFFD, control characters are escaped), so an error body is always valid UTF-8 JSON. */
+const char *ts_api_clip(const char *s, size_t max, char *buf, size_t buflen);
+
 /* Parses and checks a request body (any bytes; n bytes, need not be NUL-terminated). `defaults`
- * are the sampling settings for fields the request leaves out. 0, or −1 with e filled (status 400). */
+ * are the sampling settings for fields the request leaves out. 0, or −1 with e filled (status 400,
+ * 413 past max_values).
+ *
+ * Memory: before any tree is built, the body's JSON values (strings, numbers, literals, arrays,
+ * objects; keys count too) are counted by a scan that allocates nothing; a body of more than
+ * max_values (0: no limit) is refused with 413. The tree then costs at most about 64 bytes a value
+ * plus the body's string bytes, whatever the body holds (an 8 MiB array of token ids would
+ * otherwise be ~4 M values, ~350 MB). */
 int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
-                 ts_api_request *r, ts_api_error *e);
+                 size_t max_values, ts_api_request *r, ts_api_error *e);
 void ts_api_request_free(ts_api_request *r);
 
 /* Appends s[0..n) as a JSON string literal (quotes included). 0 or −1 (out of memory). */

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define TS_SERVER_MAX_LIST 16 /* --allow-host and --cors values */
+
 typedef struct ts_server_opts {
     const char *model_path;
     const char *host;          /* numeric address or name; default 127.0.0.1 */
@@ -33,9 +35,17 @@ typedef struct ts_server_opts {
     int64_t step_tokens; /* prompt tokens per step */
     int max_queue;
     int max_connections;
-    size_t max_body;  /* bytes */
-    int idle_timeout; /* seconds an idle connection is kept */
-    int threads;      /* CPU threads for the forward (0: default) */
+    int max_per_ip;        /* connections from one client address */
+    int max_parsing;       /* connections waiting for or sending a request at once (guard.h) */
+    size_t max_body;       /* bytes */
+    int idle_timeout;      /* seconds an idle connection is kept */
+    double header_timeout; /* seconds to send a whole request head */
+    double body_timeout;   /* seconds to send a whole body after the head */
+    const char *allow_hosts[TS_SERVER_MAX_LIST]; /* Host header values accepted beyond loopback and --host */
+    int n_allow_hosts;
+    const char *cors[TS_SERVER_MAX_LIST]; /* origins answered with CORS headers ("*": any) */
+    int n_cors;
+    int threads; /* CPU threads for the forward (0: default) */
     double drain_seconds;
     bool cache_prompt;
     bool quiet; /* no per-request log lines */

@@ -6,7 +6,8 @@
 # {"error": {"message", "type", "param", "code"}}, and the server answers the next request.
 source "$(dirname "$0")/lib.sh"
 T="$TS_TMP"
-C=(curl -s -m 30)
+J=(-H "Content-Type: application/json") # POST bodies must be declared JSON (415 otherwise: see test_abuse.sh)
+C=(curl -s -m 30 "${J[@]}")
 
 # check_error FILE CODE PARAM: FILE holds an OpenAI error object with this code and param ("-": any; "null").
 check_error() {
@@ -68,8 +69,10 @@ for body in '' '{' '{"messages":[}' '{"messages":[{"role":"user","content":"hi"}
 done
 printf '{"prompt":"a\0b"}' >"$T/nul.json"
 expect 400 invalid_json null --data-binary @"$T/nul.json" "$SV_URL$CO"
-head -c 60000 /dev/zero | tr '\0' '[' >"$T/deep.json"
+head -c 5000 /dev/zero | tr '\0' '[' >"$T/deep.json" # past cJSON's nesting limit (1000)
 expect 400 invalid_json null --data-binary @"$T/deep.json" "$SV_URL$CH"
+head -c 60000 /dev/zero | tr '\0' '[' >"$T/deep.json" # past the value count (8 per token of context + 4096)
+expect 413 request_too_large null --data-binary @"$T/deep.json" "$SV_URL$CH"
 expect_post 400 invalid_type null $CH '[1,2,3]'
 expect_post 400 invalid_type null $CH '"a string"'
 expect_post 400 invalid_type null $CH 'null'
@@ -170,7 +173,7 @@ c0=$(metric 'turbospark_requests_total{finish_reason="cancelled"}')
 pids=()
 for i in $(seq 6); do
   s=$([ $((i % 2)) = 0 ] && echo true || echo false)
-  curl -s -m 0.5 -o /dev/null -d "{\"prompt\":\"And\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":$s}" "$SV_URL$CO" & pids+=($!)
+  curl -s "${J[@]}" -m 0.5 -o /dev/null -d "{\"prompt\":\"And\",\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":$s}" "$SV_URL$CO" & pids+=($!)
 done
 wait "${pids[@]}"
 for _ in $(seq 200); do # a cancel takes effect at the next step: at most one step after the client left
@@ -203,7 +206,7 @@ sv_stop
 sv_start -np 1 --max-queue 1
 pids=()
 for i in 1 2 3 4; do
-  curl -s -m 120 -D "$T/h$i" -o "$T/o$i" -w '%{http_code}\n' -d '{"prompt":"And","max_tokens":200,"ignore_eos":true}' "$SV_URL$CO" >"$T/s$i" & pids+=($!)
+  curl -s "${J[@]}" -m 120 -D "$T/h$i" -o "$T/o$i" -w '%{http_code}\n' -d '{"prompt":"And","max_tokens":200,"ignore_eos":true}' "$SV_URL$CO" >"$T/s$i" & pids+=($!)
   sleep 0.05
 done
 wait "${pids[@]}"
@@ -221,7 +224,7 @@ sv_stop
 
 # ---- SIGTERM finishes what runs; a second signal cancels --------------------------------------
 sv_start -np 1 --drain 120
-curl -s -m 150 -o "$T/drain1" -w '%{http_code}' -d '{"prompt":"And","max_tokens":1500,"ignore_eos":true}' "$SV_URL$CO" >"$T/drain1.s" &
+curl -s "${J[@]}" -m 150 -o "$T/drain1" -w '%{http_code}' -d '{"prompt":"And","max_tokens":1500,"ignore_eos":true}' "$SV_URL$CO" >"$T/drain1.s" &
 p1=$!
 wait_health() { # wait_health PATTERN: poll /health (up to 10 s)
   for _ in $(seq 500); do "${C[@]}" "$SV_URL/health" | grep -q "$1" && return 0; sleep 0.02; done
@@ -237,9 +240,9 @@ wait $p1 $p2
 [ "$(cat "$T/drain2.s")" = 503 ] && check_error "$T/drain2" shutting_down null >/dev/null || bad "SIGTERM: the queued request: $(cat "$T/drain2.s") $(cat "$T/drain2")"
 
 sv_start -np 2 --drain 120
-curl -s -m 60 -o "$T/drain3" -w '%{http_code}' -d '{"prompt":"And","max_tokens":3000,"ignore_eos":true}' "$SV_URL$CO" >"$T/drain3.s" &
+curl -s "${J[@]}" -m 60 -o "$T/drain3" -w '%{http_code}' -d '{"prompt":"And","max_tokens":3000,"ignore_eos":true}' "$SV_URL$CO" >"$T/drain3.s" &
 p3=$!
-curl -s -m 60 -N -o "$T/drain4" -d '{"prompt":"And","max_tokens":3000,"ignore_eos":true,"stream":true}' "$SV_URL$CO" &
+curl -s "${J[@]}" -m 60 -N -o "$T/drain4" -d '{"prompt":"And","max_tokens":3000,"ignore_eos":true,"stream":true}' "$SV_URL$CO" &
 p4=$!
 wait_health '"slots_processing":2'
 kill -INT "$SV_PID"

@@ -25,7 +25,7 @@
 static ts_sampler_params g_def;
 
 static int parse(ts_api_kind k, const char *body, ts_api_request *r, ts_api_error *e) {
-    return ts_api_parse(k, body, strlen(body), &g_def, r, e);
+    return ts_api_parse(k, body, strlen(body), &g_def, 0, r, e);
 }
 
 /* Expects a refusal with this status, param ("" for null) and code. */
@@ -400,6 +400,48 @@ static int setup(void **state) {
     return rc ? -1 : 0;
 }
 
+/* Error messages echo client bytes: never cut inside a character, always valid UTF-8 JSON. */
+static void test_error_utf8(void **state) {
+    (void)state;
+    char buf[16];
+    assert_string_equal(ts_api_clip("abc", 8, buf, sizeof buf), "abc");
+    assert_string_equal(ts_api_clip("abcdefghij", 4, buf, sizeof buf), "abcd...");
+    assert_string_equal(ts_api_clip("ab\xc3\xa9z", 3, buf, sizeof buf), "ab..."); /* é not split */
+    assert_string_equal(ts_api_clip("a\xe2\x82\xac\xe2\x82\xac", 5, buf, sizeof buf),
+                        "a\xe2\x82\xac..."); /* € */
+    assert_string_equal(ts_api_clip("\xf0\x9f\x98\x80x", 2, buf, sizeof buf), "...");
+    ts_api_request r;
+    ts_api_error e;
+    char body[400]; /* a role of 40 two-byte characters and an invalid byte: echoed clipped, sanitized */
+    int n = snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"\xff");
+    for (int i = 0; i < 40; i++) n += snprintf(body + n, sizeof body - (size_t)n, "\xc3\xa9");
+    snprintf(body + n, sizeof body - (size_t)n, "\",\"content\":\"x\"}]}");
+    assert_int_equal(parse(TS_API_CHAT, body, &r, &e), -1);
+    ts_text out = {0};
+    assert_int_equal(ts_api_error_json(&e, &out), 0);
+    ts_text clean = {0};
+    assert_int_equal(ts_utf8_sanitize(out.s, out.n, &clean), 0); /* valid UTF-8 */
+    cJSON_Delete(parse_json(out.s, out.n));
+    assert_non_null(strstr(out.s, "\xef\xbf\xbd")); /* U+FFFD for the 0xff byte */
+    ts_text_free(&out), ts_text_free(&clean);
+    /* a message cut at its 512-byte end is cut at a character boundary */
+    ts_api_fail(&e, 400, "t", NULL, NULL, "%s", "");
+    char big[700];
+    memset(big, 'a', 509), memcpy(big + 509, "\xe2\x82\xac\xe2\x82\xac", 6), big[515] = 0;
+    ts_api_fail(&e, 400, "t", NULL, NULL, "%s", big);
+    assert_int_equal(strlen(e.message), 509);
+    /* JSON values are counted before any tree is built */
+    char ids[64 * 1024];
+    n = snprintf(ids, sizeof ids, "{\"prompt\":[");
+    for (int i = 0; i < 20000; i++) n += snprintf(ids + n, sizeof ids - (size_t)n, "%s1", i ? "," : "");
+    snprintf(ids + n, sizeof ids - (size_t)n, "]}");
+    assert_int_equal(ts_api_parse(TS_API_COMPLETION, ids, strlen(ids), &g_def, 10000, &r, &e), -1);
+    assert_int_equal(e.status, 413);
+    assert_int_equal(ts_api_parse(TS_API_COMPLETION, ids, strlen(ids), &g_def, 30000, &r, &e), 0);
+    assert_int_equal(r.prompt_ids.n, 20000);
+    ts_api_request_free(&r);
+}
+
 static int teardown(void **state) {
     (void)state;
     ts_tokenizer_free(g_tok);
@@ -411,7 +453,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),   cmocka_unit_test(test_completion_prompts),
         cmocka_unit_test(test_refusals),      cmocka_unit_test(test_responses),
-        cmocka_unit_test(test_textgen_stops),
+        cmocka_unit_test(test_textgen_stops), cmocka_unit_test(test_error_utf8),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
