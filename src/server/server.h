@@ -6,9 +6,13 @@
  * away cancels its job even when no byte is being written. One scheduler thread owns the model
  * (sched.h). The main thread waits for SIGINT/SIGTERM.
  *
- * Shutdown: the first signal stops accepting connections, answers 503 to requests on open
- * connections, cancels queued jobs and lets running ones finish for up to drain_seconds (a
- * second signal cancels them at once); then the daemon stops and everything is freed. */
+ * Bounds: guard.h (deadlines for a request's head and body, the connections being parsed), the
+ * body size and its JSON value count (openai.h), the queue (sched.h).
+ *
+ * Shutdown: the first signal stops accepting connections, closes those not being answered, answers
+ * 503 to new requests on open connections, cancels queued jobs and lets running ones finish for up
+ * to drain_seconds (a second signal cancels them at once); then the daemon stops and everything is
+ * freed. */
 #ifndef TS_SERVER_SERVER_H
 #define TS_SERVER_SERVER_H
 
