@@ -5,6 +5,8 @@
 # scratch copy of the seed corpus (tests/fuzz/corpus/ is left as committed). Crashing inputs are
 # written to fuzz-out/ (git-ignored); add each to tests/fixtures/broken/ with a MANIFEST.tsv line
 # once the reader refuses it. Prints the executions reached and the coverage at the end.
+# FUZZ_TARGET=api fuzzes the server's request parser (tests/fuzz/fuzz_api.c) over
+# tests/fuzz/corpus_api instead.
 # Env: FUZZ_JOBS (default 1: one process; N > 1 runs N workers), FUZZ_BUILD (default build-fuzz),
 #      FUZZ_KEEP=1 keeps the scratch corpus (its path is printed).
 set -euo pipefail
@@ -18,15 +20,17 @@ case "$cc" in *clang*) ;; *) cc=clang ;; esac
 command -v "$cc" >/dev/null || { echo "fuzz: $cc not found (apt-get install clang)" >&2; exit 1; }
 
 CC=$cc cmake -S "$root" -B "$build" -DTS_FUZZ=ON -DTS_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf -j "$(nproc 2>/dev/null || echo 2)"
-bin="$build/tests/fuzz/fuzz_gguf"
+target=${FUZZ_TARGET:-gguf}
+case "$target" in gguf) seeds=corpus ;; api) seeds=corpus_api ;; *) echo "fuzz: FUZZ_TARGET is gguf or api" >&2; exit 2 ;; esac
+cmake --build "$build" --target "fuzz_$target" -j "$(nproc 2>/dev/null || echo 2)"
+bin="$build/tests/fuzz/fuzz_$target"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ts-fuzz.XXXXXX")
 [ "${FUZZ_KEEP:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$root/fuzz-out"
-cp "$root"/tests/fuzz/corpus/* "$work/corpus/"
+cp "$root"/tests/fuzz/$seeds/* "$work/corpus/"
 dict=()
-[ -f "$root/tests/fuzz/gguf.dict" ] && dict=(-dict="$root/tests/fuzz/gguf.dict")
+[ "$target" = gguf ] && [ -f "$root/tests/fuzz/gguf.dict" ] && dict=(-dict="$root/tests/fuzz/gguf.dict")
 
 echo "fuzz: $bin for ${secs}s, $jobs job(s), corpus $work/corpus, crashes to fuzz-out/"
 log="$work/fuzz.log"
