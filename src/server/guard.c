@@ -109,11 +109,11 @@ void ts_guard_free(ts_guard *g) {
     free(g);
 }
 
-/* Under mu: the oldest connection still waiting for a request head, other than `not`. */
-static ts_conn *oldest_waiting(ts_guard *g, const ts_conn * not ) {
+/* Under mu: the oldest connection still waiting for a request head, other than `skip`. */
+static ts_conn *oldest_waiting(ts_guard *g, const ts_conn *skip) {
     ts_conn *best = NULL;
     for (ts_conn *c = g->head; c; c = c->next)
-        if (c != not &&!c->closed && (c->phase == TS_CONN_WAIT || c->phase == TS_CONN_HEADERS) &&
+        if (c != skip && !c->closed && (c->phase == TS_CONN_WAIT || c->phase == TS_CONN_HEADERS) &&
             (!best || c->since < best->since))
             best = c;
     return best;
