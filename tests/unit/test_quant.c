@@ -14,7 +14,8 @@
  *     checked byte by byte.
  * (f) Optional, skipped unless TS_GGML_BASE_LIB names a ggml libggml-base.so (for instance the one
  *     in the npm package @node-llama-cpp/linux-x64, bins/linux-x64/): bit-for-bit comparison of
- *     every codec with ggml's own quantize_row_*_ref / dequantize_row_* and fp16/bf16 routines. */
+ *     every codec with ggml's own quantize_row_*_ref / dequantize_row_* and fp16/bf16 routines
+ *     (the i-quants' dequantizers on random bytes too). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -786,7 +787,7 @@ static void test_refusals(void **state) {
                    "multiple of the block size 32");
     expect_refusal(ts_quantize_row(TS_TYPE_NVFP4, x, q, 32, err, sizeof err), err, "64");
     expect_refusal(ts_dequantize_row(TS_TYPE_F16, q, y, -1, err, sizeof err), err, "-1");
-    expect_refusal(ts_dequantize_row(TS_TYPE_IQ2_XXS, q, y, 256, err, sizeof err), err, "iq2_xxs");
+    expect_refusal(ts_dequantize_row(TS_TYPE_TQ1_0, q, y, 256, err, sizeof err), err, "tq1_0");
     expect_refusal(ts_quantize_row(TS_TYPE_Q8_K, x, q, 256, err, sizeof err), err, "q8_K");
     expect_refusal(ts_quantize_row(TS_TYPE_I32, x, q, 4, err, sizeof err), err, "not supported");
     static const uint32_t not_types[] = {4, 5, 31, 32, 33, 36, 37, 38, TS_TYPE_COUNT, 1000, UINT32_MAX};
@@ -818,7 +819,8 @@ static void test_refusals(void **state) {
 
 static void test_capabilities(void **state) {
     (void)state;
-    static const uint32_t dq[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15, 20, 23, 30, 39, 40, 41, 42};
+    static const uint32_t dq[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16,
+                                  17, 18, 19, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
     static const uint32_t qz[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30, 39, 40, 41, 42};
     for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
         bool want_dq = false, want_qz = false;
@@ -1054,6 +1056,19 @@ static void test_against_ggml(void **state) {
             dequant_ok(id, qa, b, N);
             if (!same_floats(a, b, N))
                 fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", names[t], rep);
+        }
+    }
+    /* the lattice i-quants (dequantization only here; tests/unit/test_iq.c holds ggml fixtures) */
+    static const char *iq_names[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"};
+    for (size_t t = 0; t < sizeof iq_names / sizeof iq_names[0]; t++) {
+        const uint32_t id = (uint32_t)ts_type_from_name(iq_names[t]);
+        ggml_dequant_fn gd = (ggml_dequant_fn)ggml_sym(lib, "dequantize_row_%s", iq_names[t]);
+        for (int rep = 0; rep < 40; rep++) {
+            for (size_t k = 0; k < ts_row_size(id, N); k++) qa[k] = (uint8_t)next_u64();
+            gd(qa, a, N);
+            dequant_ok(id, qa, b, N);
+            if (!same_floats(a, b, N))
+                fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", iq_names[t], rep);
         }
     }
     ggml_dequant_fn gd8k = (ggml_dequant_fn)ggml_sym(lib, "dequantize_row_%s", "q8_K");
