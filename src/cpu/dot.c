@@ -102,6 +102,13 @@ SCALAR_KERNEL(mxfp4, TS_TYPE_MXFP4)
 SCALAR_KERNEL(nvfp4, TS_TYPE_NVFP4)
 SCALAR_KERNEL(q1_0, TS_TYPE_Q1_0)
 SCALAR_KERNEL(q2_0, TS_TYPE_Q2_0)
+SCALAR_KERNEL(iq2_xxs, TS_TYPE_IQ2_XXS)
+SCALAR_KERNEL(iq2_xs, TS_TYPE_IQ2_XS)
+SCALAR_KERNEL(iq2_s, TS_TYPE_IQ2_S)
+SCALAR_KERNEL(iq3_xxs, TS_TYPE_IQ3_XXS)
+SCALAR_KERNEL(iq3_s, TS_TYPE_IQ3_S)
+SCALAR_KERNEL(iq1_s, TS_TYPE_IQ1_S)
+SCALAR_KERNEL(iq1_m, TS_TYPE_IQ1_M)
 
 static const ts_dot_kernel k_scalar[TS_TYPE_COUNT] = {
     [TS_TYPE_F32] = f32_scalar,       [TS_TYPE_F16] = f16_scalar,       [TS_TYPE_BF16] = bf16_scalar,
@@ -110,7 +117,9 @@ static const ts_dot_kernel k_scalar[TS_TYPE_COUNT] = {
     [TS_TYPE_Q3_K] = q3_K_scalar,     [TS_TYPE_Q4_K] = q4_K_scalar,     [TS_TYPE_Q5_K] = q5_K_scalar,
     [TS_TYPE_Q6_K] = q6_K_scalar,     [TS_TYPE_Q8_K] = q8_K_scalar,     [TS_TYPE_IQ4_NL] = iq4_nl_scalar,
     [TS_TYPE_IQ4_XS] = iq4_xs_scalar, [TS_TYPE_MXFP4] = mxfp4_scalar,   [TS_TYPE_NVFP4] = nvfp4_scalar,
-    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,
+    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,     [TS_TYPE_IQ2_XXS] = iq2_xxs_scalar,
+    [TS_TYPE_IQ2_XS] = iq2_xs_scalar, [TS_TYPE_IQ2_S] = iq2_s_scalar,   [TS_TYPE_IQ3_XXS] = iq3_xxs_scalar,
+    [TS_TYPE_IQ3_S] = iq3_s_scalar,   [TS_TYPE_IQ1_S] = iq1_s_scalar,   [TS_TYPE_IQ1_M] = iq1_m_scalar,
 };
 
 /* ---- 2. x86 SIMD ------------------------------------------------------------------------------ */
