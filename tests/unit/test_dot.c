@@ -4,7 +4,7 @@
  * (the scalar oracle, byte-exact with ggml) and dotted with x in double precision.
  *
  * (a) Every tier-1 type (F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q5_1, Q4_0, IQ4_NL; and
- *     Q4_1) on every dispatch path this CPU has (each forced in turn), rows of 32·k and 256·k
+ *     Q4_1 and the lattice i-quants, on rows of random valid blocks) on every dispatch path this CPU has (each forced in turn), rows of 32·k and 256·k
  *     elements (32, 160, 320, 640, 2560 / 256, 512, 2560; plain types also 1, 12, 45, 100), 7 rows
  *     (4-, 2- and 1-row tiles) and T = 1, 3, 8, 13:
  *         |y − ref| ≤ 1e-6 · Σ|w·x|         (DOT_REL_BOUND)
@@ -17,8 +17,8 @@
  *     ts_cpu_matmul bit-identical to one kernel call over all rows (independent of threads/timing).
  * (d) Dispatch: the scalar fallback is chosen with TS_DOT=scalar (SIMD disabled) and is correct;
  *     unsupported paths are refused; the automatic choice is the best supported path; every SIMD
- *     path has a fused kernel for every tier-1 type; the other types, the i-quants included (rows of
- *     random valid blocks), run the scalar kernel on every path within the same bound. */
+ *     path has a fused kernel for every tier-1 type and the i-quants; the other types run the scalar
+ *     kernel on every path within the same bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,7 +39,10 @@
 
 static const uint32_t k_types[] = {TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_Q8_0, TS_TYPE_Q4_K,
                                    TS_TYPE_Q6_K, TS_TYPE_Q5_K, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q4_0,
-                                   TS_TYPE_IQ4_NL, TS_TYPE_Q4_1};
+                                   TS_TYPE_IQ4_NL, TS_TYPE_Q4_1,
+                                   /* the lattice i-quants (rows of random valid blocks) */
+                                   TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS,
+                                   TS_TYPE_IQ3_S, TS_TYPE_IQ1_S, TS_TYPE_IQ1_M};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 /* ---------------------------------------------------------------- helpers */
@@ -396,10 +399,8 @@ static void test_scalar_fallback_when_simd_disabled(void **state) {
         free_rows(&R);
     }
     /* the other dequantizable types run the scalar kernel on every path */
-    static const uint32_t others[] = {TS_TYPE_Q2_K,   TS_TYPE_Q3_K,  TS_TYPE_IQ4_XS,  TS_TYPE_MXFP4,
-                                      TS_TYPE_NVFP4,  TS_TYPE_Q1_0,  TS_TYPE_Q2_0,    TS_TYPE_IQ2_XXS,
-                                      TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,
-                                      TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
+    static const uint32_t others[] = {TS_TYPE_Q2_K, TS_TYPE_Q3_K, TS_TYPE_IQ4_XS, TS_TYPE_MXFP4, TS_TYPE_NVFP4,
+                                      TS_TYPE_Q1_0, TS_TYPE_Q2_0};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         assert_true(ts_can_dequantize(others[i]));
         rows R = make_rows(others[i], 512, 9, 31 + i);
