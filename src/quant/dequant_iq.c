@@ -73,7 +73,7 @@ void ts_dequantize_iq2_s(const void *src, float *y, int64_t nb) {
 }
 
 /* IQ3_XXS: per 32 elements, 8 grid indices of 4 elements (qs[8ib..8ib+7]) and a uint32 at
- * qs[64 + 4ib]: sign indices of the four 8-element halves-pairs (bits 7l..7l+6), scale 28-31. */
+ * qs[64 + 4ib]: the 7-bit sign indices of its four groups of 8 (bits 7l..7l+6), the scale (28-31). */
 void ts_dequantize_iq3_xxs(const void *src, float *y, int64_t nb) {
     const ts_block_iq3_xxs *b = src;
     for (int64_t i = 0; i < nb; i++) {
