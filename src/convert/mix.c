@@ -10,18 +10,12 @@
 
 /* llama.cpp's LLAMA_FTYPE_* values for general.file_type */
 static const ts_mix k_mixes[] = {
-    {"f32", TS_TYPE_F32, 0, TS_MIX_PLAIN},
-    {"f16", TS_TYPE_F16, 1, TS_MIX_PLAIN},
-    {"bf16", TS_TYPE_BF16, 32, TS_MIX_PLAIN},
-    {"q8_0", TS_TYPE_Q8_0, 7, TS_MIX_PLAIN},
-    {"q6_k", TS_TYPE_Q6_K, 18, TS_MIX_PLAIN},
-    {"q5_k_m", TS_TYPE_Q5_K, 17, TS_MIX_K_M},
-    {"q4_k_m", TS_TYPE_Q4_K, 15, TS_MIX_K_M},
-    {"q5_0", TS_TYPE_Q5_0, 8, TS_MIX_PLAIN},
-    {"q4_0", TS_TYPE_Q4_0, 2, TS_MIX_PLAIN},
-    {"iq4_nl", TS_TYPE_IQ4_NL, 25, TS_MIX_PLAIN},
-    {"iq3_s", TS_TYPE_IQ3_S, 26, TS_MIX_PLAIN},
-    {"iq3_xxs", TS_TYPE_IQ3_XXS, 23, TS_MIX_IQ3_XXS},
+    {"f32", TS_TYPE_F32, 0, TS_MIX_PLAIN},      {"f16", TS_TYPE_F16, 1, TS_MIX_PLAIN},
+    {"bf16", TS_TYPE_BF16, 32, TS_MIX_PLAIN},   {"q8_0", TS_TYPE_Q8_0, 7, TS_MIX_PLAIN},
+    {"q6_k", TS_TYPE_Q6_K, 18, TS_MIX_PLAIN},   {"q5_k_m", TS_TYPE_Q5_K, 17, TS_MIX_K_M},
+    {"q4_k_m", TS_TYPE_Q4_K, 15, TS_MIX_K_M},   {"q5_0", TS_TYPE_Q5_0, 8, TS_MIX_PLAIN},
+    {"q4_0", TS_TYPE_Q4_0, 2, TS_MIX_PLAIN},    {"iq4_nl", TS_TYPE_IQ4_NL, 25, TS_MIX_PLAIN},
+    {"iq3_s", TS_TYPE_IQ3_S, 26, TS_MIX_PLAIN}, {"iq3_xxs", TS_TYPE_IQ3_XXS, 23, TS_MIX_IQ3_XXS},
 };
 
 const ts_mix *ts_mix_from_name(const char *name) {
