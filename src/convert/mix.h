@@ -14,9 +14,18 @@
  *     llama.cpp's "use_more_bits" layers — the first and last eighth of the layers and every third
  *     layer in between (about half) — counted over QSA layers for attn_v and over all blocks for
  *     ffn_down; output / token_embd Q6_K;
+ *   - iq3_s: every matrix IQ3_S, output / token_embd Q6_K (as q4_0);
+ *   - iq3_xxs: llama.cpp's IQ3_XXS rules without an importance matrix: base IQ3_XXS; output Q5_K,
+ *     token_embd IQ3_S; attn_v and attn_qkv Q4_K when a QSA layer has >= 4 query heads a K/V head
+ *     (else IQ3_S); attn_output IQ3_S; ffn_down (routed and shared) Q4_K in the first eighth of the
+ *     blocks and Q3_K after. llama.cpp puts attn_q / attn_k at IQ2_S, which we cannot quantize yet:
+ *     they stay IQ3_XXS. It counts ffn_down tensors, not blocks, for "the first eighth"; we count
+ *     blocks, as q4_k_m does;
  *   - a type whose block does not divide the row (ne0 = 160 PLE table, 320 HC up, 640 expert down)
- *     falls back as llama.cpp does (spec §9): Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, IQ4_XS→IQ4_NL,
- *     anything else→Q8_0, and F16 when even 32 does not divide the row (ts_synth_fallback_type). */
+ *     falls back as llama.cpp does (spec §9): Q2_K/Q3_K→Q4_0, Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, the
+ *     i-quants (IQ1_S .. IQ4_XS)→IQ4_NL, anything else→Q8_0, and F16 when even 32 does not divide the row
+ *     (ts_synth_fallback_type). At the released shapes this sends the routed experts' down
+ *     projections (640 wide) of the i-quant mixes to IQ4_NL. */
 #ifndef TS_CONVERT_MIX_H
 #define TS_CONVERT_MIX_H
 
@@ -28,10 +37,17 @@ typedef struct ts_mix {
     const char *name; /* as typed on the command line, e.g. "q4_k_m" */
     uint32_t base;    /* ggml type of most matrices */
     uint32_t ftype;   /* llama.cpp general.file_type (LLAMA_FTYPE_*) */
-    int k_mix;        /* 1: the _M rules (attn_qkv up a step, attn_v/ffn_down Q6_K on half the layers) */
+    int rules;        /* which per-tensor rules apply on top of base */
 } ts_mix;
 
-/* The mix of a name (case-insensitive: f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl), or NULL. */
+enum {
+    TS_MIX_PLAIN = 0,   /* base everywhere (output / token_embd Q6_K below 8 bits) */
+    TS_MIX_K_M = 1,     /* the _M rules (attn_qkv up a step, attn_v/ffn_down Q6_K on half the layers) */
+    TS_MIX_IQ3_XXS = 2, /* llama.cpp's IQ3_XXS rules without an importance matrix */
+};
+
+/* The mix of a name (case-insensitive: f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl iq3_s
+ * iq3_xxs), or NULL. */
 const ts_mix *ts_mix_from_name(const char *name);
 
 /* A list of the mix names, for usage messages. */

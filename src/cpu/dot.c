@@ -26,6 +26,7 @@
 
 #include "common/half.h"
 #include "quant/blocks.h" /* ggml block layouts (byte-identical to ggml-common.h) */
+#include "quant/iq_grids.h"
 #include "quant/quant.h"
 
 #include <stdatomic.h>
@@ -102,6 +103,13 @@ SCALAR_KERNEL(mxfp4, TS_TYPE_MXFP4)
 SCALAR_KERNEL(nvfp4, TS_TYPE_NVFP4)
 SCALAR_KERNEL(q1_0, TS_TYPE_Q1_0)
 SCALAR_KERNEL(q2_0, TS_TYPE_Q2_0)
+SCALAR_KERNEL(iq2_xxs, TS_TYPE_IQ2_XXS)
+SCALAR_KERNEL(iq2_xs, TS_TYPE_IQ2_XS)
+SCALAR_KERNEL(iq2_s, TS_TYPE_IQ2_S)
+SCALAR_KERNEL(iq3_xxs, TS_TYPE_IQ3_XXS)
+SCALAR_KERNEL(iq3_s, TS_TYPE_IQ3_S)
+SCALAR_KERNEL(iq1_s, TS_TYPE_IQ1_S)
+SCALAR_KERNEL(iq1_m, TS_TYPE_IQ1_M)
 
 static const ts_dot_kernel k_scalar[TS_TYPE_COUNT] = {
     [TS_TYPE_F32] = f32_scalar,       [TS_TYPE_F16] = f16_scalar,       [TS_TYPE_BF16] = bf16_scalar,
@@ -110,7 +118,9 @@ static const ts_dot_kernel k_scalar[TS_TYPE_COUNT] = {
     [TS_TYPE_Q3_K] = q3_K_scalar,     [TS_TYPE_Q4_K] = q4_K_scalar,     [TS_TYPE_Q5_K] = q5_K_scalar,
     [TS_TYPE_Q6_K] = q6_K_scalar,     [TS_TYPE_Q8_K] = q8_K_scalar,     [TS_TYPE_IQ4_NL] = iq4_nl_scalar,
     [TS_TYPE_IQ4_XS] = iq4_xs_scalar, [TS_TYPE_MXFP4] = mxfp4_scalar,   [TS_TYPE_NVFP4] = nvfp4_scalar,
-    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,
+    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,     [TS_TYPE_IQ2_XXS] = iq2_xxs_scalar,
+    [TS_TYPE_IQ2_XS] = iq2_xs_scalar, [TS_TYPE_IQ2_S] = iq2_s_scalar,   [TS_TYPE_IQ3_XXS] = iq3_xxs_scalar,
+    [TS_TYPE_IQ3_S] = iq3_s_scalar,   [TS_TYPE_IQ1_S] = iq1_s_scalar,   [TS_TYPE_IQ1_M] = iq1_m_scalar,
 };
 
 /* ---- 2. x86 SIMD ------------------------------------------------------------------------------ */
@@ -300,6 +310,9 @@ DEC(q6_K) { /* chunk c = 4h + s: low nibble from ql[64h + 32(s%2) + l] (high nib
     *s1 = cx->s[2 * c + 1];
 }
 
+/* The lattice i-quants (IQ1_S .. IQ3_S): grid gathers, in their own file. */
+#include "cpu/dot_iq.h"
+
 /* -- 2b. chunk -> fp32 vectors ---------------------------------------------------------------- */
 
 AI TGT512 void cvt512(__m256i q, float s0, float s1, float o, int has_o, __m512 *w) {
@@ -352,6 +365,14 @@ CK256_CVT(iq4_nl, 0)
 CK256_CVT(q4_K, 1)
 CK256_CVT(q5_K, 1)
 CK256_CVT(q6_K, 0)
+#define IQ_CVT(name) CK512_CVT(name, 0) CK256_CVT(name, 0)
+IQ_CVT(iq2_xxs)
+IQ_CVT(iq2_xs)
+IQ_CVT(iq2_s)
+IQ_CVT(iq3_xxs)
+IQ_CVT(iq3_s)
+IQ_CVT(iq1_s)
+IQ_CVT(iq1_m)
 
 /* AVX-512, 4-bit types: the 16 weights a block (sub-block) can take are computed once, exactly as
  * the reference computes them (level·s (+ o), same float ops), and each element is a vpermps
@@ -605,6 +626,13 @@ KERNELS(iq4_nl, 32, sizeof(ts_block_iq4_nl), TS_TYPE_IQ4_NL)
 KERNELS(q4_K, TS_QK_K, sizeof(ts_block_q4_K), TS_TYPE_Q4_K)
 KERNELS(q5_K, TS_QK_K, sizeof(ts_block_q5_K), TS_TYPE_Q5_K)
 KERNELS(q6_K, TS_QK_K, sizeof(ts_block_q6_K), TS_TYPE_Q6_K)
+KERNELS(iq2_xxs, TS_QK_K, sizeof(ts_block_iq2_xxs), TS_TYPE_IQ2_XXS)
+KERNELS(iq2_xs, TS_QK_K, sizeof(ts_block_iq2_xs), TS_TYPE_IQ2_XS)
+KERNELS(iq2_s, TS_QK_K, sizeof(ts_block_iq2_s), TS_TYPE_IQ2_S)
+KERNELS(iq3_xxs, TS_QK_K, sizeof(ts_block_iq3_xxs), TS_TYPE_IQ3_XXS)
+KERNELS(iq3_s, TS_QK_K, sizeof(ts_block_iq3_s), TS_TYPE_IQ3_S)
+KERNELS(iq1_s, TS_QK_K, sizeof(ts_block_iq1_s), TS_TYPE_IQ1_S)
+KERNELS(iq1_m, TS_QK_K, sizeof(ts_block_iq1_m), TS_TYPE_IQ1_M)
 
 #define SIMD_TABLE(isa)                                                                                            \
     static const ts_dot_kernel k_##isa[TS_TYPE_COUNT] = {                                                          \
@@ -612,6 +640,9 @@ KERNELS(q6_K, TS_QK_K, sizeof(ts_block_q6_K), TS_TYPE_Q6_K)
         [TS_TYPE_Q8_0] = q8_0_##isa, [TS_TYPE_Q4_0] = q4_0_##isa, [TS_TYPE_Q4_1] = q4_1_##isa,                     \
         [TS_TYPE_Q5_0] = q5_0_##isa, [TS_TYPE_Q5_1] = q5_1_##isa, [TS_TYPE_IQ4_NL] = iq4_nl_##isa,                 \
         [TS_TYPE_Q4_K] = q4_K_##isa, [TS_TYPE_Q5_K] = q5_K_##isa, [TS_TYPE_Q6_K] = q6_K_##isa,                     \
+        [TS_TYPE_IQ2_XXS] = iq2_xxs_##isa, [TS_TYPE_IQ2_XS] = iq2_xs_##isa, [TS_TYPE_IQ2_S] = iq2_s_##isa,         \
+        [TS_TYPE_IQ3_XXS] = iq3_xxs_##isa, [TS_TYPE_IQ3_S] = iq3_s_##isa, [TS_TYPE_IQ1_S] = iq1_s_##isa,           \
+        [TS_TYPE_IQ1_M] = iq1_m_##isa,                                                                             \
     };
 SIMD_TABLE(avx512)
 SIMD_TABLE(avx2)

@@ -21,8 +21,9 @@
  *   avx2    AVX2 + FMA + F16C: one row × up to four tokens
  *   scalar  portable C: the reference dequantizer on 256-element pieces + an 8-lane fp32 dot
  * Fused SIMD kernels exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and
- * IQ4_NL (the tier-1 types, plus Q4_1); every other dequantizable type uses the scalar kernel on
- * every path. The environment variable TS_DOT=scalar|avx2|avx512 overrides the automatic choice
+ * IQ4_NL (the tier-1 types, plus Q4_1) and for the lattice i-quants IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (grid gathers, src/cpu/dot_iq.h); every other dequantizable type
+ * uses the scalar kernel on every path. The environment variable TS_DOT=scalar|avx2|avx512 overrides the automatic choice
  * (a path the CPU lacks is ignored). */
 #ifndef TS_CPU_DOT_H
 #define TS_CPU_DOT_H

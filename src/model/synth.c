@@ -24,6 +24,15 @@ uint32_t ts_synth_fallback_type(uint32_t type, int64_t ne0) {
     case TS_TYPE_Q4_K: fb = TS_TYPE_Q5_0; break;
     case TS_TYPE_Q5_K: fb = TS_TYPE_Q5_1; break;
     case TS_TYPE_Q6_K: fb = TS_TYPE_Q8_0; break;
+    case TS_TYPE_Q2_K:
+    case TS_TYPE_Q3_K: fb = TS_TYPE_Q4_0; break;
+    case TS_TYPE_IQ1_S:
+    case TS_TYPE_IQ1_M:
+    case TS_TYPE_IQ2_XXS:
+    case TS_TYPE_IQ2_XS:
+    case TS_TYPE_IQ2_S:
+    case TS_TYPE_IQ3_XXS:
+    case TS_TYPE_IQ3_S:
     case TS_TYPE_IQ4_XS: fb = TS_TYPE_IQ4_NL; break;
     default: fb = TS_TYPE_Q8_0; break;
     }

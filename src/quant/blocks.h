@@ -113,6 +113,56 @@ typedef struct {
     uint8_t qs[128];
 } ts_block_iq4_xs; /* 136 */
 
+/* The i-quants (IQ1_S .. IQ3_S): groups of 8 (IQ3: 4) weights coded as an index into a lattice
+ * table (quant/iq_grids.h) plus sign bits, with 4-bit (IQ1: 3-bit) scales per 16 or 32 elements.
+ * uint16/uint32 fields of ggml's structs are little-endian byte pairs/quads here. */
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[64]; /* per 32 elements 8 bytes: 4 grid indices, then a uint32 of 4 x 7 sign bits
+                     * and the 4-bit scale in bits 28-31 */
+} ts_block_iq2_xxs; /* 66 */
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[64];    /* 32 uint16: 9-bit grid index | 7-bit sign index << 9 */
+    uint8_t scales[8]; /* two 4-bit scales per 32 elements (low nibble: elements 0-15) */
+} ts_block_iq2_xs;     /* 74 */
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[64];    /* bytes 0-31: low 8 bits of 32 grid indices; 32-63: 8 sign bits each */
+    uint8_t qh[8];     /* per 32 elements: the top 2 bits of its 4 grid indices */
+    uint8_t scales[8]; /* as IQ2_XS */
+} ts_block_iq2_s;      /* 82 */
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[96]; /* bytes 0-63: 64 grid indices (4 elements each); 64-95: 8 uint32 of
+                     * 4 x 7 sign bits and a 4-bit scale in bits 28-31 */
+} ts_block_iq3_xxs; /* 98 */
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[64];    /* low 8 bits of 64 grid indices */
+    uint8_t qh[8];     /* ninth bit of each index: bit k of qh[i] for index 8i + k */
+    uint8_t signs[32]; /* one sign bit per element */
+    uint8_t scales[4]; /* two 4-bit scales per 64 elements */
+} ts_block_iq3_s;      /* 110 */
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[32]; /* low 8 bits of 32 grid indices */
+    uint8_t qh[16]; /* per 32 elements a uint16: 4 x 3 high index bits, 3-bit scale in 12-14,
+                     * the delta's sign in bit 15 */
+} ts_block_iq1_s;   /* 50 */
+
+typedef struct {
+    uint8_t qs[32];    /* low 8 bits of 32 grid indices */
+    uint8_t qh[16];    /* per pair of indices: 3 high bits + the delta's sign, one nibble each */
+    uint8_t scales[8]; /* 4 uint16: 3-bit scales per 16 elements in bits 0-11, and the fp16
+                        * super-scale spread over their top nibbles */
+} ts_block_iq1_m;      /* 56 */
+
 _Static_assert(sizeof(ts_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(ts_block_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(ts_block_q5_0) == 22, "q5_0 block");
@@ -130,6 +180,13 @@ _Static_assert(sizeof(ts_block_q5_K) == 176, "q5_K block");
 _Static_assert(sizeof(ts_block_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(ts_block_q8_K) == 292, "q8_K block");
 _Static_assert(sizeof(ts_block_iq4_xs) == 136, "iq4_xs block");
+_Static_assert(sizeof(ts_block_iq2_xxs) == 66, "iq2_xxs block");
+_Static_assert(sizeof(ts_block_iq2_xs) == 74, "iq2_xs block");
+_Static_assert(sizeof(ts_block_iq2_s) == 82, "iq2_s block");
+_Static_assert(sizeof(ts_block_iq3_xxs) == 98, "iq3_xxs block");
+_Static_assert(sizeof(ts_block_iq3_s) == 110, "iq3_s block");
+_Static_assert(sizeof(ts_block_iq1_s) == 50, "iq1_s block");
+_Static_assert(sizeof(ts_block_iq1_m) == 56, "iq1_m block");
 
 /* The IQ4_NL / IQ4_XS codebook (ggml's kvalues_iq4nl). */
 static const int8_t ts_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -194,12 +251,20 @@ float ts_ue4m3_to_fp32_half(uint8_t x);
 /* Positive float -> nearest UE4M3 byte as ggml rounds it (saturating at 0x7e = 448). */
 uint8_t ts_fp32_to_ue4m3(float x);
 
-/* Per-format block codecs: nb blocks from src to dst. Dequantizers live in dequant.c;
+/* Per-format block codecs: nb blocks from src to dst. Dequantizers live in dequant.c (the
+ * i-quants' in dequant_iq.c);
  * quantizers in quantize.c (32-element and plain types), quantize_k.c (K-quants) and
- * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4). */
+ * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4), quantize_iq3.c (IQ3_XXS, IQ3_S). */
 typedef void (*ts_dequant_fn)(const void *src, float *dst, int64_t nb);
 typedef void (*ts_quant_fn)(const float *src, void *dst, int64_t nb);
 
+void ts_dequantize_iq2_xxs(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq2_xs(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq2_s(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq3_xxs(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq3_s(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq1_s(const void *src, float *y, int64_t nb);
+void ts_dequantize_iq1_m(const void *src, float *y, int64_t nb);
 void ts_quantize_q2_K(const float *x, void *dst, int64_t nb);
 void ts_quantize_q3_K(const float *x, void *dst, int64_t nb);
 void ts_quantize_q4_K(const float *x, void *dst, int64_t nb);
@@ -209,5 +274,7 @@ void ts_quantize_iq4_nl(const float *x, void *dst, int64_t nb);
 void ts_quantize_iq4_xs(const float *x, void *dst, int64_t nb);
 void ts_quantize_mxfp4(const float *x, void *dst, int64_t nb);
 void ts_quantize_nvfp4(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq3_xxs(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq3_s(const float *x, void *dst, int64_t nb);
 
 #endif

@@ -5,6 +5,8 @@
  * ggml's dequantize_row_*). Scalar on purpose: this is the oracle the SIMD and CUDA kernels are
  * tested against, so it favours being obviously right over being fast.
  *
+ * The lattice i-quants (IQ1_S .. IQ3_S) are in dequant_iq.c.
+ *
  * ts_dequantize_row dispatches through a table indexed by type id; a NULL entry means "known
  * type, no dequantizer yet" and is refused with a message naming the type. */
 #include "common/error.h"
@@ -288,13 +290,33 @@ static void dequant_q2_0(const void *src, float *y, int64_t nb) {
 }
 
 static const ts_dequant_fn k_dequant[TS_TYPE_COUNT] = {
-    [TS_TYPE_F32] = dequant_f32,       [TS_TYPE_F16] = dequant_f16,     [TS_TYPE_BF16] = dequant_bf16,
-    [TS_TYPE_Q8_0] = dequant_q8_0,     [TS_TYPE_Q4_0] = dequant_q4_0,   [TS_TYPE_Q4_1] = dequant_q4_1,
-    [TS_TYPE_Q5_0] = dequant_q5_0,     [TS_TYPE_Q5_1] = dequant_q5_1,   [TS_TYPE_Q2_K] = dequant_q2_K,
-    [TS_TYPE_Q3_K] = dequant_q3_K,     [TS_TYPE_Q4_K] = dequant_q4_K,   [TS_TYPE_Q5_K] = dequant_q5_K,
-    [TS_TYPE_Q6_K] = dequant_q6_K,     [TS_TYPE_Q8_K] = dequant_q8_K,   [TS_TYPE_IQ4_NL] = dequant_iq4_nl,
-    [TS_TYPE_IQ4_XS] = dequant_iq4_xs, [TS_TYPE_MXFP4] = dequant_mxfp4, [TS_TYPE_NVFP4] = dequant_nvfp4,
-    [TS_TYPE_Q1_0] = dequant_q1_0,     [TS_TYPE_Q2_0] = dequant_q2_0,
+    [TS_TYPE_F32] = dequant_f32,
+    [TS_TYPE_F16] = dequant_f16,
+    [TS_TYPE_BF16] = dequant_bf16,
+    [TS_TYPE_Q8_0] = dequant_q8_0,
+    [TS_TYPE_Q4_0] = dequant_q4_0,
+    [TS_TYPE_Q4_1] = dequant_q4_1,
+    [TS_TYPE_Q5_0] = dequant_q5_0,
+    [TS_TYPE_Q5_1] = dequant_q5_1,
+    [TS_TYPE_Q2_K] = dequant_q2_K,
+    [TS_TYPE_Q3_K] = dequant_q3_K,
+    [TS_TYPE_Q4_K] = dequant_q4_K,
+    [TS_TYPE_Q5_K] = dequant_q5_K,
+    [TS_TYPE_Q6_K] = dequant_q6_K,
+    [TS_TYPE_Q8_K] = dequant_q8_K,
+    [TS_TYPE_IQ4_NL] = dequant_iq4_nl,
+    [TS_TYPE_IQ4_XS] = dequant_iq4_xs,
+    [TS_TYPE_MXFP4] = dequant_mxfp4,
+    [TS_TYPE_NVFP4] = dequant_nvfp4,
+    [TS_TYPE_Q1_0] = dequant_q1_0,
+    [TS_TYPE_Q2_0] = dequant_q2_0,
+    [TS_TYPE_IQ2_XXS] = ts_dequantize_iq2_xxs,
+    [TS_TYPE_IQ2_XS] = ts_dequantize_iq2_xs,
+    [TS_TYPE_IQ2_S] = ts_dequantize_iq2_s,
+    [TS_TYPE_IQ3_XXS] = ts_dequantize_iq3_xxs,
+    [TS_TYPE_IQ3_S] = ts_dequantize_iq3_s,
+    [TS_TYPE_IQ1_S] = ts_dequantize_iq1_s,
+    [TS_TYPE_IQ1_M] = ts_dequantize_iq1_m,
 };
 
 bool ts_can_dequantize(uint32_t type) {

@@ -6,7 +6,8 @@
  * removed (4, 5, 31-33, 36-38) are not types.
  *
  * Dequantize: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS,
- * MXFP4, NVFP4, Q1_0, Q2_0 (bit-identical to ggml's dequantize_row_*).
+ * MXFP4, NVFP4, Q1_0, Q2_0, and the lattice i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+ * IQ3_S (bit-identical to ggml's dequantize_row_*).
  * Quantize: the same less Q8_K, as ggml's quantize_row_*_ref (no importance matrix): bit-identical
  * for finite input. Non-finite input to a block type is refused rather than quantized to garbage. */
 #ifndef TS_QUANT_H

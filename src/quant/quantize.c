@@ -2,7 +2,8 @@
  *
  * This file holds the dispatch, the plain types (F32/F16/BF16) and the simple block formats whose
  * scale is one fp16 per block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q1_0, Q2_0). The K-quants are in
- * quantize_k.c, the codebook formats (IQ4_NL, IQ4_XS, MXFP4, NVFP4) in quantize_iq.c.
+ * quantize_k.c, the codebook formats (IQ4_NL, IQ4_XS, MXFP4, NVFP4) in quantize_iq.c, the lattice
+ * formats IQ3_XXS and IQ3_S in quantize_iq3.c.
  *
  * Results are bit-identical to ggml's reference quantizers for finite input: the same float
  * operations in the same order, including which element wins a tie for the largest magnitude,
@@ -209,6 +210,8 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
     [TS_TYPE_NVFP4] = ts_quantize_nvfp4,
     [TS_TYPE_Q1_0] = quant_q1_0,
     [TS_TYPE_Q2_0] = quant_q2_0,
+    [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs,
+    [TS_TYPE_IQ3_S] = ts_quantize_iq3_s,
 };
 
 bool ts_can_quantize(uint32_t type) {

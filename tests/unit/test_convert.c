@@ -401,6 +401,25 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(ts_mix_from_name("q4_0"), "output.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
     assert_int_equal(TYPE(ts_mix_from_name("q6_k"), "blk.1.ffn_down_exps.weight", 'm', 640, 2560),
                      TS_TYPE_Q8_0);
+    /* iq3_xxs: llama.cpp's IQ3_XXS rules (24 query heads share 2 K/V heads: attn_v, attn_qkv Q4_K);
+     * 640-wide rows fall back: IQ3_XXS/IQ3_S -> IQ4_NL, Q4_K -> Q5_0, Q3_K -> Q4_0 */
+    const ts_mix *iq3xxs = ts_mix_from_name("IQ3_XXS"), *iq3s = ts_mix_from_name("iq3_s");
+    assert_non_null(iq3xxs), assert_non_null(iq3s);
+    assert_int_equal(TYPE(iq3xxs, "output.weight", 'm', 2560, 248320), TS_TYPE_Q5_K);
+    assert_int_equal(TYPE(iq3xxs, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_IQ3_S);
+    assert_int_equal(TYPE(iq3xxs, "blk.5.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_Q4_K);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_v.weight", 'm', 2560, 512), TS_TYPE_Q4_K);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_q.weight", 'm', 2560, 12288), TS_TYPE_IQ3_XXS);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_output.weight", 'm', 6144, 2560), TS_TYPE_IQ3_S);
+    assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ3_XXS);
+    assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q5_0); /* 5 < 48/8 */
+    assert_int_equal(TYPE(iq3xxs, "blk.6.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q4_0);
+    assert_int_equal(TYPE(iq3xxs, "blk.6.hc_attn_up.weight", 'm', 320, 10240), TS_TYPE_IQ4_NL);
+    assert_int_equal(TYPE(iq3s, "output.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
+    assert_int_equal(TYPE(iq3s, "blk.5.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_IQ3_S);
+    assert_int_equal(TYPE(iq3s, "blk.5.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_IQ4_NL);
+    assert_int_equal(TYPE(iq3s, "per_layer_token_embd.weight", 'm', 160, 320001536), TS_TYPE_IQ4_NL);
 #undef TYPE
     ts_hparams_free(&hp);
 }

@@ -4,7 +4,7 @@
  * (the scalar oracle, byte-exact with ggml) and dotted with x in double precision.
  *
  * (a) Every tier-1 type (F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q5_1, Q4_0, IQ4_NL; and
- *     Q4_1) on every dispatch path this CPU has (each forced in turn), rows of 32·k and 256·k
+ *     Q4_1 and the lattice i-quants, on rows of random valid blocks) on every dispatch path this CPU has (each forced in turn), rows of 32·k and 256·k
  *     elements (32, 160, 320, 640, 2560 / 256, 512, 2560; plain types also 1, 12, 45, 100), 7 rows
  *     (4-, 2- and 1-row tiles) and T = 1, 3, 8, 13:
  *         |y − ref| ≤ 1e-6 · Σ|w·x|         (DOT_REL_BOUND)
@@ -17,7 +17,8 @@
  *     ts_cpu_matmul bit-identical to one kernel call over all rows (independent of threads/timing).
  * (d) Dispatch: the scalar fallback is chosen with TS_DOT=scalar (SIMD disabled) and is correct;
  *     unsupported paths are refused; the automatic choice is the best supported path; every SIMD
- *     path has a fused kernel for every tier-1 type. */
+ *     path has a fused kernel for every tier-1 type and the i-quants; the other types run the scalar
+ *     kernel on every path within the same bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,7 +39,10 @@
 
 static const uint32_t k_types[] = {TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_Q8_0, TS_TYPE_Q4_K,
                                    TS_TYPE_Q6_K, TS_TYPE_Q5_K, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q4_0,
-                                   TS_TYPE_IQ4_NL, TS_TYPE_Q4_1};
+                                   TS_TYPE_IQ4_NL, TS_TYPE_Q4_1,
+                                   /* the lattice i-quants (rows of random valid blocks) */
+                                   TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS,
+                                   TS_TYPE_IQ3_S, TS_TYPE_IQ1_S, TS_TYPE_IQ1_M};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 /* ---------------------------------------------------------------- helpers */
@@ -73,6 +77,29 @@ typedef struct {
     float *w;
 } rows;
 
+/* Random bytes make valid i-quant blocks (every index is in its grid); only the fp16 super-scale is
+ * set, to ±2^-9 .. 2^-2, so that sums stay finite: bytes 0-1, or for IQ1_M the top nibbles of its
+ * four scale words (bytes 49, 51, 53, 55). */
+static bool random_blocks(uint32_t type, uint8_t *q, size_t bytes) {
+    const ts_type_traits *tt = ts_type_get(type);
+    if (type == TS_TYPE_IQ1_S || type == TS_TYPE_IQ1_M || type == TS_TYPE_IQ2_XXS || type == TS_TYPE_IQ2_XS ||
+        type == TS_TYPE_IQ2_S || type == TS_TYPE_IQ3_XXS || type == TS_TYPE_IQ3_S) {
+        for (size_t k = 0; k < bytes; k++) q[k] = (uint8_t)next_u64();
+        for (size_t b = 0; b < bytes; b += tt->type_size) {
+            const uint16_t d =
+                (uint16_t)((next_u64() & 0x8000) | (6 + next_u64() % 8) << 10 | (next_u64() & 0x3ff));
+            if (type != TS_TYPE_IQ1_M)
+                q[b] = (uint8_t)d, q[b + 1] = (uint8_t)(d >> 8);
+            else
+                for (int w = 0; w < 4; w++)
+                    q[b + 49 + 2 * w] = (uint8_t)((q[b + 49 + 2 * w] & 0x0f) | ((d >> (4 * w)) & 0xf) << 4);
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Rows of types we can quantize come from Gaussian data; i-quant rows are random blocks. */
 static rows make_rows(uint32_t type, int64_t n, int64_t nr, uint64_t s) {
     rows R = {.type = type, .n = n, .nr = nr, .rb = ts_row_size(type, n)};
     assert_true(R.rb > 0);
@@ -83,6 +110,12 @@ static rows make_rows(uint32_t type, int64_t n, int64_t nr, uint64_t s) {
     assert_non_null(R.w);
     assert_non_null(src);
     seed(s);
+    if (random_blocks(type, R.q, R.rb * (size_t)nr)) {
+        char err[256];
+        assert_int_equal(ts_dequantize_row(type, R.q, R.w, n * nr, err, sizeof err), 0);
+        free(src);
+        return R;
+    }
     for (int64_t r = 0; r < nr; r++) {
         const float scale = (float)pow(2.0, (double)(r % 7) - 3), offset = r % 3 == 1 ? 1.5f * scale : 0;
         for (int64_t i = 0; i < n; i++) src[i] = scale * gaussian() + offset;
@@ -361,14 +394,15 @@ static void test_scalar_fallback_when_simd_disabled(void **state) {
         const int64_t n = ts_type_get(type)->block_size == 256 ? 768 : 352;
         rows R = make_rows(type, n, 130, 77 + ti);
         const double rel = fmax(matmul_worst(&R, 0, 130, 2, 3), matmul_worst(&R, 5, 7, 1, 4));
-        if (rel > DOT_REL_BOUND) fail_msg("scalar fallback type %s: relative error %.3g", ts_type_name(type), rel);
+        if (rel > DOT_REL_BOUND)
+            fail_msg("scalar fallback type %s: relative error %.3g", ts_type_name(type), rel);
         free_rows(&R);
     }
     /* the other dequantizable types run the scalar kernel on every path */
     static const uint32_t others[] = {TS_TYPE_Q2_K, TS_TYPE_Q3_K, TS_TYPE_IQ4_XS, TS_TYPE_MXFP4, TS_TYPE_NVFP4,
                                       TS_TYPE_Q1_0, TS_TYPE_Q2_0};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        if (!ts_can_quantize(others[i])) continue;
+        assert_true(ts_can_dequantize(others[i]));
         rows R = make_rows(others[i], 512, 9, 31 + i);
         for (int p = 0; p < TS_DOT_PATH_COUNT; p++) {
             if (!ts_cpu_dot_supported((ts_dot_path)p)) continue;

@@ -14,7 +14,8 @@
  *     checked byte by byte.
  * (f) Optional, skipped unless TS_GGML_BASE_LIB names a ggml libggml-base.so (for instance the one
  *     in the npm package @node-llama-cpp/linux-x64, bins/linux-x64/): bit-for-bit comparison of
- *     every codec with ggml's own quantize_row_*_ref / dequantize_row_* and fp16/bf16 routines. */
+ *     every codec with ggml's own quantize_row_*_ref / dequantize_row_* and fp16/bf16 routines
+ *     (the i-quants' dequantizers on random bytes too). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -786,7 +787,7 @@ static void test_refusals(void **state) {
                    "multiple of the block size 32");
     expect_refusal(ts_quantize_row(TS_TYPE_NVFP4, x, q, 32, err, sizeof err), err, "64");
     expect_refusal(ts_dequantize_row(TS_TYPE_F16, q, y, -1, err, sizeof err), err, "-1");
-    expect_refusal(ts_dequantize_row(TS_TYPE_IQ2_XXS, q, y, 256, err, sizeof err), err, "iq2_xxs");
+    expect_refusal(ts_dequantize_row(TS_TYPE_TQ1_0, q, y, 256, err, sizeof err), err, "tq1_0");
     expect_refusal(ts_quantize_row(TS_TYPE_Q8_K, x, q, 256, err, sizeof err), err, "q8_K");
     expect_refusal(ts_quantize_row(TS_TYPE_I32, x, q, 4, err, sizeof err), err, "not supported");
     static const uint32_t not_types[] = {4, 5, 31, 32, 33, 36, 37, 38, TS_TYPE_COUNT, 1000, UINT32_MAX};
@@ -818,8 +819,10 @@ static void test_refusals(void **state) {
 
 static void test_capabilities(void **state) {
     (void)state;
-    static const uint32_t dq[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15, 20, 23, 30, 39, 40, 41, 42};
-    static const uint32_t qz[] = {0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30, 39, 40, 41, 42};
+    static const uint32_t dq[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16,
+                                  17, 18, 19, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
+    static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13,
+                                  14, 18, 20, 21, 23, 30, 39, 40, 41, 42};
     for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
         bool want_dq = false, want_qz = false;
         for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) want_dq |= dq[i] == t;
@@ -920,15 +923,16 @@ static const struct {
     uint32_t type;
     uint64_t digest;
 } kGolden[] = {
-    {TS_TYPE_Q4_0, 0xeda76bed6541c7e2ull},   {TS_TYPE_Q4_1, 0x9c0256539375e9e5ull},
-    {TS_TYPE_Q5_0, 0x1ffcc6adc5f3bc03ull},   {TS_TYPE_Q5_1, 0x6df250a0d0e627aeull},
-    {TS_TYPE_Q8_0, 0x2cbdbc98c191b528ull},   {TS_TYPE_Q2_K, 0x87c8a93cc163f4d3ull},
-    {TS_TYPE_Q3_K, 0xc2fe043f65af8931ull},   {TS_TYPE_Q4_K, 0xe8a96c58528bb948ull},
-    {TS_TYPE_Q5_K, 0xa257a09c9e19659full},   {TS_TYPE_Q6_K, 0x8aef82dc79fef0e8ull},
-    {TS_TYPE_IQ4_NL, 0x1034ad635281c4b9ull}, {TS_TYPE_IQ4_XS, 0x97b08a26e08565eeull},
-    {TS_TYPE_MXFP4, 0x30ecb666e9b980a0ull},  {TS_TYPE_NVFP4, 0x8f65b1a9510e5de3ull},
-    {TS_TYPE_Q1_0, 0x961940889a8ba298ull},   {TS_TYPE_Q2_0, 0x6f4357c9ebc45d28ull},
-    {TS_TYPE_F16, 0xc7709a0fd44e309cull},    {TS_TYPE_BF16, 0xb1bbd3606f322884ull},
+    {TS_TYPE_Q4_0, 0xeda76bed6541c7e2ull},    {TS_TYPE_Q4_1, 0x9c0256539375e9e5ull},
+    {TS_TYPE_Q5_0, 0x1ffcc6adc5f3bc03ull},    {TS_TYPE_Q5_1, 0x6df250a0d0e627aeull},
+    {TS_TYPE_Q8_0, 0x2cbdbc98c191b528ull},    {TS_TYPE_Q2_K, 0x87c8a93cc163f4d3ull},
+    {TS_TYPE_Q3_K, 0xc2fe043f65af8931ull},    {TS_TYPE_Q4_K, 0xe8a96c58528bb948ull},
+    {TS_TYPE_Q5_K, 0xa257a09c9e19659full},    {TS_TYPE_Q6_K, 0x8aef82dc79fef0e8ull},
+    {TS_TYPE_IQ4_NL, 0x1034ad635281c4b9ull},  {TS_TYPE_IQ4_XS, 0x97b08a26e08565eeull},
+    {TS_TYPE_MXFP4, 0x30ecb666e9b980a0ull},   {TS_TYPE_NVFP4, 0x8f65b1a9510e5de3ull},
+    {TS_TYPE_Q1_0, 0x961940889a8ba298ull},    {TS_TYPE_Q2_0, 0x6f4357c9ebc45d28ull},
+    {TS_TYPE_F16, 0xc7709a0fd44e309cull},     {TS_TYPE_BF16, 0xb1bbd3606f322884ull},
+    {TS_TYPE_IQ3_XXS, 0x47189073f38fa862ull}, {TS_TYPE_IQ3_S, 0xd8faf5c80e6285f2ull},
 };
 
 static void test_golden_digests(void **state) {
@@ -1054,6 +1058,51 @@ static void test_against_ggml(void **state) {
             dequant_ok(id, qa, b, N);
             if (!same_floats(a, b, N))
                 fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", names[t], rep);
+        }
+    }
+    /* IQ3_XXS / IQ3_S reference quantization (ggml builds its lattice tables first). Rows with an
+     * all-zero 32-element sub-block are left out for IQ3_S: there ggml misplaces the later
+     * sub-blocks' bytes and we do not (src/quant/quantize_iq3.c); test_iq checks such rows. The
+     * golden row is compared too, so kGolden's digests are ggml's. */
+    void (*iq3_init)(int) = (void (*)(int))ggml_sym(lib, "%s", "iq3xs_init_impl");
+    iq3_init(256);
+    iq3_init(512);
+    static float xg[GOLDEN_N];
+    static uint8_t ga[GOLDEN_N], gb[GOLDEN_N];
+    golden_row(xg);
+    static const char *iq3_names[] = {"iq3_xxs", "iq3_s"};
+    for (size_t t = 0; t < 2; t++) {
+        const uint32_t id = (uint32_t)ts_type_from_name(iq3_names[t]);
+        ggml_quant_fn gq = (ggml_quant_fn)ggml_sym(lib, "quantize_row_%s_ref", iq3_names[t]);
+        for (int rep = 0; rep < 30; rep++) {
+            seed(700 + 50 * t + rep);
+            const float scale = powf(10.0f, (float)(rep % 9) - 4.0f);
+            for (int i = 0; i < N; i++)
+                x[i] = gaussian() * scale * (rep % 4 == 1 && i % 7 == 0 ? 20.0f : 1.0f) +
+                       (rep % 5 == 2 ? scale : 0);
+            if (rep % 6 == 3 && id == TS_TYPE_IQ3_XXS)
+                for (int i = 0; i < N; i += 96) memset(x + i, 0, 32 * sizeof(float));
+            gq(x, qa, N);
+            quant_ok(id, x, qb, N);
+            if (memcmp(qa, qb, ts_row_size(id, N)) != 0)
+                fail_msg("%s: quantized bytes differ from ggml (rep %d)", iq3_names[t], rep);
+        }
+        gq(xg, ga, GOLDEN_N);
+        quant_ok(id, xg, gb, GOLDEN_N);
+        if (memcmp(ga, gb, ts_row_size(id, GOLDEN_N)) != 0)
+            fail_msg("%s: golden row differs from ggml", iq3_names[t]);
+    }
+    /* the lattice i-quants (dequantization only here; tests/unit/test_iq.c holds ggml fixtures) */
+    static const char *iq_names[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"};
+    for (size_t t = 0; t < sizeof iq_names / sizeof iq_names[0]; t++) {
+        const uint32_t id = (uint32_t)ts_type_from_name(iq_names[t]);
+        ggml_dequant_fn gd = (ggml_dequant_fn)ggml_sym(lib, "dequantize_row_%s", iq_names[t]);
+        for (int rep = 0; rep < 40; rep++) {
+            for (size_t k = 0; k < ts_row_size(id, N); k++) qa[k] = (uint8_t)next_u64();
+            gd(qa, a, N);
+            dequant_ok(id, qa, b, N);
+            if (!same_floats(a, b, N))
+                fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", iq_names[t], rep);
         }
     }
     ggml_dequant_fn gd8k = (ggml_dequant_fn)ggml_sym(lib, "dequantize_row_%s", "q8_K");
