@@ -302,7 +302,7 @@ static int piece_delta(req *q, ts_api_delta *d, ts_api_call *buf, int max) {
 }
 
 static const char *finish_of(const req *q, ts_finish f) {
-    return q->calls_sent ? "tool_calls" : f == TS_FINISH_LENGTH ? "length" : "stop";
+    return f == TS_FINISH_LENGTH ? "length" : q->calls_sent ? "tool_calls" : "stop";
 }
 
 /* Server-sent events: MHD asks for bytes; we block (in this connection's own thread) until the

@@ -386,7 +386,7 @@ static void slot_sample(ts_sched *s, slot *sl) {
     }
     if (sl->thinking) {
         sl->n_think++;
-        if (id == s->think_close_id) sl->thinking = false, sl->n_forced = 0;
+        if (id == s->think_close_id) sl->thinking = false; /* a forced tail ("\n\n") still follows */
     } else if (id == s->think_open_id && sl->n_gen == 0 && !sl->mt) {
         sl->thinking = true;
     }
