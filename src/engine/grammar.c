@@ -180,7 +180,9 @@ struct ts_grammar_vocab {
     uint32_t *plain; /* bits: tokens made only of PLAIN bytes */
     int32_t *eog;    /* end-of-generation tokens */
     int n_eog, max_len;
-    const ts_tokenizer *t;
+    const char **bytes; /* [n_vocab] each token's bytes (borrowed) */
+    uint32_t *len;      /* [n_vocab] */
+    uint8_t *is_eog;    /* [n_vocab] */
 };
 
 static bool plain_byte(unsigned b) {
@@ -216,25 +218,30 @@ static int32_t trie_insert(trie *t, const unsigned char *s, size_t n) {
     return at;
 }
 
-int ts_grammar_vocab_new(const ts_tokenizer *tk, ts_grammar_vocab **out, char *err, size_t errlen) {
+int ts_grammar_vocab_from_bytes(int32_t V, const char *const *bytes, const uint32_t *len, const bool *eog,
+                                ts_grammar_vocab **out, char *err, size_t errlen) {
     *out = NULL;
     ts_grammar_vocab *v = calloc(1, sizeof *v);
-    int32_t V = ts_tokenizer_n_tokens(tk);
     if (!v) return ts_errf(err, errlen, "out of memory for the grammar vocabulary");
-    v->n_vocab = V, v->t = tk;
+    v->n_vocab = V;
     v->next_tok = malloc((size_t)V * sizeof *v->next_tok);
     v->plain = calloc((size_t)V / 32 + 1, sizeof *v->plain);
     v->eog = malloc((size_t)V * sizeof *v->eog);
-    bool ok = v->next_tok && v->plain && v->eog && trie_node(&v->all, 0) == 0 && trie_node(&v->rest, 0) == 0;
+    v->bytes = malloc((size_t)V * sizeof *v->bytes);
+    v->len = malloc((size_t)V * sizeof *v->len);
+    v->is_eog = malloc((size_t)V);
+    bool ok = v->next_tok && v->plain && v->eog && v->bytes && v->len && v->is_eog &&
+              trie_node(&v->all, 0) == 0 && trie_node(&v->rest, 0) == 0;
     for (int32_t id = 0; id < V && ok; id++) {
-        size_t n;
-        const unsigned char *b = (const unsigned char *)ts_token_bytes(tk, id, false, &n);
+        const unsigned char *b = (const unsigned char *)bytes[id];
+        size_t n = b ? len[id] : 0;
+        v->bytes[id] = (const char *)b, v->len[id] = (uint32_t)n, v->is_eog[id] = eog[id];
         v->next_tok[id] = -1;
-        if (ts_tokenizer_is_eog(tk, id)) {
+        if (eog[id]) {
             v->eog[v->n_eog++] = id;
             continue;
         }
-        if (!b || !n) continue;
+        if (!n) continue;
         bool pl = true;
         for (size_t i = 0; i < n; i++) pl &= plain_byte(b[i]);
         if ((int)n > v->max_len) v->max_len = (int)n;
@@ -262,9 +269,30 @@ int ts_grammar_vocab_new(const ts_tokenizer *tk, ts_grammar_vocab **out, char *e
     return 0;
 }
 
+int ts_grammar_vocab_new(const ts_tokenizer *tk, ts_grammar_vocab **out, char *err, size_t errlen) {
+    int32_t V = ts_tokenizer_n_tokens(tk);
+    const char **bytes = malloc((size_t)V * sizeof *bytes);
+    uint32_t *len = malloc((size_t)V * sizeof *len);
+    bool *eog = malloc((size_t)V * sizeof *eog);
+    int rc = -1;
+    if (bytes && len && eog) {
+        for (int32_t id = 0; id < V; id++) {
+            size_t n;
+            bytes[id] = ts_token_bytes(tk, id, false, &n); /* the tokenizer's arena: lives as long */
+            len[id] = (uint32_t)n, eog[id] = ts_tokenizer_is_eog(tk, id);
+        }
+        rc = ts_grammar_vocab_from_bytes(V, bytes, len, eog, out, err, errlen);
+    } else {
+        ts_errf(err, errlen, "out of memory for the grammar vocabulary");
+    }
+    free(bytes), free(len), free(eog);
+    return rc;
+}
+
 void ts_grammar_vocab_free(ts_grammar_vocab *v) {
     if (!v) return;
-    free(v->all.n), free(v->rest.n), free(v->next_tok), free(v->plain), free(v->eog), free(v);
+    free(v->all.n), free(v->rest.n), free(v->next_tok), free(v->plain), free(v->eog);
+    free(v->bytes), free(v->len), free(v->is_eog), free(v);
 }
 
 /* ---- stack sets ----------------------------------------------------------------------------- */
@@ -451,12 +479,11 @@ int ts_matcher_accept_bytes(ts_matcher *m, const char *s, size_t n, char *err, s
 
 int ts_matcher_accept(ts_matcher *m, int32_t id, char *err, size_t errlen) {
     if (id < 0 || id >= m->v->n_vocab) return ts_errf(err, errlen, "token %d is outside the vocabulary", id);
-    if (ts_tokenizer_is_eog(m->v->t, id)) {
+    if (m->v->is_eog[id]) {
         if (!ts_matcher_can_end(m)) return ts_errf(err, errlen, "the grammar cannot end here");
         return 0;
     }
-    size_t n;
-    const char *b = ts_token_bytes(m->v->t, id, false, &n);
-    if (!n) return ts_errf(err, errlen, "token %d has no text, which the grammar cannot take", id);
-    return ts_matcher_accept_bytes(m, b, n, err, errlen);
+    if (!m->v->len[id])
+        return ts_errf(err, errlen, "token %d has no text, which the grammar cannot take", id);
+    return ts_matcher_accept_bytes(m, m->v->bytes[id], m->v->len[id], err, errlen);
 }

@@ -63,6 +63,10 @@ int ts_grammar_finish(ts_grammar *g, int root, char *err, size_t errlen);
 typedef struct ts_grammar_vocab ts_grammar_vocab;
 
 int ts_grammar_vocab_new(const ts_tokenizer *t, ts_grammar_vocab **out, char *err, size_t errlen);
+/* The same from raw tokens (benchmarks, tests): bytes[i][0 .. len[i]) (borrowed: they must outlive
+ * the vocabulary), eog[i] for end-of-generation tokens. */
+int ts_grammar_vocab_from_bytes(int32_t n, const char *const *bytes, const uint32_t *len, const bool *eog,
+                                ts_grammar_vocab **out, char *err, size_t errlen);
 void ts_grammar_vocab_free(ts_grammar_vocab *v);
 
 /* ---- a sequence's state ----------------------------------------------------------------------- */
