@@ -9,6 +9,8 @@
 
 #include "common/error.h"
 #include "engine/generate.h"
+#include "engine/json_schema.h"
+#include "engine/reasoning.h"
 #include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
@@ -32,6 +34,7 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *file, *backend, *chat_template, *system;
+    const char *json_schema; /* a schema file, or "" for any JSON object (--json); NULL: free text */
     ts_backend be;
     const char *stops[MAX_STOPS];
     int n_stops;
@@ -63,6 +66,9 @@ static void usage(FILE *f, bool chat) {
                "  --top-k K  --top-p P  --min-p P\n"
                "  --repeat-penalty R --repeat-last-n N  --presence-penalty P  --frequency-penalty F\n"
                "  --stop STR         stop when the output contains STR (up to %d)\n"
+               "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
+               "                     after the reasoning when the prompt opens <think>)\n"
+               "  --json             the output is a JSON object\n"
                TS_CLI_BACKEND_HELP,
             chat ? "512 per reply" : "128", MAX_STOPS);
     if (chat)
@@ -104,6 +110,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "--no-special")) { o->no_special = true; continue; }
         else if (!strcmp(a, "--think")) { o->enable_thinking = 1; continue; }
         else if (!strcmp(a, "--no-think")) { o->enable_thinking = 0; continue; }
+        else if (!strcmp(a, "--json")) { o->json_schema = ""; continue; }
         if (!v) { fprintf(stderr, "unknown or incomplete option '%s'\n", a); return -1; }
         i++;
         if (!strcmp(a, "-m")) o->model = v;
@@ -112,6 +119,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "-sys") && chat) o->system = v;
         else if (!strcmp(a, "--chat-template") && chat) o->chat_template = v;
         else if (!strcmp(a, "--backend")) o->backend = v;
+        else if (!strcmp(a, "--json-schema")) o->json_schema = v;
         else if (!strcmp(a, "-n")) bad = parse_long(v, 0, 1 << 24, &o->n_predict);
         else if (!strcmp(a, "-c")) bad = parse_long(v, 8, INT32_MAX, &o->n_ctx);
         else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
@@ -147,9 +155,17 @@ typedef struct engine {
     int32_t V;
     uint64_t seed;
     ts_tokens ctx; /* the ids the session holds, in order */
+    ts_grammar *grammar;    /* --json-schema / --json, or NULL */
+    ts_grammar_vocab *gvoc; /* with a grammar */
+    uint32_t *allow;        /* [V / 32 + 1] */
 } engine;
 
+static char *read_file(const char *path, char *err, size_t errlen);
+
 static void engine_free(engine *e) {
+    ts_grammar_free(e->grammar);
+    ts_grammar_vocab_free(e->gvoc);
+    free(e->allow);
     ts_sampler_free(e->smp);
     ts_session_free(e->s);
     ts_tokenizer_free(e->tok);
@@ -176,6 +192,15 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     o->n_ctx = n_ctx;
     e->seed = o->sp.seed;
+    if (o->json_schema) {
+        char *schema = *o->json_schema ? read_file(o->json_schema, err, sizeof err) : NULL;
+        if (*o->json_schema && !schema) goto fail;
+        int bad = ts_json_schema_grammar(schema, &e->grammar, err, sizeof err) ||
+                  ts_grammar_vocab_new(e->tok, &e->gvoc, err, sizeof err);
+        free(schema);
+        if (bad) goto fail;
+        if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    }
     fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "\n",
             cmd, o->model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->sp.temperature, o->sp.top_k,
             o->sp.top_p, o->sp.min_p, o->sp.seed);
@@ -210,19 +235,32 @@ typedef struct gen_stats {
 
 /* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
  * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
-static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
+static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
     ts_textgen g;
     ts_textgen_init(&g, e->tok, o->stops, o->n_stops, reply);
     size_t printed = 0; /* bytes of reply already written to stdout */
     double t0 = now();
     st->n_gen = 0, st->why = "n_predict";
     g_interrupted = 0;
-    for (long i = 0; i < o->n_predict; i++) {
+    ts_matcher *mt = NULL; /* the grammar applies once the reasoning (if the prompt opened it) is over */
+    if (e->grammar && ts_matcher_new(e->grammar, e->gvoc, &mt, err, errlen)) return -1;
+    bool thinking = think_open;
+    int32_t close_id = ts_tokenizer_find(e->tok, "</think>");
+    int rc = 0;
+    for (long i = 0; i < o->n_predict && !rc; i++) {
         if (g_interrupted) { st->why = "interrupted"; break; }
-        int32_t id = ts_sampler_sample(e->smp, e->logits);
+        int32_t id;
+        if (mt && !thinking) {
+            if ((rc = ts_matcher_mask(mt, e->allow, err, errlen))) break;
+            id = ts_sampler_sample_masked(e->smp, e->logits, e->allow);
+            if (!ts_tokenizer_is_eog(e->tok, id) && (rc = ts_matcher_accept(mt, id, err, errlen))) break;
+        } else {
+            id = ts_sampler_sample(e->smp, e->logits);
+            if (id == close_id) thinking = false;
+        }
         if (ts_tokenizer_is_eog(e->tok, id)) { st->why = "end of generation"; break; }
         int r = ts_textgen_push(&g, id, err, errlen);
-        if (r < 0) return -1;
+        if (r < 0) { rc = -1; break; }
         st->n_gen++;
         size_t safe = ts_textgen_safe(&g);
         if (safe > printed) fwrite(reply->s + printed, 1, safe - printed, stdout), printed = safe;
@@ -230,9 +268,11 @@ static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st,
         if (r == 1) { st->why = "stop string"; break; }
         if (ts_session_pos(e->s) >= o->n_ctx) { st->why = "context full"; break; }
         ts_sampler_accept(e->smp, id);
-        if (ts_tokens_push(&e->ctx, id)) return ts_errf(err, errlen, "out of memory");
-        if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) return -1;
+        if (ts_tokens_push(&e->ctx, id)) rc = ts_errf(err, errlen, "out of memory");
+        else if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) rc = -1;
     }
+    ts_matcher_free(mt);
+    if (rc) return -1;
     if (ts_textgen_finish(&g)) return ts_errf(err, errlen, "out of memory");
     if (reply->n > printed) fwrite(reply->s + printed, 1, reply->n - printed, stdout);
     fflush(stdout);
@@ -274,7 +314,7 @@ int ts_cmd_run(int argc, char **argv) {
     double t_prompt = now() - t0;
     signal(SIGINT, on_sigint);
     if (!rc) fwrite(text, 1, strlen(text), stdout);
-    if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+    if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(text, strlen(text)), &reply, &st, err, sizeof err);
     signal(SIGINT, SIG_DFL);
     if (rc) {
         fprintf(stderr, "\nturbospark run: %s\n", err);
@@ -357,7 +397,7 @@ int ts_cmd_chat(int argc, char **argv) {
             rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.n_ctx);
         if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
         signal(SIGINT, on_sigint);
-        if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+        if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text.s, prompt_text.n), &reply, &st, err, sizeof err);
         signal(SIGINT, SIG_DFL);
         if (!rc) {
             printf("\n");
