@@ -390,7 +390,8 @@ static void slot_sample(ts_sched *s, slot *sl) {
     } else if (id == s->think_open_id && sl->n_gen == 0 && !sl->mt) {
         sl->thinking = true;
     }
-    if (!j->ignore_eos && ts_tokenizer_is_eog(s->tok, id)) {
+    bool grammar_done = sl->mt && !sl->thinking && ts_tokenizer_is_eog(s->tok, id); /* even with ignore_eos */
+    if ((!j->ignore_eos || grammar_done) && ts_tokenizer_is_eog(s->tok, id)) {
         sl->fin = TS_FINISH_STOP;
     } else {
         int r = ts_textgen_push(&sl->tg, id, sl->err, sizeof sl->err);
