@@ -10,7 +10,8 @@ enum { EL_END = 0, EL_ALT = 1, EL_CLS = 2, EL_REF = 3 };
 #define EL(kind, arg) (((uint32_t)(kind) << 30) | (uint32_t)(arg))
 #define KIND(e) ((e) >> 30)
 #define ARG(e) ((e)&0x3fffffffu)
-#define SET_CAP 16384 /* int32s of one stack set: [len, positions...] per stack */
+#define SET_CAP 8192    /* int32s of one stack set: [len, positions...] per stack */
+#define MAX_EXPAND 4096 /* nested expansions of one closure (a guard; finish refuses left recursion) */
 
 typedef struct alt_list {
     uint32_t **seq;
@@ -136,12 +137,57 @@ int ts_grammar_alt(ts_grammar *g, int rule, ts_gseq *s) {
     return rc;
 }
 
+/* Whether rule r can reach itself before reading a byte (depth-first over left references). */
+static bool left_cycle(const ts_grammar *g, const bool *nullable, uint8_t *color, int r) {
+    if (color[r] == 1) return true;
+    if (color[r] == 2) return false;
+    color[r] = 1;
+    for (int a = 0; a < g->rules[r].count; a++)
+        for (int i = 0; i < g->rules[r].n[a]; i++) {
+            uint32_t e = g->rules[r].seq[a][i];
+            if (KIND(e) != EL_REF) break;
+            if (left_cycle(g, nullable, color, (int)ARG(e))) return true;
+            if (!nullable[ARG(e)]) break;
+        }
+    color[r] = 2;
+    return false;
+}
+
 int ts_grammar_finish(ts_grammar *g, int root, char *err, size_t errlen) {
     size_t n_el = 0, n_alt = 0;
+    if (root < 0 || root >= g->n_rules) return ts_errf(err, errlen, "the grammar has no start rule");
     for (int r = 0; r < g->n_rules; r++) {
         if (!g->rules[r].count) return ts_errf(err, errlen, "grammar rule %d has no alternatives", r);
-        for (int a = 0; a < g->rules[r].count; a++) n_el += (size_t)g->rules[r].n[a] + 1, n_alt++;
+        for (int a = 0; a < g->rules[r].count; a++) {
+            n_el += (size_t)g->rules[r].n[a] + 1, n_alt++;
+            for (int i = 0; i < g->rules[r].n[a]; i++)
+                if (KIND(g->rules[r].seq[a][i]) == EL_REF &&
+                    ARG(g->rules[r].seq[a][i]) >= (uint32_t)g->n_rules)
+                    return ts_errf(err, errlen, "grammar rule %d refers to a rule that does not exist", r);
+        }
     }
+    bool *nullable = calloc((size_t)g->n_rules, sizeof *nullable);
+    uint8_t *color = calloc((size_t)g->n_rules, 1);
+    if (!nullable || !color)
+        return free(nullable), free(color), ts_errf(err, errlen, "out of memory for a grammar");
+    for (bool changed = true; changed;) { /* rules that can match nothing */
+        changed = false;
+        for (int r = 0; r < g->n_rules; r++)
+            for (int a = 0; a < g->rules[r].count && !nullable[r]; a++) {
+                bool all = true;
+                for (int i = 0; i < g->rules[r].n[a] && all; i++) {
+                    uint32_t e = g->rules[r].seq[a][i];
+                    all = KIND(e) == EL_REF && nullable[ARG(e)];
+                }
+                if (all) nullable[r] = changed = true;
+            }
+    }
+    bool cycle = false;
+    for (int r = 0; r < g->n_rules && !cycle; r++) cycle = left_cycle(g, nullable, color, r);
+    free(nullable), free(color);
+    if (cycle)
+        return ts_errf(err, errlen,
+                       "the grammar is left-recursive: a rule can reach itself without reading a character");
     g->el = malloc(n_el * sizeof *g->el);
     g->alt_pos = malloc(n_alt * sizeof *g->alt_pos);
     g->alt_off = malloc(((size_t)g->n_rules + 1) * sizeof *g->alt_off);
@@ -308,6 +354,7 @@ struct ts_matcher {
     sset cur, *lvl; /* the state; scratch sets, one per trie depth */
     int n_lvl;
     bool overflow;
+    int depth;      /* expand's nesting */
     bool loop[256]; /* bytes on which the current set stays itself (this mask step) */
 };
 
@@ -327,9 +374,15 @@ static void set_add(ts_matcher *m, sset *s, const int32_t *st, int len) {
  * byte class on top, or empty (complete). st is not modified. */
 static void expand(ts_matcher *m, const int32_t *st, int len, sset *out) {
     const ts_grammar *g = m->g;
+    if (++m->depth > MAX_EXPAND) {
+        m->overflow = true;
+        m->depth--;
+        return;
+    }
     while (len > 0 && KIND(g->el[st[len - 1]]) <= EL_ALT) len--; /* alternatives that are over */
     if (len == 0 || KIND(g->el[st[len - 1]]) == EL_CLS) {
         set_add(m, out, st, len);
+        m->depth--;
         return;
     }
     int32_t pos = st[len - 1], tmp[TS_GRAMMAR_MAX_DEPTH + 1];
@@ -338,6 +391,7 @@ static void expand(ts_matcher *m, const int32_t *st, int len, sset *out) {
     if (KIND(g->el[pos + 1]) > EL_ALT) tmp[n++] = pos + 1; /* the rest of this alternative, after the rule */
     if (n >= TS_GRAMMAR_MAX_DEPTH) {
         m->overflow = true;
+        m->depth--;
         return;
     }
     int r = (int)ARG(g->el[pos]);
@@ -345,6 +399,7 @@ static void expand(ts_matcher *m, const int32_t *st, int len, sset *out) {
         tmp[n] = g->alt_pos[a];
         expand(m, tmp, n + 1, out);
     }
+    m->depth--;
 }
 
 static void advance(ts_matcher *m, const sset *s, unsigned char b, sset *out) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "engine/gbnf.h"
 #include "engine/json_schema.h"
 #include "engine/toolcall.h"
 #include "gguf/gguf.h"
@@ -162,8 +163,14 @@ static void test_accepts_and_refuses(void **state) {
 }
 
 /* Random walks over the mask: the mask equals brute force, and a finished walk validates. */
+static bool walk_grammar(ts_grammar *g, const char *schema, uint64_t seed, int max_steps, bool brute);
+
 static bool walk(const char *schema, uint64_t seed, int max_steps, bool brute) {
-    ts_grammar *g = compile(schema);
+    return walk_grammar(compile(schema), schema, seed, max_steps, brute);
+}
+
+/* A random walk over g (freed here); a finished walk is checked against schema unless it is "". */
+static bool walk_grammar(ts_grammar *g, const char *schema, uint64_t seed, int max_steps, bool brute) {
     ts_matcher *m;
     char err[256];
     int32_t V = ts_tokenizer_n_tokens(g_tok);
@@ -215,7 +222,7 @@ static bool walk(const char *schema, uint64_t seed, int max_steps, bool brute) {
         if (ts_matcher_accept(m, id, err, sizeof err)) fail_msg("%s", err);
         if (ts_matcher_must_end(m)) ended = true;
     }
-    if (ended) {
+    if (ended && !(schema && !*schema)) {
         assert_int_equal(ts_text_append(&text, "", 1), 0);
         cJSON *v = cJSON_Parse(text.s), *sc = cJSON_Parse(schema);
         if (!v || !validates(v, sc)) fail_msg("the walk wrote \"%s\", which does not validate", text.s);
@@ -263,6 +270,58 @@ static void test_refusals(void **state) {
         char err[512] = "";
         assert_int_equal(ts_json_schema_grammar(cases[i][0], &g, err, sizeof err), -1);
         if (!strstr(err, cases[i][1])) fail_msg("%s: \"%s\" does not say %s", cases[i][0], err, cases[i][1]);
+    }
+}
+
+static ts_grammar *gbnf(const char *text) {
+    ts_grammar *g;
+    char err[512];
+    if (ts_gbnf_grammar(text, strlen(text), &g, err, sizeof err)) fail_msg("%s: %s", text, err);
+    return g;
+}
+
+/* GBNF: llama.cpp's syntax, checked on texts, and its mask against brute force. */
+static void test_gbnf(void **state) {
+    (void)state;
+    const char *json = "# a JSON subset\n"
+                       "root   ::= object\n"
+                       "object ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\n"
+                       "pair   ::= string \":\" ws value ws\n"
+                       "value  ::= object | string | num | (\"true\" | \"false\")\n"
+                       "string ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,8} \"\\\"\"\n"
+                       "num    ::= \"-\"? [0-9]+\n"
+                       "ws     ::= [ \\t\\n]{0,2}\n";
+    ts_grammar *g = gbnf(json);
+    const char *good[] = {"{}", "{\"a\":1}", "{ \"ab\": {\"c\": true} , \"\": -12}", "{\"\xc3\xa9\":false}"};
+    const char *badt[] = {"{", "{\"a\":}", "{\"a\" :1}", "{\"123456789\":1}", "{\"a\":1,}", "{}}", "{\"a\":\n\n\n1}"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (!takes(g, good[i])) fail_msg("refused: %s", good[i]);
+    for (size_t i = 0; i < sizeof badt / sizeof *badt; i++)
+        if (takes(g, badt[i])) fail_msg("accepted: %s", badt[i]);
+    ts_grammar_free(g);
+    walk_grammar(gbnf(json), "", 5, 12, true); /* fails inside when the mask differs from brute force */
+    g = gbnf("root ::= \"a\" \"\\u00e9\"{2} [x-z]{1,} (\"|\" | \".\")? .");
+    assert_true(takes(g, "a\xc3\xa9\xc3\xa9xz|q"));
+    assert_true(takes(g, "a\xc3\xa9\xc3\xa9y\x80"));
+    assert_false(takes(g, "a\xc3\xa9xz|q"));
+    ts_grammar_free(g);
+    const char *refused[][2] = {
+        {"root ::= root \"a\" | \"b\"", "left-recursive"},
+        {"root ::= x\nx ::= \"a\"? root", "left-recursive"},
+        {"root ::= thing", "'thing'"},
+        {"start ::= \"a\"", "no 'root'"},
+        {"root ::= [\\u00e0-\\u00ff]", "non-ASCII"},
+        {"root ::= \"a\nb ::= \"b\"", "line 2: a literal is not closed"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
+        {"root ::= \"a\"{3,1}", "repetition"},
+        {"root ::= ( \"a\"", "')'"},
+        {"::= \"a\"", "was expected"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char err[512] = "";
+        ts_grammar *h = NULL;
+        assert_int_equal(ts_gbnf_grammar(refused[i][0], strlen(refused[i][0]), &h, err, sizeof err), -1);
+        if (!strstr(err, refused[i][1])) fail_msg("%s: \"%s\" does not say %s", refused[i][0], err, refused[i][1]);
     }
 }
 
@@ -346,7 +405,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts_and_refuses), cmocka_unit_test(test_mask_equals_brute_force),
         cmocka_unit_test(test_walks_validate),      cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_tool_call_grammar),
+        cmocka_unit_test(test_tool_call_grammar),   cmocka_unit_test(test_gbnf),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
