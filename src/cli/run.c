@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 
 #include "common/error.h"
+#include "engine/gbnf.h"
 #include "engine/generate.h"
 #include "engine/json_schema.h"
 #include "engine/reasoning.h"
@@ -35,6 +36,7 @@
 typedef struct gen_opts {
     const char *model, *prompt, *file, *backend, *chat_template, *system;
     const char *json_schema; /* a schema file, or "" for any JSON object (--json); NULL: free text */
+    const char *grammar_file; /* GBNF rules, or NULL */
     ts_backend be;
     const char *stops[MAX_STOPS];
     int n_stops;
@@ -69,6 +71,7 @@ static void usage(FILE *f, bool chat) {
                "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
                "                     after the reasoning when the prompt opens <think>)\n"
                "  --json             the output is a JSON object\n"
+               "  --grammar-file F   the output follows these GBNF rules (llama.cpp's grammar syntax)\n"
                TS_CLI_BACKEND_HELP,
             chat ? "512 per reply" : "128", MAX_STOPS);
     if (chat)
@@ -120,6 +123,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "--chat-template") && chat) o->chat_template = v;
         else if (!strcmp(a, "--backend")) o->backend = v;
         else if (!strcmp(a, "--json-schema")) o->json_schema = v;
+        else if (!strcmp(a, "--grammar-file")) o->grammar_file = v;
         else if (!strcmp(a, "-n")) bad = parse_long(v, 0, 1 << 24, &o->n_predict);
         else if (!strcmp(a, "-c")) bad = parse_long(v, 8, INT32_MAX, &o->n_ctx);
         else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
@@ -192,12 +196,15 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     o->n_ctx = n_ctx;
     e->seed = o->sp.seed;
-    if (o->json_schema) {
-        char *schema = *o->json_schema ? read_file(o->json_schema, err, sizeof err) : NULL;
-        if (*o->json_schema && !schema) goto fail;
-        int bad = ts_json_schema_grammar(schema, &e->grammar, err, sizeof err) ||
-                  ts_grammar_vocab_new(e->tok, &e->gvoc, err, sizeof err);
-        free(schema);
+    if (o->json_schema && o->grammar_file) { snprintf(err, sizeof err, "give --json-schema (or --json) or --grammar-file, not both"); goto fail; }
+    if (o->json_schema || o->grammar_file) {
+        const char *path = o->grammar_file ? o->grammar_file : o->json_schema;
+        char *text = *path ? read_file(path, err, sizeof err) : NULL;
+        if (*path && !text) goto fail;
+        int bad = o->grammar_file ? ts_gbnf_grammar(text, strlen(text), &e->grammar, err, sizeof err)
+                                  : ts_json_schema_grammar(text, &e->grammar, err, sizeof err);
+        if (!bad) bad = ts_grammar_vocab_new(e->tok, &e->gvoc, err, sizeof err);
+        free(text);
         if (bad) goto fail;
         if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     }

@@ -3,6 +3,7 @@
 #include "server/server.h"
 
 #include "common/error.h"
+#include "engine/gbnf.h"
 #include "engine/json_schema.h"
 #include "engine/reasoning.h"
 #include "engine/toolcall.h"
@@ -454,19 +455,6 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
             ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err);
             goto refuse;
         }
-        bad = 0;
-        const char *gparam = r.format ? "response_format" : "tool_choice";
-        if (r.format == TS_FORMAT_JSON_OBJECT)
-            bad = ts_json_schema_grammar(NULL, &grammar, err, sizeof err);
-        else if (r.format == TS_FORMAT_JSON_SCHEMA)
-            bad = ts_json_schema_grammar(r.schema_json, &grammar, err, sizeof err);
-        else if (r.tool_choice == TS_TOOLS_REQUIRED || r.tool_choice == TS_TOOLS_NAMED)
-            bad = ts_tool_call_grammar(r.tools_json, r.tool_choice == TS_TOOLS_NAMED ? r.tool_name : NULL,
-                                       r.parallel_tool_calls, &grammar, err, sizeof err);
-        if (bad) {
-            ts_api_fail(&e, 400, "invalid_request_error", "invalid_schema", gparam, "%s", err);
-            goto refuse;
-        }
         q->split_think = S->o->reasoning_format == TS_REASONING_DEEPSEEK;
         ts_think_init(&q->think, think_open);
         q->parse_tools = tools_on;
@@ -489,6 +477,24 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     } else if (ts_tokenize(S->tok, r.prompt, r.prompt_len, true, &ids, err, sizeof err)) {
         ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "prompt", "%s", err);
         goto refuse;
+    }
+    {
+        int bad = 0;
+        const char *gparam = r.grammar ? "grammar" : r.format ? "response_format" : "tool_choice";
+        if (r.grammar)
+            bad = ts_gbnf_grammar(r.grammar, strlen(r.grammar), &grammar, err, sizeof err);
+        else if (r.format == TS_FORMAT_JSON_OBJECT)
+            bad = ts_json_schema_grammar(NULL, &grammar, err, sizeof err);
+        else if (r.format == TS_FORMAT_JSON_SCHEMA)
+            bad = ts_json_schema_grammar(r.schema_json, &grammar, err, sizeof err);
+        else if (r.tool_choice == TS_TOOLS_REQUIRED || r.tool_choice == TS_TOOLS_NAMED)
+            bad = ts_tool_call_grammar(r.tools_json, r.tool_choice == TS_TOOLS_NAMED ? r.tool_name : NULL,
+                                       r.parallel_tool_calls, &grammar, err, sizeof err);
+        if (bad) {
+            ts_api_fail(&e, 400, "invalid_request_error", r.grammar ? "invalid_grammar" : "invalid_schema", gparam,
+                        "%s", err);
+            goto refuse;
+        }
     }
     if (ids.n == 0) {
         ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", param, "the %s is empty (no tokens)",

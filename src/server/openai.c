@@ -151,9 +151,29 @@ static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e)
     if (kind == TS_API_COMPLETION && ((v = member(o, "tools")) || (v = member(o, "response_format"))))
         return BAD(e, "unsupported_parameter", v->string,
                    "'%s' is a chat completions field: use POST /v1/chat/completions", v->string);
-    if ((v = member(o, "grammar")) || (v = member(o, "json_schema")))
-        return BAD(e, "unsupported_parameter", v->string,
-                   "'%s' (constrained decoding) is not supported by this server", v->string);
+    return 0;
+}
+
+/* llama-server's constrained decoding fields, on both endpoints: grammar (GBNF text) and a
+ * top-level json_schema (an object). */
+static int parse_llama_constraints(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *gr = member(o, "grammar"), *js = member(o, "json_schema");
+    if (gr && !cJSON_IsString(gr))
+        return BAD(e, "invalid_type", "grammar", "'grammar' must be a string of GBNF rules, not %s", type_name(gr));
+    if (gr && !*gr->valuestring) gr = NULL; /* llama-server sends "" for none */
+    if (js && !cJSON_IsObject(js))
+        return BAD(e, "invalid_type", "json_schema", "'json_schema' must be a JSON schema object, not %s",
+                   type_name(js));
+    if ((gr || js) && (r->format || r->tool_choice >= TS_TOOLS_REQUIRED || (gr && js)))
+        return BAD(e, "invalid_value", gr ? "grammar" : "json_schema",
+                   "only one of grammar, json_schema, response_format and a required tool call may constrain "
+                   "the answer");
+    if (gr && !(r->grammar = own_copy(r, gr->valuestring, strlen(gr->valuestring)))) return -2;
+    if (js) {
+        char *j = cJSON_PrintUnformatted(js);
+        if (!j || own(r, j)) return free(j), -2;
+        r->format = TS_FORMAT_JSON_SCHEMA, r->schema_json = j;
+    }
     return 0;
 }
 
@@ -622,6 +642,7 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     if (!rc) rc = parse_common(o, r, e);
     if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
     if (!rc && kind == TS_API_CHAT) rc = parse_tools(o, r, e);
+    if (!rc) rc = parse_llama_constraints(o, r, e);
     if (!r->stream) r->include_usage = false;
     cJSON_Delete(o);
     if (rc == -2)

@@ -16,7 +16,8 @@
  * chat_template_kwargs.enable_thinking, tools (functions), tool_choice (auto, none, required, or
  * {"type": "function", "function": {"name"}}), parallel_tool_calls, assistant messages with
  * tool_calls, tool messages (tool_call_id), response_format text / json_object / json_schema
- * (the schema is checked when it is compiled: json_schema.h).
+ * (the schema is checked when it is compiled: json_schema.h), and llama-server's grammar (GBNF,
+ * gbnf.h) and top-level json_schema on both endpoints.
  *
  * Responses are written by hand with a JSON string escaper (generated text may hold any valid
  * UTF-8, NUL included). */
@@ -94,6 +95,7 @@ typedef struct ts_api_request {
     /* structured output */
     ts_api_format format;
     char *schema_json; /* TS_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
+    char *grammar;     /* llama-server's GBNF "grammar", or NULL */
     /* owned strings behind msgs */
     char **owned;
     size_t n_owned;

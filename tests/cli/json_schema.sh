@@ -36,5 +36,13 @@ if grep -q "stopped by end of generation" err.txt; then
 fi
 echo '{"type": "string", "pattern": "^a"}' > pattern.json
 "$TS_BIN" run -m "$m" -p x --json-schema pattern.json >/dev/null 2>err.txt; [ $? -eq 1 ] && grep -q "'pattern'" err.txt || bad "pattern not refused by name: $(cat err.txt)"
+# a GBNF grammar file
+printf 'root ::= ("Yea" | "Nay") ", " name "."\nname ::= [A-Z] [a-z]{1,8}\n' > g.gbnf
+for s in 1 2 3; do
+  out=$("$TS_BIN" run -m "$m" -p "$prompt" -n 40 --temp 1 -s "$s" --grammar-file g.gbnf 2>err.txt) || bad "grammar seed $s: $(cat err.txt)"
+  [[ "${out#"$prompt"}" =~ ^(Yea|Nay),\ [A-Z][a-z]{1,8}\.$'\n'?$ ]] || bad "grammar seed $s wrote: $out"
+done
+printf 'root ::= root "a"\n' > left.gbnf
+"$TS_BIN" run -m "$m" -p x --grammar-file left.gbnf >/dev/null 2>err.txt; [ $? -eq 1 ] && grep -q "left-recursive" err.txt || bad "left recursion not refused: $(cat err.txt)"
 [ $fail -eq 0 ] && echo "json schema: ok"
 exit $fail

@@ -174,3 +174,17 @@ test('a conversation with tool calls and tool results is rendered and answered',
   const none = await client.chat.completions.create({ model: 'demo.gguf', tools, tool_choice: 'none', messages: user, max_tokens: 4, temperature: 0 });
   assert.ok(none.usage.prompt_tokens < 40, 'tool_choice none leaves the tools out of the prompt');
 });
+
+test('llama-server fields on /v1/completions: a GBNF grammar and a top-level json_schema', async () => {
+  const grammar = 'root ::= ("yea" | "nay") " " [1-9] [0-9]? "."';
+  for (const seed of [1, 2, 3, 4, 5]) {
+    const r = await client.completions.create({ model: 'demo.gguf', prompt: 'And the people answered', seed, temperature: 1, max_tokens: 20, grammar });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.match(r.choices[0].text, /^(yea|nay) [1-9][0-9]?\.$/);
+  }
+  const s = { type: 'array', items: { enum: ['Reuben', 'Simeon'] }, minItems: 1, maxItems: 3 };
+  const r = await client.completions.create({ model: 'demo.gguf', prompt: 'The sons:', seed: 9, temperature: 1, max_tokens: 60, json_schema: s });
+  validate(JSON.parse(r.choices[0].text), s);
+  await assert.rejects(client.completions.create({ model: 'demo.gguf', prompt: 'x', grammar: 'root ::= [\\u00e0-\\u00ff]' }),
+    (e) => e.status === 400 && e.code === 'invalid_grammar' && /non-ASCII/.test(e.message));
+});

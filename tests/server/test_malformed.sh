@@ -100,6 +100,8 @@ invalid_value|response_format.json_schema.schema|{$U,"response_format":{"type":"
 invalid_value|tools[0]|{$U,"tools":[{"type":"function"}]}
 invalid_value|tool_choice|{$U,"tool_choice":"required"}
 invalid_schema|response_format|{$U,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"a+"}}}}
+invalid_grammar|grammar|{$U,"grammar":"root ::= root \\"a\\""}
+invalid_type|grammar|{$U,"grammar":["root ::= [a]"]}
 invalid_schema|tool_choice|{$U,"tools":[{"type":"function","function":{"name":"f","parameters":{"\$ref":"#/x"}}}],"tool_choice":"required"}
 EOF
 alive "wrong types"

@@ -75,6 +75,17 @@ static void test_tool_fields(void **state) {
     assert_true(r.parallel_tool_calls);
     assert_int_equal(r.tool_choice, TS_TOOLS_AUTO);
     ts_api_request_free(&r);
+    /* llama-server's fields, on completions too */
+    b = "{\"prompt\":\"x\",\"grammar\":\"root ::= [ab]+\"}";
+    if (parse(TS_API_COMPLETION, b, &r, &e)) fail_msg("%s", e.message);
+    assert_string_equal(r.grammar, "root ::= [ab]+");
+    ts_api_request_free(&r);
+    b = "{\"prompt\":\"x\",\"grammar\":\"\",\"json_schema\":{\"type\":\"integer\"}}";
+    if (parse(TS_API_COMPLETION, b, &r, &e)) fail_msg("%s", e.message);
+    assert_null(r.grammar);
+    assert_int_equal(r.format, TS_FORMAT_JSON_SCHEMA);
+    assert_string_equal(r.schema_json, "{\"type\":\"integer\"}");
+    ts_api_request_free(&r);
 }
 
 static void test_chat_fields(void **state) {
@@ -209,6 +220,12 @@ static void test_refusals(void **state) {
     refused(C, WITH("\"response_format\":{\"type\":\"json_schema\"}"), 400,
             "response_format.json_schema.schema", "invalid_value");
     refused(C, WITH("\"functions\":[{\"name\":\"f\"}]"), 400, "functions", "unsupported_parameter");
+    refused(C, WITH("\"grammar\":5"), 400, "grammar", "invalid_type");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"json_schema\":\"{}\"}", 400, "json_schema", "invalid_type");
+    refused(C, WITH("\"grammar\":\"root ::= [a]\",\"response_format\":{\"type\":\"json_object\"}"), 400, "grammar",
+            "invalid_value");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\",\"json_schema\":{}}", 400, "grammar",
+            "invalid_value");
     refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"tools\":[" TOOL_F "]}", 400, "tools",
             "unsupported_parameter");
     refused(C, WITH("\"logit_bias\":{\"5\":100}"), 400, "logit_bias", "unsupported_parameter");
