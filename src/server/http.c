@@ -491,8 +491,8 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
             bad = ts_tool_call_grammar(r.tools_json, r.tool_choice == TS_TOOLS_NAMED ? r.tool_name : NULL,
                                        r.parallel_tool_calls, &grammar, err, sizeof err);
         if (bad) {
-            ts_api_fail(&e, 400, "invalid_request_error", r.grammar ? "invalid_grammar" : "invalid_schema", gparam,
-                        "%s", err);
+            ts_api_fail(&e, 400, "invalid_request_error", r.grammar ? "invalid_grammar" : "invalid_schema",
+                        gparam, "%s", err);
             goto refuse;
         }
     }

@@ -159,7 +159,8 @@ static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e)
 static int parse_llama_constraints(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     const cJSON *gr = member(o, "grammar"), *js = member(o, "json_schema");
     if (gr && !cJSON_IsString(gr))
-        return BAD(e, "invalid_type", "grammar", "'grammar' must be a string of GBNF rules, not %s", type_name(gr));
+        return BAD(e, "invalid_type", "grammar", "'grammar' must be a string of GBNF rules, not %s",
+                   type_name(gr));
     if (gr && !*gr->valuestring) gr = NULL; /* llama-server sends "" for none */
     if (js && !cJSON_IsObject(js))
         return BAD(e, "invalid_type", "json_schema", "'json_schema' must be a JSON schema object, not %s",

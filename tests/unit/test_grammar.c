@@ -293,7 +293,8 @@ static void test_gbnf(void **state) {
                        "ws     ::= [ \\t\\n]{0,2}\n";
     ts_grammar *g = gbnf(json);
     const char *good[] = {"{}", "{\"a\":1}", "{ \"ab\": {\"c\": true} , \"\": -12}", "{\"\xc3\xa9\":false}"};
-    const char *badt[] = {"{", "{\"a\":}", "{\"a\" :1}", "{\"123456789\":1}", "{\"a\":1,}", "{}}", "{\"a\":\n\n\n1}"};
+    const char *badt[] = {"{",          "{\"a\":}", "{\"a\" :1}",     "{\"123456789\":1}",
+                          "{\"a\":1,}", "{}}",      "{\"a\":\n\n\n1}"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         if (!takes(g, good[i])) fail_msg("refused: %s", good[i]);
     for (size_t i = 0; i < sizeof badt / sizeof *badt; i++)
@@ -321,7 +322,8 @@ static void test_gbnf(void **state) {
         char err[512] = "";
         ts_grammar *h = NULL;
         assert_int_equal(ts_gbnf_grammar(refused[i][0], strlen(refused[i][0]), &h, err, sizeof err), -1);
-        if (!strstr(err, refused[i][1])) fail_msg("%s: \"%s\" does not say %s", refused[i][0], err, refused[i][1]);
+        if (!strstr(err, refused[i][1]))
+            fail_msg("%s: \"%s\" does not say %s", refused[i][0], err, refused[i][1]);
     }
 }
 
