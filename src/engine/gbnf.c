@@ -81,7 +81,7 @@ static int rule_named(px *x, const char *s, size_t n, bool define) {
     named *nm = &x->names[x->n_names++];
     memcpy(nm->name, s, n), nm->name[n] = 0;
     nm->defined = define;
-    if ((nm->rule = ts_grammar_rule(x->g)) < 0) return fail(x, "out of memory");
+    if ((nm->rule = ts_grammar_rule(x->g)) < 0) return fail(x, "more than 100000 rules, or out of memory");
     return nm->rule;
 }
 
@@ -154,7 +154,7 @@ static int repeat(px *x, int item, int min, int max) {
     r = ts_grammar_rule(x->g);
     for (int i = 0; i < min; i++) ts_gseq_ref(&s, item);
     ts_gseq_ref(&s, tail);
-    if (ts_grammar_alt(x->g, r, &s)) fail(x, "out of memory");
+    if (ts_grammar_alt(x->g, r, &s)) fail(x, "more than 100000 rules, or out of memory");
     ts_gseq_free(&s);
     return r;
 }
@@ -230,7 +230,7 @@ static int element(px *x, int nest) {
         ts_gseq_free(&s);
         return fail(x, "a literal, a class, a rule name or '(' was expected");
     }
-    if (ts_grammar_alt(x->g, r, &s)) fail(x, "out of memory");
+    if (ts_grammar_alt(x->g, r, &s)) fail(x, "more than 100000 rules, or out of memory");
     ts_gseq_free(&s);
     /* postfix operators */
     for (;;) {
@@ -270,7 +270,7 @@ static int parse_alternates(px *x, int rule, int nest) {
         space(x);
         bool end = x->p >= x->e || (nest == 0 && rule_starts(x)) || (nest > 0 && *x->p == ')');
         if (end || *x->p == '|') {
-            if (ts_grammar_alt(x->g, rule, &s)) fail(x, "out of memory");
+            if (ts_grammar_alt(x->g, rule, &s)) fail(x, "more than 100000 rules, or out of memory");
             if (end || x->failed) break;
             x->p++;
             continue;

@@ -11,7 +11,7 @@ enum { EL_END = 0, EL_ALT = 1, EL_CLS = 2, EL_REF = 3 };
 #define KIND(e) ((e) >> 30)
 #define ARG(e) ((e)&0x3fffffffu)
 #define SET_CAP 8192    /* int32s of one stack set: [len, positions...] per stack */
-#define MAX_EXPAND 4096 /* nested expansions of one closure (a guard; finish refuses left recursion) */
+#define MAX_EXPAND 1024 /* nested expansions of one closure (a guard; finish refuses left recursion) */
 
 typedef struct alt_list {
     uint32_t **seq;
@@ -47,6 +47,7 @@ void ts_grammar_free(ts_grammar *g) {
 }
 
 int ts_grammar_rule(ts_grammar *g) {
+    if (g->n_rules >= TS_GRAMMAR_MAX_RULES) return -1;
     if (g->n_rules == g->cap_rules) {
         int cap = g->cap_rules ? 2 * g->cap_rules : 64;
         alt_list *r = realloc(g->rules, (size_t)cap * sizeof *r);
@@ -55,6 +56,10 @@ int ts_grammar_rule(ts_grammar *g) {
     }
     memset(&g->rules[g->n_rules], 0, sizeof *g->rules);
     return g->n_rules++;
+}
+
+int ts_grammar_n_rules(const ts_grammar *g) {
+    return g->n_rules;
 }
 
 int ts_grammar_class(ts_grammar *g, const uint64_t bits[4]) {
@@ -137,20 +142,73 @@ int ts_grammar_alt(ts_grammar *g, int rule, ts_gseq *s) {
     return rc;
 }
 
-/* Whether rule r can reach itself before reading a byte (depth-first over left references). */
-static bool left_cycle(const ts_grammar *g, const bool *nullable, uint8_t *color, int r) {
-    if (color[r] == 1) return true;
-    if (color[r] == 2) return false;
-    color[r] = 1;
-    for (int a = 0; a < g->rules[r].count; a++)
-        for (int i = 0; i < g->rules[r].n[a]; i++) {
-            uint32_t e = g->rules[r].seq[a][i];
-            if (KIND(e) != EL_REF) break;
-            if (left_cycle(g, nullable, color, (int)ARG(e))) return true;
-            if (!nullable[ARG(e)]) break;
+/* Left recursion: whether a rule can reach itself before reading a byte. First the rules that can
+ * match nothing (a worklist over alternatives: an alternative is nullable when all its elements are
+ * nullable references), then Kahn's algorithm on the "starts with" graph: the graph has a cycle iff
+ * some rule is never freed. Both are linear in the grammar's size and use no recursion, so a
+ * hostile grammar can neither loop them nor overflow the stack. 0, 1 (a cycle) or −1 (out of memory). */
+static int left_recursive(const ts_grammar *g) {
+    int R = g->n_rules, n_alt = 0, n_ref = 0;
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < g->rules[r].count; a++, n_alt++)
+            for (int i = 0; i < g->rules[r].n[a]; i++) n_ref += KIND(g->rules[r].seq[a][i]) == EL_REF;
+    bool *nullable = calloc((size_t)R, sizeof *nullable);
+    int *left = malloc(((size_t)n_alt + 1) * sizeof *left),
+        *owner = malloc(((size_t)n_alt + 1) * sizeof *owner);
+    int *occ_off = calloc((size_t)R + 1, sizeof *occ_off), *occ = malloc(((size_t)n_ref + 1) * sizeof *occ);
+    int *queue = malloc(((size_t)R + 1) * sizeof *queue), *indeg = calloc((size_t)R, sizeof *indeg);
+    int *edge_off = calloc((size_t)R + 1, sizeof *edge_off),
+        *edge = malloc(((size_t)n_ref + 1) * sizeof *edge);
+    int rc = -1;
+    if (!nullable || !left || !owner || !occ_off || !occ || !queue || !indeg || !edge_off || !edge) goto done;
+    int k = 0, qh = 0, qt = 0;
+    for (int r = 0; r < R; r++) /* occurrences of each rule as a reference, in alternatives */
+        for (int a = 0; a < g->rules[r].count; a++)
+            for (int i = 0; i < g->rules[r].n[a]; i++)
+                if (KIND(g->rules[r].seq[a][i]) == EL_REF) occ_off[ARG(g->rules[r].seq[a][i]) + 1]++;
+    for (int r = 0; r < R; r++) occ_off[r + 1] += occ_off[r];
+    for (int r = 0; r < R; r++)
+        for (int a = 0; a < g->rules[r].count; a++, k++) {
+            owner[k] = r, left[k] = 0;
+            for (int i = 0; i < g->rules[r].n[a]; i++) {
+                uint32_t e = g->rules[r].seq[a][i];
+                if (KIND(e) == EL_REF)
+                    left[k]++, occ[occ_off[ARG(e)] + indeg[ARG(e)]++] = k;
+                else
+                    left[k] = -(1 << 30); /* a byte class: never nullable */
+            }
+            if (left[k] == 0 && !nullable[r]) nullable[r] = true, queue[qt++] = r;
         }
-    color[r] = 2;
-    return false;
+    while (qh < qt) {
+        int x = queue[qh++];
+        for (int j = occ_off[x]; j < occ_off[x + 1]; j++)
+            if (--left[occ[j]] == 0 && !nullable[owner[occ[j]]])
+                nullable[owner[occ[j]]] = true, queue[qt++] = owner[occ[j]];
+    }
+    memset(indeg, 0, (size_t)R * sizeof *indeg);
+    for (int r = 0; r < R; r++) { /* r -> x when x can start r */
+        edge_off[r + 1] = edge_off[r];
+        for (int a = 0; a < g->rules[r].count; a++)
+            for (int i = 0; i < g->rules[r].n[a]; i++) {
+                uint32_t e = g->rules[r].seq[a][i];
+                if (KIND(e) != EL_REF) break;
+                edge[edge_off[r + 1]++] = (int)ARG(e), indeg[ARG(e)]++;
+                if (!nullable[ARG(e)]) break;
+            }
+    }
+    qh = qt = 0;
+    for (int r = 0; r < R; r++)
+        if (!indeg[r]) queue[qt++] = r;
+    while (qh < qt) {
+        int x = queue[qh++];
+        for (int j = edge_off[x]; j < edge_off[x + 1]; j++)
+            if (--indeg[edge[j]] == 0) queue[qt++] = edge[j];
+    }
+    rc = qt < R;
+done:
+    free(nullable), free(left), free(owner), free(occ_off), free(occ), free(queue), free(indeg),
+        free(edge_off), free(edge);
+    return rc;
 }
 
 int ts_grammar_finish(ts_grammar *g, int root, char *err, size_t errlen) {
@@ -166,26 +224,9 @@ int ts_grammar_finish(ts_grammar *g, int root, char *err, size_t errlen) {
                     return ts_errf(err, errlen, "grammar rule %d refers to a rule that does not exist", r);
         }
     }
-    bool *nullable = calloc((size_t)g->n_rules, sizeof *nullable);
-    uint8_t *color = calloc((size_t)g->n_rules, 1);
-    if (!nullable || !color)
-        return free(nullable), free(color), ts_errf(err, errlen, "out of memory for a grammar");
-    for (bool changed = true; changed;) { /* rules that can match nothing */
-        changed = false;
-        for (int r = 0; r < g->n_rules; r++)
-            for (int a = 0; a < g->rules[r].count && !nullable[r]; a++) {
-                bool all = true;
-                for (int i = 0; i < g->rules[r].n[a] && all; i++) {
-                    uint32_t e = g->rules[r].seq[a][i];
-                    all = KIND(e) == EL_REF && nullable[ARG(e)];
-                }
-                if (all) nullable[r] = changed = true;
-            }
-    }
-    bool cycle = false;
-    for (int r = 0; r < g->n_rules && !cycle; r++) cycle = left_cycle(g, nullable, color, r);
-    free(nullable), free(color);
-    if (cycle)
+    int lr = left_recursive(g);
+    if (lr < 0) return ts_errf(err, errlen, "out of memory for a grammar");
+    if (lr)
         return ts_errf(err, errlen,
                        "the grammar is left-recursive: a rule can reach itself without reading a character");
     g->el = malloc(n_el * sizeof *g->el);

@@ -31,6 +31,7 @@
 
 #define TS_GRAMMAR_MAX_DEPTH 96
 #define TS_GRAMMAR_MAX_STACKS 256
+#define TS_GRAMMAR_MAX_RULES 100000 /* bounds what a hostile schema or grammar can make us build */
 
 typedef struct ts_grammar ts_grammar;
 
@@ -45,7 +46,9 @@ typedef struct ts_gseq {
 
 ts_grammar *ts_grammar_new(void);
 void ts_grammar_free(ts_grammar *g);
-int ts_grammar_rule(ts_grammar *g); /* a new rule without alternatives; its id, or −1 (out of memory) */
+/* A new rule without alternatives: its id, or −1 (out of memory, or TS_GRAMMAR_MAX_RULES reached). */
+int ts_grammar_rule(ts_grammar *g);
+int ts_grammar_n_rules(const ts_grammar *g);
 /* A byte class from a 256-bit set (bits[b >> 6] >> (b & 63) & 1); its id, or −1. */
 int ts_grammar_class(ts_grammar *g, const uint64_t bits[4]);
 int ts_grammar_range(ts_grammar *g, int lo, int hi); /* the class of bytes lo..hi */

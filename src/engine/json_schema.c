@@ -29,7 +29,10 @@ static int fail(cx *c, const char *fmt, const char *a, const char *b) {
 
 static int new_rule(cx *c) {
     int r = ts_grammar_rule(c->g);
-    if (r < 0) fail(c, "out of memory building a grammar%s%s", "", "");
+    if (r < 0 && ts_grammar_n_rules(c->g) >= TS_GRAMMAR_MAX_RULES)
+        fail(c, "the schema needs more than 100000 grammar rules%s%s (lower maxLength / maxItems)", "", "");
+    else if (r < 0)
+        fail(c, "out of memory building a grammar%s%s", "", "");
     return r;
 }
 

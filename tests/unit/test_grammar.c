@@ -263,6 +263,7 @@ static void test_refusals(void **state) {
         {"{\"type\":\"object\",\"required\":[\"b\"],\"properties\":{\"a\":{}}}", "names 'b'"},
         {"{\"type\":\"strin\"}", "'strin'"},
         {"[1]", "must be an object"},
+        {"{\"type\":\"string\",\"maxLength\":100000}", "more than 100000 grammar rules"},
         {"{", "not valid JSON"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -317,7 +318,17 @@ static void test_gbnf(void **state) {
         {"root ::= \"a\"{3,1}", "repetition"},
         {"root ::= ( \"a\"", "')'"},
         {"::= \"a\"", "was expected"},
+        {"root ::= \"a\"{0,60000} \"b\"{0,60000}", "more than 100000 rules"},
     };
+    /* a chain of 50000 optional items compiles (not left-recursive) but is too deep to start: an
+     * error, not a crash */
+    const char *deep = "root ::= (\"a\"?){0,50000} \"b\"";
+    ts_grammar *dg = gbnf(deep);
+    ts_matcher *dm = NULL;
+    char derr[256];
+    assert_int_equal(ts_matcher_new(dg, g_voc, &dm, derr, sizeof derr), -1);
+    assert_non_null(strstr(derr, "too deep"));
+    ts_grammar_free(dg);
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         char err[512] = "";
         ts_grammar *h = NULL;
