@@ -81,6 +81,7 @@ typedef struct req {
     ts_toolcall_parser tc;
     ts_text out_r, out_c, mid; /* this piece's reasoning, content, and content before the tool parser */
     char (*call_ids)[32];      /* ids of the calls sent so far */
+    double mask_s;             /* seconds the grammar masks took (the log line) */
     int calls_sent;
 } req;
 
@@ -693,7 +694,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (q->job) {
         ts_job_state st;
         ts_job_wait(q->job, SIZE_MAX, 0, NULL, &st); /* the counts, for the log line */
-        q->n_cached = st.n_cached, q->n_gen = st.n_gen;
+        q->n_cached = st.n_cached, q->n_gen = st.n_gen, q->mask_s = st.mask_seconds;
         ts_job_cancel(q->job); /* nothing when it is done */
         ts_job_release(q->job);
     }
@@ -711,10 +712,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
         }
-        char gen[128] = "";
+        char gen[160] = "";
         if (q->job)
             snprintf(gen, sizeof gen, " prompt=%" PRId64 " cached=%" PRId64 " gen=%" PRId64 "%s", q->n_prompt,
                      q->n_cached, q->n_gen, q->stream ? " stream" : "");
+        if (q->job && q->mask_s > 0)
+            snprintf(gen + strlen(gen), sizeof gen - strlen(gen), " grammar=%.1fms", q->mask_s * 1e3);
         fprintf(stderr, "serve: %s %s %s %u %.3fs%s%s%s\n", addr, q->method, q->path, status,
                 ts_now() - q->t0, gen, q->outcome ? " " : "", q->outcome ? q->outcome : "");
     }
