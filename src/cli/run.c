@@ -8,7 +8,10 @@
 #include "cli/cli.h"
 
 #include "common/error.h"
+#include "engine/gbnf.h"
 #include "engine/generate.h"
+#include "engine/json_schema.h"
+#include "engine/reasoning.h"
 #include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
@@ -32,6 +35,10 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *file, *backend, *chat_template, *system;
+    const char *json_schema; /* a schema file, or "" for any JSON object (--json); NULL: free text */
+    const char *grammar_file; /* GBNF rules, or NULL */
+    int reasoning_format;     /* ts_reasoning_format; −1: none for run, deepseek for chat */
+    long reasoning_budget;    /* thinking tokens before </think> is forced; −1: no limit */
     ts_backend be;
     const char *stops[MAX_STOPS];
     int n_stops;
@@ -63,6 +70,13 @@ static void usage(FILE *f, bool chat) {
                "  --top-k K  --top-p P  --min-p P\n"
                "  --repeat-penalty R --repeat-last-n N  --presence-penalty P  --frequency-penalty F\n"
                "  --stop STR         stop when the output contains STR (up to %d)\n"
+               "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
+               "                     after the reasoning when the prompt opens <think>)\n"
+               "  --json             the output is a JSON object\n"
+               "  --grammar-file F   the output follows these GBNF rules (llama.cpp's grammar syntax)\n"
+               "  --reasoning-format F  deepseek: <think> reasoning goes to stderr, the answer to stdout;\n"
+               "                     none: the text as generated (default: none for run, deepseek for chat)\n"
+               "  --reasoning-budget N  thinking tokens before </think> is forced (default -1: no limit)\n"
                TS_CLI_BACKEND_HELP,
             chat ? "512 per reply" : "128", MAX_STOPS);
     if (chat)
@@ -96,6 +110,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->backend = "cpu";
     o->n_predict = chat ? 512 : 128, o->n_ctx = 4096, o->ubatch = 512, o->enable_thinking = -1;
+    o->reasoning_format = chat ? TS_REASONING_DEEPSEEK : TS_REASONING_NONE, o->reasoning_budget = -1;
     o->sp = ts_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -104,6 +119,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "--no-special")) { o->no_special = true; continue; }
         else if (!strcmp(a, "--think")) { o->enable_thinking = 1; continue; }
         else if (!strcmp(a, "--no-think")) { o->enable_thinking = 0; continue; }
+        else if (!strcmp(a, "--json")) { o->json_schema = ""; continue; }
         if (!v) { fprintf(stderr, "unknown or incomplete option '%s'\n", a); return -1; }
         i++;
         if (!strcmp(a, "-m")) o->model = v;
@@ -112,6 +128,15 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
         else if (!strcmp(a, "-sys") && chat) o->system = v;
         else if (!strcmp(a, "--chat-template") && chat) o->chat_template = v;
         else if (!strcmp(a, "--backend")) o->backend = v;
+        else if (!strcmp(a, "--json-schema")) o->json_schema = v;
+        else if (!strcmp(a, "--grammar-file")) o->grammar_file = v;
+        else if (!strcmp(a, "--reasoning-budget")) bad = parse_long(v, -1, 1L << 30, &o->reasoning_budget);
+        else if (!strcmp(a, "--reasoning-format")) {
+            ts_reasoning_format f;
+            char e2[128];
+            if (ts_reasoning_format_from_name(v, &f, e2, sizeof e2)) { fprintf(stderr, "%s\n", e2); return -1; }
+            o->reasoning_format = (int)f;
+        }
         else if (!strcmp(a, "-n")) bad = parse_long(v, 0, 1 << 24, &o->n_predict);
         else if (!strcmp(a, "-c")) bad = parse_long(v, 8, INT32_MAX, &o->n_ctx);
         else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
@@ -147,9 +172,17 @@ typedef struct engine {
     int32_t V;
     uint64_t seed;
     ts_tokens ctx; /* the ids the session holds, in order */
+    ts_grammar *grammar;    /* --json-schema / --json, or NULL */
+    ts_grammar_vocab *gvoc; /* with a grammar */
+    uint32_t *allow;        /* [V / 32 + 1] */
 } engine;
 
+static char *read_file(const char *path, char *err, size_t errlen);
+
 static void engine_free(engine *e) {
+    ts_grammar_free(e->grammar);
+    ts_grammar_vocab_free(e->gvoc);
+    free(e->allow);
     ts_sampler_free(e->smp);
     ts_session_free(e->s);
     ts_tokenizer_free(e->tok);
@@ -176,6 +209,18 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     o->n_ctx = n_ctx;
     e->seed = o->sp.seed;
+    if (o->json_schema && o->grammar_file) { snprintf(err, sizeof err, "give --json-schema (or --json) or --grammar-file, not both"); goto fail; }
+    if (o->json_schema || o->grammar_file) {
+        const char *path = o->grammar_file ? o->grammar_file : o->json_schema;
+        char *text = *path ? read_file(path, err, sizeof err) : NULL;
+        if (*path && !text) goto fail;
+        int bad = o->grammar_file ? ts_gbnf_grammar(text, strlen(text), &e->grammar, err, sizeof err)
+                                  : ts_json_schema_grammar(text, &e->grammar, err, sizeof err);
+        if (!bad) bad = ts_grammar_vocab_new(e->tok, &e->gvoc, err, sizeof err);
+        free(text);
+        if (bad) goto fail;
+        if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    }
     fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "\n",
             cmd, o->model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->sp.temperature, o->sp.top_k,
             o->sp.top_p, o->sp.min_p, o->sp.seed);
@@ -210,34 +255,91 @@ typedef struct gen_stats {
 
 /* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
  * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
-static int generate(engine *e, const gen_opts *o, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
+/* Released text to the terminal: with the deepseek format the reasoning goes to stderr, the answer
+ * to stdout. final: the text is over. */
+static int show(ts_think_split *ts, bool split, const char *s, size_t n, bool final, bool *reasoned) {
+    if (!split) {
+        fwrite(s, 1, n, stdout);
+        return 0;
+    }
+    ts_text r = {0}, c = {0};
+    int rc = ts_think_push(ts, s, n, &r, &c);
+    if (final) rc |= ts_think_finish(ts, &r, &c);
+    if (r.n) fwrite(r.s, 1, r.n, stderr), fflush(stderr), *reasoned = true;
+    if (final && *reasoned) fputc('\n', stderr);
+    if (c.n) fwrite(c.s, 1, c.n, stdout);
+    ts_text_free(&r), ts_text_free(&c);
+    return rc;
+}
+
+/* The next token: forced (the reasoning budget), under the grammar's mask after the reasoning, or
+ * sampled. */
+static int next_token(engine *e, ts_matcher *mt, bool thinking, int32_t *id, char *err, size_t errlen) {
+    if (mt && !thinking) {
+        if (ts_matcher_mask(mt, e->allow, err, errlen)) return -1;
+        *id = ts_sampler_sample_masked(e->smp, e->logits, e->allow);
+        return ts_tokenizer_is_eog(e->tok, *id) ? 0 : ts_matcher_accept(mt, *id, err, errlen);
+    }
+    *id = ts_sampler_sample(e->smp, e->logits);
+    return 0;
+}
+
+/* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
+ * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
+static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
     ts_textgen g;
     ts_textgen_init(&g, e->tok, o->stops, o->n_stops, reply);
-    size_t printed = 0; /* bytes of reply already written to stdout */
+    size_t printed = 0; /* bytes of reply already shown */
     double t0 = now();
     st->n_gen = 0, st->why = "n_predict";
     g_interrupted = 0;
-    for (long i = 0; i < o->n_predict; i++) {
+    ts_matcher *mt = NULL; /* the grammar applies once the reasoning (if the prompt opened it) is over */
+    if (e->grammar && ts_matcher_new(e->grammar, e->gvoc, &mt, err, errlen)) return -1;
+    bool thinking = think_open, split = o->reasoning_format == TS_REASONING_DEEPSEEK;
+    int32_t open_id = ts_tokenizer_find(e->tok, "<think>"), close_id = ts_tokenizer_find(e->tok, "</think>");
+    ts_tokens forced = {0}; /* "\n</think>\n\n" once the budget is spent */
+    size_t n_forced = 0;
+    long n_think = 0;
+    ts_think_split ts;
+    ts_think_init(&ts, think_open);
+    bool reasoned = false; /* reasoning was shown (on stderr) */
+    int rc = 0;
+    for (long i = 0; i < o->n_predict && !rc; i++) {
         if (g_interrupted) { st->why = "interrupted"; break; }
-        int32_t id = ts_sampler_sample(e->smp, e->logits);
+        if (thinking && !forced.n && o->reasoning_budget >= 0 && n_think >= o->reasoning_budget)
+            rc = ts_tokenize(e->tok, "\n</think>\n\n", strlen("\n</think>\n\n"), true, &forced, err, errlen);
+        int32_t id;
+        if (rc) break;
+        if (n_forced < forced.n) {
+            id = forced.ids[n_forced++];
+            if (n_forced == forced.n) thinking = false;
+        } else if ((rc = next_token(e, mt, thinking, &id, err, errlen))) {
+            break;
+        }
+        if (thinking) n_think++, thinking = id != close_id || n_forced < forced.n;
+        else if (id == open_id && i == 0 && !mt) thinking = true;
         if (ts_tokenizer_is_eog(e->tok, id)) { st->why = "end of generation"; break; }
         int r = ts_textgen_push(&g, id, err, errlen);
-        if (r < 0) return -1;
+        if (r < 0) { rc = -1; break; }
         st->n_gen++;
         size_t safe = ts_textgen_safe(&g);
-        if (safe > printed) fwrite(reply->s + printed, 1, safe - printed, stdout), printed = safe;
+        if (safe > printed) rc = show(&ts, split, reply->s + printed, safe - printed, false, &reasoned), printed = safe;
         fflush(stdout);
         if (r == 1) { st->why = "stop string"; break; }
         if (ts_session_pos(e->s) >= o->n_ctx) { st->why = "context full"; break; }
         ts_sampler_accept(e->smp, id);
-        if (ts_tokens_push(&e->ctx, id)) return ts_errf(err, errlen, "out of memory");
-        if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) return -1;
+        if (ts_tokens_push(&e->ctx, id)) rc = ts_errf(err, errlen, "out of memory");
+        else if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) rc = -1;
     }
-    if (ts_textgen_finish(&g)) return ts_errf(err, errlen, "out of memory");
-    if (reply->n > printed) fwrite(reply->s + printed, 1, reply->n - printed, stdout);
+    ts_matcher_free(mt);
+    ts_tokens_free(&forced);
+    if (!rc && ts_textgen_finish(&g)) rc = ts_errf(err, errlen, "out of memory");
+    if (!rc && show(&ts, split, reply->s ? reply->s + printed : "", reply->n - printed, true, &reasoned))
+        rc = ts_errf(err, errlen, "out of memory");
+    ts_think_free(&ts);
     fflush(stdout);
     st->t_gen = now() - t0;
-    return 0;
+    return rc ? -1 : 0;
 }
 
 static char *read_file(const char *path, char *err, size_t errlen) {
@@ -274,7 +376,7 @@ int ts_cmd_run(int argc, char **argv) {
     double t_prompt = now() - t0;
     signal(SIGINT, on_sigint);
     if (!rc) fwrite(text, 1, strlen(text), stdout);
-    if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+    if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(text, strlen(text)), &reply, &st, err, sizeof err);
     signal(SIGINT, SIG_DFL);
     if (rc) {
         fprintf(stderr, "\nturbospark run: %s\n", err);
@@ -357,7 +459,7 @@ int ts_cmd_chat(int argc, char **argv) {
             rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.n_ctx);
         if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
         signal(SIGINT, on_sigint);
-        if (!rc) rc = generate(&e, &o, &reply, &st, err, sizeof err);
+        if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text.s, prompt_text.n), &reply, &st, err, sizeof err);
         signal(SIGINT, SIG_DFL);
         if (!rc) {
             printf("\n");

@@ -25,6 +25,8 @@ static void usage(FILE *f) {
            "  -t N                 CPU threads\n"
            "  --alias NAME         the model's id in the API (default: the file's name)\n"
            "  --chat-template K    chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+           "  --reasoning-format F none | deepseek (default): <think> blocks into reasoning_content\n"
+           "  --reasoning-budget N thinking tokens before </think> is forced (default -1: no limit)\n"
            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
            "  --max-connections N  open connections (default 512)\n"
            "  --max-connections-per-ip N  open connections from one client address (default 128)\n"
@@ -135,6 +137,14 @@ int ts_cmd_serve(int argc, char **argv) {
             o.alias = v;
         else if (!strcmp(a, "--chat-template"))
             o.chat_template = v;
+        else if (!strcmp(a, "--reasoning-format")) {
+            char e2[128];
+            if (ts_reasoning_format_from_name(v, &o.reasoning_format, e2, sizeof e2)) {
+                fprintf(stderr, "turbospark serve: %s\n", e2);
+                return 1;
+            }
+        } else if (!strcmp(a, "--reasoning-budget"))
+            bad = parse_long(v, -1, 1L << 30, &k), o.reasoning_budget = k;
         else if (!strcmp(a, "--max-queue"))
             bad = parse_long(v, 0, 1 << 20, &k), o.max_queue = (int)k;
         else if (!strcmp(a, "--max-connections"))

@@ -148,16 +148,27 @@ static void sift_down(cand *h, int32_t n, int32_t i) {
 }
 
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
+    return ts_sampler_sample_masked(s, logits, NULL);
+}
+
+int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint32_t *allow) {
     const ts_sampler_params *p = &s->p;
-    const int32_t V = s->n_vocab;
+    int32_t V = s->n_vocab;
     for (int32_t i = 0; i < V; i++) s->c[i] = (cand){i, logits[i], 0};
     apply_penalties(s);
+    if (allow) { /* keep the allowed candidates only (ids stay in order) */
+        int32_t k = 0;
+        for (int32_t i = 0; i < V; i++)
+            if ((allow[i >> 5] >> (i & 31)) & 1) s->c[k++] = s->c[i];
+        if (k == 0) return 0; /* the caller guarantees one; never read past the list */
+        V = k;
+    }
 
     if (p->temperature <= 0) { /* greedy: lowest id wins ties */
         int32_t best = 0;
         for (int32_t i = 1; i < V; i++)
             if (s->c[i].logit > s->c[best].logit) best = i;
-        return best;
+        return s->c[best].id;
     }
     /* top-k first: a min-heap of the k best (O(V log k)) keeps large vocabularies cheap */
     int32_t n = p->top_k > 0 && p->top_k < V ? p->top_k : V;

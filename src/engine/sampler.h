@@ -49,5 +49,8 @@ void ts_sampler_reset(ts_sampler *s, uint64_t seed); /* clears the history, rese
 
 /* Picks the next token from logits[n_vocab] (not modified). */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
+/* The same among the tokens whose bit is set in allow[n_vocab / 32 + 1] (grammar.h's mask; at
+ * least one must be): the others are gone after the penalties, before greedy or top-k. */
+int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint32_t *allow);
 
 #endif

@@ -3,6 +3,10 @@
 #include "server/server.h"
 
 #include "common/error.h"
+#include "engine/gbnf.h"
+#include "engine/json_schema.h"
+#include "engine/reasoning.h"
+#include "engine/toolcall.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
 #include "server/guard.h"
@@ -80,6 +84,14 @@ typedef struct req {
     ts_text pend, delta;
     size_t pend_off, have;
     bool sent_role, over;
+    /* chat output: the reasoning split off, tool calls parsed (chat_out) */
+    bool split_think, parse_tools, parallel_calls;
+    ts_think_split think;
+    ts_toolcall_parser tc;
+    ts_text out_r, out_c, mid; /* this piece's reasoning, content, and content before the tool parser */
+    char (*call_ids)[32];      /* ids of the calls sent so far */
+    double mask_s;             /* seconds the grammar masks took (the log line) */
+    int calls_sent;
 } req;
 
 struct route {
@@ -259,6 +271,65 @@ static void note_job(req *q, const ts_job_state *st) {
                                                                                 : ts_finish_name(st->finish);
 }
 
+/* Generated text through the reasoning split and the tool-call parser (chat only); out_r and
+ * out_c get this piece's decided reasoning and content. final: the text is over. */
+static int chat_out(req *q, const char *s, size_t n, bool final) {
+    q->out_r.n = q->out_c.n = q->mid.n = 0;
+    int rc = 0;
+    if (q->resp.kind != TS_API_CHAT) return ts_text_append(&q->out_c, s, n);
+    if (q->split_think) {
+        rc |= ts_think_push(&q->think, s, n, &q->out_r, &q->mid);
+        if (final) rc |= ts_think_finish(&q->think, &q->out_r, &q->mid);
+    } else {
+        rc |= ts_text_append(&q->mid, s, n);
+    }
+    if (q->parse_tools) {
+        rc |= ts_toolcall_push(&q->tc, q->mid.s, q->mid.n, &q->out_c);
+        if (final) rc |= ts_toolcall_finish(&q->tc, &q->out_c);
+    } else {
+        rc |= ts_text_append(&q->out_c, q->mid.s, q->mid.n);
+    }
+    return rc ? -1 : 0;
+}
+
+/* Calls parsed and not sent yet, with new ids (one call only when parallel calls are off). */
+static int new_calls(req *q, ts_api_call *buf, int max) {
+    int total = q->parallel_calls || q->tc.n_calls < 1 ? q->tc.n_calls : 1, k = 0;
+    if (total > q->calls_sent) {
+        char(*ids)[32] = realloc(q->call_ids, (size_t)total * sizeof *ids);
+        if (!ids) return -1;
+        q->call_ids = ids;
+    }
+    for (int i = q->calls_sent; i < total && k < max; i++, k++) {
+        unsigned char rnd[12];
+        random_bytes(rnd, sizeof rnd);
+        int w = snprintf(q->call_ids[i], sizeof q->call_ids[i], "call_");
+        for (size_t b = 0; b < sizeof rnd; b++)
+            w += snprintf(q->call_ids[i] + w, sizeof q->call_ids[i] - (size_t)w, "%02x", rnd[b]);
+        buf[k] = (ts_api_call){q->call_ids[i], q->tc.calls[i].name, q->tc.calls[i].arguments};
+    }
+    return k;
+}
+
+/* A delta of this piece: reasoning, content and the new calls (buf holds them). */
+static int piece_delta(req *q, ts_api_delta *d, ts_api_call *buf, int max) {
+    int first = q->calls_sent, k = new_calls(q, buf, max);
+    if (k < 0) return -1;
+    q->calls_sent += k;
+    *d = (ts_api_delta){.content = q->out_c.s,
+                        .n_content = q->out_c.n,
+                        .reasoning = q->out_r.s,
+                        .n_reasoning = q->out_r.n,
+                        .calls = buf,
+                        .n_calls = k,
+                        .first_index = first};
+    return 0;
+}
+
+static const char *finish_of(const req *q, ts_finish f) {
+    return f == TS_FINISH_LENGTH ? "length" : q->calls_sent ? "tool_calls" : "stop";
+}
+
 /* Server-sent events: MHD asks for bytes; we block (in this connection's own thread) until the
  * scheduler publishes text, watching the socket meanwhile. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -275,28 +346,39 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (q->over) return MHD_CONTENT_READER_END_OF_STREAM;
         if (q->resp.kind == TS_API_CHAT && !q->sent_role) {
             q->sent_role = true;
-            if (ts_api_chunk_sse(&q->resp, true, NULL, 0, NULL, NULL, &q->pend))
+            if (ts_api_chunk_sse(&q->resp, true, NULL, NULL, NULL, &q->pend))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
         ts_job_state st;
         q->delta.n = 0;
         ts_job_wait(q->job, q->have, WAIT_SLICE_MS, &q->delta, &st);
-        if (q->delta.n) {
+        bool ok_end = st.done && (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH);
+        if (q->delta.n || ok_end) {
             q->have += q->delta.n;
-            if (ts_api_chunk_sse(&q->resp, false, q->delta.s, q->delta.n, NULL, NULL, &q->pend))
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+            ts_api_call calls[8];
+            ts_api_delta d;
+            for (bool first = true;; first = false) { /* more than 8 new calls: several chunks */
+                if ((first && chat_out(q, q->delta.s, q->delta.n, ok_end)) || piece_delta(q, &d, calls, 8))
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (!first) d.n_content = d.n_reasoning = 0;
+                if ((d.n_content || d.n_reasoning || d.n_calls) &&
+                    ts_api_chunk_sse(&q->resp, false, &d, NULL, NULL, &q->pend))
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (d.n_calls < 8) break;
+            }
         }
         if (st.done) {
             note_job(q, &st);
             int rc = 0;
             if (st.finish == TS_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH) {
-                rc |= ts_api_chunk_sse(&q->resp, false, "", 0, finish_str(st.finish), NULL, &q->pend);
+            if (ok_end) {
+                if (q->calls_sent) q->outcome = "tool_calls";
+                rc |= ts_api_chunk_sse(&q->resp, false, NULL, finish_of(q, st.finish), NULL, &q->pend);
                 if (q->include_usage) {
                     ts_api_usage u;
                     usage_of(&st, &u);
-                    rc |= ts_api_chunk_sse(&q->resp, false, NULL, 0, NULL, &u, &q->pend);
+                    rc |= ts_api_chunk_sse(&q->resp, false, NULL, NULL, &u, &q->pend);
                 }
             } else {
                 ts_api_error e;
@@ -338,9 +420,18 @@ static enum MHD_Result finish_blocking(req *q) {
         ts_api_usage u;
         usage_of(&st, &u);
         ts_text out = {0};
-        rc = ts_api_response_json(&q->resp, text.s ? text.s : "", text.n, finish_str(st.finish), &u, &out)
+        ts_api_delta d = {0};
+        ts_api_call *calls = NULL;
+        bool bad = chat_out(q, text.s, text.n, true) != 0;
+        if (!bad) {
+            int n = q->tc.n_calls ? q->tc.n_calls : 1;
+            bad = !(calls = malloc((size_t)n * sizeof *calls)) || piece_delta(q, &d, calls, n);
+        }
+        if (q->calls_sent) q->outcome = "tool_calls";
+        rc = bad || ts_api_response_json(&q->resp, &d, finish_of(q, st.finish), &u, &out)
                  ? MHD_NO
                  : queue_json(q, 200, &out, NULL, NULL);
+        free(calls);
         ts_text_free(&out);
     } else if (st.finish == TS_FINISH_CANCELLED) {
         rc = MHD_NO;
@@ -362,6 +453,8 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     ts_tokens ids = {0};
     char err[512];
     enum MHD_Result rc;
+    ts_grammar *grammar = NULL;
+    bool think_open = false;
     const char *param = kind == TS_API_CHAT ? "messages" : "prompt";
     if (kind == TS_API_CHAT) {
         if (!S->chat_ok) {
@@ -372,8 +465,11 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
             goto refuse;
         }
         ts_text prompt = {0};
+        bool tools_on = r.n_tools && r.tool_choice != TS_TOOLS_NONE;
         ts_chat_opts co = {.add_generation_prompt = r.add_generation_prompt,
-                           .enable_thinking = r.enable_thinking};
+                           .enable_thinking = r.enable_thinking,
+                           .tools = tools_on ? r.tool_texts : NULL,
+                           .n_tools = tools_on ? r.n_tools : 0};
         int bad = ts_chat_render(S->chat_kind, r.msgs, r.n_msgs, &co, &prompt, err, sizeof err);
         if (!bad && prompt.n > S->max_prompt_bytes) {
             ts_text_free(&prompt);
@@ -384,9 +480,18 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
             goto refuse;
         }
         if (!bad) bad = ts_tokenize(S->tok, prompt.s ? prompt.s : "", prompt.n, true, &ids, err, sizeof err);
+        think_open = !bad && ts_prompt_opens_think(prompt.s ? prompt.s : "", prompt.n);
         ts_text_free(&prompt);
         if (bad) {
             ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err);
+            goto refuse;
+        }
+        q->split_think = S->o->reasoning_format == TS_REASONING_DEEPSEEK;
+        ts_think_init(&q->think, think_open);
+        q->parse_tools = tools_on;
+        q->parallel_calls = r.parallel_tool_calls;
+        if (ts_toolcall_init(&q->tc, tools_on ? r.tools_json : NULL, err, sizeof err)) {
+            ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "tools", "%s", err);
             goto refuse;
         }
     } else if (r.prompt_is_ids) {
@@ -410,6 +515,24 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     } else if (ts_tokenize(S->tok, r.prompt, r.prompt_len, true, &ids, err, sizeof err)) {
         ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "prompt", "%s", err);
         goto refuse;
+    }
+    {
+        int bad = 0;
+        const char *gparam = r.grammar ? "grammar" : r.format ? "response_format" : "tool_choice";
+        if (r.grammar)
+            bad = ts_gbnf_grammar(r.grammar, strlen(r.grammar), &grammar, err, sizeof err);
+        else if (r.format == TS_FORMAT_JSON_OBJECT)
+            bad = ts_json_schema_grammar(NULL, &grammar, err, sizeof err);
+        else if (r.format == TS_FORMAT_JSON_SCHEMA)
+            bad = ts_json_schema_grammar(r.schema_json, &grammar, err, sizeof err);
+        else if (r.tool_choice == TS_TOOLS_REQUIRED || r.tool_choice == TS_TOOLS_NAMED)
+            bad = ts_tool_call_grammar(r.tools_json, r.tool_choice == TS_TOOLS_NAMED ? r.tool_name : NULL,
+                                       r.parallel_tool_calls, &grammar, err, sizeof err);
+        if (bad) {
+            ts_api_fail(&e, 400, "invalid_request_error", r.grammar ? "invalid_grammar" : "invalid_schema",
+                        gparam, "%s", err);
+            goto refuse;
+        }
     }
     if (ids.n == 0) {
         ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", param, "the %s is empty (no tokens)",
@@ -441,7 +564,11 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
                         .n_stops = r.n_stops,
                         .max_tokens = max_tokens,
                         .ignore_eos = r.ignore_eos,
-                        .cache_prompt = r.cache_prompt};
+                        .cache_prompt = r.cache_prompt,
+                        .grammar = grammar,
+                        .think_open = think_open,
+                        .think_budget = S->o->reasoning_budget};
+    grammar = NULL; /* the scheduler's now, whatever happens */
     for (int i = 0; i < r.n_stops; i++) jp.stops[i] = r.stops[i];
     bool busy = false;
     q->job = ts_sched_submit(S->sched, &jp, &busy, err, sizeof err);
@@ -486,6 +613,7 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     return rc;
 
 refuse:
+    ts_grammar_free(grammar);
     ts_tokens_free(&ids);
     ts_api_request_free(&r);
     return send_error(q, &e, NULL, NULL);
@@ -770,7 +898,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (q->job) {
         ts_job_state st;
         ts_job_wait(q->job, SIZE_MAX, 0, NULL, &st); /* the counts, for the log line */
-        q->n_cached = st.n_cached, q->n_gen = st.n_gen;
+        q->n_cached = st.n_cached, q->n_gen = st.n_gen, q->mask_s = st.mask_seconds;
         ts_job_cancel(q->job); /* nothing when it is done */
         ts_job_release(q->job);
     }
@@ -799,10 +927,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, sizeof addr);
         }
-        char gen[128] = "", status[8] = "-";
+        char gen[160] = "", status[8] = "-";
         if (q->job)
             snprintf(gen, sizeof gen, " prompt=%" PRId64 " cached=%" PRId64 " gen=%" PRId64 "%s", q->n_prompt,
                      q->n_cached, q->n_gen, q->stream ? " stream" : "");
+        if (q->job && q->mask_s > 0)
+            snprintf(gen + strlen(gen), sizeof gen - strlen(gen), " grammar=%.1fms", q->mask_s * 1e3);
         if (q->responded) snprintf(status, sizeof status, "%u", q->status);
         ts_text line = {0}; /* the path is the client's bytes: sanitized, as JSON strings are */
         ts_utf8_sanitize(q->path[0] ? q->path : "?", strlen(q->path[0] ? q->path : "?"), &line);
@@ -816,6 +946,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     ts_text_free(&q->body);
     ts_text_free(&q->pend);
     ts_text_free(&q->delta);
+    ts_think_free(&q->think);
+    ts_toolcall_free(&q->tc);
+    ts_text_free(&q->out_r), ts_text_free(&q->out_c), ts_text_free(&q->mid);
+    free(q->call_ids);
     free(q);
     atomic_fetch_sub(&S->in_flight, 1);
 }
@@ -840,6 +974,8 @@ void ts_server_default_opts(ts_server_opts *o) {
     o->body_timeout = 60;
     o->drain_seconds = 30;
     o->cache_prompt = true;
+    o->reasoning_format = TS_REASONING_DEEPSEEK;
+    o->reasoning_budget = -1;
     o->sp = ts_sampler_default_params();
 }
 

@@ -145,30 +145,13 @@ static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e)
     if ((v = member(o, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
         return BAD(e, "unsupported_parameter", "top_logprobs",
                    "top_logprobs are not supported by this server");
-    if ((v = member(o, "tools")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
-        return BAD(e, "unsupported_parameter", "tools",
-                   "tools (function calling) are not supported by this server");
     if ((v = member(o, "functions")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
         return BAD(e, "unsupported_parameter", "functions",
-                   "functions (function calling) are not supported by this server");
-    if ((v = member(o, "tool_choice")) &&
-        !(cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto"))))
-        return BAD(e, "unsupported_parameter", "tool_choice",
-                   "tool_choice is not supported by this server (no tools)");
+                   "the legacy 'functions' are not supported: send them as 'tools'");
     if ((v = member(o, "function_call")) &&
         !(cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto"))))
         return BAD(e, "unsupported_parameter", "function_call",
-                   "function_call is not supported by this server (no tools)");
-    if ((v = member(o, "response_format"))) {
-        const cJSON *t = cJSON_IsObject(v) ? member(v, "type") : NULL;
-        if (!t || !cJSON_IsString(t))
-            return BAD(e, "invalid_type", "response_format",
-                       "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text") != 0)
-            return BAD(e, "unsupported_parameter", "response_format",
-                       "response_format '%s' is not supported: this server produces plain text only",
-                       ts_api_clip(t->valuestring, 64, clip, sizeof clip));
-    }
+                   "the legacy 'function_call' is not supported: use 'tool_choice'");
     if ((v = member(o, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
         return BAD(e, "unsupported_parameter", "logit_bias", "logit_bias is not supported by this server");
     if ((v = member(o, "echo")) && !cJSON_IsFalse(v))
@@ -190,9 +173,33 @@ static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e)
     if ((v = member(o, "prediction")))
         return BAD(e, "unsupported_parameter", "prediction",
                    "predicted outputs are not supported by this server");
-    if ((v = member(o, "grammar")) || (v = member(o, "json_schema")))
+    if (kind == TS_API_COMPLETION && ((v = member(o, "tools")) || (v = member(o, "response_format"))))
         return BAD(e, "unsupported_parameter", v->string,
-                   "'%s' (constrained decoding) is not supported by this server", v->string);
+                   "'%s' is a chat completions field: use POST /v1/chat/completions", v->string);
+    return 0;
+}
+
+/* llama-server's constrained decoding fields, on both endpoints: grammar (GBNF text) and a
+ * top-level json_schema (an object). */
+static int parse_llama_constraints(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *gr = member(o, "grammar"), *js = member(o, "json_schema");
+    if (gr && !cJSON_IsString(gr))
+        return BAD(e, "invalid_type", "grammar", "'grammar' must be a string of GBNF rules, not %s",
+                   type_name(gr));
+    if (gr && !*gr->valuestring) gr = NULL; /* llama-server sends "" for none */
+    if (js && !cJSON_IsObject(js))
+        return BAD(e, "invalid_type", "json_schema", "'json_schema' must be a JSON schema object, not %s",
+                   type_name(js));
+    if ((gr || js) && (r->format || r->tool_choice >= TS_TOOLS_REQUIRED || (gr && js)))
+        return BAD(e, "invalid_value", gr ? "grammar" : "json_schema",
+                   "only one of grammar, json_schema, response_format and a required tool call may constrain "
+                   "the answer");
+    if (gr && !(r->grammar = own_copy(r, gr->valuestring, strlen(gr->valuestring)))) return -2;
+    if (js) {
+        char *j = cJSON_PrintUnformatted(js);
+        if (!j || own(r, j)) return free(j), -2;
+        r->format = TS_FORMAT_JSON_SCHEMA, r->schema_json = j;
+    }
     return 0;
 }
 
@@ -369,6 +376,149 @@ static int content_text(const cJSON *c, const char *where, ts_api_request *r, co
     return 0;
 }
 
+/* ---- tools and structured output ------------------------------------------------------------ */
+
+static bool valid_fn_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-' || *s == '.'))
+            return false;
+    return true;
+}
+
+static int parse_tools(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    const cJSON *ts = member(o, "tools"), *t, *v;
+    char pname[64];
+    r->parallel_tool_calls = true;
+    if (ts) {
+        if (!cJSON_IsArray(ts))
+            return BAD(e, "invalid_type", "tools", "'tools' must be an array, not %s", type_name(ts));
+        int i = 0, n = cJSON_GetArraySize(ts);
+        if (n > 128) return BAD(e, "invalid_value", "tools", "'tools' holds at most 128 tools (got %d)", n);
+        if (n && !(r->tool_texts = calloc((size_t)n, sizeof *r->tool_texts))) return -2;
+        if (n && own(r, (char *)r->tool_texts)) return free(r->tool_texts), r->tool_texts = NULL, -2;
+        cJSON_ArrayForEach(t, ts) {
+            snprintf(pname, sizeof pname, "tools[%d]", i);
+            const cJSON *ty = cJSON_IsObject(t) ? member(t, "type") : NULL;
+            const cJSON *f = cJSON_IsObject(t) ? member(t, "function") : NULL;
+            if (!ty || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") != 0 || !f ||
+                !cJSON_IsObject(f))
+                return BAD(e, "invalid_value", pname,
+                           "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}",
+                           pname);
+            const cJSON *nm = member(f, "name");
+            if (!nm || !cJSON_IsString(nm) || !valid_fn_name(nm->valuestring))
+                return BAD(e, "invalid_value", pname,
+                           "'%s.function.name' must be 1 to 64 letters, digits, '_', '-' or '.'", pname);
+            for (const cJSON *u = ts->child; u != t; u = u->next)
+                if (!strcmp(member(member(u, "function"), "name")->valuestring, nm->valuestring))
+                    return BAD(e, "invalid_value", pname, "two tools are called '%.64s'", nm->valuestring);
+            if ((v = member(f, "parameters")) && !cJSON_IsObject(v))
+                return BAD(e, "invalid_type", pname, "'%s.function.parameters' must be a JSON schema object",
+                           pname);
+            ts_text tx = {0};
+            if (ts_chat_tojson(t, &tx) || ts_text_append(&tx, "", 1) || own(r, tx.s))
+                return ts_text_free(&tx), -2;
+            r->tool_texts[r->n_tools++] = tx.s;
+            i++;
+        }
+        if (n) {
+            char *j = cJSON_PrintUnformatted(ts);
+            if (!j || own(r, j)) return free(j), -2;
+            r->tools_json = j;
+        }
+    }
+    if ((v = member(o, "parallel_tool_calls")) &&
+        want_bool(v, "parallel_tool_calls", &r->parallel_tool_calls, e))
+        return -1;
+    if ((v = member(o, "tool_choice"))) {
+        const cJSON *f = cJSON_IsObject(v) ? member(v, "function") : NULL;
+        const cJSON *nm = f && cJSON_IsObject(f) ? member(f, "name") : NULL;
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto"))
+            r->tool_choice = TS_TOOLS_AUTO;
+        else if (cJSON_IsString(v) && !strcmp(v->valuestring, "none"))
+            r->tool_choice = TS_TOOLS_NONE;
+        else if (cJSON_IsString(v) && !strcmp(v->valuestring, "required"))
+            r->tool_choice = TS_TOOLS_REQUIRED;
+        else if (nm && cJSON_IsString(nm)) {
+            r->tool_choice = TS_TOOLS_NAMED;
+            if (!(r->tool_name = own_copy(r, nm->valuestring, strlen(nm->valuestring)))) return -2;
+            bool found = false;
+            for (t = ts ? ts->child : NULL; t; t = t->next)
+                found |= !strcmp(member(member(t, "function"), "name")->valuestring, r->tool_name);
+            if (!found)
+                return BAD(e, "invalid_value", "tool_choice",
+                           "tool_choice names '%.64s', which is not in 'tools'", r->tool_name);
+        } else
+            return BAD(e, "invalid_value", "tool_choice",
+                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
+        if ((r->tool_choice == TS_TOOLS_REQUIRED) && !r->n_tools)
+            return BAD(e, "invalid_value", "tool_choice", "tool_choice \"required\" needs 'tools'");
+    }
+    if ((v = member(o, "response_format"))) {
+        const cJSON *t2 = cJSON_IsObject(v) ? member(v, "type") : NULL;
+        if (!t2 || !cJSON_IsString(t2))
+            return BAD(e, "invalid_type", "response_format",
+                       "'response_format' must be an object with a string 'type'");
+        if (!strcmp(t2->valuestring, "json_object")) {
+            r->format = TS_FORMAT_JSON_OBJECT;
+        } else if (!strcmp(t2->valuestring, "json_schema")) {
+            const cJSON *js = member(v, "json_schema"),
+                        *sc = js && cJSON_IsObject(js) ? member(js, "schema") : NULL;
+            if (!sc || !cJSON_IsObject(sc))
+                return BAD(e, "invalid_value", "response_format.json_schema.schema",
+                           "response_format json_schema needs 'json_schema': {'name', 'schema': {...}}");
+            char *j = cJSON_PrintUnformatted(sc);
+            if (!j || own(r, j)) return free(j), -2;
+            r->format = TS_FORMAT_JSON_SCHEMA, r->schema_json = j;
+        } else if (strcmp(t2->valuestring, "text") != 0) {
+            return BAD(e, "invalid_value", "response_format.type",
+                       "response_format type '%.64s' is unknown: text, json_object or json_schema",
+                       t2->valuestring);
+        }
+        if (r->format && r->tool_choice >= TS_TOOLS_REQUIRED)
+            return BAD(e, "invalid_value", "response_format",
+                       "response_format and a required tool call cannot both constrain the answer");
+    }
+    return 0;
+}
+
+static int parse_tool_calls(const cJSON *tc, const char *where, ts_chat_msg *cm, ts_api_request *r,
+                            ts_api_error *e) {
+    char pname[128];
+    int n = cJSON_GetArraySize(tc), i = 0;
+    ts_chat_tool_call *calls = calloc((size_t)n, sizeof *calls);
+    if (!calls || own(r, (char *)calls)) return free(calls), -2;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+        snprintf(pname, sizeof pname, "%s.tool_calls[%d]", where, i);
+        const cJSON *f = cJSON_IsObject(c) ? member(c, "function") : NULL;
+        const cJSON *nm = f ? member(f, "name") : NULL, *a = f ? member(f, "arguments") : NULL;
+        if (!f || !nm || !cJSON_IsString(nm) || (a && !cJSON_IsString(a) && !cJSON_IsObject(a)))
+            return BAD(
+                e, "invalid_value", pname,
+                "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                pname);
+        calls[i].name = own_copy(r, nm->valuestring, strlen(nm->valuestring));
+        if (!calls[i].name) return -2;
+        if (!a || cJSON_IsString(a)) {
+            const char *t = a ? a->valuestring : "{}";
+            if (!(calls[i].arguments = own_copy(r, t, strlen(t)))) return -2;
+        } else {
+            ts_text tx = {0};
+            if (ts_chat_tojson(a, &tx) || ts_text_append(&tx, "", 1) || own(r, tx.s))
+                return ts_text_free(&tx), -2;
+            calls[i].arguments = tx.s;
+        }
+        i++;
+    }
+    cm->tool_calls = calls, cm->n_tool_calls = (size_t)n;
+    return 0;
+}
+
 static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     const cJSON *ms = member(o, "messages");
     if (!ms) return BAD(e, "missing_required_parameter", "messages", "'messages' is required");
@@ -401,9 +551,13 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
                        "'%s' is '%s'; expected system, developer, user, assistant or tool", pname,
                        ts_api_clip(rs, 32, clip, sizeof clip));
         const cJSON *tc = member(m, "tool_calls");
-        if (tc && !(cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0)) {
+        if (tc && !cJSON_IsArray(tc)) {
             snprintf(pname, sizeof pname, "%s.tool_calls", where);
-            return BAD(e, "unsupported_parameter", pname, "tool calls are not supported by this server");
+            return BAD(e, "invalid_type", pname, "'%s' must be an array", pname);
+        }
+        if (tc && cJSON_GetArraySize(tc) && strcmp(canon, "assistant") != 0) {
+            snprintf(pname, sizeof pname, "%s.tool_calls", where);
+            return BAD(e, "invalid_value", pname, "only assistant messages have tool calls");
         }
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!c && strcmp(canon, "assistant") != 0) {
@@ -417,6 +571,7 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
         if (cm->content == (c ? c->valuestring : NULL) &&
             !(cm->content = own_copy(r, cm->content, strlen(cm->content))))
             return -2;
+        if (tc && cJSON_GetArraySize(tc) && (rc = parse_tool_calls(tc, where, cm, r, e))) return rc;
         const cJSON *rc2 = member(m, "reasoning_content");
         if (rc2) {
             snprintf(pname, sizeof pname, "%s.reasoning_content", where);
@@ -542,6 +697,8 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     if (!rc) rc = refuse_unsupported(o, kind, e);
     if (!rc) rc = parse_common(o, r, e);
     if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    if (!rc && kind == TS_API_CHAT) rc = parse_tools(o, r, e);
+    if (!rc) rc = parse_llama_constraints(o, r, e);
     char serr[256];
     if (!rc && ts_sampler_check(&r->sp, serr, sizeof serr)) /* as the floats the sampler will use */
         rc = BAD(e, "invalid_value", NULL, "the sampling parameters are out of range: %s", serr);
@@ -655,16 +812,36 @@ static int usage_json(const ts_api_usage *u, ts_text *out) {
                 (long long)(u->prompt_tokens + u->completion_tokens), (long long)u->cached_tokens);
 }
 
-int ts_api_response_json(const ts_api_resp *r, const char *text, size_t n, const char *finish_reason,
+static int calls_json(const ts_api_delta *d, bool chunk, ts_text *out) {
+    int rc = put(out, ",\"tool_calls\":[");
+    for (int i = 0; i < d->n_calls; i++) {
+        const ts_api_call *c = &d->calls[i];
+        rc |= put(out, i ? ",{" : "{");
+        if (chunk) rc |= putf(out, "\"index\":%d,", d->first_index + i);
+        rc |= put(out, "\"id\":"), rc |= ts_json_string(out, c->id, strlen(c->id));
+        rc |= put(out, ",\"type\":\"function\",\"function\":{\"name\":");
+        rc |= ts_json_string(out, c->name, strlen(c->name));
+        rc |= put(out, ",\"arguments\":"), rc |= ts_json_string(out, c->arguments, strlen(c->arguments));
+        rc |= put(out, "}}");
+    }
+    return rc | put(out, "]");
+}
+
+int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *m, const char *finish_reason,
                          const ts_api_usage *u, ts_text *out) {
+    const char *text = m->content ? m->content : "";
     int rc = head(r, out, false);
     if (r->kind == TS_API_CHAT) {
         rc |= put(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        rc |= ts_json_string(out, text, n);
+        rc |= m->n_calls && !m->n_content ? put(out, "null") : ts_json_string(out, text, m->n_content);
+        if (m->reasoning && m->n_reasoning)
+            rc |= put(out, ",\"reasoning_content\":"),
+                rc |= ts_json_string(out, m->reasoning, m->n_reasoning);
+        if (m->n_calls) rc |= calls_json(m, false, out);
         rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
     } else {
         rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
-        rc |= ts_json_string(out, text, n);
+        rc |= ts_json_string(out, text, m->n_content);
         rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
     }
     rc |= ts_json_string(out, finish_reason, strlen(finish_reason));
@@ -674,8 +851,10 @@ int ts_api_response_json(const ts_api_resp *r, const char *text, size_t n, const
     return rc ? -1 : 0;
 }
 
-int ts_api_chunk_sse(const ts_api_resp *r, bool role, const char *text, size_t n, const char *finish_reason,
+int ts_api_chunk_sse(const ts_api_resp *r, bool role, const ts_api_delta *d, const char *finish_reason,
                      const ts_api_usage *u, ts_text *out) {
+    static const ts_api_delta none = {0};
+    if (!d) d = &none;
     int rc = put(out, "data: ");
     rc |= head(r, out, true);
     if (u) {
@@ -684,14 +863,24 @@ int ts_api_chunk_sse(const ts_api_resp *r, bool role, const char *text, size_t n
     } else {
         if (r->kind == TS_API_CHAT) {
             rc |= put(out, ",\"choices\":[{\"index\":0,\"delta\":{");
-            if (role)
-                rc |= put(out, "\"role\":\"assistant\",\"content\":\"\"");
-            else if (!finish_reason)
-                rc |= put(out, "\"content\":"), rc |= ts_json_string(out, text, n);
+            bool any = false;
+            if (role) rc |= put(out, "\"role\":\"assistant\",\"content\":\"\""), any = true;
+            if (d->content && d->n_content)
+                rc |= put(out, any ? ",\"content\":" : "\"content\":"),
+                    rc |= ts_json_string(out, d->content, d->n_content), any = true;
+            if (d->reasoning && d->n_reasoning)
+                rc |= put(out, any ? ",\"reasoning_content\":" : "\"reasoning_content\":"),
+                    rc |= ts_json_string(out, d->reasoning, d->n_reasoning), any = true;
+            if (d->n_calls) {
+                ts_text t = {0};
+                rc |= calls_json(d, true, &t);
+                rc |= ts_text_append(out, t.s + (any ? 0 : 1), t.n - (any ? 0 : 1)); /* no leading comma */
+                ts_text_free(&t);
+            }
             rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
         } else {
             rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
-            rc |= ts_json_string(out, text, n);
+            rc |= ts_json_string(out, d->content ? d->content : "", d->n_content);
             rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
         }
         rc |= finish_reason ? ts_json_string(out, finish_reason, strlen(finish_reason)) : put(out, "null");

@@ -4,16 +4,20 @@
  * Requests (POST /v1/chat/completions and /v1/completions) are checked field by field; a bad one
  * gets a ts_api_error naming the field (`param`) and what was expected. Fields that would change
  * the answer but that this server does not implement are refused by name rather than ignored:
- * n > 1, best_of > 1, logprobs, tools / functions, response_format other than text, logit_bias,
- * echo, suffix, audio output, and image / audio / video / file content parts (the engine loads the
- * text model only). Unknown fields are ignored, as most servers do. `null` means "not given".
+ * n > 1, best_of > 1, logprobs, the legacy functions / function_call, logit_bias, echo, suffix,
+ * audio output, and image / audio / video / file content parts (the engine loads the text model
+ * only). Unknown fields are ignored, as most servers do. `null` means "not given".
  *
  * Supported: messages (system, developer = system, user, assistant with reasoning_content, tool;
  * content as a string or an array of text parts), prompt (a string, or token ids; a one-element
  * array of either), max_tokens / max_completion_tokens, temperature, top_p, top_k, min_p, seed,
  * stop (string or array), presence_penalty, frequency_penalty, repetition_penalty (alias
  * repeat_penalty), repeat_last_n, stream, stream_options.include_usage, ignore_eos, cache_prompt,
- * chat_template_kwargs.enable_thinking.
+ * chat_template_kwargs.enable_thinking, tools (functions), tool_choice (auto, none, required, or
+ * {"type": "function", "function": {"name"}}), parallel_tool_calls, assistant messages with
+ * tool_calls, tool messages (tool_call_id), response_format text / json_object / json_schema
+ * (the schema is checked when it is compiled: json_schema.h), and llama-server's grammar (GBNF,
+ * gbnf.h) and top-level json_schema on both endpoints.
  *
  * Responses are written by hand with a JSON string escaper (generated text may hold any valid
  * UTF-8, NUL included). */
@@ -51,6 +55,15 @@ int ts_api_fail(ts_api_error *e, int status, const char *type, const char *code,
 #endif
     ;
 
+typedef enum ts_api_tool_choice {
+    TS_TOOLS_AUTO = 0, /* the model may call a tool */
+    TS_TOOLS_NONE,     /* tools are not shown and calls are not parsed */
+    TS_TOOLS_REQUIRED, /* one call at least (grammar-constrained) */
+    TS_TOOLS_NAMED,    /* a call of tool_name (grammar-constrained) */
+} ts_api_tool_choice;
+
+typedef enum ts_api_format { TS_FORMAT_TEXT = 0, TS_FORMAT_JSON_OBJECT, TS_FORMAT_JSON_SCHEMA } ts_api_format;
+
 typedef struct ts_api_request {
     ts_api_kind kind;
     char *model; /* as given, or NULL */
@@ -72,6 +85,17 @@ typedef struct ts_api_request {
     char *stops[TS_API_MAX_STOPS];
     int n_stops;
     bool stream, include_usage, ignore_eos, cache_prompt;
+    /* tools (chat) */
+    char *tools_json;        /* the "tools" array as JSON text, or NULL when none */
+    const char **tool_texts; /* [n_tools] each tool as the template's tojson writes it */
+    size_t n_tools;
+    ts_api_tool_choice tool_choice;
+    char *tool_name;          /* TS_TOOLS_NAMED */
+    bool parallel_tool_calls; /* true unless the request says otherwise */
+    /* structured output */
+    ts_api_format format;
+    char *schema_json; /* TS_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
+    char *grammar;     /* llama-server's GBNF "grammar", or NULL */
     /* owned strings behind msgs */
     char **owned;
     size_t n_owned;
@@ -113,13 +137,31 @@ typedef struct ts_api_resp {
     const char *model;
 } ts_api_resp;
 
-/* The whole (non-streamed) response. finish_reason: "stop" or "length". */
-int ts_api_response_json(const ts_api_resp *r, const char *text, size_t n, const char *finish_reason,
+/* A tool call of a response: id "call_..." and the function's name and arguments (JSON text). */
+typedef struct ts_api_call {
+    const char *id, *name, *arguments;
+} ts_api_call;
+
+/* What a response or a chunk carries: content (completions: the text), the reasoning, tool calls
+ * (numbered from first_index in a chunk). A NULL string is absent. */
+typedef struct ts_api_delta {
+    const char *content;
+    size_t n_content;
+    const char *reasoning;
+    size_t n_reasoning;
+    const ts_api_call *calls;
+    int n_calls, first_index;
+} ts_api_delta;
+
+/* The whole (non-streamed) response. finish_reason: "stop", "length" or "tool_calls". A chat
+ * message's content is null when it is empty and there are tool calls. */
+int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *m, const char *finish_reason,
                          const ts_api_usage *u, ts_text *out);
 
 /* One server-sent event "data: {chunk}\n\n". role: the chat's first chunk gives the role;
- * finish_reason NULL while running; usage non-NULL only for the final usage chunk (no choices). */
-int ts_api_chunk_sse(const ts_api_resp *r, bool role, const char *text, size_t n, const char *finish_reason,
+ * finish_reason NULL while running; usage non-NULL only for the final usage chunk (no choices);
+ * d may be NULL (an empty delta). */
+int ts_api_chunk_sse(const ts_api_resp *r, bool role, const ts_api_delta *d, const char *finish_reason,
                      const ts_api_usage *u, ts_text *out);
 
 #endif

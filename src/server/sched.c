@@ -31,12 +31,16 @@ struct ts_job {
     int n_stops;
     int64_t max_tokens;
     bool ignore_eos, cache_prompt;
+    ts_grammar *grammar;
+    bool think_open;
+    int64_t think_budget;
     double t_submit;
     /* output: under s->mu */
     ts_text text; /* final bytes only */
     bool done, cancel;
     ts_finish finish;
     int64_t n_cached, n_gen;
+    double mask_seconds;
     double t_first; /* 0 until the first token */
     char error[256];
 };
@@ -58,6 +62,14 @@ typedef struct slot {
     size_t published; /* bytes of text already copied to the job */
     ts_finish fin;    /* set when this step finished the job */
     char err[256];
+    /* constrained decoding and reasoning */
+    ts_matcher *mt;        /* the job's grammar state, or NULL */
+    uint32_t *allow;       /* [n_vocab / 32 + 1] mask */
+    double mask_s;         /* seconds of masks for this job */
+    bool thinking;         /* inside <think> */
+    int64_t n_think;       /* tokens generated inside it */
+    const int32_t *forced; /* tokens to emit instead of sampling: forced[0 .. n_forced) */
+    int n_forced;
     /* this step */
     int64_t step_n;
     bool in_step;
@@ -69,6 +81,9 @@ struct ts_sched {
     ts_metrics *mt;
     ts_sched_params p;
     int32_t n_vocab;
+    ts_grammar_vocab *gvocab;              /* the tokenizer's tries for grammar masks */
+    int32_t think_open_id, think_close_id; /* −1 when the vocabulary lacks them */
+    ts_tokens close_seq;                   /* "\n</think>\n\n" */
     slot *slots;
     pthread_t thread;
     bool thread_started;
@@ -94,6 +109,7 @@ static void job_free(ts_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     ts_text_free(&j->text);
+    ts_grammar_free(j->grammar);
     pthread_cond_destroy(&j->cond);
     free(j);
 }
@@ -139,6 +155,7 @@ static void finish_locked(ts_sched *s, ts_job *j, ts_finish why, const char *err
 
 ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *err, size_t errlen) {
     *busy = false;
+    ts_grammar *grammar = jp->grammar; /* ours from here on */
     if (jp->n_prompt < 1 || (int64_t)jp->n_prompt >= s->p.n_ctx || jp->max_tokens < 1 ||
         (int64_t)jp->n_prompt + jp->max_tokens > s->p.n_ctx || jp->n_stops < 0 ||
         jp->n_stops > TS_JOB_MAX_STOPS)
@@ -146,14 +163,17 @@ ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *
                        "a job of %zu prompt tokens and up to %" PRId64 " more does not fit a slot of %" PRId64
                        " tokens",
                        jp->n_prompt, jp->max_tokens, s->p.n_ctx),
-               NULL;
+               ts_grammar_free(grammar), NULL;
     for (size_t i = 0; i < jp->n_prompt; i++)
         if (jp->prompt[i] < 0 || jp->prompt[i] >= s->n_vocab)
             return ts_errf(err, errlen, "token id %" PRId32 " is outside the vocabulary (0..%" PRId32 ")",
                            jp->prompt[i], s->n_vocab - 1),
-                   NULL;
+                   ts_grammar_free(grammar), NULL;
     ts_job *j = calloc(1, sizeof *j);
-    if (!j) return ts_errf(err, errlen, "out of memory"), NULL;
+    if (!j) return ts_errf(err, errlen, "out of memory"), ts_grammar_free(grammar), NULL;
+    j->grammar = grammar;
+    j->think_open = jp->think_open;
+    j->think_budget = jp->think_budget;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -223,6 +243,7 @@ int ts_job_wait(ts_job *j, size_t have, int timeout_ms, ts_text *out, ts_job_sta
         st->n_prompt = (int64_t)j->n_prompt;
         st->n_cached = j->n_cached;
         st->n_gen = j->n_gen;
+        st->mask_seconds = j->mask_seconds;
         snprintf(st->error, sizeof st->error, "%s", j->error);
     }
     pthread_mutex_unlock(&s->mu);
@@ -261,6 +282,13 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse) {
         ts_session_reset(sl->sess);
         sl->held.n = 0;
     }
+    ts_matcher_free(sl->mt);
+    sl->mt = NULL;
+    if (j->grammar && ts_matcher_new(j->grammar, s->gvocab, &sl->mt, err, sizeof err)) {
+        finish_locked(s, j, TS_FINISH_ERROR, err);
+        return;
+    }
+    sl->thinking = j->think_open, sl->n_think = 0, sl->n_forced = 0, sl->mask_s = 0;
     for (size_t i = 0; i < j->n_prompt; i++) ts_sampler_accept(sl->smp, j->prompt[i]);
     sl->job = j;
     sl->fed = reuse;
@@ -324,10 +352,46 @@ static void reap_locked(ts_sched *s) {
 /* ---- the step ------------------------------------------------------------------------------- */
 
 /* Samples after the slot's logits and grows its text; sets sl->fin when the job is over. */
+/* The next token: forced (reasoning budget), sampled under the grammar's mask, or sampled. */
+static int next_token(ts_sched *s, slot *sl, int32_t *id) {
+    ts_job *j = sl->job;
+    if (sl->thinking && !sl->n_forced && j->think_budget >= 0 && sl->n_think >= j->think_budget)
+        sl->forced = s->close_seq.ids, sl->n_forced = (int)s->close_seq.n;
+    if (sl->n_forced) {
+        *id = *sl->forced++;
+        if (--sl->n_forced == 0) sl->thinking = false; /* the forced text ends the block */
+        return 0;
+    }
+    if (!sl->mt || sl->thinking) {
+        *id = ts_sampler_sample(sl->smp, sl->logits);
+        return 0;
+    }
+    double t0 = ts_now();
+    int rc = ts_matcher_mask(sl->mt, sl->allow, sl->err, sizeof sl->err);
+    sl->mask_s += ts_now() - t0;
+    if (rc) return -1;
+    *id = ts_sampler_sample_masked(sl->smp, sl->logits, sl->allow);
+    if (!ts_mask_get(sl->allow, *id))
+        return snprintf(sl->err, sizeof sl->err, "the grammar allows no token here"), -1;
+    return ts_tokenizer_is_eog(s->tok, *id) ? 0 : ts_matcher_accept(sl->mt, *id, sl->err, sizeof sl->err);
+}
+
+/* Samples after the slot's logits and grows its text; sets sl->fin when the job is over. */
 static void slot_sample(ts_sched *s, slot *sl) {
     ts_job *j = sl->job;
-    int32_t id = ts_sampler_sample(sl->smp, sl->logits);
-    if (!j->ignore_eos && ts_tokenizer_is_eog(s->tok, id)) {
+    int32_t id;
+    if (next_token(s, sl, &id)) {
+        sl->fin = TS_FINISH_ERROR;
+        return;
+    }
+    if (sl->thinking) {
+        sl->n_think++;
+        if (id == s->think_close_id) sl->thinking = false; /* a forced tail ("\n\n") still follows */
+    } else if (id == s->think_open_id && sl->n_gen == 0 && !sl->mt) {
+        sl->thinking = true;
+    }
+    bool grammar_done = sl->mt && !sl->thinking && ts_tokenizer_is_eog(s->tok, id); /* even with ignore_eos */
+    if ((!j->ignore_eos || grammar_done) && ts_tokenizer_is_eog(s->tok, id)) {
         sl->fin = TS_FINISH_STOP;
     } else {
         int r = ts_textgen_push(&sl->tg, id, sl->err, sizeof sl->err);
@@ -438,6 +502,7 @@ static void *sched_main(void *arg) {
                 if (ts_text_append(&j->text, sl->text.s + sl->published, safe - sl->published) == 0)
                     sl->published = safe, changed = true;
             }
+            j->mask_seconds = sl->mask_s;
             if (sl->n_gen != j->n_gen) {
                 if (j->n_gen == 0) j->t_first = now;
                 j->n_gen = sl->n_gen;
@@ -472,6 +537,20 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
     s->m = m, s->tok = tok, s->mt = mt, s->p = *p;
     s->n_vocab = ts_model_n_vocab(m);
     pthread_mutex_init(&s->mu, NULL);
+    s->think_open_id = ts_tokenizer_find(tok, "<think>");
+    s->think_close_id = ts_tokenizer_find(tok, "</think>");
+    {
+        static const char close[] = "\n</think>\n\n";
+        char e2[256];
+        if (ts_tokenize(tok, close, sizeof close - 1, true, &s->close_seq, e2, sizeof e2) ||
+            ts_grammar_vocab_new(tok, &s->gvocab, e2, sizeof e2)) {
+            ts_errf(err, errlen, "%s", e2);
+            pthread_mutex_destroy(&s->mu);
+            ts_tokens_free(&s->close_seq);
+            free(s);
+            return -1;
+        }
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -491,7 +570,9 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         return ts_errf(err, errlen, "out of memory");
     }
     if (p->backend == TS_BACKEND_CUDA && !m->cuda) { /* plan for every slot; one micro-batch holds a step */
-        ts_cuda_params cp = {.plan_ctx = p->n_ctx, .plan_seqs = n, .progress = true,
+        ts_cuda_params cp = {.plan_ctx = p->n_ctx,
+                             .plan_seqs = n,
+                             .progress = true,
                              .max_rows = p->step_tokens + n > p->chunk ? p->step_tokens + n : p->chunk};
         if (ts_model_cuda_init(m, &cp, err, errlen)) {
             ts_sched_free(s);
@@ -514,9 +595,10 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
             return -1;
         }
         sl->logits = malloc((size_t)s->n_vocab * sizeof *sl->logits);
+        sl->allow = malloc(((size_t)s->n_vocab / 32 + 1) * sizeof *sl->allow);
         sl->held.ids = malloc((size_t)p->n_ctx * sizeof *sl->held.ids);
         sl->held.cap = (size_t)p->n_ctx;
-        if (!sl->logits || !sl->held.ids) {
+        if (!sl->logits || !sl->held.ids || !sl->allow) {
             ts_sched_free(s);
             return ts_errf(err, errlen, "out of memory for slot %d", i);
         }
@@ -544,6 +626,8 @@ void ts_sched_free(ts_sched *s) {
         ts_session_free(sl->sess);
         ts_sampler_free(sl->smp);
         free(sl->logits);
+        free(sl->allow);
+        ts_matcher_free(sl->mt);
         ts_tokens_free(&sl->held);
         ts_text_free(&sl->text);
     }
@@ -552,6 +636,8 @@ void ts_sched_free(ts_sched *s) {
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->mu);
+    ts_grammar_vocab_free(s->gvocab);
+    ts_tokens_free(&s->close_seq);
     free(s);
 }
 

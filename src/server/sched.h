@@ -16,6 +16,10 @@
  *   3. every slot that got logits samples a token, the text grows (streaming detokenizer + stop
  *      strings, engine/generate.h), and under the lock the final bytes are published to the job
  *      and its waiter is woken.
+ * Constrained jobs (a grammar) sample among the tokens the grammar allows (grammar.h's mask,
+ * computed in step 3 for that slot alone) once the reasoning, if any, is over. Thinking is tracked
+ * by the <think> / </think> tokens; a job with a reasoning budget gets "\n</think>\n\n" forced, token
+ * by token, after that many thinking tokens.
  * New jobs join between steps. Chunk boundaries of a prompt depend only on its own length (and the
  * prefix reused), never on what else runs, so a greedy request's output does not depend on load.
  *
@@ -23,6 +27,7 @@
 #ifndef TS_SERVER_SCHED_H
 #define TS_SERVER_SCHED_H
 
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -54,6 +59,9 @@ typedef struct ts_job_params {
     int64_t max_tokens; /* ≥ 1; n_prompt + max_tokens ≤ n_ctx */
     bool ignore_eos;
     bool cache_prompt;
+    ts_grammar *grammar;  /* NULL, or the job's own (freed with the job, even when refused) */
+    bool think_open;      /* the prompt ends inside <think> */
+    int64_t think_budget; /* thinking tokens before </think> is forced; −1: no limit */
 } ts_job_params;
 
 /* A snapshot of a job for its waiter. */
@@ -62,7 +70,8 @@ typedef struct ts_job_state {
     bool done;
     ts_finish finish; /* when done */
     int64_t n_prompt, n_cached, n_gen;
-    char error[256]; /* when finish is TS_FINISH_ERROR */
+    double mask_seconds; /* time spent computing grammar masks */
+    char error[256];     /* when finish is TS_FINISH_ERROR */
 } ts_job_state;
 
 typedef struct ts_sched ts_sched;

@@ -17,6 +17,7 @@
 #define TS_SERVER_SERVER_H
 
 #include "engine/generate.h"
+#include "engine/reasoning.h"
 #include "engine/sampler.h"
 #include "turbospark.h"
 
@@ -54,6 +55,8 @@ typedef struct ts_server_opts {
     bool cache_prompt;
     bool quiet; /* no per-request log lines */
     ts_backend backend;
+    ts_reasoning_format reasoning_format; /* deepseek (default): <think> into reasoning_content */
+    int64_t reasoning_budget;             /* thinking tokens before </think> is forced; −1: no limit */
     ts_sampler_params sp;
     bool sp_given[TS_SAMPLING_N_KEYS];
 } ts_server_opts;

@@ -4,6 +4,10 @@
 
 #include "common/error.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct span {
@@ -123,9 +127,20 @@ static bool is_tool_response(span c) {
            !memcmp(c.s + c.n - (sizeof b - 1), b, sizeof b - 1);
 }
 
-static void render_qwen3(out_ctx *o, const ts_chat_msg *m, size_t n) {
-    /* {%- if messages[0].role == 'system' %} system turn {%- endif %} */
-    if (n > 0 && eq(m[0].role, "system")) turn(o, "system", sp(m[0].content));
+static void render_qwen3(out_ctx *o, const ts_chat_msg *m, size_t n, const ts_chat_opts *opt) {
+    if (opt->n_tools) { /* {%- if tools %} the system turn lists them */
+        puts_(o, "<|im_start|>system\n");
+        if (n > 0 && eq(m[0].role, "system")) puts_(o, m[0].content), puts_(o, "\n\n");
+        puts_(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+                 "provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (size_t i = 0; i < opt->n_tools; i++) puts_(o, "\n"), puts_(o, opt->tools[i]);
+        puts_(o,
+              "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+              "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+              "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (n > 0 && eq(m[0].role, "system")) { /* {%- if messages[0].role == 'system' %} */
+        turn(o, "system", sp(m[0].content));
+    }
     /* last_user: the last user message that is not a wrapped tool response (n - 1 if none) */
     size_t last_user = n ? n - 1 : 0;
     for (size_t i = n; i-- > 0;)
@@ -162,6 +177,17 @@ static void render_qwen3(out_ctx *o, const ts_chat_msg *m, size_t n) {
             } else {
                 put(o, answer);
             }
+            /* {%- if (loop.first and content) or (not loop.first) %}{{- '\n' }} — content after the
+             * split above, as the template reassigns it */
+            for (size_t k = 0; k < m[i].n_tool_calls; k++) {
+                const ts_chat_tool_call *tc = &m[i].tool_calls[k];
+                if (k > 0 || answer.n) puts_(o, "\n");
+                puts_(o, "<tool_call>\n{\"name\": \"");
+                puts_(o, tc->name);
+                puts_(o, "\", \"arguments\": ");
+                puts_(o, tc->arguments);
+                puts_(o, "}\n</tool_call>");
+            }
             puts_(o, "<|im_end|>\n");
         } else if (eq(role, "tool")) {
             if (i == 0 || !eq(m[i - 1].role, "tool")) puts_(o, "<|im_start|>user");
@@ -177,8 +203,16 @@ int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const t
                    ts_text *out, char *err, size_t errlen) {
     ts_chat_opts d = {.add_generation_prompt = true, .enable_thinking = -1};
     const ts_chat_opts *o = opts ? opts : &d;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || !*msgs[i].role) return ts_errf(err, errlen, "chat message %zu has no role", i);
+        if (msgs[i].n_tool_calls && kind == TS_CHAT_CHATML)
+            return ts_errf(err, errlen,
+                           "chat message %zu has tool calls, which the chatml template cannot show; use "
+                           "--chat-template qwen3",
+                           i);
+    }
+    if (o->n_tools && kind == TS_CHAT_CHATML)
+        return ts_errf(err, errlen, "the chatml template cannot list tools; use --chat-template qwen3");
     out_ctx c = {out, 0};
     switch (kind) {
     case TS_CHAT_CHATML:
@@ -187,7 +221,7 @@ int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const t
         break;
     case TS_CHAT_QWEN3:
     case TS_CHAT_QWEN3_THINKING:
-        render_qwen3(&c, msgs, n);
+        render_qwen3(&c, msgs, n, o);
         if (o->add_generation_prompt) {
             puts_(&c, "<|im_start|>assistant\n");
             if (o->enable_thinking == 0)
@@ -200,4 +234,78 @@ int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const t
         return ts_errf(err, errlen, "unknown chat template kind %d", (int)kind);
     }
     return c.failed ? ts_errf(err, errlen, "out of memory rendering the chat") : 0;
+}
+
+/* ---- tojson --------------------------------------------------------------------------------- */
+
+static int json_str(ts_text *out, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    int rc = ts_text_append(out, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p && !rc; p++) {
+        char e[7] = {'\\', 0};
+        size_t k = 2;
+        switch (*p) {
+        case '"':
+            e[1] = '"';
+            break;
+        case '\\':
+            e[1] = '\\';
+            break;
+        case '\n':
+            e[1] = 'n';
+            break;
+        case '\r':
+            e[1] = 'r';
+            break;
+        case '\t':
+            e[1] = 't';
+            break;
+        case '\b':
+            e[1] = 'b';
+            break;
+        case '\f':
+            e[1] = 'f';
+            break;
+        default:
+            if (*p < 0x20)
+                e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[*p >> 4], e[5] = hex[*p & 15], k = 6;
+            else
+                e[0] = (char)*p, k = 1;
+        }
+        rc = ts_text_append(out, e, k);
+    }
+    return rc | ts_text_append(out, "\"", 1);
+}
+
+/* Python's repr of a float is the shortest text that reads back the same; an integral JSON number
+ * (cJSON keeps no int/float distinction) is written as an int. */
+static int json_num(ts_text *out, double x) {
+    char b[40];
+    if (x == floor(x) && fabs(x) < 1e16)
+        snprintf(b, sizeof b, "%.0f", x);
+    else if (!isfinite(x))
+        snprintf(b, sizeof b, "%s", isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity");
+    else
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(b, sizeof b, "%.*g", prec, x);
+            if (strtod(b, NULL) == x) break;
+        }
+    return ts_text_append(out, b, strlen(b));
+}
+
+int ts_chat_tojson(const void *cjson, ts_text *out) {
+    const cJSON *v = cjson;
+    if (!v || cJSON_IsNull(v)) return ts_text_append(out, "null", 4);
+    if (cJSON_IsTrue(v)) return ts_text_append(out, "true", 4);
+    if (cJSON_IsFalse(v)) return ts_text_append(out, "false", 5);
+    if (cJSON_IsNumber(v)) return json_num(out, v->valuedouble);
+    if (cJSON_IsString(v)) return json_str(out, v->valuestring);
+    bool obj = cJSON_IsObject(v);
+    int rc = ts_text_append(out, obj ? "{" : "[", 1);
+    for (const cJSON *c = v->child; c && !rc; c = c->next) {
+        if (c != v->child) rc |= ts_text_append(out, ", ", 2);
+        if (obj) rc |= json_str(out, c->string ? c->string : "") | ts_text_append(out, ": ", 2);
+        rc |= ts_chat_tojson(c, out);
+    }
+    return rc | ts_text_append(out, obj ? "}" : "]", 1);
 }

@@ -5,18 +5,22 @@
  * byte for byte as transformers' apply_chat_template does (tests/fixtures/chat):
  *   chatml          every message "<|im_start|>{role}\n{content}<|im_end|>\n"; generation prompt
  *                   "<|im_start|>assistant\n".
- *   qwen3           the Qwen3 template without tools: system first; assistant turns before the last
+ *   qwen3           the Qwen3 template: system first (with tools: the system turn lists them in
+ *                   <tools></tools>, each as transformers' `tool | tojson` writes it, and says how to
+ *                   call them); assistant turns before the last
  *                   user query lose their <think> reasoning (taken from reasoning_content or split
  *                   off the content at </think>), later ones keep it as "<think>\n...\n</think>\n\n";
- *                   consecutive "tool" messages become one user turn of <tool_response> blocks;
+ *                   an assistant's tool calls follow its content as <tool_call> blocks of
+ *                   {"name": ..., "arguments": ...}; consecutive "tool" messages become one user turn
+ *                   of <tool_response> blocks;
  *                   the generation prompt gets an empty "<think>\n\n</think>\n\n" when
  *                   enable_thinking is false.
  *   qwen3-thinking  the same, but the generation prompt opens "<think>\n" unless enable_thinking is
  *                   false (templates of thinking models, e.g. Qwen3 "Thinking" releases).
  * Recognition: <|im_start|> and <|im_end|> must appear; a template that mentions </think> is of the
  * qwen3 kind, thinking when its generation-prompt section opens more <think> than it closes.
- * Anything else (tool definitions and tool calls in the prompt included) is refused with a message
- * that names the --chat-template override. */
+ * Anything else is refused with a message that names the --chat-template override; the chatml kind
+ * refuses tools and tool calls (it has no way to show them). */
 #ifndef TS_TOKENIZER_CHAT_H
 #define TS_TOKENIZER_CHAT_H
 
@@ -31,15 +35,24 @@ typedef enum ts_chat_kind {
     TS_CHAT_QWEN3_THINKING = 3,
 } ts_chat_kind;
 
+typedef struct ts_chat_tool_call {
+    const char *name;
+    const char *arguments; /* JSON text, written as given (the template's `arguments is string`) */
+} ts_chat_tool_call;
+
 typedef struct ts_chat_msg {
     const char *role;              /* "system", "user", "assistant", "tool" (qwen3 kinds ignore others) */
     const char *content;           /* NULL is "" */
     const char *reasoning_content; /* assistant turns: the reasoning, or NULL when not given */
+    const ts_chat_tool_call *tool_calls; /* assistant turns: [n_tool_calls] */
+    size_t n_tool_calls;
 } ts_chat_msg;
 
 typedef struct ts_chat_opts {
     bool add_generation_prompt; /* end with the opening of an assistant turn */
     int enable_thinking;        /* -1: not given (the template's default), 0: false, 1: true */
+    const char *const *tools;   /* [n_tools] each tool as `tool | tojson` writes it (ts_chat_tojson) */
+    size_t n_tools;
 } ts_chat_opts;
 
 const char *ts_chat_kind_name(ts_chat_kind k);
@@ -53,5 +66,9 @@ int ts_chat_select(const char *override_name, const char *jinja, ts_chat_kind *k
 /* Renders the conversation and APPENDS the prompt text to out. */
 int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const ts_chat_opts *o, ts_text *out,
                    char *err, size_t errlen);
+
+/* Appends a JSON value (a cJSON *) as Python's json.dumps(ensure_ascii=False) writes it, which is
+ * what transformers' `tojson` filter gives: ", " and ": " separators, keys in their order. 0 or −1. */
+int ts_chat_tojson(const void *cjson, ts_text *out);
 
 #endif

@@ -143,8 +143,8 @@ test('errors: the client sees OpenAI error objects', async () => {
   await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, n: 2 }), check(400, 'n', 'unsupported_parameter'));
   await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, logprobs: true }), check(400, 'logprobs', 'unsupported_parameter'));
   await assert.rejects(client.chat.completions.create({
-    model: 'demo.gguf', messages: chat, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
-  }), check(400, 'tools', 'unsupported_parameter'));
+    model: 'demo.gguf', messages: chat, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } },
+  }), (e) => check(400, 'response_format', 'invalid_schema')(e) && /'format'/.test(e.message));
   await assert.rejects(client.chat.completions.create({
     model: 'demo.gguf', messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] }],
   }), (e) => check(400, 'messages[0].content[1].type', 'unsupported_content_type')(e) && /text model only/.test(e.message));

@@ -98,6 +98,14 @@ invalid_value|temperature|{$U,"temperature":-1}
 invalid_value|top_p|{$U,"top_p":7}
 invalid_type|seed|{$U,"seed":"x"}
 invalid_type|model|{$U,"model":5}
+invalid_value|messages[0].tool_calls[0]|{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}
+invalid_value|response_format.json_schema.schema|{$U,"response_format":{"type":"json_schema","json_schema":{}}}
+invalid_value|tools[0]|{$U,"tools":[{"type":"function"}]}
+invalid_value|tool_choice|{$U,"tool_choice":"required"}
+invalid_schema|response_format|{$U,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"a+"}}}}
+invalid_grammar|grammar|{$U,"grammar":"root ::= root \\"a\\""}
+invalid_type|grammar|{$U,"grammar":["root ::= [a]"]}
+invalid_schema|tool_choice|{$U,"tools":[{"type":"function","function":{"name":"f","parameters":{"\$ref":"#/x"}}}],"tool_choice":"required"}
 EOF
 alive "wrong types"
 
@@ -106,14 +114,13 @@ while IFS='|' read -r path param body; do
   expect_post 400 unsupported_parameter "$param" "$path" "$body"
 done <<EOF
 $CH|n|{$U,"n":3}
-$CH|tools|{$U,"tools":[{"type":"function","function":{"name":"f"}}]}
 $CH|logprobs|{$U,"logprobs":true}
 $CH|top_logprobs|{$U,"top_logprobs":2}
-$CH|response_format|{$U,"response_format":{"type":"json_schema","json_schema":{}}}
 $CH|logit_bias|{$U,"logit_bias":{"11":5}}
 $CH|audio|{$U,"audio":{"voice":"alloy","format":"wav"}}
 $CH|modalities|{$U,"modalities":["text","audio"]}
-$CH|messages[0].tool_calls|{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}
+$CH|functions|{$U,"functions":[{"name":"f"}]}
+$CO|tools|{"prompt":"x","tools":[{"type":"function","function":{"name":"f"}}]}
 $CO|echo|{"prompt":"x","echo":true}
 $CO|best_of|{"prompt":"x","best_of":2}
 $CO|prompt|{"prompt":["a","b"]}

@@ -30,6 +30,35 @@ static void test_greedy_and_ties(void **state) {
     ts_sampler_free(s);
 }
 
+/* A mask keeps only its tokens: greedy takes the best allowed one, sampling (with top-k) never
+ * leaves the mask, and an all-allowed mask draws exactly what the unmasked sampler draws. */
+static void test_masked(void **state) {
+    float l[70];
+    for (int i = 0; i < 70; i++) l[i] = sinf((float)i * 0.7f) * 3;
+    uint32_t allow[3] = {0}, all[3] = {~0u, ~0u, ~0u};
+    const int ids[] = {5, 33, 34, 64, 69};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) allow[ids[i] >> 5] |= 1u << (ids[i] & 31);
+    int best = ids[0];
+    for (size_t i = 1; i < sizeof ids / sizeof *ids; i++)
+        if (l[ids[i]] > l[best]) best = ids[i];
+    ts_sampler *s = make(plain(0), 70);
+    assert_int_equal(ts_sampler_sample_masked(s, l, allow), best);
+    ts_sampler_free(s);
+    ts_sampler_params p = plain(1.5f);
+    p.top_k = 2;
+    s = make(p, 70);
+    int seen[70] = {0};
+    for (int k = 0; k < 500; k++) seen[ts_sampler_sample_masked(s, l, allow)]++;
+    for (int i = 0; i < 70; i++) assert_true(!seen[i] || ((allow[i >> 5] >> (i & 31)) & 1));
+    int kinds = 0;
+    for (int i = 0; i < 70; i++) kinds += seen[i] > 0;
+    assert_int_equal(kinds, 2); /* top-k 2 among the allowed */
+    ts_sampler_free(s);
+    ts_sampler *a = make(plain(1), 70), *b = make(plain(1), 70);
+    for (int k = 0; k < 100; k++) assert_int_equal(ts_sampler_sample_masked(a, l, all), ts_sampler_sample(b, l));
+    ts_sampler_free(a), ts_sampler_free(b);
+}
+
 static void test_seed_reproducible(void **state) {
     float l[50];
     for (int i = 0; i < 50; i++) l[i] = sinf((float)i);
@@ -189,6 +218,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_and_ties),           cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_distribution_matches_softmax), cmocka_unit_test(test_truncation_support),
         cmocka_unit_test(test_penalties),                 cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_masked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

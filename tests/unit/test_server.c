@@ -38,6 +38,56 @@ static void refused(ts_api_kind k, const char *body, int status, const char *par
                  e.message);
 }
 
+#define TOOL_F "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}"
+
+static void test_tool_fields(void **state) {
+    (void)state;
+    ts_api_request r;
+    ts_api_error e;
+    const char *b =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":null,"
+        "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+        "\"{\\\"a\\\": 1}\"}},{\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":{\"b\":[true]}}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"ok\"}]"
+        ","
+        "\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+        "\"parallel_tool_calls\":false,\"response_format\":{\"type\":\"text\"}}";
+    if (parse(TS_API_CHAT, b, &r, &e)) fail_msg("%s", e.message);
+    assert_int_equal(r.n_tools, 1);
+    assert_string_equal(
+        r.tool_texts[0],
+        "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}");
+    assert_non_null(r.tools_json);
+    assert_int_equal(r.tool_choice, TS_TOOLS_NAMED);
+    assert_string_equal(r.tool_name, "f");
+    assert_false(r.parallel_tool_calls);
+    assert_int_equal(r.msgs[1].n_tool_calls, 2);
+    assert_string_equal(r.msgs[1].tool_calls[0].arguments, "{\"a\": 1}");      /* a string: as given */
+    assert_string_equal(r.msgs[1].tool_calls[1].arguments, "{\"b\": [true]}"); /* an object: tojson */
+    assert_string_equal(r.msgs[2].role, "tool");
+    ts_api_request_free(&r);
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_"
+        "schema\","
+        "\"json_schema\":{\"name\":\"x\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}";
+    if (parse(TS_API_CHAT, b, &r, &e)) fail_msg("%s", e.message);
+    assert_int_equal(r.format, TS_FORMAT_JSON_SCHEMA);
+    assert_string_equal(r.schema_json, "{\"type\":\"object\"}");
+    assert_true(r.parallel_tool_calls);
+    assert_int_equal(r.tool_choice, TS_TOOLS_AUTO);
+    ts_api_request_free(&r);
+    /* llama-server's fields, on completions too */
+    b = "{\"prompt\":\"x\",\"grammar\":\"root ::= [ab]+\"}";
+    if (parse(TS_API_COMPLETION, b, &r, &e)) fail_msg("%s", e.message);
+    assert_string_equal(r.grammar, "root ::= [ab]+");
+    ts_api_request_free(&r);
+    b = "{\"prompt\":\"x\",\"grammar\":\"\",\"json_schema\":{\"type\":\"integer\"}}";
+    if (parse(TS_API_COMPLETION, b, &r, &e)) fail_msg("%s", e.message);
+    assert_null(r.grammar);
+    assert_int_equal(r.format, TS_FORMAT_JSON_SCHEMA);
+    assert_string_equal(r.schema_json, "{\"type\":\"integer\"}");
+    ts_api_request_free(&r);
+}
+
 static void test_chat_fields(void **state) {
     (void)state;
     ts_api_request r;
@@ -148,14 +198,39 @@ static void test_refusals(void **state) {
     refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}", 400,
             "messages[0].content[0]", "invalid_type");
     refused(C, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{}]}]}", 400,
-            "messages[0].tool_calls", "unsupported_parameter");
+            "messages[0].tool_calls[0]", "invalid_value");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\",\"tool_calls\":[{}]}]}", 400,
+            "messages[0].tool_calls", "invalid_value");
     refused(C, WITH("\"n\":2"), 400, "n", "unsupported_parameter");
     refused(C, WITH("\"n\":\"2\""), 400, "n", "invalid_type");
     refused(C, WITH("\"logprobs\":true"), 400, "logprobs", "unsupported_parameter");
     refused(C, WITH("\"top_logprobs\":3"), 400, "top_logprobs", "unsupported_parameter");
-    refused(C, WITH("\"tools\":[{\"type\":\"function\"}]"), 400, "tools", "unsupported_parameter");
-    refused(C, WITH("\"tool_choice\":\"required\""), 400, "tool_choice", "unsupported_parameter");
-    refused(C, WITH("\"response_format\":{\"type\":\"json_object\"}"), 400, "response_format",
+    refused(C, WITH("\"tools\":[{\"type\":\"function\"}]"), 400, "tools[0]", "invalid_value");
+    refused(C, WITH("\"tools\":{}"), 400, "tools", "invalid_type");
+    refused(C, WITH("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"), 400, "tools[0]",
+            "invalid_value");
+    refused(C, WITH("\"tools\":[" TOOL_F "," TOOL_F "]"), 400, "tools[1]", "invalid_value");
+    refused(C, WITH("\"tool_choice\":\"required\""), 400, "tool_choice", "invalid_value");
+    refused(C, WITH("\"tools\":[" TOOL_F "],\"tool_choice\":\"any\""), 400, "tool_choice", "invalid_value");
+    refused(
+        C,
+        WITH("\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"),
+        400, "tool_choice", "invalid_value");
+    refused(C,
+            WITH("\"tools\":[" TOOL_F
+                 "],\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}"),
+            400, "response_format", "invalid_value");
+    refused(C, WITH("\"response_format\":{\"type\":\"xml\"}"), 400, "response_format.type", "invalid_value");
+    refused(C, WITH("\"response_format\":{\"type\":\"json_schema\"}"), 400,
+            "response_format.json_schema.schema", "invalid_value");
+    refused(C, WITH("\"functions\":[{\"name\":\"f\"}]"), 400, "functions", "unsupported_parameter");
+    refused(C, WITH("\"grammar\":5"), 400, "grammar", "invalid_type");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"json_schema\":\"{}\"}", 400, "json_schema", "invalid_type");
+    refused(C, WITH("\"grammar\":\"root ::= [a]\",\"response_format\":{\"type\":\"json_object\"}"), 400, "grammar",
+            "invalid_value");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\",\"json_schema\":{}}", 400, "grammar",
+            "invalid_value");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"tools\":[" TOOL_F "]}", 400, "tools",
             "unsupported_parameter");
     refused(C, WITH("\"logit_bias\":{\"5\":100}"), 400, "logit_bias", "unsupported_parameter");
     refused(C, WITH("\"audio\":{\"voice\":\"x\"}"), 400, "audio", "unsupported_parameter");
@@ -216,7 +291,8 @@ static void test_responses(void **state) {
     ts_text out = {0};
     ts_api_resp rp = {.kind = TS_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m\"odel"};
     ts_api_usage u = {3, 4, 1};
-    assert_int_equal(ts_api_response_json(&rp, text, sizeof text - 1, "stop", &u, &out), 0);
+    ts_api_delta whole = {.content = text, .n_content = sizeof text - 1};
+    assert_int_equal(ts_api_response_json(&rp, &whole, "stop", &u, &out), 0);
     cJSON *j = parse_json(out.s, out.n);
     const cJSON *msg =
         cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
@@ -228,16 +304,43 @@ static void test_responses(void **state) {
     cJSON_Delete(j);
 
     out.n = 0;
-    assert_int_equal(ts_api_chunk_sse(&rp, true, NULL, 0, NULL, NULL, &out), 0);
+    assert_int_equal(ts_api_chunk_sse(&rp, true, NULL, NULL, NULL, &out), 0);
     assert_int_equal(strncmp(out.s, "data: {", 7), 0);
     assert_int_equal(strcmp(out.s + out.n - 2, "\n\n"), 0);
     j = parse_json(out.s + 6, out.n - 8);
     assert_string_equal(cJSON_GetObjectItem(j, "object")->valuestring, "chat.completion.chunk");
     cJSON_Delete(j);
     out.n = 0;
-    assert_int_equal(ts_api_chunk_sse(&rp, false, NULL, 0, NULL, &u, &out), 0);
+    assert_int_equal(ts_api_chunk_sse(&rp, false, NULL, NULL, &u, &out), 0);
     j = parse_json(out.s + 6, out.n - 8);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 0);
+    cJSON_Delete(j);
+
+    /* reasoning and tool calls: content null when empty, calls with ids; chunks index the calls */
+    ts_api_call calls[2] = {{"call_a", "f", "{\"x\":1}"}, {"call_b", "g", "{}"}};
+    ts_api_delta d = {.content = "", .reasoning = "why", .n_reasoning = 3, .calls = calls, .n_calls = 2};
+    out.n = 0;
+    assert_int_equal(ts_api_response_json(&rp, &d, "tool_calls", &u, &out), 0);
+    j = parse_json(out.s, out.n);
+    msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(msg, "content")));
+    assert_string_equal(cJSON_GetObjectItem(msg, "reasoning_content")->valuestring, "why");
+    const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 1);
+    assert_string_equal(cJSON_GetObjectItem(tc, "id")->valuestring, "call_b");
+    assert_string_equal(cJSON_GetObjectItem(tc, "type")->valuestring, "function");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tc, "function"), "name")->valuestring, "g");
+    cJSON_Delete(j);
+    d.first_index = 3, d.n_reasoning = 0;
+    out.n = 0;
+    assert_int_equal(ts_api_chunk_sse(&rp, false, &d, NULL, NULL, &out), 0);
+    j = parse_json(out.s + 6, out.n - 8);
+    const cJSON *delta =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "delta");
+    assert_null(cJSON_GetObjectItem(delta, "content"));
+    assert_int_equal(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(delta, "tool_calls"), 1), "index")
+            ->valueint,
+        4);
     cJSON_Delete(j);
 
     ts_api_error e;
@@ -451,9 +554,10 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_fields),   cmocka_unit_test(test_completion_prompts),
-        cmocka_unit_test(test_refusals),      cmocka_unit_test(test_responses),
-        cmocka_unit_test(test_textgen_stops), cmocka_unit_test(test_error_utf8),
+        cmocka_unit_test(test_chat_fields),        cmocka_unit_test(test_tool_fields),
+        cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_responses),          cmocka_unit_test(test_textgen_stops),
+        cmocka_unit_test(test_error_utf8),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -527,9 +527,9 @@ static void test_chat_fixture(void **state) {
         size_t nm = 0;
         for (const cJSON *m = conv->child; m && nm < 16; m = m->next, nm++) {
             const cJSON *rc = cJSON_GetObjectItem(m, "reasoning_content");
-            msgs[nm] = (ts_chat_msg){cJSON_GetObjectItem(m, "role")->valuestring,
-                                     cJSON_GetObjectItem(m, "content")->valuestring,
-                                     cJSON_IsString(rc) ? rc->valuestring : NULL};
+            msgs[nm] = (ts_chat_msg){.role = cJSON_GetObjectItem(m, "role")->valuestring,
+                                     .content = cJSON_GetObjectItem(m, "content")->valuestring,
+                                     .reasoning_content = cJSON_IsString(rc) ? rc->valuestring : NULL};
         }
         const cJSON *et = cJSON_GetObjectItem(c, "enable_thinking");
         ts_chat_opts o = {.add_generation_prompt =
@@ -581,7 +581,7 @@ static void test_chat_select(void **state) {
     assert_int_equal(ts_chat_select(NULL, ts_tokenizer_chat_template(g_tok), &k, err, sizeof err), 0);
     assert_int_equal(k, TS_CHAT_QWEN3);
     /* a message without a role is refused */
-    ts_chat_msg m = {NULL, "x", NULL};
+    ts_chat_msg m = {.role = NULL, .content = "x"};
     ts_text out = {0};
     assert_int_not_equal(ts_chat_render(TS_CHAT_CHATML, &m, 1, NULL, &out, err, sizeof err), 0);
     ts_text_free(&out);
