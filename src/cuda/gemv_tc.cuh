@@ -1,0 +1,178 @@
+// The lane arithmetic of the tensor-core decode GEMV (gemv_tc.cu), host- and device-callable so that
+// tests/cuda/test_gemv_tc_emul.cu runs the very same fragment builders on the CPU around an emulated
+// mma.m16n8k16.f32.f16.f16.f32.
+//
+// The product y[t, o] = Σ_i W[o, i]·x[t, i] is cut into super-blocks of 256 inputs (Q4_K's) and tiles of
+// 8 output rows; one warp computes a (super-block, tile) with 16 + 1 MMAs of shape m16n8k16:
+//   A (16 × 16, row-major): tokens × inputs, x in fp16, rows t ≥ T zero;
+//   B (16 × 8, column-major): inputs × output rows, the integer weight q·sc (≤ 15·63 = 945, exact in fp16);
+//   C (16 × 8, fp32): tokens × output rows.
+// In the PTX fragment layout lane (g, t) = (lane / 4, lane % 4) holds A row g at k-slots 2t, 2t+1 (a0a1)
+// and 2t+8, 2t+9 (a4a5), B column g at the same k-slots, and C row g at columns 2t, 2t+1.
+// Which input sits in which k-slot is ours to choose (x is staged in the same order): lane t feeds
+// sub-blocks 2t and 2t+1 of the super-block, so it needs only their two 6-bit scales and mins, and the
+// 64 inputs 64t .. 64t+63 are exactly the low (sub-block 2t) and high (2t+1) nibbles of Q4_K's qs bytes
+// 32t .. 32t+31. MMA m = 2i + h (i = 0..7, h = 0 low / 1 high nibbles) takes word i of those bytes:
+// elements 4i, 4i+2 of the sub-block in slots 2t, 2t+1 and 4i+1, 4i+3 in slots 2t+8, 2t+9.
+//
+// Exactness: the nibbles become fp16 1024 + q (low) or 1024 + 16q (high) by OR-ing them under 0x6400,
+// and one HFMA2 each, (1024 + q)·sc − 1024·sc or (1024 + 16q)·(sc/16) − 64·sc, gives q·sc exactly (the
+// fused result is an integer ≤ 945). x is scaled per (token, super-block) by a power of two 2^s that
+// puts max|x| in [2^14, 2^15) and rounded to fp16 once (the precision policy's one rounding of an
+// activation; relative error ≤ 2^-11 per element); the MMA sums exactly-representable products in fp32.
+// The K-quant min term dmin·Σ_j m_j·Σx_j is a 17th MMA: B = m_j in slots of sub-block j (both halves),
+// A = Σx_j·2^-6 split into fp16 hi + lo (≈ 2^-22 relative). Per super-block the warp then adds
+//     y += 2^-s · (d·C − 64·dmin·C_min)
+// in fp32 for token g, rows 2t and 2t + 1.
+#ifndef TS_CUDA_GEMV_TC_CUH
+#define TS_CUDA_GEMV_TC_CUH
+
+#include "cuda/quant_decode.cuh"
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <string.h>
+
+namespace ts_cu {
+
+constexpr int kTcSuper = 256;    // inputs a super-block
+constexpr int kTcXsLane = 32;    // u32 of staged x per (token, super-block, lane t): 16 MMAs × a0a1, a4a5
+constexpr int kTcXsSuper = 4 * kTcXsLane; // u32 per (token, super-block)
+
+// ---- fp16 pairs (a u32 holds two fp16: low half first) ---------------------------------------------
+#ifdef __CUDA_ARCH__
+TS_HD uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 r = __hfma2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b),
+                        *reinterpret_cast<__half2 *>(&c));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_mul(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_sub(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_pack(float lo, float hi) {
+    __half2 r = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+#else
+// Host emulation: the operations the kernel uses are exact or round once; double then fp16 rounding is
+// the same single rounding for the magnitudes involved (the tests use it on exact integers and on x).
+static inline float h_lo(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a & 0xFFFFu)); }
+static inline float h_hi(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a >> 16)); }
+static inline uint32_t h_pair(double lo, double hi) {
+    return (uint32_t)ts_fp32_to_fp16((float)lo) | ((uint32_t)ts_fp32_to_fp16((float)hi) << 16);
+}
+static inline uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    return h_pair((double)h_lo(a) * h_lo(b) + h_lo(c), (double)h_hi(a) * h_hi(b) + h_hi(c));
+}
+static inline uint32_t h2_mul(uint32_t a, uint32_t b) {
+    return h_pair((double)h_lo(a) * h_lo(b), (double)h_hi(a) * h_hi(b));
+}
+static inline uint32_t h2_sub(uint32_t a, uint32_t b) {
+    return h_pair((double)h_lo(a) - h_lo(b), (double)h_hi(a) - h_hi(b));
+}
+static inline uint32_t h2_pack(float lo, float hi) {
+    return h_pair(lo, hi);
+}
+#endif
+
+// (a & mask) | 0x64006400: two 4-bit fields under fp16 1024's exponent.
+TS_HD uint32_t h2_nibbles(uint32_t a, uint32_t mask) {
+    return (a & mask) | 0x64006400u;
+}
+
+// ---- Q4_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------------
+
+// sb: the super-block of row g (144 bytes: d, dmin, 12 scale bytes, 128 qs bytes), 16-byte aligned.
+// B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h); Bmin: b0b1 (= b2b3) of the min MMA.
+TS_HD void q4k_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    const uint4 hdr = reinterpret_cast<const uint4 *>(sb)[0];
+    const uint4 qa = reinterpret_cast<const uint4 *>(sb)[1 + 2 * t]; // qs bytes 32t .. 32t + 15
+    const uint4 qb = reinterpret_cast<const uint4 *>(sb)[2 + 2 * t]; // qs bytes 32t + 16 .. 32t + 31
+    const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
+    // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
+    uint32_t scw, mw;
+    if (t < 2) {
+        scw = s0 & 0x3F3F3F3Fu;
+        mw = s1 & 0x3F3F3F3Fu;
+    } else {
+        scw = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+        mw = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
+    }
+    const uint32_t ba = static_cast<uint32_t>(2 * t) & 3u; // byte of sub-block 2t in those words
+    const uint32_t k1024 = 0x64006400u;
+    // {sc, sc} and {m_2t, m_2t+1} as fp16: the bytes under 0x64 (1024 + v), minus 1024
+    const uint32_t sca = h2_sub(ts_cu_prmt(scw, 0x64u, ba | 0x40u | (ba << 8) | 0x4000u), k1024);
+    const uint32_t scb = h2_sub(ts_cu_prmt(scw, 0x64u, (ba + 1) | 0x40u | ((ba + 1) << 8) | 0x4000u), k1024);
+    Bmin = h2_sub(ts_cu_prmt(mw, 0x64u, ba | 0x40u | ((ba + 1) << 8) | 0x4000u), k1024);
+    const uint32_t ka = h2_mul(sca, 0xE400E400u);    // −1024·sc_a
+    const uint32_t scb16 = h2_mul(scb, 0x2C002C00u); // sc_b / 16
+    const uint32_t kb = h2_mul(scb, 0xD400D400u);    // −64·sc_b
+    const uint32_t qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t q = qs[i], q8 = q >> 8;
+        B[2 * i][0] = h2_fma(h2_nibbles(q, 0x000F000Fu), sca, ka);       // elements 4i, 4i+2 of sub-block 2t
+        B[2 * i][1] = h2_fma(h2_nibbles(q8, 0x000F000Fu), sca, ka);      // 4i+1, 4i+3
+        B[2 * i + 1][0] = h2_fma(h2_nibbles(q, 0x00F000F0u), scb16, kb); // the same of sub-block 2t+1
+        B[2 * i + 1][1] = h2_fma(h2_nibbles(q8, 0x00F000F0u), scb16, kb);
+    }
+}
+
+// ---- x: one staging unit = (token, super-block, lane t): the 64 inputs of sub-blocks 2t, 2t+1 -------
+
+// The power of two that puts amax in [2^14, 2^15) (1 for zero; inf and NaN pass through as they are):
+// returns 2^s and sets inv = 2^-s.
+TS_HD float tc_x_scale(float amax, float &inv) {
+#ifdef __CUDA_ARCH__
+    const uint32_t bits = __float_as_uint(amax);
+#else
+    uint32_t bits;
+    memcpy(&bits, &amax, sizeof bits);
+#endif
+    int e = static_cast<int>((bits >> 23) & 0xFF); // biased exponent of amax
+    e = e < 15 ? 15 : e > 254 ? 254 : e;                                // 2^s and 2^-s both normal
+    const int s = 141 - e;                                              // 14 − (e − 127)
+    inv = ts_cu_bits_to_float(static_cast<uint32_t>(127 - s) << 23);
+    return ts_cu_bits_to_float(static_cast<uint32_t>(127 + s) << 23);
+}
+
+// x64: inputs 64t .. 64t+63 of the super-block (fp32), scale = 2^s. Writes the lane's 32 A words
+// (a[4j .. 4j+3] = a0a1, a4a5 of MMA 2j then of MMA 2j+1) and the min MMA's a0a1 (hi) and a4a5 (lo).
+TS_HD void tc_x_unit(const float *x64, float scale, uint32_t (&a)[kTcXsLane], uint32_t &sum_hi, uint32_t &sum_lo) {
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *xs = x64 + 32 * h;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t p02 = h2_pack(xs[4 * i] * scale, xs[4 * i + 2] * scale);
+            const uint32_t p13 = h2_pack(xs[4 * i + 1] * scale, xs[4 * i + 3] * scale);
+            a[4 * i + 2 * h] = p02;
+            a[4 * i + 2 * h + 1] = p13;
+#ifdef __CUDA_ARCH__
+            const float2 f02 = __half22float2(*reinterpret_cast<const __half2 *>(&p02));
+            const float2 f13 = __half22float2(*reinterpret_cast<const __half2 *>(&p13));
+            sum[h] += (f02.x + f13.x) + (f02.y + f13.y);
+#else
+            sum[h] += (h_lo(p02) + h_lo(p13)) + (h_hi(p02) + h_hi(p13));
+#endif
+        }
+    }
+    const float s0 = sum[0] * 0.015625f, s1 = sum[1] * 0.015625f; // · 2^-6: within fp16's range
+    sum_hi = h2_pack(s0, s1);
+#ifdef __CUDA_ARCH__
+    const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&sum_hi));
+    sum_lo = h2_pack(s0 - hi.x, s1 - hi.y);
+#else
+    sum_lo = h2_pack(s0 - h_lo(sum_hi), s1 - h_hi(sum_hi));
+#endif
+}
+
+} // namespace ts_cu
+
+#endif
