@@ -1,5 +1,5 @@
 // Decode products on the tensor cores: y = W·x for up to 8 tokens (or the items of an expert
-// product), Q4_K weights in their file encoding. The contract is gemv_tc.h's; the lane arithmetic
+// product), Q4_K and Q5_K weights in their file encoding. The contract is gemv_tc.h's; the lane arithmetic
 // (fragments, x in fp16, exactness) is gemv_tc.cuh's, shared with a host emulation test.
 //
 // Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
@@ -38,7 +38,6 @@ namespace {
 constexpr int kWarps = 4;      // warps a block
 constexpr int kTile = 8;       // output rows a chunk
 constexpr int kMaxStages = 8;  // stages of the weight ring
-constexpr int kQ4kBytes = 144; // bytes of a Q4_K super-block
 constexpr size_t kSmemPerSm = 227 * 1024;
 
 // ---- PTX -----------------------------------------------------------------------------------------
@@ -147,11 +146,12 @@ int stage_row_stride(size_t rb) {
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <class Chunks>
+template <int TYPE, class Chunks>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_tc_q4k_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
+    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
                        int ns, int row_stride, uint32_t rb) {
     extern __shared__ __align__(128) uint8_t sm[];
+    constexpr int BS = tc_kquant<TYPE>::BS;
     const int nsb = ne0 / kTcSuper;
     const tc_layout L(nx, nsb, ns, row_stride);
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         float acc0 = 0.0f, acc1 = 0.0f;
         for (int sb = (warp + j) % kWarps; sb < nsb; sb += kWarps) {
             uint32_t B[16][2], Bmin;
-            q4k_b_frags(st + g * row_stride + sb * kQ4kBytes, t, B, Bmin);
+            kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
             const uint4 *xa = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper +
                                                               t * kTcXsLane);
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -247,8 +247,8 @@ __global__ void __launch_bounds__(kWarps * 32)
             const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
             mma_f16(cm, s.x, s.y, Bmin, Bmin);
             // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
-            const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * kQ4kBytes);
-            const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * kQ4kBytes);
+            const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
+            const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
             const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
             const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
             const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
@@ -297,12 +297,12 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     return true;
 }
 
-template <class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
+template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
                                       size_t rb, cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
-    const auto kernel = gemv_tc_q4k_kernel<Chunks>;
+    const auto kernel = gemv_tc_kernel<TYPE, Chunks>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -327,7 +327,7 @@ bool tc_gemv_enabled() {
 }
 
 bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
-    if (type != TS_TYPE_Q4_K || ne0 <= 0 || ne0 % kTcSuper != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
+    if ((type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K) || ne0 <= 0 || ne0 % kTcSuper != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
         return false;
     if (row_bytes != ts_row_size(type, ne0) || row_bytes % 16 != 0) return false;
     tc_plan p;
@@ -336,18 +336,26 @@ bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes)
 
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
             cudaStream_t s) {
-    if (type != TS_TYPE_Q4_K || T < 1 || T > kTile) return -1;
+    if (T < 1 || T > kTile) return -1;
     const dense_chunks ch = {w, rb, n_out, T, y};
-    return launch_tc(ch, (n_out + kTile - 1) / kTile, ne0, x, T, ne0, rb, s);
+    const int n_chunks = (n_out + kTile - 1) / kTile;
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    default: return -1;
+    }
 }
 
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
-    if (type != TS_TYPE_Q4_K) return -1;
     expert_chunks ch;
     ch.j = job;
     ch.cpp = (job.n_part + kTile - 1) / kTile;
-    const int nx = (job.n_items + job.x_div - 1) / job.x_div;
-    return launch_tc(ch, job.n_items * job.parts * ch.cpp, ne0, job.x, nx, job.x_stride, job.rb, s);
+    const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    default: return -1;
+    }
 }
 
 } // namespace ts_cu

@@ -2,7 +2,7 @@
 // tests/cuda/test_gemv_tc_emul.cu runs the very same fragment builders on the CPU around an emulated
 // mma.m16n8k16.f32.f16.f16.f32.
 //
-// The product y[t, o] = Σ_i W[o, i]·x[t, i] is cut into super-blocks of 256 inputs (Q4_K's) and tiles of
+// The product y[t, o] = Σ_i W[o, i]·x[t, i] is cut into super-blocks of 256 inputs (the K-quants') and tiles of
 // 8 output rows; one warp computes a (super-block, tile) with 16 + 1 MMAs of shape m16n8k16:
 //   A (16 × 16, row-major): tokens × inputs, x in fp16, rows t ≥ T zero;
 //   B (16 × 8, column-major): inputs × output rows, the integer weight q·sc (≤ 15·63 = 945, exact in fp16);
@@ -11,8 +11,8 @@
 // and 2t+8, 2t+9 (a4a5), B column g at the same k-slots, and C row g at columns 2t, 2t+1.
 // Which input sits in which k-slot is ours to choose (x is staged in the same order): lane t feeds
 // sub-blocks 2t and 2t+1 of the super-block, so it needs only their two 6-bit scales and mins, and the
-// 64 inputs 64t .. 64t+63 are exactly the low (sub-block 2t) and high (2t+1) nibbles of Q4_K's qs bytes
-// 32t .. 32t+31. MMA m = 2i + h (i = 0..7, h = 0 low / 1 high nibbles) takes word i of those bytes:
+// 64 inputs 64t .. 64t+63 are exactly the low (sub-block 2t) and high (2t+1) nibbles of the qs bytes
+// 32t .. 32t+31 (Q4_K, Q5_K). MMA m = 2i + h (i = 0..7, h = 0 low / 1 high nibbles) takes word i of those bytes:
 // elements 4i, 4i+2 of the sub-block in slots 2t, 2t+1 and 4i+1, 4i+3 in slots 2t+8, 2t+9.
 //
 // Exactness: the nibbles become fp16 1024 + q (low) or 1024 + 16q (high) by OR-ing them under 0x6400,
@@ -80,19 +80,30 @@ static inline uint32_t h2_pack(float lo, float hi) {
 }
 #endif
 
-// (a & mask) | 0x64006400: two 4-bit fields under fp16 1024's exponent.
-TS_HD uint32_t h2_nibbles(uint32_t a, uint32_t mask) {
-    return (a & mask) | 0x64006400u;
-}
+// ---- Q4_K, Q5_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------
+//
+// Both start with d, dmin (fp16) and the 12 bytes of 6-bit scales and mins; Q4_K's 128 qs bytes follow at
+// 16, Q5_K's at 48 after 32 qh bytes whose bit j of byte l is the fifth bit of element l of sub-block j.
+// Q5_K's fifth bit lands at bit 4 (low nibbles: 1024 + q) or bit 8 (high nibbles: 1024 + 16q) of the
+// fp16, so q ≤ 31 and q·sc ≤ 1953 stay exact.
+template <int TYPE> struct tc_kquant;
+template <> struct tc_kquant<TS_TYPE_Q4_K> {
+    static constexpr int BS = 144, QS = 16;
+    static constexpr bool QH = false;
+};
+template <> struct tc_kquant<TS_TYPE_Q5_K> {
+    static constexpr int BS = 176, QS = 48;
+    static constexpr bool QH = true;
+};
 
-// ---- Q4_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------------
-
-// sb: the super-block of row g (144 bytes: d, dmin, 12 scale bytes, 128 qs bytes), 16-byte aligned.
-// B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h); Bmin: b0b1 (= b2b3) of the min MMA.
-TS_HD void q4k_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
-    const uint4 hdr = reinterpret_cast<const uint4 *>(sb)[0];
-    const uint4 qa = reinterpret_cast<const uint4 *>(sb)[1 + 2 * t]; // qs bytes 32t .. 32t + 15
-    const uint4 qb = reinterpret_cast<const uint4 *>(sb)[2 + 2 * t]; // qs bytes 32t + 16 .. 32t + 31
+// sb: the super-block of row g, 16-byte aligned. B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h);
+// Bmin: b0b1 (= b2b3) of the min MMA.
+template <int TYPE> TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    using Q = tc_kquant<TYPE>;
+    const uint4 *v = reinterpret_cast<const uint4 *>(sb);
+    const uint4 hdr = v[0];
+    const uint4 qa = v[Q::QS / 16 + 2 * t];     // qs bytes 32t .. 32t + 15
+    const uint4 qb = v[Q::QS / 16 + 2 * t + 1]; // qs bytes 32t + 16 .. 32t + 31
     const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
     // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
     uint32_t scw, mw;
@@ -113,13 +124,25 @@ TS_HD void q4k_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t 
     const uint32_t scb16 = h2_mul(scb, 0x2C002C00u); // sc_b / 16
     const uint32_t kb = h2_mul(scb, 0xD400D400u);    // −64·sc_b
     const uint32_t qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    uint32_t qh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (Q::QH) {
+        const uint4 ha = v[1], hb = v[2];
+        const uint32_t h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) qh[i] = h[i] >> (2 * t); // bits 2t, 2t+1 of each byte at 0, 1
+    }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const uint32_t q = qs[i], q8 = q >> 8;
-        B[2 * i][0] = h2_fma(h2_nibbles(q, 0x000F000Fu), sca, ka);       // elements 4i, 4i+2 of sub-block 2t
-        B[2 * i][1] = h2_fma(h2_nibbles(q8, 0x000F000Fu), sca, ka);      // 4i+1, 4i+3
-        B[2 * i + 1][0] = h2_fma(h2_nibbles(q, 0x00F000F0u), scb16, kb); // the same of sub-block 2t+1
-        B[2 * i + 1][1] = h2_fma(h2_nibbles(q8, 0x00F000F0u), scb16, kb);
+        const uint32_t q = qs[i], q8 = q >> 8, h = qh[i], h8 = h >> 8;
+        // the fifth bits: bit 0 → 4 (low nibbles), bit 1 → 8 (high nibbles), bytes 0, 2 (h) and 1, 3 (h8)
+        const uint32_t lo02 = (q & 0x000F000Fu) | ((h << 4) & 0x00100010u) | k1024;
+        const uint32_t lo13 = (q8 & 0x000F000Fu) | ((h8 << 4) & 0x00100010u) | k1024;
+        const uint32_t hi02 = (q & 0x00F000F0u) | ((h << 7) & 0x01000100u) | k1024;
+        const uint32_t hi13 = (q8 & 0x00F000F0u) | ((h8 << 7) & 0x01000100u) | k1024;
+        B[2 * i][0] = h2_fma(lo02, sca, ka);      // elements 4i, 4i+2 of sub-block 2t
+        B[2 * i][1] = h2_fma(lo13, sca, ka);      // 4i+1, 4i+3
+        B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1
+        B[2 * i + 1][1] = h2_fma(hi13, scb16, kb);
     }
 }
 

@@ -100,7 +100,7 @@ int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, con
                          int64_t x_stride, float *y_dev, cudaStream_t s);
 
 /* Whether ts_cuda_matmul (x_rows = T) or ts_cuda_matmul_experts (x_rows = its distinct x rows) runs
- * this product on the tensor cores (src/cuda/gemv_tc.h: Q4_K for now), where x enters rounded to fp16
+ * this product on the tensor cores (src/cuda/gemv_tc.h: Q4_K and Q5_K), where x enters rounded to fp16
  * after a power-of-two scale per token and 256-input super-block: max|x| of the super-block scaled into
  * [2^14, 2^15), the exponent s of the scale 2^s clamped to −113 .. 126. Otherwise sums are as documented above.
  * Twin tests round their reference's x the same way. */

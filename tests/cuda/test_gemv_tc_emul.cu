@@ -1,8 +1,8 @@
 // Host emulation of the tensor-core decode GEMV (src/cuda/gemv_tc.cu): the very fragment builders of
-// the kernel (q4k_b_frags, tc_x_scale, tc_x_unit in src/cuda/gemv_tc.cuh) run on the CPU around an
+// the kernel (kquant_b_frags, tc_x_scale, tc_x_unit in src/cuda/gemv_tc.cuh) run on the CPU around an
 // mma.m16n8k16.f32.f16.f16.f32 emulated from the PTX fragment layout (A row g at k-slots 2t, 2t+1 and
 // 2t+8, 2t+9; B column g at the same slots; C row g at columns 2t, 2t+1; g = lane / 4, t = lane % 4),
-// with the kernel's per-super-block epilogue, against Σ dequant(w)·x̃ in double, where x̃ is x rounded
+// with the kernel's per-super-block epilogue, for Q4_K and Q5_K, against Σ dequant(w)·x̃ in double, where x̃ is x rounded
 // the way the kernel rounds it (fp16 after a power-of-two scale per token and super-block). Rows of 8,
 // 1 to 8 tokens, x over six decades with zero and tiny super-blocks. It checks the layouts and the
 // exactness argument; the kernel itself runs on a GPU in test_cuda_matmul.
@@ -54,9 +54,9 @@ static void mma_emul(double c[32][4], const uint32_t a0[32], const uint32_t a2[3
     }
 }
 
-int main(void) {
-    const int K = 512, NSB = K / 256, ROWS = 8;
-    const size_t rb = ts_row_size(TS_TYPE_Q4_K, K);
+template <int TYPE> static int run_type(void) {
+    const int K = 512, NSB = K / 256, ROWS = 8, BS = tc_kquant<TYPE>::BS;
+    const size_t rb = ts_row_size(TYPE, K);
     int fails = 0;
     double worst = 0, worst_raw = 0;
     for (int trial = 0; trial < 40; trial++) {
@@ -68,8 +68,8 @@ int main(void) {
         for (int r = 0; r < ROWS; r++) {
             const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
             for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
-            if (ts_quantize_row(TS_TYPE_Q4_K, src.data(), W.data() + r * rb, K, err, sizeof err) ||
-                ts_dequantize_row(TS_TYPE_Q4_K, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
+            if (ts_quantize_row(TYPE, src.data(), W.data() + r * rb, K, err, sizeof err) ||
+                ts_dequantize_row(TYPE, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
                 printf("quantize: %s\n", err);
                 return 1;
             }
@@ -109,7 +109,7 @@ int main(void) {
         for (int sb = 0; sb < NSB; sb++) {
             uint32_t B[32][16][2], Bmin[32];
             for (int lane = 0; lane < 32; lane++)
-                q4k_b_frags(W.data() + (lane >> 2) * rb + sb * 144, lane & 3, B[lane], Bmin[lane]);
+                kquant_b_frags<TYPE>(W.data() + (lane >> 2) * rb + sb * BS, lane & 3, B[lane], Bmin[lane]);
             double c[32][4] = {{0}}, cm[32][4] = {{0}};
             for (int m = 0; m < 16; m++) {
                 uint32_t a0[32], a2[32], b0[32], b1[32];
@@ -132,7 +132,7 @@ int main(void) {
                 const int g = lane >> 2, t = lane & 3;
                 if (g >= T) continue;
                 for (int n = 0; n < 2; n++) {
-                    const uint8_t *blk = W.data() + (2 * t + n) * rb + sb * 144;
+                    const uint8_t *blk = W.data() + (2 * t + n) * rb + sb * BS;
                     const double d = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
                     const double dmin = ts_fp16_to_fp32((uint16_t)(blk[2] | blk[3] << 8));
                     acc[lane][n] += xsc[g * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
@@ -163,9 +163,14 @@ int main(void) {
             }
         }
     }
-    printf("test_gemv_tc_emul: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = "
-           "%.2e (bound 1e-6); against unrounded x %.2e\n",
-           K, worst, worst_raw);
+    printf("%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
+           "1e-6); against unrounded x %.2e%s\n",
+           ts_type_name(TYPE), K, worst, worst_raw, fails ? "  FAIL" : "");
+    return fails;
+}
+
+int main(void) {
+    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
