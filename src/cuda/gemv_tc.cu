@@ -15,9 +15,9 @@
 //    distinct banks.
 //  * x is staged once per block, after the wait, in the MMA's A-fragment order (gemv_tc.cuh), one
 //    16-byte load per lane and MMA pair; a (token, super-block) scale keeps it in fp16's range.
-//  * The 4 warps split a chunk's super-blocks (the first one rotates from chunk to chunk, so uneven
-//    splits even out), then warp 0 adds the 4 partial sums in a fixed order: results are
-//    deterministic and independent of the grid.
+//  * The 4 warps split a chunk's super-blocks by their index mod 4 (which warp takes which class
+//    rotates from chunk to chunk, so uneven splits even out), then warp 0 adds the 4 partial sums in
+//    class order: results are deterministic and independent of the grid.
 extern "C" {
 #include "quant/quant.h"
 }
@@ -187,38 +187,45 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (Chunks::kAfterWait && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
-    // x → fp16 A fragments: unit u = (row, super-block, lane t) converts 64 inputs; a unit's 4 lanes are
-    // neighbours and share the super-block's max.
-    const int units = nx * nsb * 4;
+    // x → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs; the 16 units of
+    // a (row, super-block) are neighbouring lanes and share its max.
+    const int units = nx * nsb * 16;
     for (int u0 = 0; u0 < units; u0 += blockDim.x) {
         const int u = u0 + static_cast<int>(threadIdx.x);
         const bool ok = u < units;
-        const int t = u & 3, rs = u >> 2; // rs = row·nsb + super-block
-        float v[64];
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+        const int h = q >> 1, j = q & 1;
+        float v[16] = {};
         float amax = 0.0f;
         if (ok) {
             const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
-                                                               (rs % nsb) * kTcSuper + 64 * t);
+                                                               (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
+            for (int i = 0; i < 4; i++) {
                 const float4 f = __ldg(p + i);
                 v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
                 amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
             }
         }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        if (ok) {
-            float inv;
-            const float scale = tc_x_scale(amax, inv);
-            uint32_t a[kTcXsLane];
-            uint2 sums;
-            tc_x_unit(v, scale, a, sums.x, sums.y);
-            uint4 *dst = reinterpret_cast<uint4 *>(xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane);
 #pragma unroll
-            for (int j = 0; j < 8; j++) dst[j ^ t] = make_uint4(a[4 * j], a[4 * j + 1], a[4 * j + 2], a[4 * j + 3]);
-            xsum[rs * 4 + t] = sums;
-            if (t == 0) xsc[rs] = inv;
+        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        uint32_t a[8];
+        float sum = tc_x_quarter(v, scale, a);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);                  // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2);     // the other sub-block's
+        if (ok) {
+            uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) = make_uint2(a[2 * ii], a[2 * ii + 1]);
+            if (q == 0) {
+                uint2 hl;
+                tc_x_sums(sum, other, hl.x, hl.y);
+                xsum[rs * 4 + t] = hl;
+                if (t == 0) xsc[rs] = inv;
+            }
         }
     }
     __syncthreads();
@@ -237,13 +244,15 @@ __global__ void __launch_bounds__(kWarps * 32)
             kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
             const uint4 *xa = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper +
                                                               t * kTcXsLane);
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
                 mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
-                mma_f16(c, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
+                mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
             }
+            c[0] += c1[0], c[1] += c1[1];
             const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
             mma_f16(cm, s.x, s.y, Bmin, Bmin);
             // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
@@ -260,9 +269,14 @@ __global__ void __launch_bounds__(kWarps * 32)
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
         if (warp == 0 && g < k.nt) {
-            float2 s = part[lane];
+            // warp w summed the super-blocks ≡ w + j (mod kWarps): add the classes 0, 1, 2, 3 in order, so the
+            // result does not depend on where the chunk fell
+            float2 s = part[((kWarps - j % kWarps) % kWarps) * 32 + lane];
 #pragma unroll
-            for (int w = 1; w < kWarps; w++) s.x += part[w * 32 + lane].x, s.y += part[w * 32 + lane].y;
+            for (int r = 1; r < kWarps; r++) {
+                const float2 p = part[((r - j % kWarps + kWarps) % kWarps) * 32 + lane];
+                s.x += p.x, s.y += p.y;
+            }
             if (k.bad) s = make_float2(__int_as_float(0x7fffffff), __int_as_float(0x7fffffff));
             float *yt = k.y + static_cast<size_t>(g) * static_cast<size_t>(k.ystride);
             if (2 * t < k.nr) yt[2 * t] = s.x;
@@ -278,23 +292,26 @@ struct tc_plan {
     size_t smem;
 };
 
-// Stages and blocks for nx staged x rows: two blocks an SM when each still gets two stages, else one.
+// Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to 4: more
+// warps hide the MMA and load latencies) while each keeps two stages, or all of its chunks in flight.
 bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     const int nsb = ne0 / kTcSuper;
     p.row_stride = stage_row_stride(rb);
     const size_t fixed = tc_layout(nx, nsb, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
-    int per_sm = 2;
-    size_t budget = kSmemPerSm / 2 - 1024;
-    if (fixed + 2 * slot > budget) per_sm = 1, budget = kSmemPerSm - 1024;
-    if (fixed + 2 * slot > budget) return false;
-    p.blocks = per_sm * ts_cuda_sm_count();
-    if (p.blocks > n_chunks) p.blocks = n_chunks;
-    const int mine = (n_chunks + p.blocks - 1) / p.blocks;
-    p.ns = static_cast<int>((budget - fixed) / slot);
-    if (p.ns > kMaxStages) p.ns = kMaxStages;
-    if (p.ns > mine) p.ns = mine;
-    p.smem = tc_layout(nx, nsb, p.ns, p.row_stride).total;
-    return true;
+    for (int per_sm = 4; per_sm >= 1; per_sm--) {
+        const size_t budget = kSmemPerSm / per_sm - 1024;
+        if (fixed + slot > budget) continue;
+        p.blocks = per_sm * ts_cuda_sm_count();
+        if (p.blocks > n_chunks) p.blocks = n_chunks;
+        const int mine = (n_chunks + p.blocks - 1) / p.blocks;
+        p.ns = static_cast<int>((budget - fixed) / slot);
+        if (p.ns > kMaxStages) p.ns = kMaxStages;
+        if (p.ns > mine) p.ns = mine;
+        if (p.ns < 2 && mine > 1) continue;
+        p.smem = tc_layout(nx, nsb, p.ns, p.row_stride).total;
+        return true;
+    }
+    return false;
 }
 
 template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,

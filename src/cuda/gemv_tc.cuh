@@ -146,7 +146,10 @@ template <int TYPE> TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t
     }
 }
 
-// ---- x: one staging unit = (token, super-block, lane t): the 64 inputs of sub-blocks 2t, 2t+1 -------
+// ---- x: one staging unit = (token, super-block, lane t, quarter q): 16 inputs ----------------------
+//
+// Lane t's 64 inputs 64t .. 64t+63 are four quarters q: sub-block half h = q / 2 (sub-block 2t + h),
+// its elements 16j .. 16j+15 with j = q % 2: words i = 4j .. 4j+3 of MMAs 2i + h.
 
 // The power of two that puts amax in [2^14, 2^15) (1 for zero; inf and NaN pass through as they are):
 // returns 2^s and sets inv = 2^-s.
@@ -158,41 +161,43 @@ TS_HD float tc_x_scale(float amax, float &inv) {
     memcpy(&bits, &amax, sizeof bits);
 #endif
     int e = static_cast<int>((bits >> 23) & 0xFF); // biased exponent of amax
-    e = e < 15 ? 15 : e > 254 ? 254 : e;                                // 2^s and 2^-s both normal
-    const int s = 141 - e;                                              // 14 − (e − 127)
+    e = e < 15 ? 15 : e > 254 ? 254 : e;           // 2^s and 2^-s both normal
+    const int s = 141 - e;                         // 14 − (e − 127)
     inv = ts_cu_bits_to_float(static_cast<uint32_t>(127 - s) << 23);
     return ts_cu_bits_to_float(static_cast<uint32_t>(127 + s) << 23);
 }
 
-// x64: inputs 64t .. 64t+63 of the super-block (fp32), scale = 2^s. Writes the lane's 32 A words
-// (a[4j .. 4j+3] = a0a1, a4a5 of MMA 2j then of MMA 2j+1) and the min MMA's a0a1 (hi) and a4a5 (lo).
-TS_HD void tc_x_unit(const float *x64, float scale, uint32_t (&a)[kTcXsLane], uint32_t &sum_hi, uint32_t &sum_lo) {
-    float sum[2] = {0.0f, 0.0f};
+// x16: the quarter's inputs (fp32), scale = 2^s. Writes its 8 A words, a[2ii] = a0a1 and a[2ii + 1] =
+// a4a5 of MMA 2(4j + ii) + h (ii = 0..3), and returns the sum of its 16 rounded values.
+TS_HD float tc_x_quarter(const float *x16, float scale, uint32_t (&a)[8]) {
+    float sum = 0.0f;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float *xs = x64 + 32 * h;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t p02 = h2_pack(xs[4 * i] * scale, xs[4 * i + 2] * scale);
-            const uint32_t p13 = h2_pack(xs[4 * i + 1] * scale, xs[4 * i + 3] * scale);
-            a[4 * i + 2 * h] = p02;
-            a[4 * i + 2 * h + 1] = p13;
+    for (int ii = 0; ii < 4; ii++) {
+        const float *e = x16 + 4 * ii;
+        const uint32_t p02 = h2_pack(e[0] * scale, e[2] * scale), p13 = h2_pack(e[1] * scale, e[3] * scale);
+        a[2 * ii] = p02;
+        a[2 * ii + 1] = p13;
 #ifdef __CUDA_ARCH__
-            const float2 f02 = __half22float2(*reinterpret_cast<const __half2 *>(&p02));
-            const float2 f13 = __half22float2(*reinterpret_cast<const __half2 *>(&p13));
-            sum[h] += (f02.x + f13.x) + (f02.y + f13.y);
+        const float2 f02 = __half22float2(*reinterpret_cast<const __half2 *>(&p02));
+        const float2 f13 = __half22float2(*reinterpret_cast<const __half2 *>(&p13));
+        sum += (f02.x + f13.x) + (f02.y + f13.y);
 #else
-            sum[h] += (h_lo(p02) + h_lo(p13)) + (h_hi(p02) + h_hi(p13));
+        sum += (h_lo(p02) + h_lo(p13)) + (h_hi(p02) + h_hi(p13));
 #endif
-        }
     }
-    const float s0 = sum[0] * 0.015625f, s1 = sum[1] * 0.015625f; // · 2^-6: within fp16's range
-    sum_hi = h2_pack(s0, s1);
+    return sum;
+}
+
+// The min MMA's A words from the sums of sub-blocks 2t and 2t + 1: a0a1 = hi, a4a5 = lo of Σ·2^-6
+// (the factor keeps 32 values of up to 2^15 within fp16's range; hi + lo carries ~22 bits).
+TS_HD void tc_x_sums(float sum0, float sum1, uint32_t &hi, uint32_t &lo) {
+    const float s0 = sum0 * 0.015625f, s1 = sum1 * 0.015625f;
+    hi = h2_pack(s0, s1);
 #ifdef __CUDA_ARCH__
-    const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&sum_hi));
-    sum_lo = h2_pack(s0 - hi.x, s1 - hi.y);
+    const float2 h = __half22float2(*reinterpret_cast<const __half2 *>(&hi));
+    lo = h2_pack(s0 - h.x, s1 - h.y);
 #else
-    sum_lo = h2_pack(s0 - h_lo(sum_hi), s1 - h_hi(sum_hi));
+    lo = h2_pack(s0 - h_lo(hi), s1 - h_hi(hi));
 #endif
 }
 

@@ -1,5 +1,5 @@
 // Host emulation of the tensor-core decode GEMV (src/cuda/gemv_tc.cu): the very fragment builders of
-// the kernel (kquant_b_frags, tc_x_scale, tc_x_unit in src/cuda/gemv_tc.cuh) run on the CPU around an
+// the kernel (kquant_b_frags, tc_x_scale, tc_x_quarter, tc_x_sums in src/cuda/gemv_tc.cuh) run on the CPU around an
 // mma.m16n8k16.f32.f16.f16.f32 emulated from the PTX fragment layout (A row g at k-slots 2t, 2t+1 and
 // 2t+8, 2t+9; B column g at the same slots; C row g at columns 2t, 2t+1; g = lane / 4, t = lane % 4),
 // with the kernel's per-super-block epilogue, for Q4_K and Q5_K, against Σ dequant(w)·x̃ in double, where x̃ is x rounded
@@ -97,9 +97,17 @@ template <int TYPE> static int run_type(void) {
                 for (int i = 0; i < 256; i++)
                     xr[t * K + sb * 256 + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + sb * 256 + i] * scale)) * inv;
                 for (int l = 0; l < 4; l++) {
-                    uint32_t a[kTcXsLane], hi, lo;
-                    tc_x_unit(&x[t * K + sb * 256 + 64 * l], scale, a, hi, lo);
-                    memcpy(&xs[(t * NSB + sb) * kTcXsSuper + l * kTcXsLane], a, sizeof a);
+                    uint32_t *a = &xs[(t * NSB + sb) * kTcXsSuper + l * kTcXsLane];
+                    uint32_t hi, lo;
+                    float qsum[4];
+                    for (int q = 0; q < 4; q++) { // words i = 4j + ii of MMA 2i + h at a[4i + 2h], a[4i + 2h + 1]
+                        uint32_t w[8];
+                        const int h = q >> 1, j = q & 1;
+                        qsum[q] = tc_x_quarter(&x[t * K + sb * 256 + 64 * l + 32 * h + 16 * j], scale, w);
+                        for (int ii = 0; ii < 4; ii++)
+                            a[4 * (4 * j + ii) + 2 * h] = w[2 * ii], a[4 * (4 * j + ii) + 2 * h + 1] = w[2 * ii + 1];
+                    }
+                    tc_x_sums(qsum[0] + qsum[1], qsum[2] + qsum[3], hi, lo);
                     xsum[((t * NSB + sb) * 4 + l) * 2] = hi, xsum[((t * NSB + sb) * 4 + l) * 2 + 1] = lo;
                 }
             }
