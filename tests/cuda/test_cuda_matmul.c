@@ -300,7 +300,7 @@ static int run_experts_case(uint64_t seed, int x_div) {
     ids[3] = -1, ids[7] = 99;
     float *x = malloc((size_t)(nx * ne0) * sizeof *x), *xr = malloc((size_t)(nx * ne0) * sizeof *xr);
     for (int64_t i = 0; i < nx * ne0; i++) x[i] = (float)rng_gauss(&r);
-    const int rounds = ts_cuda_matmul_rounds_x(type, ne0, nx);
+    const int rounds = ts_cuda_matmul_experts_rounds_x(type, ne0, nx);
     if (rounds)
         round_x_like_tc(x, nx, ne0, xr);
     else
