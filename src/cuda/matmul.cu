@@ -51,6 +51,7 @@ extern "C" {
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
+#include "cuda/gemv_tc.h"
 #include "cuda/matmul.h"
 #include "cuda/matvec_mma.cuh"
 #include "cuda/pdl.cuh"
@@ -738,7 +739,21 @@ int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_
     }
 }
 
+// The tensor-core GEMV takes the product unless it is switched off or a test forces a SIMT variant.
+bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
+    return tc_gemv_enabled() && g_forced_rows_per_warp == 0 && g_x_shared &&
+           tc_gemv_takes(type, ne0, x_rows, row_bytes);
+}
+
 } // namespace
+
+extern "C" bool ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T) {
+    return T >= 2 && T < ts_cuda_gemm_min_tokens() && tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0));
+}
+
+extern "C" bool ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows) {
+    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0));
+}
 
 extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
     switch (type) {
@@ -830,6 +845,13 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    if (T >= 2 && tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
+        for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
+            const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
+            if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s)) return -1;
+        }
+        return 0;
+    }
     if (T == 1 && mma_enabled() && mma_type(W->type) && mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
         return launch_mma(W->type, w, W->row_bytes, no, ne0, x_dev, y_dev, s); // integer MMA (matvec_mma.cuh)
     if (is_plain(W->type) && ne0 % 8 != 0) {
@@ -955,6 +977,12 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
             break;
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+    }
+    const int64_t x_rows = (a.n_items + a.x_div - 1) / a.x_div;
+    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
+        const tc_expert_job j = {a.w0, a.w1, a.rb, a.ids, a.n_items, a.rows_per_expert, a.row_off, a.e_max,
+                                 a.n_part, static_cast<int>(parts), a.x_div, a.x_stride, a.y_stride, a.x, a.y};
+        return tc_gemv_experts(W->type, j, L.ne0, s);
     }
     if (mma_enabled() && mma_type(W->type) && mma_smem_bytes(L.ne0) <= static_cast<size_t>(kXsBudgetBytes))
         return launch_mma_experts(W->type, a, L.ne0, s); // integer MMA (matvec_mma.cuh)

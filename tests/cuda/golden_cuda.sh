@@ -2,9 +2,10 @@
 # The CUDA backend against transformers and against the CPU backend, on every golden fixture
 # (label cuda: needs a GPU; exits 77, "skipped", without one). Per fixture: convert to f32 GGUF,
 # then on the GPU
-#   - the logits of every position within 1e-4 of max|logit| of the CPU backend's and within the
-#     golden bound of transformers' (tests/cli/golden.sh), same top-1 where the reference decides;
-#   - micro-batches 1, 3 and the compress ratio equal to the whole prompt (1e-5);
+#   - the logits of every position within the precision gate, 2e-3 of max|logit|, of transformers'
+#     and of the CPU backend's (DESIGN.md, precision policy), same top-1 where the reference's margin
+#     exceeds the gate;
+#   - micro-batches 1, 3 and the compress ratio within the gate of the whole prompt;
 #   - the greedy continuation (cached path: one token a step, graph replay) equal to the reference.
 # The causal_budget2048 fixture crosses the released 2,048-token budget.
 set -euo pipefail
@@ -40,16 +41,17 @@ scale = np.abs(ref).max()
 e_ref = np.abs(got - ref).max(-1) / scale
 e_cpu = np.abs(got - cpu).max(-1) / np.abs(cpu).max()
 srt = np.sort(ref, -1)
-decided = (srt[:, -1] - srt[:, -2]) / scale > 1e-2
+gate = 2e-3
+decided = (srt[:, -1] - srt[:, -2]) / scale > gate
 top1 = got.argmax(-1) == ref.argmax(-1)
 print(f"{name}: T={ref.shape[0]} CUDA vs transformers {e_ref.max():.2e} of max|logit| (p={e_ref.argmax()}), "
       f"CUDA vs CPU {e_cpu.max():.2e} (p={e_cpu.argmax()}); top-1 equal at {top1[decided].mean()*100:.1f}% of decided")
-assert e_ref.max() <= 1e-2, f"{name}: CUDA differs from transformers by {e_ref.max():.3g}"
-assert e_cpu.max() <= 1e-4, f"{name}: CUDA differs from the CPU backend by {e_cpu.max():.3g}"
+assert e_ref.max() <= gate, f"{name}: CUDA differs from transformers by {e_ref.max():.3g}"
+assert e_cpu.max() <= gate, f"{name}: CUDA differs from the CPU backend by {e_cpu.max():.3g}"
 assert top1[decided].all(), f"{name}: top-1 differs at {np.nonzero(decided & ~top1)[0][:10]}"
 for ub in (1, 3, int(ratio)):
     dd = np.abs(np.load(f"{tmp}/{name}.ub{ub}.npy") - got).max() / scale
-    assert dd <= 1e-5, f"{name}: micro-batch {ub} differs from the whole prompt by {dd:.3g}"
+    assert dd <= gate, f"{name}: micro-batch {ub} differs from the whole prompt by {dd:.3g}"
 g_ref, g_got = np.load(f"{d}/greedy.npy"), np.load(f"{tmp}/{name}.greedy.npy")
 assert (g_ref == g_got).all(), f"{name}: greedy continuation differs: {g_got} vs {g_ref}"
 print(f"{name}: greedy continuation of {len(g_ref)} tokens identical; micro-batches 1, 3, {ratio} equal")

@@ -7,7 +7,8 @@
  *      first block whose relative difference passes 1e-4 is named;
  *   2. the logits of every position within 1e-4 of max|logit| (CPU vs transformers: 3.7e-6) and
  *      the same top-1 wherever the CPU's top-2 margin is clear;
- *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64;
+ *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (1e-5);
+ *   (1-3 within 2e-2 where the tensor-core GEMV rounds x: g_resid_bound below says why);
  *   4. graph replay equal to eager execution over greedy decode steps;
  *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone.
  * The sparse-attention regime is reached by the tiny configs (budget 16 tokens: sparse from
@@ -113,6 +114,15 @@ static int32_t argmax(const float *x, int64_t n) {
 
 enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
 
+/* Bounds of the CPU comparisons. The CUDA products that take x in fp16 (the tensor-core GEMV,
+ * ts_cuda_matmul_rounds_x: Q4_K and Q5_K with up to 15 rows) round each activation once by up to
+ * 2^-12; on the synthetic models, whose random routers flip experts at the slightest change, that
+ * moves logits by up to ~1.1e-2 of max|logit| (measured on the CPU forward of mid4_q4_k with the same
+ * rounding emulated in its Q4_K products: 1.1e-2 at worst, 7e-4 at the median position). Models
+ * without those types, or a run with TURBOSPARK_CUDA_GEMV_TC=0, keep the fp32 bounds; graph replay
+ * and batched decode run the same kernels on the same rows and stay tight either way. */
+static double g_resid_bound = 1e-4, g_logit_bound = 1e-4, g_ub_bound = 1e-5;
+
 static void check_model(const char *name, const char *path) {
     char err[1024];
     ts_model *m = NULL, *m2 = NULL;
@@ -150,7 +160,7 @@ static void check_model(const char *name, const char *path) {
     for (int i = 0; i < tc.n && i < tg.n; i++) {
         double d = rel_diff(tg.R[i], tc.R[i], tc.rows[i] * W);
         if (!(d <= worst)) worst = d;
-        if (!(d <= 1e-4)) {
+        if (!(d <= g_resid_bound)) {
             printf("  FAIL: residual after layer %d %s (snapshot %d, %" PRId64 " rows) differs by %.3g of max|R|\n",
                    tc.layer[i], tc.layer[i] < 0 ? "embedding" : tc.block[i] ? "MoE" : hp->kind[tc.layer[i]] ? "QSA" : "GDN",
                    i, tc.rows[i], d);
@@ -169,11 +179,11 @@ static void check_model(const char *name, const char *path) {
         float second = -INFINITY;
         for (int64_t v = 0; v < V; v++)
             if (v != a && r[v] > second) second = r[v];
-        if ((r[a] - second) / scale > 1e-3) decided++, same += argmax(lg + t * V, V) == a;
+        if ((r[a] - second) / scale > fmax(1e-3, g_logit_bound)) decided++, same += argmax(lg + t * V, V) == a;
     }
     printf("  logits: max|d| = %.2e of max|logit| over %d positions; top-1 equal at %d of %d decided positions\n", dl,
            T_PROMPT, same, decided);
-    CHECK(dl <= 1e-4, "logits differ by %.3g of max|logit|", dl);
+    CHECK(dl <= g_logit_bound, "logits differ by %.3g of max|logit|", dl);
     CHECK(same == decided, "top-1 differs at %d decided positions", decided - same);
 
     /* 3: chunked prefill on the GPU */
@@ -184,7 +194,7 @@ static void check_model(const char *name, const char *path) {
         eval(s, ids, T_PROMPT, lx, true);
         double d = rel_diff(lx, lg, T_PROMPT * V);
         printf("  micro-batch %" PRId64 " vs %d: %.2e of max|logit|\n", ub, UB, d);
-        CHECK(d <= 1e-5, "micro-batch %" PRId64 " differs by %.3g", ub, d);
+        CHECK(d <= g_ub_bound, "micro-batch %" PRId64 " differs by %.3g", ub, d);
         ts_session_free(s);
     }
 
@@ -327,6 +337,10 @@ int main(int argc, char **argv) {
         }
         rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].layout, path, sizeof path);
         ts_hparams_free(&hp);
+        const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
+        const bool rounds = !(tc && tc[0] == '0') && (cases[i].type == TS_TYPE_Q4_K || cases[i].type == TS_TYPE_Q5_K);
+        g_resid_bound = rounds ? 2e-2 : 1e-4, g_logit_bound = rounds ? 2e-2 : 1e-4, g_ub_bound = rounds ? 2e-2 : 1e-5;
+        if (rounds) printf("%s: x rounded to fp16 in its Q4_K/Q5_K products: CPU and micro-batch bounds 2e-2\n", cases[i].name);
         if (!rc) check_model(cases[i].name, path);
         remove(path);
     }

@@ -16,6 +16,7 @@
  * GPU; the K-quant min split a·Σq·x + b·Σx can cancel, which costs up to ~4× more). A wrong
  * element, scale or row gives errors of order 1e-2 and more. The error against a double-precision
  * sum of the dequantized weights is printed too. */
+#include "common/half.h"
 #include "cpu/cpu.h"
 #include "cuda/cuda_common.h"
 #include "cuda/matmul.h"
@@ -67,6 +68,21 @@ static void quantize_rows(void *ctx, int64_t i0, int64_t i1) {
         }
     }
     free(src);
+}
+
+/* x as the tensor-core GEMV rounds it (ts_cuda_matmul_rounds_x, src/cuda/gemv_tc.cuh): per token and
+ * 256-input super-block, fp16 of x·2^s with max|x| scaled into [2^14, 2^15), times 2^-s. */
+static void round_x_like_tc(const float *x, int64_t T, int64_t ne0, float *out) {
+    for (int64_t b = 0; b < T * ne0; b += 256) {
+        float amax = 0;
+        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        uint32_t bits;
+        memcpy(&bits, &amax, sizeof bits);
+        int e = (int)((bits >> 23) & 0xFF);
+        e = e < 15 ? 15 : e > 254 ? 254 : e;
+        const float scale = ldexpf(1.0f, 141 - e), inv = ldexpf(1.0f, e - 141);
+        for (int i = 0; i < 256; i++) out[b + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[b + i] * scale)) * inv;
+    }
 }
 
 /* Per output: the double-precision sum and Σ|w·x| of the dequantized row. */
@@ -172,7 +188,16 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
         rng_t r = {mix64(seed * 31 + (uint64_t)T)};
         for (int64_t i = 0; i < T * c->ne0; i++) x[i] = (float)rng_gauss(&r);
 
+        /* the reference of the tensor-core path rounds x as it does ("auto" variant only) */
+        const int rounds = ts_cuda_matmul_rounds_x(type, c->ne0, T);
+        float *xr = malloc((size_t)(T * c->ne0) * sizeof *xr);
+        if (rounds)
+            round_x_like_tc(x, T, c->ne0, xr);
+        else
+            memcpy(xr, x, (size_t)(T * c->ne0) * sizeof *xr);
+        float *y_cpu_r = malloc((size_t)(T * c->n_out) * sizeof *y_cpu_r);
         ts_cpu_matmul(&host, c->row0, c->n_out, x, T, y_cpu);
+        ts_cpu_matmul(&host, c->row0, c->n_out, xr, T, y_cpu_r);
         refjob rj = {&q, x, T, ref, mag};
         parallel_for(c->n_out, reference_rows, &rj);
 
@@ -186,7 +211,7 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
             if (v > 0)
                 snprintf(vname, sizeof vname, "R=%d", v);
             else
-                snprintf(vname, sizeof vname, "%s", v == 0 ? "auto" : "x-L1");
+                snprintf(vname, sizeof vname, "%s", v == 0 ? (rounds ? "tc" : "auto") : "x-L1");
             TS_CUDA_CHECK(cudaMemset(y_dev, 0xFF, (size_t)(T * c->n_out) * sizeof(float))); /* NaN poison */
             ts_cuda_matmul_force_rows_per_warp(v > 0 ? v : 0);
             ts_cuda_matmul_allow_x_shared(v >= 0);
@@ -199,9 +224,10 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
 
             double worst_cpu = 0, worst_ref = 0;
             int64_t bad = 0, first_bad = -1;
+            const float *cpu = (v == 0 && rounds) ? y_cpu_r : y_cpu;
             for (int64_t i = 0; i < T * c->n_out; i++) {
                 const double m = mag[i] > 0 ? mag[i] : 1e-30;
-                const double ec = fabs((double)y_gpu[i] - (double)y_cpu[i]) / m;
+                const double ec = fabs((double)y_gpu[i] - (double)cpu[i]) / m;
                 const double er = fabs((double)y_gpu[i] - ref[i]) / m;
                 if (!(ec <= REL_BOUND)) {
                     if (first_bad < 0) first_bad = i;
@@ -222,7 +248,7 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
                            "%.3g\n",
                            (long long)bad, (long long)(first_bad / c->n_out),
                            (long long)(first_bad % c->n_out), (double)y_gpu[first_bad],
-                           (double)y_cpu[first_bad], ref[first_bad], mag[first_bad]);
+                           (double)cpu[first_bad], ref[first_bad], mag[first_bad]);
                 st->fails++;
             }
             if (worst_cpu > st->worst_cpu) st->worst_cpu = worst_cpu;
@@ -232,6 +258,8 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
         TS_CUDA_CHECK(cudaFree(x_dev));
         TS_CUDA_CHECK(cudaFree(y_dev));
         free(x);
+        free(xr);
+        free(y_cpu_r);
         free(y_cpu);
         free(y_gpu);
         free(ref);
@@ -239,6 +267,86 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
     }
     ts_cuda_tensor_free(&dev);
     free(q.data);
+}
+
+/* Expert products (ts_cuda_matmul_experts) of a Q4_K pair of 3-D tensors [2560, 640, 6] against the CPU,
+ * x rounded as the kernel rounds it when it does: items of x_div = 5 (gate/up: two tokens of five
+ * experts) and x_div = 1 (each item its own x row), two items with out-of-range ids (NaN outputs). */
+static int run_experts_case(uint64_t seed, int x_div) {
+    const int64_t ne0 = 2560, rpe = 640, E = 6, n_items = 10, n_out = 640;
+    const uint32_t type = TS_TYPE_Q4_K;
+    const size_t rb = ts_row_size(type, ne0);
+    qjob q[2];
+    ts_gguf_tensor host[2];
+    ts_cuda_tensor dev[2];
+    char err[256];
+    for (int p = 0; p < 2; p++) {
+        q[p] = (qjob){.type = type, .ne0 = ne0, .rows = rpe * E, .rb = rb, .seed = seed + 17 * p, .row0 = 0,
+                      .n_out = rpe * E};
+        q[p].data = calloc((size_t)(rpe * E), rb);
+        parallel_for(rpe * E, quantize_rows, &q[p]);
+        host[p] = (ts_gguf_tensor){.n_dims = 3, .ne = {ne0, rpe, E, 1}, .type = type, .nelements = ne0 * rpe * E,
+                                   .nbytes = (uint64_t)rb * (uint64_t)(rpe * E), .data = q[p].data};
+        host[p].name.ptr = "experts", host[p].name.len = 7;
+        if (ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err)) {
+            printf("  upload failed: %s\n", err);
+            return 1;
+        }
+    }
+    const int64_t nx = (n_items + x_div - 1) / x_div, ys = 2 * n_out;
+    int32_t ids[10];
+    rng_t r = {mix64(seed)};
+    for (int i = 0; i < n_items; i++) ids[i] = (int32_t)(rng_unit(&r) * E) % (int32_t)E;
+    ids[3] = -1, ids[7] = 99;
+    float *x = malloc((size_t)(nx * ne0) * sizeof *x), *xr = malloc((size_t)(nx * ne0) * sizeof *xr);
+    for (int64_t i = 0; i < nx * ne0; i++) x[i] = (float)rng_gauss(&r);
+    const int rounds = ts_cuda_matmul_experts_rounds_x(type, ne0, nx);
+    if (rounds)
+        round_x_like_tc(x, nx, ne0, xr);
+    else
+        memcpy(xr, x, (size_t)(nx * ne0) * sizeof *xr);
+    float *x_d, *y_d;
+    int32_t *ids_d;
+    float *y = malloc((size_t)(n_items * ys) * sizeof *y), *ref = malloc((size_t)n_out * sizeof *ref);
+    TS_CUDA_CHECK(cudaMalloc((void **)&x_d, (size_t)(nx * ne0) * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y_d, (size_t)(n_items * ys) * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, sizeof ids));
+    TS_CUDA_CHECK(cudaMemcpy(x_d, x, (size_t)(nx * ne0) * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, (size_t)(n_items * ys) * sizeof(float)));
+    const int rc = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div, ne0, y_d, ys, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    TS_CUDA_CHECK(cudaMemcpy(y, y_d, (size_t)(n_items * ys) * sizeof(float), cudaMemcpyDeviceToHost));
+    double worst = 0;
+    int64_t bad = 0;
+    float *w = malloc((size_t)ne0 * sizeof *w);
+    for (int i = 0; i < n_items; i++) {
+        const float *xi = xr + (i / x_div) * ne0, *xo = x + (i / x_div) * ne0;
+        for (int p = 0; p < 2; p++) {
+            const float *yi = y + i * ys + p * n_out;
+            if (ids[i] < 0 || ids[i] >= E) {
+                for (int64_t o = 0; o < n_out; o++) bad += yi[o] == yi[o]; /* must be NaN */
+                continue;
+            }
+            ts_cpu_matmul(&host[p], ids[i] * rpe, n_out, xi, 1, ref);
+            for (int64_t o = 0; o < n_out; o++) {
+                ts_dequantize_row(type, q[p].data + (size_t)(ids[i] * rpe + o) * rb, w, ne0, err, sizeof err);
+                double m = 0;
+                for (int64_t c = 0; c < ne0; c++) m += fabs((double)w[c] * xo[c]);
+                const double e = fabs((double)yi[o] - ref[o]) / (m > 0 ? m : 1e-30);
+                if (!(e <= REL_BOUND)) bad++;
+                if (e > worst || e != e) worst = e != e ? INFINITY : e;
+            }
+        }
+    }
+    printf("  experts Q4_K 2560 -> 2 x 640, 10 items, x_div %d%s: %s  |gpu-cpu|/S %.2e\n", x_div,
+           rounds ? " (tc)" : "", rc == 0 && bad == 0 ? "ok  " : "FAIL", worst);
+    TS_CUDA_CHECK(cudaFree(x_d));
+    TS_CUDA_CHECK(cudaFree(y_d));
+    TS_CUDA_CHECK(cudaFree(ids_d));
+    for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+    free(x), free(xr), free(y), free(ref), free(w);
+    return rc != 0 || bad != 0;
 }
 
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
@@ -306,6 +414,8 @@ int main(int argc, char **argv) {
             run_case(type, &cases[ci], seed + (uint64_t)ti * 1000 + (uint64_t)ci, &stats[ti]);
         }
     }
+    fails += run_experts_case(seed + 99, 5);
+    fails += run_experts_case(seed + 98, 1);
     printf("\n%-8s %5s %14s %14s  %s\n", "type", "runs", "max|gpu-cpu|/S", "max|gpu-f64|/S", "result");
     for (int ti = 0; ti < N_TYPES; ti++) {
         printf("%-8s %5d %14.3e %14.3e  %s\n", ts_type_name(k_types[ti]), stats[ti].runs, stats[ti].worst_cpu,

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device run: the CUDA parity suite under the precision gate, then the released-shape figures.
+# On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
+#   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
+#                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
+#                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
+#                                         per-kernel table of one batch-1 decode step (eager, each
+#                                         kernel alone with cold caches: tools/ncu_table.py)
+# Logs go under $OUT/check (the device tool brings them back).
+set -u
+tar xJf .device.tar.xz && export LD_LIBRARY_PATH=$PWD/.device/lib
+B=.device/turbospark
+out=${OUT:-/tmp}/check
+mkdir -p "$out"
+rel=/tmp/rel.gguf
+case "${1:-gate}" in
+gate)
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (timeout 150 .device/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
+  echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
+  for tc in 1 0; do
+    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 .device/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
+    echo "fwd TURBOSPARK_CUDA_GEMV_TC=$tc rc=$?"; grep -E "FAIL|passed|x rounded|logits:|micro|together" "$out/fwd$tc.txt" | head -40
+  done
+  (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 200 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  wait
+  ls -la $rel
+  ;;
+bench)
+  for tc in 1 0; do
+    echo "TURBOSPARK_CUDA_GEMV_TC=$tc"
+    TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
+      -b $([ $tc = 1 ] && echo 1,8,64 || echo 1) --ctx 1 -r 2 2> "$out/bench$tc.err" | tee "$out/bench$tc.txt" | grep -E "tg|block|total|GDN|MoE|QSA|hyper"
+  done
+  (timeout 120 .device/bench_cuda_matmul 20) > "$out/gemv.txt" 2>&1; grep -E "^q4_K|copy|Q4_K" "$out/gemv.txt" | head
+  if [ "${2:-}" = ncu ]; then
+    timeout 300 ncu --clock-control none --profile-from-start off --csv --log-file "$out/ncu.csv" \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+    echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu.csv" | tee "$out/ncu_table.md" | head -40
+  fi
+  ;;
+esac

@@ -1,0 +1,378 @@
+// Decode products on the tensor cores: y = W·x for up to 8 tokens (or the items of an expert
+// product), Q4_K and Q5_K weights in their file encoding. The contract is gemv_tc.h's; the lane arithmetic
+// (fragments, x in fp16, exactness) is gemv_tc.cuh's, shared with a host emulation test.
+//
+// Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
+// flight from the first cycle on.
+//  * Output rows are cut into chunks of 8 (one MMA tile, all its inputs); chunk c belongs to thread
+//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows).
+//  * A block streams its chunks' rows into a ring of NS stages in shared memory with bulk copies
+//    (cp.async.bulk: the copy engine moves a whole row per instruction and counts the bytes on an
+//    mbarrier per stage). Dense products issue their first NS chunks before waiting for the previous
+//    kernel (programmatic dependent launch): weights never depend on it, so the DRAM round trip
+//    overlaps its tail. Expert products must read the expert ids first.
+//  * Rows land 16 bytes past a multiple of 128 apart, so the lanes' 16-byte loads of 8 rows hit
+//    distinct banks.
+//  * x is staged once per block, after the wait, in the MMA's A-fragment order (gemv_tc.cuh), one
+//    16-byte load per lane and MMA pair; a (token, super-block) scale keeps it in fp16's range.
+//  * The 4 warps split a chunk's super-blocks by their index mod 4 (which warp takes which class
+//    rotates from chunk to chunk, so uneven splits even out), then warp 0 adds the 4 partial sums in
+//    class order: results are deterministic and independent of the grid.
+extern "C" {
+#include "quant/quant.h"
+}
+#include "cuda/cuda_device.h"
+#include "cuda/gemv_tc.cuh"
+#include "cuda/gemv_tc.h"
+#include "cuda/pdl.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+namespace ts_cu {
+
+namespace {
+
+constexpr int kWarps = 4;      // warps a block
+constexpr int kTile = 8;       // output rows a chunk
+constexpr int kMaxStages = 8;  // stages of the weight ring
+constexpr size_t kSmemPerSm = 227 * 1024;
+
+// ---- PTX -----------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t *b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
+}
+// The producer's arrival, announcing `bytes` still to land by bulk copies.
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "TS_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@p bra.uni TS_DONE;\n"
+                 "bra.uni TS_WAIT;\n"
+                 "TS_DONE:\n"
+                 "}\n" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned; completes on bar.
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+// C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+// ---- chunks --------------------------------------------------------------------------------------
+
+struct chunk_t {
+    const uint8_t *w; // first weight row
+    int nr;           // rows (≤ kTile)
+    int xrow, nt;     // staged x rows xrow .. xrow + nt − 1 are its tokens
+    float *y;         // output of token 0, row 0
+    int64_t ystride;  // floats from one token's outputs to the next
+    bool bad;         // an out-of-range expert id: NaN outputs, no weight read
+};
+
+// ts_cuda_matmul: chunk c is rows 8c .. 8c + 7 for all T tokens.
+struct dense_chunks {
+    static constexpr bool kAfterWait = false;
+    const uint8_t *w;
+    size_t rb;
+    int n_out, T;
+    float *y;
+    __device__ chunk_t at(int c) const {
+        return {w + static_cast<size_t>(c) * kTile * rb, min(kTile, n_out - c * kTile), 0, T, y + c * kTile, n_out,
+                false};
+    }
+};
+
+// ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1.
+struct expert_chunks {
+    static constexpr bool kAfterWait = true; // the ids come from the router kernel
+    tc_expert_job j;
+    int cpp; // chunks per part
+    __device__ chunk_t at(int c) const {
+        const int per_item = j.parts * cpp, i = c / per_item, r = c % per_item, part = r / cpp, cc = r % cpp;
+        const int e = j.ids ? __ldg(j.ids + i) : 0;
+        const bool bad = e < 0 || e > j.e_max;
+        const size_t row = static_cast<size_t>(bad ? 0 : e) * static_cast<size_t>(j.rows_per_expert) +
+                           static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * kTile;
+        return {(part ? j.w1 : j.w0) + row * j.rb, min(kTile, j.n_part - cc * kTile), i / j.x_div, 1,
+                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile, 0, bad};
+    }
+};
+
+// ---- shared memory -------------------------------------------------------------------------------
+
+// [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
+struct tc_layout {
+    size_t red, xsc, xsum, xs, stages, total;
+    __host__ __device__ tc_layout(int nx, int nsb, int ns, int row_stride) {
+        red = 128;                                                      // kMaxStages barriers
+        xsc = red + 2 * kWarps * 32 * sizeof(float2);                   // 2 × kWarps × 32 float2
+        xsum = xsc + ((static_cast<size_t>(nx) * nsb * 4 + 15) & ~15ul); // nx·nsb floats
+        xs = xsum + static_cast<size_t>(nx) * nsb * 4 * sizeof(uint2);  // nx·nsb·4 uint2
+        stages = (xs + static_cast<size_t>(nx) * nsb * kTcXsSuper * 4 + 127) & ~127ul;
+        total = stages + static_cast<size_t>(ns) * kTile * row_stride;
+    }
+};
+
+// Smallest stride ≥ rb that is 16 past a multiple of 128 (bank-conflict-free row loads).
+int stage_row_stride(size_t rb) {
+    const size_t r16 = (rb + 15) & ~static_cast<size_t>(15);
+    return static_cast<int>(r16 + ((16 + 128 - r16 % 128) % 128));
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+template <int TYPE, class Chunks>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
+                       int ns, int row_stride, uint32_t rb) {
+    extern __shared__ __align__(128) uint8_t sm[];
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    const int nsb = ne0 / kTcSuper;
+    const tc_layout L(nx, nsb, ns, row_stride);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
+    float2 *red = reinterpret_cast<float2 *>(sm + L.red);
+    float *xsc = reinterpret_cast<float *>(sm + L.xsc);
+    uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
+    uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
+    uint8_t *stages = sm + L.stages;
+    const int n_mine = (n_chunks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                       static_cast<int>(gridDim.x);
+
+    pdl_trigger();
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; s++) mbar_init(&bars[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // thread 0: chunk j of this block into stage j % ns
+    auto issue = [&](int j) {
+        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
+        uint64_t *bar = &bars[j % ns];
+        if (k.bad) {
+            mbar_arrive(bar);
+            return;
+        }
+        mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
+        uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
+        for (int r = 0; r < k.nr; r++) bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
+    };
+    if (!Chunks::kAfterWait && threadIdx.x == 0)
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+    pdl_wait();
+    if (Chunks::kAfterWait && threadIdx.x == 0)
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+
+    // x → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs; the 16 units of
+    // a (row, super-block) are neighbouring lanes and share its max.
+    const int units = nx * nsb * 16;
+    for (int u0 = 0; u0 < units; u0 += blockDim.x) {
+        const int u = u0 + static_cast<int>(threadIdx.x);
+        const bool ok = u < units;
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+        const int h = q >> 1, j = q & 1;
+        float v[16] = {};
+        float amax = 0.0f;
+        if (ok) {
+            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
+                                                               (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 f = __ldg(p + i);
+                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        uint32_t a[8];
+        float sum = tc_x_quarter(v, scale, a);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);                  // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2);     // the other sub-block's
+        if (ok) {
+            uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) = make_uint2(a[2 * ii], a[2 * ii + 1]);
+            if (q == 0) {
+                uint2 hl;
+                tc_x_sums(sum, other, hl.x, hl.y);
+                xsum[rs * 4 + t] = hl;
+                if (t == 0) xsc[rs] = inv;
+            }
+        }
+    }
+    __syncthreads();
+
+    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+    const int g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < n_mine; j++) {
+        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
+        mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
+        const uint8_t *st = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
+        const bool tok = g < k.nt;
+        const int xr = k.xrow + (tok ? g : 0);
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int sb = (warp + j) % kWarps; sb < nsb; sb += kWarps) {
+            uint32_t B[16][2], Bmin;
+            kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
+            const uint4 *xa = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper +
+                                                              t * kTcXsLane);
+            // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
+                mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
+                mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
+            }
+            c[0] += c1[0], c[1] += c1[1];
+            const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
+            mma_f16(cm, s.x, s.y, Bmin, Bmin);
+            // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
+            const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
+            const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
+            const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
+            const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
+            const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
+            acc0 = fmaf(e, fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), acc0);
+            acc1 = fmaf(e, fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]), acc1);
+        }
+        float2 *part = red + (j & 1) * kWarps * 32;
+        part[warp * 32 + lane] = make_float2(acc0, acc1);
+        __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
+        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
+        if (warp == 0 && g < k.nt) {
+            // warp w summed the super-blocks ≡ w + j (mod kWarps): add the classes 0, 1, 2, 3 in order, so the
+            // result does not depend on where the chunk fell
+            float2 s = part[((kWarps - j % kWarps) % kWarps) * 32 + lane];
+#pragma unroll
+            for (int r = 1; r < kWarps; r++) {
+                const float2 p = part[((r - j % kWarps + kWarps) % kWarps) * 32 + lane];
+                s.x += p.x, s.y += p.y;
+            }
+            if (k.bad) s = make_float2(__int_as_float(0x7fffffff), __int_as_float(0x7fffffff));
+            float *yt = k.y + static_cast<size_t>(g) * static_cast<size_t>(k.ystride);
+            if (2 * t < k.nr) yt[2 * t] = s.x;
+            if (2 * t + 1 < k.nr) yt[2 * t + 1] = s.y;
+        }
+    }
+}
+
+// ---- launch --------------------------------------------------------------------------------------
+
+struct tc_plan {
+    int ns, blocks, row_stride;
+    size_t smem;
+};
+
+// Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to 4: more
+// warps hide the MMA and load latencies) while each keeps two stages, or all of its chunks in flight.
+bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
+    const int nsb = ne0 / kTcSuper;
+    p.row_stride = stage_row_stride(rb);
+    const size_t fixed = tc_layout(nx, nsb, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
+    for (int per_sm = 4; per_sm >= 1; per_sm--) {
+        const size_t budget = kSmemPerSm / per_sm - 1024;
+        if (fixed + slot > budget) continue;
+        p.blocks = per_sm * ts_cuda_sm_count();
+        if (p.blocks > n_chunks) p.blocks = n_chunks;
+        const int mine = (n_chunks + p.blocks - 1) / p.blocks;
+        p.ns = static_cast<int>((budget - fixed) / slot);
+        if (p.ns > kMaxStages) p.ns = kMaxStages;
+        if (p.ns > mine) p.ns = mine;
+        if (p.ns < 2 && mine > 1) continue;
+        p.smem = tc_layout(nx, nsb, p.ns, p.row_stride).total;
+        return true;
+    }
+    return false;
+}
+
+template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
+                                      size_t rb, cudaStream_t s) {
+    tc_plan p;
+    if (n_chunks <= 0) return 0;
+    if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
+    const auto kernel = gemv_tc_kernel<TYPE, Chunks>;
+    static bool opted_in = false; // one flag per instantiation
+    if (!opted_in) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kSmemPerSm)) != cudaSuccess)
+            return -1;
+        opted_in = true;
+    }
+    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(kWarps * 32), p.smem, s, ch, n_chunks, ne0, x, nx,
+                  x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+} // namespace
+
+bool tc_gemv_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_GEMV_TC");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
+    if ((type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K) || ne0 <= 0 || ne0 % kTcSuper != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
+        return false;
+    if (row_bytes != ts_row_size(type, ne0) || row_bytes % 16 != 0) return false;
+    tc_plan p;
+    return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes, 1, p);
+}
+
+int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+            cudaStream_t s) {
+    if (T < 1 || T > kTile) return -1;
+    const dense_chunks ch = {w, rb, n_out, T, y};
+    const int n_chunks = (n_out + kTile - 1) / kTile;
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    default: return -1;
+    }
+}
+
+int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
+    expert_chunks ch;
+    ch.j = job;
+    ch.cpp = (job.n_part + kTile - 1) / kTile;
+    const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
+    switch (type) {
+    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    default: return -1;
+    }
+}
+
+} // namespace ts_cu

@@ -1,0 +1,206 @@
+// The lane arithmetic of the tensor-core decode GEMV (gemv_tc.cu), host- and device-callable so that
+// tests/cuda/test_gemv_tc_emul.cu runs the very same fragment builders on the CPU around an emulated
+// mma.m16n8k16.f32.f16.f16.f32.
+//
+// The product y[t, o] = Σ_i W[o, i]·x[t, i] is cut into super-blocks of 256 inputs (the K-quants') and tiles of
+// 8 output rows; one warp computes a (super-block, tile) with 16 + 1 MMAs of shape m16n8k16:
+//   A (16 × 16, row-major): tokens × inputs, x in fp16, rows t ≥ T zero;
+//   B (16 × 8, column-major): inputs × output rows, the integer weight q·sc (≤ 15·63 = 945, exact in fp16);
+//   C (16 × 8, fp32): tokens × output rows.
+// In the PTX fragment layout lane (g, t) = (lane / 4, lane % 4) holds A row g at k-slots 2t, 2t+1 (a0a1)
+// and 2t+8, 2t+9 (a4a5), B column g at the same k-slots, and C row g at columns 2t, 2t+1.
+// Which input sits in which k-slot is ours to choose (x is staged in the same order): lane t feeds
+// sub-blocks 2t and 2t+1 of the super-block, so it needs only their two 6-bit scales and mins, and the
+// 64 inputs 64t .. 64t+63 are exactly the low (sub-block 2t) and high (2t+1) nibbles of the qs bytes
+// 32t .. 32t+31 (Q4_K, Q5_K). MMA m = 2i + h (i = 0..7, h = 0 low / 1 high nibbles) takes word i of those bytes:
+// elements 4i, 4i+2 of the sub-block in slots 2t, 2t+1 and 4i+1, 4i+3 in slots 2t+8, 2t+9.
+//
+// Exactness: the nibbles become fp16 1024 + q (low) or 1024 + 16q (high) by OR-ing them under 0x6400,
+// and one HFMA2 each, (1024 + q)·sc − 1024·sc or (1024 + 16q)·(sc/16) − 64·sc, gives q·sc exactly (the
+// fused result is an integer ≤ 945). x is scaled per (token, super-block) by a power of two 2^s that
+// puts max|x| in [2^14, 2^15) and rounded to fp16 once (the precision policy's one rounding of an
+// activation; relative error ≤ 2^-11 per element); the MMA sums exactly-representable products in fp32.
+// The K-quant min term dmin·Σ_j m_j·Σx_j is a 17th MMA: B = m_j in slots of sub-block j (both halves),
+// A = Σx_j·2^-6 split into fp16 hi + lo (≈ 2^-22 relative). Per super-block the warp then adds
+//     y += 2^-s · (d·C − 64·dmin·C_min)
+// in fp32 for token g, rows 2t and 2t + 1.
+#ifndef TS_CUDA_GEMV_TC_CUH
+#define TS_CUDA_GEMV_TC_CUH
+
+#include "cuda/quant_decode.cuh"
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <string.h>
+
+namespace ts_cu {
+
+constexpr int kTcSuper = 256;    // inputs a super-block
+constexpr int kTcXsLane = 32;    // u32 of staged x per (token, super-block, lane t): 16 MMAs × a0a1, a4a5
+constexpr int kTcXsSuper = 4 * kTcXsLane; // u32 per (token, super-block)
+
+// ---- fp16 pairs (a u32 holds two fp16: low half first) ---------------------------------------------
+#ifdef __CUDA_ARCH__
+TS_HD uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 r = __hfma2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b),
+                        *reinterpret_cast<__half2 *>(&c));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_mul(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_sub(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+TS_HD uint32_t h2_pack(float lo, float hi) {
+    __half2 r = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+#else
+// Host emulation: the operations the kernel uses are exact or round once; double then fp16 rounding is
+// the same single rounding for the magnitudes involved (the tests use it on exact integers and on x).
+static inline float h_lo(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a & 0xFFFFu)); }
+static inline float h_hi(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a >> 16)); }
+static inline uint32_t h_pair(double lo, double hi) {
+    return (uint32_t)ts_fp32_to_fp16((float)lo) | ((uint32_t)ts_fp32_to_fp16((float)hi) << 16);
+}
+static inline uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    return h_pair((double)h_lo(a) * h_lo(b) + h_lo(c), (double)h_hi(a) * h_hi(b) + h_hi(c));
+}
+static inline uint32_t h2_mul(uint32_t a, uint32_t b) {
+    return h_pair((double)h_lo(a) * h_lo(b), (double)h_hi(a) * h_hi(b));
+}
+static inline uint32_t h2_sub(uint32_t a, uint32_t b) {
+    return h_pair((double)h_lo(a) - h_lo(b), (double)h_hi(a) - h_hi(b));
+}
+static inline uint32_t h2_pack(float lo, float hi) {
+    return h_pair(lo, hi);
+}
+#endif
+
+// ---- Q4_K, Q5_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------
+//
+// Both start with d, dmin (fp16) and the 12 bytes of 6-bit scales and mins; Q4_K's 128 qs bytes follow at
+// 16, Q5_K's at 48 after 32 qh bytes whose bit j of byte l is the fifth bit of element l of sub-block j.
+// Q5_K's fifth bit lands at bit 4 (low nibbles: 1024 + q) or bit 8 (high nibbles: 1024 + 16q) of the
+// fp16, so q ≤ 31 and q·sc ≤ 1953 stay exact.
+template <int TYPE> struct tc_kquant;
+template <> struct tc_kquant<TS_TYPE_Q4_K> {
+    static constexpr int BS = 144, QS = 16;
+    static constexpr bool QH = false;
+};
+template <> struct tc_kquant<TS_TYPE_Q5_K> {
+    static constexpr int BS = 176, QS = 48;
+    static constexpr bool QH = true;
+};
+
+// sb: the super-block of row g, 16-byte aligned. B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h);
+// Bmin: b0b1 (= b2b3) of the min MMA.
+template <int TYPE> TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    using Q = tc_kquant<TYPE>;
+    const uint4 *v = reinterpret_cast<const uint4 *>(sb);
+    const uint4 hdr = v[0];
+    const uint4 qa = v[Q::QS / 16 + 2 * t];     // qs bytes 32t .. 32t + 15
+    const uint4 qb = v[Q::QS / 16 + 2 * t + 1]; // qs bytes 32t + 16 .. 32t + 31
+    const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
+    // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
+    uint32_t scw, mw;
+    if (t < 2) {
+        scw = s0 & 0x3F3F3F3Fu;
+        mw = s1 & 0x3F3F3F3Fu;
+    } else {
+        scw = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+        mw = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
+    }
+    const uint32_t ba = static_cast<uint32_t>(2 * t) & 3u; // byte of sub-block 2t in those words
+    const uint32_t k1024 = 0x64006400u;
+    // {sc, sc} and {m_2t, m_2t+1} as fp16: the bytes under 0x64 (1024 + v), minus 1024
+    const uint32_t sca = h2_sub(ts_cu_prmt(scw, 0x64u, ba | 0x40u | (ba << 8) | 0x4000u), k1024);
+    const uint32_t scb = h2_sub(ts_cu_prmt(scw, 0x64u, (ba + 1) | 0x40u | ((ba + 1) << 8) | 0x4000u), k1024);
+    Bmin = h2_sub(ts_cu_prmt(mw, 0x64u, ba | 0x40u | ((ba + 1) << 8) | 0x4000u), k1024);
+    const uint32_t ka = h2_mul(sca, 0xE400E400u);    // −1024·sc_a
+    const uint32_t scb16 = h2_mul(scb, 0x2C002C00u); // sc_b / 16
+    const uint32_t kb = h2_mul(scb, 0xD400D400u);    // −64·sc_b
+    const uint32_t qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    uint32_t qh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (Q::QH) {
+        const uint4 ha = v[1], hb = v[2];
+        const uint32_t h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) qh[i] = h[i] >> (2 * t); // bits 2t, 2t+1 of each byte at 0, 1
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint32_t q = qs[i], q8 = q >> 8, h = qh[i], h8 = h >> 8;
+        // the fifth bits: bit 0 → 4 (low nibbles), bit 1 → 8 (high nibbles), bytes 0, 2 (h) and 1, 3 (h8)
+        const uint32_t lo02 = (q & 0x000F000Fu) | ((h << 4) & 0x00100010u) | k1024;
+        const uint32_t lo13 = (q8 & 0x000F000Fu) | ((h8 << 4) & 0x00100010u) | k1024;
+        const uint32_t hi02 = (q & 0x00F000F0u) | ((h << 7) & 0x01000100u) | k1024;
+        const uint32_t hi13 = (q8 & 0x00F000F0u) | ((h8 << 7) & 0x01000100u) | k1024;
+        B[2 * i][0] = h2_fma(lo02, sca, ka);      // elements 4i, 4i+2 of sub-block 2t
+        B[2 * i][1] = h2_fma(lo13, sca, ka);      // 4i+1, 4i+3
+        B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1
+        B[2 * i + 1][1] = h2_fma(hi13, scb16, kb);
+    }
+}
+
+// ---- x: one staging unit = (token, super-block, lane t, quarter q): 16 inputs ----------------------
+//
+// Lane t's 64 inputs 64t .. 64t+63 are four quarters q: sub-block half h = q / 2 (sub-block 2t + h),
+// its elements 16j .. 16j+15 with j = q % 2: words i = 4j .. 4j+3 of MMAs 2i + h.
+
+// The power of two that puts amax in [2^14, 2^15) (1 for zero; inf and NaN pass through as they are):
+// returns 2^s and sets inv = 2^-s.
+TS_HD float tc_x_scale(float amax, float &inv) {
+#ifdef __CUDA_ARCH__
+    const uint32_t bits = __float_as_uint(amax);
+#else
+    uint32_t bits;
+    memcpy(&bits, &amax, sizeof bits);
+#endif
+    int e = static_cast<int>((bits >> 23) & 0xFF); // biased exponent of amax
+    e = e < 15 ? 15 : e > 254 ? 254 : e;           // 2^s and 2^-s both normal
+    const int s = 141 - e;                         // 14 − (e − 127)
+    inv = ts_cu_bits_to_float(static_cast<uint32_t>(127 - s) << 23);
+    return ts_cu_bits_to_float(static_cast<uint32_t>(127 + s) << 23);
+}
+
+// x16: the quarter's inputs (fp32), scale = 2^s. Writes its 8 A words, a[2ii] = a0a1 and a[2ii + 1] =
+// a4a5 of MMA 2(4j + ii) + h (ii = 0..3), and returns the sum of its 16 rounded values.
+TS_HD float tc_x_quarter(const float *x16, float scale, uint32_t (&a)[8]) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < 4; ii++) {
+        const float *e = x16 + 4 * ii;
+        const uint32_t p02 = h2_pack(e[0] * scale, e[2] * scale), p13 = h2_pack(e[1] * scale, e[3] * scale);
+        a[2 * ii] = p02;
+        a[2 * ii + 1] = p13;
+#ifdef __CUDA_ARCH__
+        const float2 f02 = __half22float2(*reinterpret_cast<const __half2 *>(&p02));
+        const float2 f13 = __half22float2(*reinterpret_cast<const __half2 *>(&p13));
+        sum += (f02.x + f13.x) + (f02.y + f13.y);
+#else
+        sum += (h_lo(p02) + h_lo(p13)) + (h_hi(p02) + h_hi(p13));
+#endif
+    }
+    return sum;
+}
+
+// The min MMA's A words from the sums of sub-blocks 2t and 2t + 1: a0a1 = hi, a4a5 = lo of Σ·2^-6
+// (the factor keeps 32 values of up to 2^15 within fp16's range; hi + lo carries ~22 bits).
+TS_HD void tc_x_sums(float sum0, float sum1, uint32_t &hi, uint32_t &lo) {
+    const float s0 = sum0 * 0.015625f, s1 = sum1 * 0.015625f;
+    hi = h2_pack(s0, s1);
+#ifdef __CUDA_ARCH__
+    const float2 h = __half22float2(*reinterpret_cast<const __half2 *>(&hi));
+    lo = h2_pack(s0 - h.x, s1 - h.y);
+#else
+    lo = h2_pack(s0 - h_lo(hi), s1 - h_hi(hi));
+#endif
+}
+
+} // namespace ts_cu
+
+#endif

@@ -1,0 +1,50 @@
+// The tensor-core decode GEMV (gemv_tc.cu), called by ts_cuda_matmul and ts_cuda_matmul_experts
+// (matmul.cu) for the shapes it takes; internal to the CUDA backend.
+//
+// Same products and contract as those two (matmul.h), with the precision policy's one rounding of
+// the activations: x is rounded to fp16 per (token, 256-input super-block) after scaling by a power
+// of two (gemv_tc.cuh says how, and why the rest is exact up to fp32 accumulation).
+// TURBOSPARK_CUDA_GEMV_TC=0 turns it off (the exact fp32 SIMT kernels then run).
+#ifndef TS_CUDA_GEMV_TC_H
+#define TS_CUDA_GEMV_TC_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace ts_cu {
+
+// The expert products' arguments (see ts_cuda_matmul_experts in matmul.h), already validated.
+struct tc_expert_job {
+    const uint8_t *w0, *w1; // W->data, W2->data (w1 NULL: one part)
+    size_t rb;              // bytes per row, both tensors
+    const int32_t *ids;     // [n_items] expert ids, or NULL: expert 0 for every item
+    int n_items;
+    int64_t rows_per_expert, row_off;
+    int e_max;  // largest id whose rows lie inside both tensors
+    int n_part; // rows per part (the API's n_out)
+    int parts;  // 1, or 2 with w1
+    int x_div;  // items ⌊i / x_div⌋·x_div .. share one x row
+    int64_t x_stride, y_stride;
+    const float *x;
+    float *y;
+};
+
+// Whether the kernel takes this product: T tokens (dense) or x rows (experts) of ne0 inputs of this
+// type; the x staging must fit in shared memory beside two weight stages.
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes);
+
+// y = W·x for T ≤ 8 tokens (w: the first row, row0 applied; rb bytes a row). 0, or -1 when the
+// launch failed.
+int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+            cudaStream_t s);
+
+// The expert products of ts_cuda_matmul_experts. 0, or -1 when the launch failed.
+int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s);
+
+// TURBOSPARK_CUDA_GEMV_TC, default on (read once).
+bool tc_gemv_enabled();
+
+} // namespace ts_cu
+
+#endif

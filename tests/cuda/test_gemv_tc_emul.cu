@@ -1,0 +1,184 @@
+// Host emulation of the tensor-core decode GEMV (src/cuda/gemv_tc.cu): the very fragment builders of
+// the kernel (kquant_b_frags, tc_x_scale, tc_x_quarter, tc_x_sums in src/cuda/gemv_tc.cuh) run on the CPU around an
+// mma.m16n8k16.f32.f16.f16.f32 emulated from the PTX fragment layout (A row g at k-slots 2t, 2t+1 and
+// 2t+8, 2t+9; B column g at the same slots; C row g at columns 2t, 2t+1; g = lane / 4, t = lane % 4),
+// with the kernel's per-super-block epilogue, for Q4_K and Q5_K, against Σ dequant(w)·x̃ in double, where x̃ is x rounded
+// the way the kernel rounds it (fp16 after a power-of-two scale per token and super-block). Rows of 8,
+// 1 to 8 tokens, x over six decades with zero and tiny super-blocks. It checks the layouts and the
+// exactness argument; the kernel itself runs on a GPU in test_cuda_matmul.
+extern "C" {
+#include "common/half.h"
+#include "quant/quant.h"
+}
+#include "cuda/gemv_tc.cuh"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+
+using namespace ts_cu;
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static double urand() {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (double)(rs >> 11) * (1.0 / 9007199254740992.0);
+}
+static double gauss() {
+    const double u = urand() + 1e-300, v = urand();
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+static double half_at(uint32_t w, int hi) {
+    return ts_fp16_to_fp32((uint16_t)(hi ? w >> 16 : w & 0xFFFFu));
+}
+
+// C[lane][0..3] += A·B of one warp (rows g + 8 of A are zero, as in the kernel), in double.
+static void mma_emul(double c[32][4], const uint32_t a0[32], const uint32_t a2[32], const uint32_t b0[32],
+                     const uint32_t b1[32]) {
+    double A[8][16], B[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane >> 2, t = lane & 3;
+        A[g][2 * t] = half_at(a0[lane], 0), A[g][2 * t + 1] = half_at(a0[lane], 1);
+        A[g][2 * t + 8] = half_at(a2[lane], 0), A[g][2 * t + 9] = half_at(a2[lane], 1);
+        B[2 * t][g] = half_at(b0[lane], 0), B[2 * t + 1][g] = half_at(b0[lane], 1);
+        B[2 * t + 8][g] = half_at(b1[lane], 0), B[2 * t + 9][g] = half_at(b1[lane], 1);
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int n = 0; n < 2; n++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++) s += A[g][k] * B[k][2 * t + n];
+            c[lane][n] += s;
+        }
+    }
+}
+
+template <int TYPE> static int run_type(void) {
+    const int K = 512, NSB = K / 256, ROWS = 8, BS = tc_kquant<TYPE>::BS;
+    const size_t rb = ts_row_size(TYPE, K);
+    int fails = 0;
+    double worst = 0, worst_raw = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        const int T = 1 + trial % 8;
+        // weights: a per-row scale and offset so the mins matter
+        std::vector<uint8_t> W(ROWS * rb);
+        std::vector<float> wf(ROWS * K), src(K);
+        char err[256];
+        for (int r = 0; r < ROWS; r++) {
+            const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
+            for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
+            if (ts_quantize_row(TYPE, src.data(), W.data() + r * rb, K, err, sizeof err) ||
+                ts_dequantize_row(TYPE, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
+                printf("quantize: %s\n", err);
+                return 1;
+            }
+        }
+        // x: each (token, super-block) at its own magnitude; some all zero
+        std::vector<float> x(T * K);
+        for (int t = 0; t < T; t++)
+            for (int sb = 0; sb < NSB; sb++) {
+                const double mag = pow(10.0, -3.0 + 6.0 * urand());
+                const bool zero = urand() < 0.1;
+                for (int i = 0; i < 256; i++) x[t * K + sb * 256 + i] = zero ? 0.0f : (float)(mag * gauss());
+            }
+
+        // the kernel's staging: per (token, super-block, lane t) unit
+        std::vector<uint32_t> xs(T * NSB * kTcXsSuper);
+        std::vector<uint32_t> xsum(T * NSB * 4 * 2);
+        std::vector<float> xsc(T * NSB), xr(T * K); // xr: x as the kernel rounds it
+        for (int t = 0; t < T; t++)
+            for (int sb = 0; sb < NSB; sb++) {
+                float amax = 0;
+                for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[t * K + sb * 256 + i]));
+                float inv;
+                const float scale = tc_x_scale(amax, inv);
+                xsc[t * NSB + sb] = inv;
+                for (int i = 0; i < 256; i++)
+                    xr[t * K + sb * 256 + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + sb * 256 + i] * scale)) * inv;
+                for (int l = 0; l < 4; l++) {
+                    uint32_t *a = &xs[(t * NSB + sb) * kTcXsSuper + l * kTcXsLane];
+                    uint32_t hi, lo;
+                    float qsum[4];
+                    for (int q = 0; q < 4; q++) { // words i = 4j + ii of MMA 2i + h at a[4i + 2h], a[4i + 2h + 1]
+                        uint32_t w[8];
+                        const int h = q >> 1, j = q & 1;
+                        qsum[q] = tc_x_quarter(&x[t * K + sb * 256 + 64 * l + 32 * h + 16 * j], scale, w);
+                        for (int ii = 0; ii < 4; ii++)
+                            a[4 * (4 * j + ii) + 2 * h] = w[2 * ii], a[4 * (4 * j + ii) + 2 * h + 1] = w[2 * ii + 1];
+                    }
+                    tc_x_sums(qsum[0] + qsum[1], qsum[2] + qsum[3], hi, lo);
+                    xsum[((t * NSB + sb) * 4 + l) * 2] = hi, xsum[((t * NSB + sb) * 4 + l) * 2 + 1] = lo;
+                }
+            }
+
+        // the warp: per super-block 16 + 1 MMAs and the epilogue
+        double acc[32][2] = {{0}};
+        for (int sb = 0; sb < NSB; sb++) {
+            uint32_t B[32][16][2], Bmin[32];
+            for (int lane = 0; lane < 32; lane++)
+                kquant_b_frags<TYPE>(W.data() + (lane >> 2) * rb + sb * BS, lane & 3, B[lane], Bmin[lane]);
+            double c[32][4] = {{0}}, cm[32][4] = {{0}};
+            for (int m = 0; m < 16; m++) {
+                uint32_t a0[32], a2[32], b0[32], b1[32];
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    const uint32_t *xa = &xs[(g * NSB + sb) * kTcXsSuper + t * kTcXsLane];
+                    a0[lane] = g < T ? xa[2 * m] : 0, a2[lane] = g < T ? xa[2 * m + 1] : 0;
+                    b0[lane] = B[lane][m][0], b1[lane] = B[lane][m][1];
+                }
+                mma_emul(c, a0, a2, b0, b1);
+            }
+            uint32_t a0[32], a2[32];
+            for (int lane = 0; lane < 32; lane++) {
+                const int g = lane >> 2, t = lane & 3;
+                a0[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2] : 0;
+                a2[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2 + 1] : 0;
+            }
+            mma_emul(cm, a0, a2, Bmin, Bmin);
+            for (int lane = 0; lane < 32; lane++) {
+                const int g = lane >> 2, t = lane & 3;
+                if (g >= T) continue;
+                for (int n = 0; n < 2; n++) {
+                    const uint8_t *blk = W.data() + (2 * t + n) * rb + sb * BS;
+                    const double d = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
+                    const double dmin = ts_fp16_to_fp32((uint16_t)(blk[2] | blk[3] << 8));
+                    acc[lane][n] += xsc[g * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
+                }
+            }
+        }
+        for (int lane = 0; lane < 32; lane++) {
+            const int g = lane >> 2, t = lane & 3;
+            if (g >= T) continue;
+            for (int n = 0; n < 2; n++) {
+                const int o = 2 * t + n;
+                double ref = 0, raw = 0, mag = 0;
+                for (int i = 0; i < K; i++) {
+                    ref += (double)wf[o * K + i] * xr[g * K + i];
+                    raw += (double)wf[o * K + i] * x[g * K + i];
+                    mag += fabs((double)wf[o * K + i] * x[g * K + i]);
+                }
+                const double e = fabs(acc[lane][n] - ref) / (mag > 0 ? mag : 1e-300);
+                const double er = fabs(acc[lane][n] - raw) / (mag > 0 ? mag : 1e-300);
+                if (!(e <= 1e-6)) {
+                    if (fails < 5)
+                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S %.3g)\n",
+                               trial, T, g, o, acc[lane][n], ref, mag);
+                    fails++;
+                }
+                if (e > worst || e != e) worst = e;
+                if (er > worst_raw) worst_raw = er;
+            }
+        }
+    }
+    printf("%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
+           "1e-6); against unrounded x %.2e%s\n",
+           ts_type_name(TYPE), K, worst, worst_raw, fails ? "  FAIL" : "");
+    return fails;
+}
+
+int main(void) {
+    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>();
+    printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
+    return fails ? 1 : 0;
+}

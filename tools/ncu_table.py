@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Per-kernel table of one decode step from an Nsight Compute CSV (scripts/device_check.sh bench ncu):
+kernels grouped by name, with launches, total and mean time, bytes moved and achieved TB/s, largest
+total first, and the step's sum. ncu runs every kernel alone with cold caches, so short kernels read
+high; the sum exceeds the graph step's time by the launch overlap that a graph and PDL give.
+
+    python3 tools/ncu_table.py ncu.csv [top]"""
+import csv, re, sys
+from collections import defaultdict
+
+def main():
+    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    lines = open(path, errors="replace").read().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+    per = defaultdict(lambda: {"n": set(), "ns": 0.0, "bytes": 0.0})
+    for row in csv.DictReader(lines[start:]):
+        name = re.sub(r"\(.*", "", row["Kernel Name"]).strip()
+        name = re.sub(r"^void |<.*", "", name) + (re.search(r"<(.*)>", row["Kernel Name"]) or [""])[0][:60]
+        k, unit, val = per[name], row["Metric Unit"], float(row["Metric Value"].replace(",", ""))
+        k["n"].add(row["ID"])
+        if row["Metric Name"] == "gpu__time_duration.sum":
+            k["ns"] += val * {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}[unit.lower()]
+        else:
+            scale = {"byte": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9, "gb": 1e9}
+            k["bytes"] += val * scale[unit.lower()]
+    rows = sorted(per.items(), key=lambda kv: -kv[1]["ns"])
+    total_ns = sum(k["ns"] for _, k in rows)
+    total_b = sum(k["bytes"] for _, k in rows)
+    print("| kernel | launches | µs total | µs each | MB each | TB/s |\n|---|---|---|---|---|---|")
+    for name, k in rows[:top]:
+        n = len(k["n"])
+        print(f"| {name} | {n} | {k['ns'] / 1e3:.1f} | {k['ns'] / 1e3 / n:.2f} | {k['bytes'] / 1e6 / n:.2f} | "
+              f"{k['bytes'] / k['ns'] / 1e3 if k['ns'] else 0:.2f} |")
+    launches = sum(len(k["n"]) for _, k in rows)
+    print(f"| all ({len(rows)} kernels) | {launches} | {total_ns / 1e3:.1f} | | {total_b / 1e6:.1f} total | "
+          f"{total_b / total_ns / 1e3 if total_ns else 0:.2f} |")
+
+main()
