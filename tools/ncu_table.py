@@ -14,8 +14,8 @@ def main():
     start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
     per = defaultdict(lambda: {"n": set(), "ns": 0.0, "bytes": 0.0})
     for row in csv.DictReader(lines[start:]):
-        name = re.sub(r"\(.*", "", row["Kernel Name"]).strip()
-        name = re.sub(r"^void |<.*", "", name) + (re.search(r"<(.*)>", row["Kernel Name"]) or [""])[0][:60]
+        full = re.sub(r"\(anonymous namespace\)::|<unnamed>::|ts_cu::|^void ", "", row["Kernel Name"])
+        name = re.sub(r"\(.*", "", full).strip()[:70] # the name with its template arguments, no parameters
         k, unit, val = per[name], row["Metric Unit"], float(row["Metric Value"].replace(",", ""))
         k["n"].add(row["ID"])
         if row["Metric Name"] == "gpu__time_duration.sum":

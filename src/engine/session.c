@@ -127,10 +127,16 @@ size_t ts_session_state_bytes(const ts_session *s) {
 }
 
 /* The cheap guard on every backend's output: rows × V logits must be finite, else the call fails
- * (a NaN would otherwise be sampled as token 0, or written out as a "result"). O(V) per row, a
- * small fraction of the output product that made the row. */
+ * (a NaN would otherwise be sampled as token 0, or written out as a "result"). The scan ORs the
+ * exponent bits' all-ones test over a row without an early exit, so it vectorizes (~V/8 cycles a
+ * row: 64 rows of 248,320 logits in well under a millisecond); only a bad row is searched again for
+ * the sentence. */
 static int check_logits(const float *x, int64_t rows, int64_t V, int64_t pos0, char *err, size_t errlen) {
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint32_t *b = (const uint32_t *)(x + r * V);
+        uint32_t bad = 0;
+        for (int64_t v = 0; v < V; v++) bad |= (b[v] & 0x7f800000u) == 0x7f800000u;
+        if (!bad) continue;
         for (int64_t v = 0; v < V; v++)
             if (!isfinite(x[r * V + v]))
                 return ts_errf(err, errlen,
@@ -138,6 +144,7 @@ static int check_logits(const float *x, int64_t rows, int64_t V, int64_t pos0, c
                                "): the model produced NaN or infinity (damaged or edited weights or metadata?); "
                                "TURBOSPARK_CHECK_FINITE=1 on the CPU backend names the layer where it first appears",
                                pos0 + r, isnan(x[r * V + v]) ? "NaN" : "an infinity", v);
+    }
     return 0;
 }
 
