@@ -125,7 +125,6 @@ static bool valid_utf8(const char *s, size_t n) {
 /* ---- fields refused by name ----------------------------------------------------------------- */
 
 static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e) {
-    char clip[80];
     const cJSON *v;
     int64_t k;
     if ((v = member(o, "n"))) {
