@@ -31,6 +31,9 @@ void ts_model_free(ts_model *m);
 /* Vocabulary size (rows of the logits) and the trained context length. */
 int32_t ts_model_n_vocab(const ts_model *m);
 int64_t ts_model_n_ctx_train(const ts_model *m);
+/* Parameters (elements of every tensor) and the bytes of their data in the file. */
+uint64_t ts_model_n_params(const ts_model *m);
+uint64_t ts_model_size_bytes(const ts_model *m);
 
 typedef enum ts_backend {
     TS_BACKEND_CPU = 0,  /* fp32 forward on the CPU (src/cpu) */
