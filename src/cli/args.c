@@ -332,7 +332,7 @@ int ts_cli_parse(int argc, char **argv, const ts_cli_spec *spec, ts_cli_args *a)
     for (const struct option *o = spec->own; o && o->name && n < N_SHARED + 63; o++) opts[n++] = *o;
     opts[n] = (struct option){0};
     if (spec->own_short) snprintf(shorts + ns, sizeof shorts - ns, "%s", spec->own_short);
-    opterr = 0, optind = 1;
+    opterr = 0, optind = 0; /* 0: glibc starts a fresh scan */
     int c;
     for (;;) {
         int prev = optind;

@@ -171,7 +171,9 @@ static void print_row(FILE *f, int fmt, bool *first, const bench_row *r, double 
     for (int i = 0; i < n; i++) mean += t[i] / n;
     for (int i = 0; i < n; i++) var += (t[i] - mean) * (t[i] - mean);
     const double sd = n > 1 ? sqrt(var / (n - 1)) : 0;
-    const double med = median(t, n); /* sorts t */
+    double samples[1001]; /* the runs in order (median sorts t); -r is at most 1000 */
+    memcpy(samples, t, (size_t)n * sizeof *t);
+    const double med = median(t, n);
     if (fmt == OUT_MD) {
         char size[32], floor_s[32] = "", of[32] = "";
         if (r->size >= (1ull << 30)) snprintf(size, sizeof size, "%.2f GiB", r->size / 1073741824.0);
@@ -193,7 +195,7 @@ static void print_row(FILE *f, int fmt, bool *first, const bench_row *r, double 
         fprintf(f, ", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %ld, \"n_gen\": %ld, \"n_batch\": %ld, \"n_depth\": %ld,"
                    " \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"median_ts\": %.3f, \"floor_ts\": %.3f, \"samples_ts\": [",
                 r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd, med, r->floor_tps);
-        for (int i = 0; i < n; i++) fprintf(f, "%s%.3f", i ? ", " : "", t[i]);
+        for (int i = 0; i < n; i++) fprintf(f, "%s%.3f", i ? ", " : "", samples[i]);
         fprintf(f, "]}");
     }
     *first = false;
