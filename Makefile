@@ -2,8 +2,11 @@
 #   make demo   installs what is missing, builds, runs the demo
 #   make test   installs what is missing, builds, runs the whole suite (ctest)
 # make test SANITIZE=1 builds with ASan + UBSan in build-san/.
+# make install PREFIX=/usr/local   builds, then installs the command, libturbospark.so, turbospark.h
+#                                  and turbospark.pc under PREFIX
 
 SANITIZE ?= 0
+PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 ifeq ($(SANITIZE),1)
 BUILD ?= build-san
@@ -12,7 +15,7 @@ else
 BUILD ?= build
 endif
 
-.PHONY: all deps build test demo fuzz format clean
+.PHONY: all deps build test demo install fuzz format clean
 
 all: build
 
@@ -25,6 +28,9 @@ build: deps
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)/turbospark

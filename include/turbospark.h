@@ -31,6 +31,9 @@ void ts_model_free(ts_model *m);
 /* Vocabulary size (rows of the logits) and the trained context length. */
 int32_t ts_model_n_vocab(const ts_model *m);
 int64_t ts_model_n_ctx_train(const ts_model *m);
+/* Parameters (elements of every tensor) and the bytes of their data in the file. */
+uint64_t ts_model_n_params(const ts_model *m);
+uint64_t ts_model_size_bytes(const ts_model *m);
 
 typedef enum ts_backend {
     TS_BACKEND_CPU = 0,  /* fp32 forward on the CPU (src/cpu) */
@@ -90,6 +93,60 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
  * anything runs: a refused batch leaves every session as it was. */
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen);
+
+/* ---- version ------------------------------------------------------------------------------ */
+
+const char *ts_version(void);      /* "0.1.0": the CMake project version */
+const char *ts_build_commit(void); /* the git commit built ("c7589b2", "-dirty" when changed), or "unknown" */
+
+/* ---- tokenizer ---------------------------------------------------------------------------- */
+
+/* The byte-level BPE tokenizer of a model file (its tokenizer.ggml.* keys). Immutable once loaded:
+ * several threads may use one at once. About 100 bytes a vocabulary entry. */
+typedef struct ts_tokenizer ts_tokenizer;
+
+int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t errlen);
+void ts_tokenizer_free(ts_tokenizer *t);
+
+/* Encodes text[0..len) (any bytes; invalid UTF-8 becomes U+FFFD) into ids[0..cap) and returns the
+ * number of tokens, which may exceed cap (then only the first cap are written: call again with a
+ * larger array), or −1 with err. parse_special: "<|im_start|>" written in the text becomes its id.
+ * No BOS is added (the Qwen files have none). */
+int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t *ids,
+                            int64_t cap, char *err, size_t errlen);
+/* The bytes of one token (*len of them; possibly part of a UTF-8 character); special: render
+ * control tokens' text. NULL with *len 0 for an id out of range. Valid while t lives. */
+const char *ts_token_bytes(const ts_tokenizer *t, int32_t id, bool special, size_t *len);
+/* Whether id ends a generation (eos, <|im_end|>, <|endoftext|>, ...). */
+bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id);
+
+/* ---- sampler ------------------------------------------------------------------------------ */
+
+/* llama.cpp's order and meaning: penalties, temperature, top-k, top-p, min-p, then a seeded draw. */
+typedef struct ts_sampler_params {
+    float temperature;       /* ≤ 0: greedy */
+    int32_t top_k;           /* ≤ 0: off */
+    float top_p;             /* ≥ 1: off */
+    float min_p;             /* ≤ 0: off */
+    float repeat_penalty;    /* 1: off */
+    int32_t penalty_last_n;  /* tokens of history the penalties look at (0: off, −1: all kept, up to 4096) */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    uint64_t seed;           /* a fixed seed reproduces a run exactly */
+} ts_sampler_params;
+
+typedef struct ts_sampler ts_sampler;
+
+/* llama.cpp's defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties, seed 0). */
+ts_sampler_params ts_sampler_default_params(void);
+/* Checks the parameters (a sentence for each bad one) and allocates for n_vocab; sampling
+ * allocates nothing afterwards. */
+int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
+void ts_sampler_free(ts_sampler *s);
+/* Records a token of the context (prompt or generated) for the penalties. */
+void ts_sampler_accept(ts_sampler *s, int32_t token);
+/* Picks the next token from logits[n_vocab] (not modified). */
+int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
 
 #ifdef __cplusplus
 }

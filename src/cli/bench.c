@@ -12,6 +12,8 @@
  * of -r repetitions. On CUDA a per-block GPU time breakdown of one batch-1 decode step follows. */
 #include "cli/cli.h"
 
+#include "cli/args.h"
+
 #include "model/qwen4exp.h"
 #include "turbospark.h"
 #ifdef TS_HAVE_CUDA
@@ -20,6 +22,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,18 +64,21 @@ static double cpu_read_bandwidth(void) {
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [--ctx N]\n"
-               "                        [-r 3] [-ub N] [-t THREADS] [--ple auto|gpu|host] [--random-weights]\n"
-               "  -p LIST   prompt sizes (one sequence; 0 skips prefill)     -n N     tokens decoded per sequence\n"
-               "  -b LIST   decode batch sizes (sequences decoded together)  --ctx N  tokens each sequence holds\n"
-               "            before decode is timed (default 128); the -r runs follow each other (context grows)\n"
-               "  -r N      repetitions (the median is reported)             -ub N    prefill micro-batch (default 512)\n"
-               "  -t N      CPU threads (OpenMP)\n"
-               "  --ple P   CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
-               "  --random-weights  CUDA: fill every weight with random valid blocks on the GPU instead of reading\n"
-               "            the file (for synthetic files: turbospark synth --released --sparse)\n"
-               "Prints a llama-bench-like table: tokens/s, the memory-bandwidth floor and the fraction of it; on CUDA\n"
-               "also the GPU time of each block kind in one batch-1 decode step.\n");
+    fprintf(f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d N]\n"
+               "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] [--random-weights]\n"
+               "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
+               "  -n, --n-gen N         tokens decoded per sequence\n"
+               "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
+               "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
+               "                        --ctx); the -r runs follow each other (the context grows)\n"
+               "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
+               "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
+               "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
+               "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
+               "                        reading the file (for synthetic files: turbospark synth --released --sparse)\n");
+    ts_cli_args_help(f, TS_ARGS_UBATCH);
+    fprintf(f, "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
+               "fraction of it; with md on CUDA also the GPU time of each block kind in one batch-1 decode step.\n");
 }
 
 static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
@@ -90,6 +96,112 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
     return *n ? 0 : -1;
 }
 
+static double median(double *v, int n);
+
+enum { OUT_MD, OUT_JSON, OUT_CSV };
+enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH };
+
+typedef struct bench_opts {
+    const char *ple;
+    long pl[MAX_LIST], bl[MAX_LIST], n, reps, ctx;
+    int np, nb, out;
+    bool random_weights;
+} bench_opts;
+
+static const struct option k_bench_opts[] = {
+    {"n-prompt", required_argument, NULL, 'p'},
+    {"n-gen", required_argument, NULL, 'n'},
+    {"batch-size", required_argument, NULL, 'b'},
+    {"repetitions", required_argument, NULL, 'r'},
+    {"n-depth", required_argument, NULL, 'd'},
+    {"ctx", required_argument, NULL, OPT_DEPTH},
+    {"output", required_argument, NULL, 'o'},
+    {"ple", required_argument, NULL, OPT_PLE},
+    {"random-weights", no_argument, NULL, OPT_RANDOM_WEIGHTS},
+    {0},
+};
+
+static int bench_option(void *ctx, int id, const char *v) {
+    bench_opts *o = ctx;
+    int bad = 0;
+    switch (id) {
+    case 'p': bad = parse_list(v, o->pl, &o->np, 0, 1 << 20); break;
+    case 'b': bad = parse_list(v, o->bl, &o->nb, 1, 4096); break;
+    case 'n': bad = ts_cli_long(v, 1, 1 << 20, &o->n); break;
+    case 'r': bad = ts_cli_long(v, 1, 1000, &o->reps); break;
+    case 'd':
+    case OPT_DEPTH: bad = ts_cli_long(v, 1, 1 << 24, &o->ctx); break;
+    case OPT_PLE: o->ple = v; break;
+    case OPT_RANDOM_WEIGHTS: o->random_weights = true; break;
+    case 'o':
+        if (!strcmp(v, "md")) o->out = OUT_MD;
+        else if (!strcmp(v, "json")) o->out = OUT_JSON;
+        else if (!strcmp(v, "csv")) o->out = OUT_CSV;
+        else bad = 1;
+        break;
+    default: return -1;
+    }
+    if (bad) fprintf(stderr, "turbospark bench: '%s' is not a valid value for -%c%s\n", v, id < 128 ? id : '-',
+                     id == 'o' ? " (md, json or csv)" : "");
+    return bad ? -1 : 0;
+}
+
+/* A JSON string (the model path may hold anything). */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* One result: the runs' tokens/s t[0..n) (the warm-up excluded). */
+typedef struct bench_row {
+    const char *model, *backend, *device, *test;
+    uint64_t size, params;
+    int threads;
+    long n_prompt, n_gen, n_batch, n_depth;
+    double floor_tps; /* 0: none */
+} bench_row;
+
+static void print_row(FILE *f, int fmt, bool *first, const bench_row *r, double *t, int n) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += t[i] / n;
+    for (int i = 0; i < n; i++) var += (t[i] - mean) * (t[i] - mean);
+    const double sd = n > 1 ? sqrt(var / (n - 1)) : 0;
+    double samples[1001]; /* the runs in order (median sorts t); -r is at most 1000 */
+    memcpy(samples, t, (size_t)n * sizeof *t);
+    const double med = median(t, n);
+    if (fmt == OUT_MD) {
+        char size[32], floor_s[32] = "", of[32] = "";
+        if (r->size >= (1ull << 30)) snprintf(size, sizeof size, "%.2f GiB", r->size / 1073741824.0);
+        else snprintf(size, sizeof size, "%.2f MiB", r->size / 1048576.0);
+        if (r->floor_tps > 0) snprintf(floor_s, sizeof floor_s, "%.1f", r->floor_tps), snprintf(of, sizeof of, "%.0f%%", 100 * med / r->floor_tps);
+        fprintf(f, "| %s | %s | %.2f %s | %s | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r->model, size,
+                r->params >= 1000000000 ? r->params / 1e9 : r->params / 1e6, r->params >= 1000000000 ? "B" : "M", r->backend,
+                r->device, r->threads, r->test, med, sd, floor_s, of);
+    } else if (fmt == OUT_CSV) {
+        fprintf(f, "\"%s\",%" PRIu64 ",%" PRIu64 ",%s,\"%s\",%d,%s,%ld,%ld,%ld,%ld,%.3f,%.3f,%.3f,%.3f\n", r->model, r->size,
+                r->params, r->backend, r->device, r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd,
+                med, r->floor_tps);
+    } else {
+        fprintf(f, "%s  {\"model_filename\": ", *first ? "" : ",\n");
+        json_str(f, r->model);
+        fprintf(f, ", \"model_size\": %" PRIu64 ", \"model_n_params\": %" PRIu64 ", \"backend\": \"%s\", \"device\": ",
+                r->size, r->params, r->backend);
+        json_str(f, r->device);
+        fprintf(f, ", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %ld, \"n_gen\": %ld, \"n_batch\": %ld, \"n_depth\": %ld,"
+                   " \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"median_ts\": %.3f, \"floor_ts\": %.3f, \"samples_ts\": [",
+                r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd, med, r->floor_tps);
+        for (int i = 0; i < n; i++) fprintf(f, "%s%.3f", i ? ", " : "", samples[i]);
+        fprintf(f, "]}");
+    }
+    *first = false;
+    fflush(f);
+}
+
 static void random_ids(int32_t *ids, int64_t n, int64_t V, uint64_t *rng) {
     for (int64_t i = 0; i < n; i++) {
         *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -103,43 +215,28 @@ static double median(double *v, int n) {
 }
 
 int ts_cmd_bench(int argc, char **argv) {
-    const char *path = NULL, *backend = "cpu", *ple = "auto";
-    long pl[MAX_LIST] = {512}, bl[MAX_LIST] = {1}, n = 128, reps = 3, threads = 0, ctx = 128, ub = 512;
-    int np = 1, nb = 1;
-    bool random_weights = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool v = i + 1 < argc;
-        char *end = NULL;
-        int bad = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
-        else if (!strcmp(a, "--random-weights")) { random_weights = true; continue; }
-        else if (!strcmp(a, "-m") && v) path = argv[++i];
-        else if (!strcmp(a, "--backend") && v) backend = argv[++i];
-        else if (!strcmp(a, "--ple") && v) ple = argv[++i];
-        else if (!strcmp(a, "-p") && v) bad = parse_list(argv[++i], pl, &np, 0, 1 << 20);
-        else if (!strcmp(a, "-b") && v) bad = parse_list(argv[++i], bl, &nb, 1, 4096);
-        else if (!strcmp(a, "-n") && v) n = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "--ctx") && v) ctx = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "-r") && v) reps = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "-ub") && v) ub = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "-t") && v) threads = strtol(argv[++i], &end, 10);
-        else { fprintf(stderr, "turbospark bench: unknown or incomplete option '%s'\n", a); bench_usage(stderr); return 2; }
-        if (bad || (end && (*end || n < 1 || reps < 1 || threads < 0 || ctx < 1 || ub < 1 || n > 1 << 20 || reps > 1000 ||
-                            ctx > 1 << 24 || ub > 1 << 16))) {
-            fprintf(stderr, "turbospark bench: '%s %s' is not a valid value\n", a, argv[i]);
-            return 2;
-        }
+    ts_cli_args a;
+    ts_cli_args_init(&a);
+    bench_opts o = {.ple = "auto", .pl = {512}, .bl = {1}, .n = 128, .reps = 3, .ctx = 128, .np = 1, .nb = 1, .out = OUT_MD};
+    ts_cli_spec spec = {.cmd = "bench", .groups = TS_ARGS_UBATCH, .own = k_bench_opts, .own_short = "p:n:b:r:d:o:",
+                        .own_cb = bench_option, .ctx = &o};
+    int pr = ts_cli_parse(argc, argv, &spec, &a);
+    if (pr) {
+        pr < 0 ? bench_usage(stderr) : bench_usage(stdout);
+        return pr < 0 ? 2 : 0;
     }
+    const char *path = a.model, *backend = a.backend_name, *ple = o.ple;
+    long *pl = o.pl, *bl = o.bl;
+    const long n = o.n, reps = o.reps, ctx = o.ctx, ub = a.ubatch;
+    const int np = o.np, nb = o.nb;
+    const bool random_weights = o.random_weights;
     if (!path) { fprintf(stderr, "turbospark bench: no model given (-m FILE.gguf)\n"); bench_usage(stderr); return 2; }
-    ts_backend be;
-    if (ts_cli_backend(backend, &be)) return 2;
+    const ts_backend be = a.backend;
     ts_ple_placement placement = !strcmp(ple, "auto") ? TS_PLE_AUTO : !strcmp(ple, "gpu") ? TS_PLE_DEVICE
                                  : !strcmp(ple, "host") ? TS_PLE_HOST : (ts_ple_placement)-1;
     if ((int)placement < 0) { fprintf(stderr, "turbospark bench: --ple is auto, gpu or host (got '%s')\n", ple); return 2; }
     if (random_weights && be != TS_BACKEND_CUDA) { fprintf(stderr, "turbospark bench: --random-weights needs --backend cuda\n"); return 2; }
 #ifdef _OPENMP
-    if (threads > 0) omp_set_num_threads((int)threads);
     int nt = omp_get_max_threads();
 #else
     int nt = 1;
@@ -148,7 +245,7 @@ int ts_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
     for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
     const int64_t seq_ctx = (pmax > ctx + (reps + 1) * n ? pmax : ctx + (reps + 1) * n) + 1;
-    char err[1024];
+    char err[1024] = "";
     ts_model *m;
     if (ts_model_load(path, &m, err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); return 1; }
     double bw = 0;
@@ -188,7 +285,18 @@ int ts_cmd_bench(int argc, char **argv) {
     for (long i = 0; !rc && i < bmax; i++)
         if (ts_session_new(m, &sp, &ss[i], err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); rc = 1; }
 
-    printf("| model | backend | device | threads | test | t/s | floor t/s | of floor |\n|---|---|---|---|---|---|---|---|\n");
+    bool first = true;
+    char test[64];
+    bench_row row = {.model = path, .backend = backend, .device = device, .test = test, .size = ts_model_size_bytes(m),
+                     .params = ts_model_n_params(m), .threads = nt};
+    if (o.out == OUT_MD)
+        printf("| model | size | params | backend | device | threads | test | t/s (median ± sd) | floor t/s | of floor |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n");
+    else if (o.out == OUT_CSV)
+        printf("model_filename,model_size,model_n_params,backend,device,n_threads,test,n_prompt,n_gen,n_batch,n_depth,avg_ts,"
+               "stddev_ts,median_ts,floor_ts\n");
+    else
+        printf("[\n");
     for (int pi = 0; !rc && pi < np; pi++) { /* prefill */
         const long p = pl[pi];
         if (p == 0) continue;
@@ -199,8 +307,9 @@ int ts_cmd_bench(int argc, char **argv) {
             rc = ts_session_eval(ss[0], ids, p, logits, false, err, sizeof err);
             t[r] = p / (now() - t0);
         }
-        if (!rc) printf("| %s | %s | %s | %d | pp%ld | %.1f | | |\n", path, backend, device, nt, p, median(t + 1, (int)reps));
-        fflush(stdout);
+        snprintf(test, sizeof test, "pp%ld", p);
+        row.n_prompt = p, row.n_gen = 0, row.n_batch = 1, row.n_depth = 0, row.floor_tps = 0;
+        if (!rc) print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
     }
     for (int bi = 0; !rc && bi < nb; bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
         const long b = bl[bi];
@@ -222,16 +331,16 @@ int ts_cmd_bench(int argc, char **argv) {
         if (rc) break;
         ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
         const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes), floor_tps = bw / bytes * b;
-        const double tps = median(t + 1, (int)reps);
-        printf("| %s | %s | %s | %d | tg%ld @ b%ld ctx%ld | %.1f | %.1f | %.0f%% |\n", path, backend, device, nt, n, b, ctx, tps,
-               floor_tps, 100 * tps / floor_tps);
+        snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);
+        row.n_prompt = 0, row.n_gen = n, row.n_batch = b, row.n_depth = ctx, row.floor_tps = floor_tps;
+        print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
         fprintf(stderr, "bench: batch %ld reads %.1f MiB a step (weights %.1f, state %.1f, K/V %.1f); bandwidth %.1f GB/s\n", b,
                 bytes / 1048576, c.weight_bytes / 1048576.0, c.state_bytes / 1048576.0, c.kv_bytes / 1048576.0, bw / 1e9);
-        fflush(stdout);
     }
+    if (o.out == OUT_JSON) printf("%s]\n", first ? "" : "\n");
     if (rc) fprintf(stderr, "turbospark bench: %s\n", *err ? err : "failed");
 #ifdef TS_HAVE_CUDA
-    if (!rc && be == TS_BACKEND_CUDA) { /* where the time of one batch-1 decode step goes */
+    if (!rc && be == TS_BACKEND_CUDA && o.out == OUT_MD) { /* where the time of one batch-1 decode step goes */
         double ms[TS_PROF_KINDS], total = 0;
         ts_cuda_seq *q = NULL;
         random_ids(step, 1, V, &rng);

@@ -1,6 +1,8 @@
 /* turbospark: subcommand dispatch. */
 #include "cli/cli.h"
 
+#include "turbospark.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -30,10 +32,17 @@ static void usage(FILE *f) {
     fprintf(f, "usage: turbospark COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof *k_commands; i++)
         fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
-    fprintf(f, "\n'turbospark COMMAND --help' describes one command.\n");
+    fprintf(f, "\n'turbospark COMMAND --help' describes one command; 'turbospark --version' the build.\n");
+}
+
+/* turbospark --version: the version, the commit built and the backends compiled in. */
+static int version(void) {
+    printf("turbospark %s (commit %s)\nbackends: cpu%s\n", ts_version(), ts_build_commit(), ts_have_cuda() ? " cuda" : "");
+    return 0;
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) return version();
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -5,23 +5,49 @@
  * PPL = exp(mean negative log-likelihood over the scored tokens). */
 #include "cli/cli.h"
 
+#include "cli/args.h"
+
 #include "common/npy.h"
 #include "turbospark.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#define PPL_GROUPS (TS_ARGS_FILE | TS_ARGS_CONTEXT | TS_ARGS_UBATCH | TS_ARGS_BATCH)
+
 static void ppl_usage(FILE *f) {
-    fprintf(f, "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks N] [-ub N]\n"
-               "llama.cpp's convention: windows of -c tokens, the second half of each window scored.\n"
-               "-f: a text file, tokenized with the model's tokenizer (no BOS, special tokens not parsed);\n"
-               "--tokens-npy: its token ids as an int32 1-D .npy instead.\n"
-               TS_CLI_BACKEND_HELP);
+    fprintf(f, "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks N]\n"
+               "llama.cpp's convention: windows of -c tokens (default 512), the second half of each window scored.\n"
+               "-f: a text file (- for standard input), tokenized with the model's tokenizer (no BOS, special\n"
+               "tokens not parsed); --tokens-npy: its token ids as an int32 1-D .npy instead.\n"
+               "  --chunks N            score only the first N windows\n");
+    ts_cli_args_help(f, PPL_GROUPS);
+}
+
+enum { OPT_TOKENS_NPY = TS_ARGS_OWN, OPT_CHUNKS };
+static const struct option k_ppl_opts[] = {
+    {"tokens-npy", required_argument, NULL, OPT_TOKENS_NPY},
+    {"chunks", required_argument, NULL, OPT_CHUNKS},
+    {0},
+};
+
+typedef struct ppl_opts {
+    const char *tokens;
+    long chunks;
+} ppl_opts;
+
+static int ppl_option(void *ctx, int id, const char *v) {
+    ppl_opts *o = ctx;
+    if (id == OPT_TOKENS_NPY) return o->tokens = v, 0;
+    if (id == OPT_CHUNKS && !ts_cli_long(v, 0, LONG_MAX, &o->chunks)) return 0;
+    fprintf(stderr, "turbospark perplexity: '--chunks %s' is not a valid value\n", v);
+    return -1;
 }
 
 /* −log softmax(logits)[target], computed stably in double. */
@@ -34,27 +60,20 @@ static double nll(const float *logits, int64_t V, int32_t target) {
 }
 
 int ts_cmd_perplexity(int argc, char **argv) {
-    const char *path = NULL, *tokens = NULL, *text = NULL;
-    ts_backend be = TS_BACKEND_CPU;
-    long ctx = 512, chunks = -1, ub = 512;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool v = i + 1 < argc;
-        char *end = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { ppl_usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") && v) path = argv[++i];
-        else if (!strcmp(a, "--tokens-npy") && v) tokens = argv[++i];
-        else if (!strcmp(a, "-f") && v) text = argv[++i];
-        else if (!strcmp(a, "-c") && v) ctx = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "--chunks") && v) chunks = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "--backend") && v) { if (ts_cli_backend(argv[++i], &be)) return 2; }
-        else if ((!strcmp(a, "-ub") || !strcmp(a, "--ubatch")) && v) ub = strtol(argv[++i], &end, 10);
-        else { fprintf(stderr, "turbospark perplexity: unknown or incomplete option '%s'\n", a); ppl_usage(stderr); return 2; }
-        if (end && (*end || ctx < 4 || ub < 1 || ctx > (1 << 24))) {
-            fprintf(stderr, "turbospark perplexity: '%s %s' is not valid (-c needs at least 4 tokens)\n", a, argv[i]);
-            return 2;
-        }
+    ts_cli_args a;
+    ts_cli_args_init(&a);
+    a.n_ctx = 512;
+    ppl_opts po = {.tokens = NULL, .chunks = -1};
+    ts_cli_spec spec = {.cmd = "perplexity", .groups = PPL_GROUPS, .own = k_ppl_opts, .own_cb = ppl_option, .ctx = &po};
+    int pr = ts_cli_parse(argc, argv, &spec, &a);
+    if (pr) {
+        pr < 0 ? ppl_usage(stderr) : ppl_usage(stdout);
+        return pr < 0 ? 2 : 0;
     }
+    const char *path = a.model, *tokens = po.tokens, *text = a.file;
+    const ts_backend be = a.backend;
+    long ctx = a.n_ctx, ub = a.ubatch;
+    const long chunks = po.chunks;
     if (!path || !tokens == !text) { fprintf(stderr, "turbospark perplexity: -m and one of -f / --tokens-npy are required\n"); ppl_usage(stderr); return 2; }
     char err[1024];
     int32_t *ids = NULL;
@@ -81,11 +100,18 @@ int ts_cmd_perplexity(int argc, char **argv) {
         return 1;
     }
     const int64_t V = ts_model_n_vocab(m);
-    ts_session_params sp = {.n_ctx = ctx, .ubatch = ub < ctx ? ub : ctx, .backend = be};
+    if (ctx > ts_model_n_ctx_train(m))
+        fprintf(stderr, "turbospark perplexity: warning: -c %ld is more than the %" PRId64 " tokens the model was trained on\n", ctx,
+                ts_model_n_ctx_train(m));
+    if (a.batch_given) ts_cli_cap("perplexity", "-ub", &ub, a.batch, "the batch size -b");
+    else if (ub > a.batch) ub = a.batch;
+    if (a.ubatch_given || a.batch_given) ts_cli_cap("perplexity", a.ubatch_given ? "-ub" : "-b", &ub, ctx, "the window -c");
+    else if (ub > ctx) ub = ctx;
+    ts_session_params sp = {.n_ctx = ctx, .ubatch = ub, .backend = be};
     float *logits = malloc((size_t)(ctx * V) * sizeof(float));
     int rc = !logits ? (snprintf(err, sizeof err, "out of memory for %ld x %" PRId64 " logits", ctx, V), -1)
                      : ts_session_new(m, &sp, &s, err, sizeof err);
-    double total = 0;
+    double total = 0, total2 = 0; /* sums of the NLL and of its square */
     int64_t count = 0;
     const int64_t first = ctx / 2;
     struct timespec t0, t1;
@@ -95,7 +121,10 @@ int ts_cmd_perplexity(int argc, char **argv) {
         ts_session_reset(s);
         rc = ts_session_eval(s, w, ctx, logits, true, err, sizeof err);
         if (rc) break;
-        for (int64_t i = first; i < ctx - 1; i++) total += nll(logits + i * V, V, w[i + 1]), count++;
+        for (int64_t i = first; i < ctx - 1; i++) {
+            const double x = nll(logits + i * V, V, w[i + 1]);
+            total += x, total2 += x * x, count++;
+        }
         fprintf(stderr, "[%" PRId64 "]%.4f%s", c + 1, exp(total / count), c + 1 == n_chunks ? "\n" : " ");
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -105,6 +134,10 @@ int ts_cmd_perplexity(int argc, char **argv) {
         double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
         printf("perplexity: %.6f over %" PRId64 " scored tokens (%" PRId64 " windows of %ld; mean NLL %.6f); %.1f tokens/s\n",
                exp(total / count), count, n_chunks, ctx, total / count, n_chunks * ctx / secs);
+        /* llama.cpp's estimate: the standard error of the mean NLL, carried through exp */
+        const double mean = total / count, var = total2 / count - mean * mean, ppl = exp(mean);
+        if (count > 1 && var > 0) printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * sqrt(var / (count - 1)));
+        else printf("Final estimate: PPL = %.4f +/- nan\n", ppl);
     }
     free(logits);
     free(ids);

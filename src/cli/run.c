@@ -7,6 +7,8 @@
  *       the reply being written (at the prompt it leaves). */
 #include "cli/cli.h"
 
+#include "cli/args.h"
+
 #include "common/error.h"
 #include "engine/gbnf.h"
 #include "engine/generate.h"
@@ -31,22 +33,15 @@
 #include <omp.h>
 #endif
 
-#define MAX_STOPS 8
-
 typedef struct gen_opts {
-    const char *model, *prompt, *file, *backend, *chat_template, *system;
-    const char *json_schema; /* a schema file, or "" for any JSON object (--json); NULL: free text */
+    ts_cli_args a;           /* the shared flags: model, prompt, -n, -c, sampling, ... */
+    const char *chat_template, *system;
+    const char *json_schema;  /* a schema file, or "" for any JSON object (--json); NULL: free text */
     const char *grammar_file; /* GBNF rules, or NULL */
     int reasoning_format;     /* ts_reasoning_format; −1: none for run, deepseek for chat */
     long reasoning_budget;    /* thinking tokens before </think> is forced; −1: no limit */
-    ts_backend be;
-    const char *stops[MAX_STOPS];
-    int n_stops;
-    long n_predict, n_ctx, ubatch, threads;
-    int enable_thinking; /* −1 template default */
-    bool no_special;      /* do not parse special tokens in the prompt */
-    ts_sampler_params sp;
-    bool sp_set[TS_SAMPLING_N_KEYS]; /* temperature, top_k, top_p, min_p given on the command line (else the file's) */
+    int enable_thinking;      /* −1 template default */
+    bool no_special;          /* do not parse special tokens in the prompt */
 } gen_opts;
 
 static volatile sig_atomic_t g_interrupted;
@@ -58,29 +53,23 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+#define GEN_GROUPS (TS_ARGS_GENERATE | TS_ARGS_SAMPLING | TS_ARGS_CONTEXT | TS_ARGS_UBATCH | TS_ARGS_BATCH)
+
 static void usage(FILE *f, bool chat) {
     fprintf(f, "usage: turbospark %s -m FILE.gguf %s[options]\n", chat ? "chat" : "run",
             chat ? "" : "(-p PROMPT | -f FILE) ");
-    fprintf(f, "  -n N               tokens to generate (default %s)\n"
-               "  -c N               context size (default 4096, at most the model's)\n"
-               "  -ub N              prompt micro-batch (default 512)\n"
-               "  -t N               CPU threads\n"
-               "  -s SEED            sampling seed (default 0)\n"
-               "  --temp T           temperature (0 = greedy); defaults come from the file's general.sampling.*\n"
-               "  --top-k K  --top-p P  --min-p P\n"
-               "  --repeat-penalty R --repeat-last-n N  --presence-penalty P  --frequency-penalty F\n"
-               "  --stop STR         stop when the output contains STR (up to %d)\n"
+    ts_cli_args_help(f, GEN_GROUPS | (chat ? 0 : TS_ARGS_PROMPT));
+    fprintf(f, "  (-n defaults to %s, -c to 4096)\n"
                "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
                "                     after the reasoning when the prompt opens <think>)\n"
                "  --json             the output is a JSON object\n"
                "  --grammar-file F   the output follows these GBNF rules (llama.cpp's grammar syntax)\n"
                "  --reasoning-format F  deepseek: <think> reasoning goes to stderr, the answer to stdout;\n"
                "                     none: the text as generated (default: none for run, deepseek for chat)\n"
-               "  --reasoning-budget N  thinking tokens before </think> is forced (default -1: no limit)\n"
-               TS_CLI_BACKEND_HELP,
-            chat ? "512 per reply" : "128", MAX_STOPS);
+               "  --reasoning-budget N  thinking tokens before </think> is forced (default -1: no limit)\n",
+            chat ? "512 per reply" : "128");
     if (chat)
-        fprintf(f, "  -sys TEXT          system message\n"
+        fprintf(f, "  -sys, --system-prompt TEXT  system message\n"
                    "  --chat-template K  chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
                    "  --think / --no-think   enable_thinking for Qwen3 templates\n"
                    "In the conversation: /exit quits; Ctrl-C stops the reply being written.\n");
@@ -88,77 +77,83 @@ static void usage(FILE *f, bool chat) {
         fprintf(f, "  --no-special       treat <|...|> markers in the prompt as plain text\n");
 }
 
-static int parse_long(const char *s, long lo, long hi, long *v) {
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || *end || end == s || x < lo || x > hi) return -1;
-    *v = x;
-    return 0;
+enum {
+    OPT_NO_SPECIAL = TS_ARGS_OWN,
+    OPT_THINK,
+    OPT_NO_THINK,
+    OPT_JSON,
+    OPT_SYSTEM,
+    OPT_CHAT_TEMPLATE,
+    OPT_JSON_SCHEMA,
+    OPT_GRAMMAR_FILE,
+    OPT_REASONING_BUDGET,
+    OPT_REASONING_FORMAT,
+};
+
+static const struct option k_run_opts[] = {
+    {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
+    {"grammar-file", required_argument, NULL, OPT_GRAMMAR_FILE},
+    {"reasoning-budget", required_argument, NULL, OPT_REASONING_BUDGET},
+    {"reasoning-format", required_argument, NULL, OPT_REASONING_FORMAT},
+    {0},
+};
+
+static const struct option k_chat_opts[] = {
+    {"think", no_argument, NULL, OPT_THINK},
+    {"no-think", no_argument, NULL, OPT_NO_THINK},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"sys", required_argument, NULL, OPT_SYSTEM},
+    {"system-prompt", required_argument, NULL, OPT_SYSTEM},
+    {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+    {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
+    {"grammar-file", required_argument, NULL, OPT_GRAMMAR_FILE},
+    {"reasoning-budget", required_argument, NULL, OPT_REASONING_BUDGET},
+    {"reasoning-format", required_argument, NULL, OPT_REASONING_FORMAT},
+    {0},
+};
+
+static int own_option(void *ctx, int id, const char *v) {
+    gen_opts *o = ctx;
+    switch (id) {
+    case OPT_NO_SPECIAL: o->no_special = true; return 0;
+    case OPT_THINK: o->enable_thinking = 1; return 0;
+    case OPT_NO_THINK: o->enable_thinking = 0; return 0;
+    case OPT_JSON: o->json_schema = ""; return 0;
+    case OPT_SYSTEM: o->system = v; return 0;
+    case OPT_CHAT_TEMPLATE: o->chat_template = v; return 0;
+    case OPT_JSON_SCHEMA: o->json_schema = v; return 0;
+    case OPT_GRAMMAR_FILE: o->grammar_file = v; return 0;
+    case OPT_REASONING_BUDGET:
+        if (ts_cli_long(v, -1, 1L << 30, &o->reasoning_budget) == 0) return 0;
+        fprintf(stderr, "'--reasoning-budget %s' is not a valid value\n", v);
+        return -1;
+    case OPT_REASONING_FORMAT: {
+        ts_reasoning_format f;
+        char e2[128];
+        if (ts_reasoning_format_from_name(v, &f, e2, sizeof e2)) { fprintf(stderr, "%s\n", e2); return -1; }
+        o->reasoning_format = (int)f;
+        return 0;
+    }
+    }
+    return -1;
 }
 
-static int parse_float(const char *s, float *v) {
-    char *end;
-    errno = 0;
-    float x = strtof(s, &end);
-    if (errno || *end || end == s) return -1;
-    *v = x;
-    return 0;
-}
-
+/* 0, 1 for --help (usage printed), −1 (a message on stderr). */
 static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
     memset(o, 0, sizeof *o);
-    o->backend = "cpu";
-    o->n_predict = chat ? 512 : 128, o->n_ctx = 4096, o->ubatch = 512, o->enable_thinking = -1;
+    ts_cli_args_init(&o->a);
+    o->a.n_predict = chat ? 512 : 128;
+    o->enable_thinking = -1;
     o->reasoning_format = chat ? TS_REASONING_DEEPSEEK : TS_REASONING_NONE, o->reasoning_budget = -1;
-    o->sp = ts_sampler_default_params();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout, chat); exit(0); }
-        else if (!strcmp(a, "--no-special")) { o->no_special = true; continue; }
-        else if (!strcmp(a, "--think")) { o->enable_thinking = 1; continue; }
-        else if (!strcmp(a, "--no-think")) { o->enable_thinking = 0; continue; }
-        else if (!strcmp(a, "--json")) { o->json_schema = ""; continue; }
-        if (!v) { fprintf(stderr, "unknown or incomplete option '%s'\n", a); return -1; }
-        i++;
-        if (!strcmp(a, "-m")) o->model = v;
-        else if (!strcmp(a, "-p") && !chat) o->prompt = v;
-        else if (!strcmp(a, "-f") && !chat) o->file = v;
-        else if (!strcmp(a, "-sys") && chat) o->system = v;
-        else if (!strcmp(a, "--chat-template") && chat) o->chat_template = v;
-        else if (!strcmp(a, "--backend")) o->backend = v;
-        else if (!strcmp(a, "--json-schema")) o->json_schema = v;
-        else if (!strcmp(a, "--grammar-file")) o->grammar_file = v;
-        else if (!strcmp(a, "--reasoning-budget")) bad = parse_long(v, -1, 1L << 30, &o->reasoning_budget);
-        else if (!strcmp(a, "--reasoning-format")) {
-            ts_reasoning_format f;
-            char e2[128];
-            if (ts_reasoning_format_from_name(v, &f, e2, sizeof e2)) { fprintf(stderr, "%s\n", e2); return -1; }
-            o->reasoning_format = (int)f;
-        }
-        else if (!strcmp(a, "-n")) bad = parse_long(v, 0, 1 << 24, &o->n_predict);
-        else if (!strcmp(a, "-c")) bad = parse_long(v, 8, INT32_MAX, &o->n_ctx);
-        else if (!strcmp(a, "-ub")) bad = parse_long(v, 1, 1 << 20, &o->ubatch);
-        else if (!strcmp(a, "-t")) bad = parse_long(v, 1, 4096, &o->threads);
-        else if (!strcmp(a, "-s")) { long s = 0; bad = parse_long(v, 0, LONG_MAX, &s); o->sp.seed = (uint64_t)s; }
-        else if (!strcmp(a, "--temp")) bad = parse_float(v, &o->sp.temperature), o->sp_set[TS_SAMPLING_TEMP] = true;
-        else if (!strcmp(a, "--top-k")) { long k = 0; bad = parse_long(v, 0, INT32_MAX, &k); o->sp.top_k = (int32_t)k; o->sp_set[TS_SAMPLING_TOP_K] = true; }
-        else if (!strcmp(a, "--top-p")) bad = parse_float(v, &o->sp.top_p), o->sp_set[TS_SAMPLING_TOP_P] = true;
-        else if (!strcmp(a, "--min-p")) bad = parse_float(v, &o->sp.min_p), o->sp_set[TS_SAMPLING_MIN_P] = true;
-        else if (!strcmp(a, "--repeat-penalty")) bad = parse_float(v, &o->sp.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n")) { long k = 0; bad = parse_long(v, -1, 4096, &k); o->sp.penalty_last_n = (int32_t)k; }
-        else if (!strcmp(a, "--presence-penalty")) bad = parse_float(v, &o->sp.presence_penalty);
-        else if (!strcmp(a, "--frequency-penalty")) bad = parse_float(v, &o->sp.frequency_penalty);
-        else if (!strcmp(a, "--stop")) {
-            if (o->n_stops == MAX_STOPS || !*v) { fprintf(stderr, "--stop: at most %d non-empty strings\n", MAX_STOPS); return -1; }
-            o->stops[o->n_stops++] = v;
-        } else { fprintf(stderr, "unknown option '%s'\n", a); return -1; }
-        if (bad) { fprintf(stderr, "'%s %s' is not a valid value\n", a, v); return -1; }
-    }
-    if (!o->model) { fprintf(stderr, "no model given (-m FILE.gguf)\n"); return -1; }
-    if (!chat && !o->prompt == !o->file) { fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n"); return -1; }
-    if (ts_cli_backend(o->backend, &o->be)) return -1;
+    ts_cli_spec spec = {.cmd = chat ? "chat" : "run", .groups = GEN_GROUPS | (chat ? 0 : TS_ARGS_PROMPT),
+                        .own = chat ? k_chat_opts : k_run_opts, .own_short = "", .own_cb = own_option, .ctx = o};
+    int r = ts_cli_parse(argc, argv, &spec, &o->a);
+    if (r == 1) { usage(stdout, chat); return 1; }
+    if (r) return -1;
+    if (!o->a.model) { fprintf(stderr, "no model given (-m FILE.gguf)\n"); return -1; }
+    if (!chat && !o->a.prompt == !o->a.file) { fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n"); return -1; }
     return 0;
 }
 
@@ -175,6 +170,7 @@ typedef struct engine {
     ts_grammar *grammar;    /* --json-schema / --json, or NULL */
     ts_grammar_vocab *gvoc; /* with a grammar */
     uint32_t *allow;        /* [V / 32 + 1] */
+    uint32_t *no_eog;       /* --ignore-eos: every token but the end-of-generation ones, or NULL */
 } engine;
 
 static char *read_file(const char *path, char *err, size_t errlen);
@@ -183,6 +179,7 @@ static void engine_free(engine *e) {
     ts_grammar_free(e->grammar);
     ts_grammar_vocab_free(e->gvoc);
     free(e->allow);
+    free(e->no_eog);
     ts_sampler_free(e->smp);
     ts_session_free(e->s);
     ts_tokenizer_free(e->tok);
@@ -194,21 +191,26 @@ static void engine_free(engine *e) {
 static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     char err[1024];
     memset(e, 0, sizeof *e);
-#ifdef _OPENMP
-    if (o->threads > 0) omp_set_num_threads((int)o->threads);
-#endif
     double t0 = now();
-    if (ts_model_load(o->model, &e->m, err, sizeof err)) goto fail;
+    if (ts_model_load(o->a.model, &e->m, err, sizeof err)) goto fail;
     if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;
-    ts_sampling_from_gguf(e->m->gguf, &o->sp, o->sp_set); /* unless given on the command line */
+    ts_sampling_from_gguf(e->m->gguf, &o->a.sp, o->a.sp_given); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
-    int64_t n_ctx = o->n_ctx < ts_model_n_ctx_train(e->m) ? o->n_ctx : ts_model_n_ctx_train(e->m);
-    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->ubatch, .backend = o->be};
+    ts_cli_cap(cmd, "-c", &o->a.n_ctx, (long)ts_model_n_ctx_train(e->m), "the model's trained context");
+    if (o->a.batch_given) ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");
+    else if (o->a.ubatch > o->a.batch) o->a.ubatch = o->a.batch;
+    const int64_t n_ctx = o->a.n_ctx;
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->a.ubatch, .backend = o->a.backend};
     if (ts_session_new(e->m, &sp, &e->s, err, sizeof err)) goto fail;
-    if (ts_sampler_new(&o->sp, e->V, &e->smp, err, sizeof err)) goto fail;
+    if (ts_sampler_new(&o->a.sp, e->V, &e->smp, err, sizeof err)) goto fail;
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
-    o->n_ctx = n_ctx;
-    e->seed = o->sp.seed;
+    e->seed = o->a.sp.seed;
+    if (o->a.ignore_eos) { /* end-of-generation tokens are never sampled */
+        if (!(e->no_eog = malloc(((size_t)e->V / 32 + 1) * sizeof *e->no_eog))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+        memset(e->no_eog, 0, ((size_t)e->V / 32 + 1) * sizeof *e->no_eog);
+        for (int32_t id = 0; id < e->V; id++)
+            if (!ts_tokenizer_is_eog(e->tok, id)) e->no_eog[id / 32] |= 1u << (id % 32);
+    }
     if (o->json_schema && o->grammar_file) { snprintf(err, sizeof err, "give --json-schema (or --json) or --grammar-file, not both"); goto fail; }
     if (o->json_schema || o->grammar_file) {
         const char *path = o->grammar_file ? o->grammar_file : o->json_schema;
@@ -221,9 +223,9 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
         if (bad) goto fail;
         if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     }
-    fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "\n",
-            cmd, o->model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->sp.temperature, o->sp.top_k,
-            o->sp.top_p, o->sp.min_p, o->sp.seed);
+    fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "%s\n",
+            cmd, o->a.model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->a.sp.temperature, o->a.sp.top_k,
+            o->a.sp.top_p, o->a.sp.min_p, o->a.sp.seed, o->a.seed_random ? " (random; -s repeats it)" : "");
     return 0;
 fail:
     fprintf(stderr, "turbospark %s: %s\n", cmd, err);
@@ -277,10 +279,15 @@ static int show(ts_think_split *ts, bool split, const char *s, size_t n, bool fi
 static int next_token(engine *e, ts_matcher *mt, bool thinking, int32_t *id, char *err, size_t errlen) {
     if (mt && !thinking) {
         if (ts_matcher_mask(mt, e->allow, err, errlen)) return -1;
+        if (e->no_eog) { /* --ignore-eos, unless the grammar allows nothing else */
+            uint32_t any = 0;
+            for (int32_t w = 0; w <= e->V / 32; w++) any |= e->allow[w] & e->no_eog[w];
+            for (int32_t w = 0; any && w <= e->V / 32; w++) e->allow[w] &= e->no_eog[w];
+        }
         *id = ts_sampler_sample_masked(e->smp, e->logits, e->allow);
         return ts_tokenizer_is_eog(e->tok, *id) ? 0 : ts_matcher_accept(mt, *id, err, errlen);
     }
-    *id = ts_sampler_sample(e->smp, e->logits);
+    *id = e->no_eog ? ts_sampler_sample_masked(e->smp, e->logits, e->no_eog) : ts_sampler_sample(e->smp, e->logits);
     return 0;
 }
 
@@ -288,7 +295,7 @@ static int next_token(engine *e, ts_matcher *mt, bool thinking, int32_t *id, cha
  * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
 static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
     ts_textgen g;
-    ts_textgen_init(&g, e->tok, o->stops, o->n_stops, reply);
+    ts_textgen_init(&g, e->tok, o->a.stops, o->a.n_stops, reply);
     size_t printed = 0; /* bytes of reply already shown */
     double t0 = now();
     st->n_gen = 0, st->why = "n_predict";
@@ -304,7 +311,7 @@ static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *repl
     ts_think_init(&ts, think_open);
     bool reasoned = false; /* reasoning was shown (on stderr) */
     int rc = 0;
-    for (long i = 0; i < o->n_predict && !rc; i++) {
+    for (long i = 0; (o->a.n_predict < 0 || i < o->a.n_predict) && !rc; i++) {
         if (g_interrupted) { st->why = "interrupted"; break; }
         if (thinking && !forced.n && o->reasoning_budget >= 0 && n_think >= o->reasoning_budget)
             rc = ts_tokenize(e->tok, "\n</think>\n\n", strlen("\n</think>\n\n"), true, &forced, err, errlen);
@@ -326,7 +333,7 @@ static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *repl
         if (safe > printed) rc = show(&ts, split, reply->s + printed, safe - printed, false, &reasoned), printed = safe;
         fflush(stdout);
         if (r == 1) { st->why = "stop string"; break; }
-        if (ts_session_pos(e->s) >= o->n_ctx) { st->why = "context full"; break; }
+        if (ts_session_pos(e->s) >= o->a.n_ctx) { st->why = "context full"; break; }
         ts_sampler_accept(e->smp, id);
         if (ts_tokens_push(&e->ctx, id)) rc = ts_errf(err, errlen, "out of memory");
         else if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) rc = -1;
@@ -357,20 +364,30 @@ static char *read_file(const char *path, char *err, size_t errlen) {
 
 int ts_cmd_run(int argc, char **argv) {
     gen_opts o;
-    if (parse_args(argc, argv, false, &o)) { usage(stderr, false); return 2; }
+    int pr = parse_args(argc, argv, false, &o);
+    if (pr) {
+        ts_cli_args_free(&o.a);
+        if (pr < 0) usage(stderr, false);
+        return pr < 0 ? 2 : 0;
+    }
     char err[1024];
     char *file_text = NULL;
-    if (o.file && !(file_text = read_file(o.file, err, sizeof err))) { fprintf(stderr, "turbospark run: %s\n", err); return 1; }
+    size_t file_len = 0;
+    if (o.a.file && !(file_text = ts_cli_read_text(o.a.file, &file_len, err, sizeof err))) {
+        fprintf(stderr, "turbospark run: %s\n", err);
+        ts_cli_args_free(&o.a);
+        return 1;
+    }
     engine e;
-    if (engine_init(&e, &o, "run")) { free(file_text); return 1; }
-    const char *text = o.prompt ? o.prompt : file_text;
+    if (engine_init(&e, &o, "run")) { free(file_text); ts_cli_args_free(&o.a); return 1; }
+    const char *text = o.a.prompt ? o.a.prompt : file_text;
     ts_tokens prompt = {0};
     ts_text reply = {0};
     gen_stats st = {0};
     int rc = ts_tokenize(e.tok, text, strlen(text), !o.no_special, &prompt, err, sizeof err);
     if (!rc && prompt.n == 0) rc = ts_errf(err, sizeof err, "the prompt is empty");
-    if (!rc && (int64_t)prompt.n >= o.n_ctx)
-        rc = ts_errf(err, sizeof err, "the prompt has %zu tokens, more than the context of %ld allows (use -c)", prompt.n, o.n_ctx);
+    if (!rc && (int64_t)prompt.n >= o.a.n_ctx)
+        rc = ts_errf(err, sizeof err, "the prompt has %zu tokens, more than the context of %ld allows (use -c)", prompt.n, o.a.n_ctx);
     double t0 = now();
     if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
     double t_prompt = now() - t0;
@@ -390,6 +407,7 @@ int ts_cmd_run(int argc, char **argv) {
     ts_text_free(&reply);
     free(file_text);
     engine_free(&e);
+    ts_cli_args_free(&o.a);
     return rc ? 1 : 0;
 }
 
@@ -425,10 +443,15 @@ static void history_free(history *h) {
 
 int ts_cmd_chat(int argc, char **argv) {
     gen_opts o;
-    if (parse_args(argc, argv, true, &o)) { usage(stderr, true); return 2; }
+    int pr = parse_args(argc, argv, true, &o);
+    if (pr) {
+        ts_cli_args_free(&o.a);
+        if (pr < 0) usage(stderr, true);
+        return pr < 0 ? 2 : 0;
+    }
     char err[1024];
     engine e;
-    if (engine_init(&e, &o, "chat")) return 1;
+    if (engine_init(&e, &o, "chat")) { ts_cli_args_free(&o.a); return 1; }
     ts_chat_kind kind;
     if (ts_chat_select(o.chat_template, ts_tokenizer_chat_template(e.tok), &kind, err, sizeof err)) {
         fprintf(stderr, "turbospark chat: %s\n", err);
@@ -455,8 +478,8 @@ int ts_cmd_chat(int argc, char **argv) {
         gen_stats st = {0};
         rc = ts_chat_render(kind, h.msgs, h.n, &co, &prompt_text, err, sizeof err);
         if (!rc) rc = ts_tokenize(e.tok, prompt_text.s, prompt_text.n, true, &prompt, err, sizeof err);
-        if (!rc && (int64_t)prompt.n + 1 >= o.n_ctx)
-            rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.n_ctx);
+        if (!rc && (int64_t)prompt.n + 1 >= o.a.n_ctx)
+            rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.a.n_ctx);
         if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
         signal(SIGINT, on_sigint);
         if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text.s, prompt_text.n), &reply, &st, err, sizeof err);
@@ -472,5 +495,6 @@ int ts_cmd_chat(int argc, char **argv) {
     if (rc) fprintf(stderr, "turbospark chat: %s\n", err);
     history_free(&h);
     engine_free(&e);
+    ts_cli_args_free(&o.a);
     return rc ? 1 : 0;
 }

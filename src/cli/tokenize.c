@@ -2,6 +2,8 @@
  * for checking the tokenizer against transformers and for feeding `perplexity --tokens-npy`. */
 #include "cli/cli.h"
 
+#include "cli/args.h"
+
 #include "common/npy.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -93,7 +95,7 @@ int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool pars
     int rc = ts_gguf_open(gguf_path, &g, err, errlen);
     if (!rc) rc = ts_tokenizer_load(g, &t, err, errlen);
     ts_gguf_close(g);
-    if (!rc) rc = (text = read_all(text_path, &len, err, errlen)) ? 0 : -1;
+    if (!rc) rc = (text = ts_cli_read_text(text_path, &len, err, errlen)) ? 0 : -1; /* "-": stdin */
     if (!rc) rc = ts_tokenize(t, text, len, parse_special, &v, err, errlen);
     free(text);
     ts_tokenizer_free(t);

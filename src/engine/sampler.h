@@ -16,17 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ts_sampler_params {
-    float temperature;      /* ≤ 0: greedy */
-    int32_t top_k;          /* ≤ 0: off */
-    float top_p;            /* ≥ 1: off */
-    float min_p;            /* ≤ 0: off */
-    float repeat_penalty;   /* 1: off */
-    int32_t penalty_last_n; /* tokens of history the penalties look at (0: off, −1: all kept, up to 4096) */
-    float presence_penalty; /* 0: off */
-    float frequency_penalty;/* 0: off */
-    uint64_t seed;
-} ts_sampler_params;
+#include "turbospark.h"
+
+/* ts_sampler_params, ts_sampler and the functions of the public API are in turbospark.h. */
 
 /* llama.cpp's defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties). */
 ts_sampler_params ts_sampler_default_params(void);
