@@ -29,9 +29,15 @@ r2=$LAST_RSS
 m=$(curl -s -m 10 "$SV_URL/metrics")
 echo "server: $(echo "$m" | grep -E '^turbospark_(generation_tokens_total|prompt_tokens_total|batch_steps_total|batch_sequences_total|busy_seconds_total) ' | tr '\n' ' ')" | tee -a "$report"
 # RSS: round 2 may not end above round 1 by more than 4 MiB (allocator noise), nor round 1 above the
-# warm-up by more than 16 MiB (first use of the slots' pages, thread stacks).
-[ $((r2 - r1)) -le 4096 ] || bad "the server's RSS grew from ${r1} to ${r2} KiB between two identical rounds"
-[ $((r1 - r0)) -le 16384 ] || bad "the server's RSS grew from ${r0} to ${r1} KiB after the warm-up"
+# warm-up by more than 16 MiB (first use of the slots' pages, thread stacks). Not in the sanitizer
+# build: ASan keeps freed memory in quarantine (RSS grows with every allocation, leak or not); there
+# LeakSanitizer checks at the server's exit, and sv_stop fails on its non-zero status.
+if [ "${TS_SANITIZE:-0}" = 1 ]; then
+  echo "(sanitizer build: RSS bounds not checked; LeakSanitizer checks the exit)"
+else
+  [ $((r2 - r1)) -le 4096 ] || bad "the server's RSS grew from ${r1} to ${r2} KiB between two identical rounds"
+  [ $((r1 - r0)) -le 16384 ] || bad "the server's RSS grew from ${r0} to ${r1} KiB after the warm-up"
+fi
 sv_stop
 [ $fail -eq 0 ] && echo "server load: ok"
 exit $fail
