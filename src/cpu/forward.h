@@ -32,6 +32,9 @@ typedef struct ts_seq_state {
 int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen);
 void ts_seq_state_reset(ts_seq_state *st, const ts_model *m); /* back to an empty sequence */
 void ts_seq_state_free(ts_seq_state *st);
+/* dst := src (dst->n_ctx ≥ src->pos; states of one model): the recurrent parts whole, the
+ * position-indexed caches up to src->pos. */
+void ts_seq_state_copy(ts_seq_state *dst, const ts_seq_state *src, const ts_model *m);
 
 typedef struct ts_cpu_work ts_cpu_work; /* workspaces for chunks of up to ubatch tokens */
 

@@ -126,6 +126,20 @@ size_t ts_session_state_bytes(const ts_session *s) {
     return s->st.bytes + ts_cpu_work_bytes(s->w);
 }
 
+int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t errlen) {
+    if (dst == src) return 0;
+    if (dst->m != src->m) return ts_errf(err, errlen, "a session's state can only be copied to a session of the same model");
+    if (dst->p.backend != src->p.backend)
+        return ts_errf(err, errlen, "a session's state can only be copied to a session of the same backend");
+    if (src->p.backend != TS_BACKEND_CPU)
+        return ts_errf(err, errlen, "copying a session's state is not implemented on the CUDA backend yet");
+    if (ts_session_pos(src) > dst->p.n_ctx)
+        return ts_errf(err, errlen, "the source holds %" PRId64 " tokens, more than the destination's context of %" PRId64,
+                       ts_session_pos(src), dst->p.n_ctx);
+    ts_seq_state_copy(&dst->st, &src->st, src->m);
+    return 0;
+}
+
 /* The cheap guard on every backend's output: rows × V logits must be finite, else the call fails
  * (a NaN would otherwise be sampled as token 0, or written out as a "result"). O(V) per row, a
  * small fraction of the output product that made the row. */

@@ -140,8 +140,8 @@ test('errors: the client sees OpenAI error objects', async () => {
     assert.ok(e.message.length > 10);
     return true;
   };
-  await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, n: 2 }), check(400, 'n', 'unsupported_parameter'));
-  await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, logprobs: true }), check(400, 'logprobs', 'unsupported_parameter'));
+  await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, n: 17 }), check(400, 'n', 'unsupported_parameter'));
+  await assert.rejects(client.chat.completions.create({ model: 'demo.gguf', messages: chat, top_logprobs: 2 }), check(400, 'top_logprobs', 'invalid_value'));
   await assert.rejects(client.chat.completions.create({
     model: 'demo.gguf', messages: chat, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } },
   }), (e) => check(400, 'response_format', 'invalid_schema')(e) && /'format'/.test(e.message));
