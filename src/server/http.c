@@ -255,6 +255,120 @@ static enum MHD_Result handle_metrics(req *q) {
     return r;
 }
 
+/* GET /props, as llama-server has it: the context per slot, the slots, the model and its chat
+ * template, and the default sampling. */
+static enum MHD_Result handle_props(req *q) {
+    server *S = q->S;
+    const ts_sampler_params *d = &S->defaults;
+    ts_text t = {0};
+    char buf[640];
+    int n = snprintf(
+        buf, sizeof buf,
+        "{\"default_generation_settings\":{\"n_ctx\":%" PRId64
+        ",\"params\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,"
+        "\"repeat_penalty\":%g,\"repeat_last_n\":%d,\"presence_penalty\":%g,"
+        "\"frequency_penalty\":%g}},\"total_slots\":%d,\"n_ctx\":%" PRId64 ",\"n_ctx_train\":%" PRId64
+        ",\"n_vocab\":%d,\"chat_template_name\":\"%s\",\"model_alias\":",
+        S->n_ctx, d->temperature, d->top_k, d->top_p, d->min_p, d->repeat_penalty, d->penalty_last_n,
+        d->presence_penalty, d->frequency_penalty, S->o->n_slots, S->n_ctx, ts_model_n_ctx_train(S->m),
+        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none");
+    int rc = n < 0 || (size_t)n >= sizeof buf ? -1 : ts_text_append(&t, buf, (size_t)n);
+    rc |= ts_json_string(&t, S->model_name, strlen(S->model_name));
+    rc |= ts_text_append(&t, ",\"model_path\":", 14);
+    rc |= ts_json_string(&t, S->o->model_path, strlen(S->o->model_path));
+    rc |= ts_text_append(&t, ",\"chat_template\":", 17);
+    const char *tpl = ts_tokenizer_chat_template(S->tok);
+    if (tpl) {
+        ts_text clean = {0};
+        rc |= ts_utf8_sanitize(tpl, strlen(tpl), &clean) < 0;
+        rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+        ts_text_free(&clean);
+    } else {
+        rc |= ts_text_append(&t, "\"\"", 2);
+    }
+    n = snprintf(buf, sizeof buf, ",\"build_info\":\"turbospark\",\"backend\":\"%s\"}",
+                 S->o->backend == TS_BACKEND_CUDA ? "cuda" : "cpu");
+    rc |= ts_text_append(&t, buf, (size_t)n);
+    enum MHD_Result r = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return r;
+}
+
+/* POST /tokenize (llama-server's): {"tokens": [ids]}, or with_pieces [{"id", "piece"}]. */
+static enum MHD_Result handle_tokenize(req *q) {
+    server *S = q->S;
+    ts_api_tokenize r;
+    ts_api_error e;
+    if (ts_api_parse_tokenize(q->body.s ? q->body.s : "", q->body.n, S->max_values, &r, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_tokens ids = {0};
+    ts_text t = {0};
+    char err[512];
+    int rc = 0;
+    if (r.n_content > S->max_prompt_bytes) {
+        free(r.content);
+        FAIL(q, 400, "invalid_request_error", "context_length_exceeded", "content",
+             "the content is %zu bytes, more than this server tokenizes at once (%zu)", r.n_content,
+             S->max_prompt_bytes);
+    }
+    if (r.add_special && ts_tokenizer_add_bos(S->tok) && ts_tokenizer_bos(S->tok) >= 0)
+        rc = ts_tokens_push(&ids, ts_tokenizer_bos(S->tok));
+    if (rc || ts_tokenize(S->tok, r.content, r.n_content, r.parse_special, &ids, err, sizeof err)) {
+        free(r.content);
+        ts_tokens_free(&ids);
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "content", "%s", rc ? "out of memory" : err);
+    }
+    free(r.content);
+    rc |= ts_text_append(&t, "{\"tokens\":[", 11);
+    for (size_t i = 0; i < ids.n; i++) {
+        char b[48];
+        int k = snprintf(b, sizeof b, "%s%" PRId32, i ? "," : "", ids.ids[i]);
+        if (r.with_pieces)
+            k = snprintf(b, sizeof b, "%s{\"id\":%" PRId32 ",\"piece\":", i ? "," : "", ids.ids[i]);
+        rc |= ts_text_append(&t, b, (size_t)k);
+        if (r.with_pieces) {
+            size_t L = 0;
+            const char *p = ts_token_bytes(S->tok, ids.ids[i], true, &L);
+            ts_text clean = {0};
+            rc |= ts_utf8_sanitize(p ? p : "", p ? L : 0, &clean) < 0;
+            rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+            rc |= ts_text_append(&t, "}", 1);
+            ts_text_free(&clean);
+        }
+    }
+    rc |= ts_text_append(&t, "]}", 2);
+    ts_tokens_free(&ids);
+    enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return res;
+}
+
+/* POST /detokenize (llama-server's): {"content": text} (special tokens written out; invalid UTF-8 of
+ * a cut character becomes U+FFFD). */
+static enum MHD_Result handle_detokenize(req *q) {
+    server *S = q->S;
+    ts_tokens ids;
+    ts_api_error e;
+    if (ts_api_parse_detokenize(q->body.s ? q->body.s : "", q->body.n, S->max_values, ts_model_n_vocab(S->m),
+                                &ids, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_text raw = {0}, clean = {0}, t = {0};
+    char err[256];
+    int rc = ts_detokenize(S->tok, ids.ids, ids.n, true, &raw, err, sizeof err);
+    ts_tokens_free(&ids);
+    if (rc) {
+        ts_text_free(&raw);
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "tokens", "%s", err);
+    }
+    rc |= ts_utf8_sanitize(raw.s ? raw.s : "", raw.n, &clean) < 0;
+    rc |= ts_text_append(&t, "{\"content\":", 11);
+    rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+    rc |= ts_text_append(&t, "}", 1);
+    enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&raw), ts_text_free(&clean), ts_text_free(&t);
+    return res;
+}
+
 /* ---- completions ---------------------------------------------------------------------------- */
 
 static const char *finish_str(ts_finish f) {
@@ -747,6 +861,9 @@ static const route k_routes[] = {
     {"/models", "GET", true, handle_models},
     {"/v1/models/*", "GET", true, handle_model},
     {"/metrics", "GET", true, handle_metrics},
+    {"/props", "GET", true, handle_props},
+    {"/tokenize", "POST", true, handle_tokenize},
+    {"/detokenize", "POST", true, handle_detokenize},
     {"/v1/chat/completions", "POST", true, handle_chat},
     {"/chat/completions", "POST", true, handle_chat},
     {"/v1/completions", "POST", true, handle_completion},
@@ -895,7 +1012,7 @@ static enum MHD_Result on_head(req *q, const char *url, const char *method) {
     if (!rt)
         FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
              "unknown URL: %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET "
-             "/health, GET /metrics)",
+             "/health, GET /metrics, GET /props, POST /tokenize, POST /detokenize)",
              m, u);
     if (strcmp(method, rt->method) != 0) {
         ts_api_error e;

@@ -735,6 +735,79 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     return 0;
 }
 
+/* A JSON object body for the small endpoints (the same limits as ts_api_parse). */
+static cJSON *parse_object(const char *body, size_t n, size_t max_values, ts_api_error *e) {
+    memset(e, 0, sizeof *e);
+    if (memchr(body, 0, n))
+        return BAD(e, "invalid_json", NULL, "the request body holds a NUL byte: not JSON text"), NULL;
+    if (max_values && count_values(body, n, max_values) > max_values)
+        return ts_api_fail(e, 413, "invalid_request_error", "request_too_large", NULL,
+                           "the request body holds more than %zu JSON values, this server's limit",
+                           max_values),
+               NULL;
+    cJSON *o = cJSON_ParseWithLength(body, n);
+    if (!o) return BAD(e, "invalid_json", NULL, "the request body is not valid JSON"), NULL;
+    if (!cJSON_IsObject(o)) {
+        BAD(e, "invalid_type", NULL, "the request body must be a JSON object, not %s", type_name(o));
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_tokenize *r,
+                          ts_api_error *e) {
+    memset(r, 0, sizeof *r);
+    r->parse_special = true;
+    cJSON *o = parse_object(body, n, max_values, e);
+    if (!o) return -1;
+    const cJSON *c = member(o, "content"), *v;
+    int rc = 0;
+    if (!c)
+        rc = BAD(e, "missing_required_parameter", "content", "'content' is required");
+    else if (!cJSON_IsString(c))
+        rc = BAD(e, "invalid_type", "content", "'content' must be a string, not %s", type_name(c));
+    if (!rc && (v = member(o, "add_special"))) rc = want_bool(v, "add_special", &r->add_special, e);
+    if (!rc && (v = member(o, "parse_special"))) rc = want_bool(v, "parse_special", &r->parse_special, e);
+    if (!rc && (v = member(o, "with_pieces"))) rc = want_bool(v, "with_pieces", &r->with_pieces, e);
+    if (!rc) {
+        r->n_content = strlen(c->valuestring);
+        if (!(r->content = malloc(r->n_content + 1)))
+            rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        else
+            memcpy(r->content, c->valuestring, r->n_content + 1);
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
+                            ts_api_error *e) {
+    *ids = (ts_tokens){0};
+    cJSON *o = parse_object(body, n, max_values, e);
+    if (!o) return -1;
+    const cJSON *a = member(o, "tokens"), *t;
+    int rc = 0, i = 0;
+    if (!a)
+        rc = BAD(e, "missing_required_parameter", "tokens", "'tokens' is required");
+    else if (!cJSON_IsArray(a))
+        rc = BAD(e, "invalid_type", "tokens", "'tokens' must be an array of token ids, not %s", type_name(a));
+    const cJSON *list = rc ? NULL : a;
+    cJSON_ArrayForEach(t, list) {
+        int64_t id = 0;
+        char name[48];
+        snprintf(name, sizeof name, "tokens[%d]", i++);
+        if ((rc = want_int(t, name, 0, (double)n_vocab - 1, &id, e))) break;
+        if (ts_tokens_push(ids, (int32_t)id)) {
+            rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+            break;
+        }
+    }
+    cJSON_Delete(o);
+    if (rc) ts_tokens_free(ids);
+    return rc;
+}
+
 void ts_api_request_free(ts_api_request *r) {
     for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);

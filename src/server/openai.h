@@ -123,6 +123,18 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
                  size_t max_values, ts_api_request *r, ts_api_error *e);
 void ts_api_request_free(ts_api_request *r);
 
+/* llama-server's POST /tokenize body: {"content": string, "add_special": false, "parse_special":
+ * true, "with_pieces": false}. *content points into a copy the caller frees. 0, or −1 with e. */
+typedef struct ts_api_tokenize {
+    char *content;
+    size_t n_content;
+    bool add_special, parse_special, with_pieces;
+} ts_api_tokenize;
+int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_tokenize *r, ts_api_error *e);
+/* POST /detokenize: {"tokens": [ids]} into ids (each 0 .. n_vocab − 1). 0, or −1 with e. */
+int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
+                            ts_api_error *e);
+
 /* Appends s[0..n) as a JSON string literal (quotes included). 0 or −1 (out of memory). */
 int ts_json_string(ts_text *out, const char *s, size_t n);
 

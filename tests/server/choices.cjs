@@ -158,3 +158,47 @@ test('n beyond the slots is refused', async () => {
   const ok = await client.completions.create({ model: 'demo.gguf', prompt: bible, max_tokens: 2, temperature: 0, n: 4 });
   assert.equal(ok.choices.length, 4);
 });
+
+// ---- llama-server's /tokenize, /detokenize and /props ----------------------------------------
+const base = process.env.SV_URL;
+const post = async (p, body) => {
+  const res = await fetch(`${base}${p}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: res.status, json: await res.json() };
+};
+
+test('tokenize and detokenize: the tokenize command\'s ids, and back to the text', async () => {
+  const text = 'And the LORD said unto Moses, «Draw near» <|im_start|> 🙂';
+  const want = cli('tokenize', '-m', process.env.TS_MODEL, '-p', text).trim().split(/\s+/).map(Number);
+  const plain = cli('tokenize', '-m', process.env.TS_MODEL, '-p', text, '--no-special').trim().split(/\s+/).map(Number);
+  assert.notDeepEqual(want, plain, 'the text holds a special token');
+  const r = await post('/tokenize', { content: text });
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.json.tokens, want);
+  assert.deepEqual((await post('/tokenize', { content: text, parse_special: false })).json.tokens, plain);
+  const p = await post('/tokenize', { content: text, with_pieces: true });
+  assert.deepEqual(p.json.tokens.map((t) => t.id), want);
+  assert.equal(typeof p.json.tokens[0].piece, 'string');
+  const d = await post('/detokenize', { tokens: want });
+  assert.equal(d.status, 200);
+  assert.equal(d.json.content, text);
+  // bad input: 400 with the parameter named
+  assert.equal((await post('/tokenize', { content: 5 })).json.error.param, 'content');
+  const bad = await post('/detokenize', { tokens: [1, 1e9] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'tokens[1]');
+  assert.equal((await post('/detokenize', { tokens: 'x' })).status, 400);
+});
+
+test('props: context, slots, model and chat template', async () => {
+  const res = await fetch(`${base}/props`);
+  assert.equal(res.status, 200);
+  const p = await res.json();
+  assert.equal(p.total_slots, 4);
+  assert.equal(p.default_generation_settings.n_ctx, 1024);
+  assert.equal(p.model_alias, 'demo.gguf');
+  assert.equal(typeof p.chat_template, 'string');
+  assert.ok(p.chat_template.length > 0);
+  assert.ok(p.chat_template_name.length > 0 && p.chat_template_name !== 'none', p.chat_template_name);
+  const models = await (await fetch(`${base}/v1/models`)).json();
+  assert.equal(p.chat_template_name, models.data[0].meta.chat_template);
+});
