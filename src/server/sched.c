@@ -69,6 +69,7 @@ typedef struct slot {
     int choice;   /* which of the job's choices this slot computes */
     bool waiting; /* a choice > 0 waiting for the first choice's prompt (then copied) */
     bool has_lp;  /* lp holds this step's token, to publish */
+    bool ready;   /* the whole prompt came from the prefix cache, logits included: sample without a step */
     ts_token_logprobs lp;
     size_t fed;    /* prompt tokens the session holds */
     bool decoding; /* the prompt is done; `next` is the token to feed */
@@ -91,6 +92,16 @@ typedef struct slot {
     int64_t step_n;
     bool in_step;
 } slot;
+
+/* A prefix cache entry: the state after ids[0 .. n) and the logits of the last of them. */
+typedef struct cache_entry {
+    int32_t *ids;
+    size_t n;
+    ts_snapshot *snap;
+    float *logits; /* [n_vocab] */
+    size_t bytes;
+    uint64_t last_use;
+} cache_entry;
 
 struct ts_sched {
     ts_model *m;
@@ -118,6 +129,10 @@ struct ts_sched {
     int64_t *b_n;
     float **b_logits;
     int *b_slot, *order;
+    /* the prefix cache: scheduler thread only */
+    cache_entry *cache;
+    int n_cache, cap_cache;
+    size_t cache_used;
 };
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -336,17 +351,105 @@ static size_t reusable(const ts_sched *s, const slot *sl, const ts_job *j) {
 
 static void slot_end_locked(ts_sched *s, slot *sl, ts_finish why, const char *err);
 
+/* ---- the prefix cache ----------------------------------------------------------------------- */
+/* A longest-prefix map from token sequences to snapshots of the whole state after them (GDN
+ * recurrent state and conv history, QSA K/V and indexer keys up to that position, PLE context and
+ * conv history) and the logits of their last token: taken when a prompt has been evaluated and
+ * when a reply ends; a new prompt restores the longest entry that is a prefix of it (the whole of
+ * it: no evaluation at all before the first token). Least recently used entries go first when the
+ * budget (--cache-ram) is reached. Lookups scan the entries (tens to hundreds: microseconds next to
+ * a step); the scheduler thread alone touches it, so it needs no lock. */
+
+static void cache_entry_free(cache_entry *e) {
+    free(e->ids), free(e->logits), ts_snapshot_free(e->snap);
+}
+
+static void cache_publish(ts_sched *s, uint64_t hits, uint64_t tokens, uint64_t evictions) {
+    ts_metrics_cache(s->mt, hits, tokens, evictions, s->cache_used, (uint64_t)s->n_cache);
+}
+
+/* The longest entry whose tokens begin prompt[0 .. n), or NULL. */
+static cache_entry *cache_find(ts_sched *s, const int32_t *prompt, size_t n) {
+    cache_entry *best = NULL;
+    for (int i = 0; i < s->n_cache; i++) {
+        cache_entry *e = &s->cache[i];
+        if (e->n <= n && (!best || e->n > best->n) && !memcmp(e->ids, prompt, e->n * sizeof *prompt))
+            best = e;
+    }
+    return best;
+}
+
+/* Keeps the state sl's session holds (its held tokens) and its logits row. Failures (memory) only
+ * mean nothing is cached. */
+static void cache_put(ts_sched *s, slot *sl) {
+    const size_t n = sl->held.n;
+    if (!s->p.cache_bytes || !s->p.cache_prompt || n == 0 || !sl->job || !sl->job->cache_prompt) return;
+    for (int i = 0; i < s->n_cache; i++)
+        if (s->cache[i].n == n && !memcmp(s->cache[i].ids, sl->held.ids, n * sizeof *sl->held.ids)) {
+            s->cache[i].last_use = ++s->counter;
+            return;
+        }
+    char err[256];
+    cache_entry e = {.n = n};
+    if (ts_session_snapshot(sl->sess, &e.snap, err, sizeof err)) return;
+    e.bytes = ts_snapshot_bytes(e.snap) + n * sizeof *e.ids + (size_t)s->n_vocab * sizeof *e.logits;
+    e.ids = malloc(n * sizeof *e.ids);
+    e.logits = malloc((size_t)s->n_vocab * sizeof *e.logits);
+    if (e.bytes > s->p.cache_bytes || !e.ids || !e.logits) {
+        cache_entry_free(&e);
+        return;
+    }
+    memcpy(e.ids, sl->held.ids, n * sizeof *e.ids);
+    memcpy(e.logits, sl->logits, (size_t)s->n_vocab * sizeof *e.logits);
+    uint64_t evicted = 0;
+    while (s->n_cache > 0 && s->cache_used + e.bytes > s->p.cache_bytes) { /* least recently used first */
+        int lru = 0;
+        for (int i = 1; i < s->n_cache; i++)
+            if (s->cache[i].last_use < s->cache[lru].last_use) lru = i;
+        s->cache_used -= s->cache[lru].bytes;
+        cache_entry_free(&s->cache[lru]);
+        s->cache[lru] = s->cache[--s->n_cache];
+        evicted++;
+    }
+    if (s->n_cache == s->cap_cache) {
+        int cap = s->cap_cache ? 2 * s->cap_cache : 16;
+        cache_entry *c = realloc(s->cache, (size_t)cap * sizeof *c);
+        if (!c) {
+            cache_entry_free(&e);
+            cache_publish(s, 0, 0, evicted);
+            return;
+        }
+        s->cache = c, s->cap_cache = cap;
+    }
+    e.last_use = ++s->counter;
+    s->cache[s->n_cache++] = e;
+    s->cache_used += e.bytes;
+    cache_publish(s, 0, 0, evicted);
+}
+
 /* Starts choice c of j in sl (c > 0: waiting for choice 0's prompt). Under mu. A failure ends the
  * choice (and, through slot_end_locked, the choices waiting for it). */
-static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c) {
+static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, cache_entry *ce) {
     char err[256];
     ts_sampler_params sp = j->sp;
     sp.seed += (uint64_t)c; /* each choice its own stream of random numbers */
-    sl->job = j, sl->choice = c, sl->waiting = c > 0, sl->has_lp = false;
+    sl->job = j, sl->choice = c, sl->waiting = c > 0, sl->has_lp = false, sl->ready = false;
     s->n_active++;
     if (ts_sampler_configure(sl->smp, &sp, err, sizeof err)) { /* checked at submit: cannot happen */
         slot_end_locked(s, sl, TS_FINISH_ERROR, err);
         return;
+    }
+    if (ce && ts_session_restore(sl->sess, ce->snap, err, sizeof err) == 0) { /* the prefix cache */
+        memcpy(sl->held.ids, ce->ids, ce->n * sizeof *ce->ids);
+        sl->held.n = reuse = ce->n;
+        ce->last_use = ++s->counter;
+        if (ce->n == j->n_prompt) { /* the whole prompt: its logits too */
+            memcpy(sl->logits, ce->logits, (size_t)s->n_vocab * sizeof *sl->logits);
+            sl->ready = true;
+        }
+        cache_publish(s, 1, ce->n, 0);
+    } else if (ce) {
+        reuse = 0;
     }
     if (reuse == 0) {
         ts_session_reset(sl->sess);
@@ -388,6 +491,15 @@ static void admit_locked(ts_sched *s) {
                 best = i, best_reuse = r;
         }
         if (best < 0 || n_free < j->n_choices) return;
+        cache_entry *ce = NULL;
+        if (s->p.cache_bytes && s->p.cache_prompt && j->cache_prompt &&
+            (ce = cache_find(s, j->prompt, j->n_prompt)) && ce->n > best_reuse) {
+            for (int i = 0; i < s->p.n_slots; i++) /* the least recently used free slot takes it */
+                if (!s->slots[i].job && s->slots[i].last_use <= s->slots[best].last_use) best = i;
+            best_reuse = ce->n;
+        } else {
+            ce = NULL;
+        }
         queue_remove(s, j);
         j->refs += j->n_choices - 1;             /* one reference a slot */
         for (int c = 1; c < j->n_choices; c++) { /* the others (least recently used first) wait */
@@ -395,9 +507,10 @@ static void admit_locked(ts_sched *s) {
             for (int i = 0; i < s->p.n_slots; i++)
                 if (i != best && !s->slots[i].job && (f < 0 || s->slots[i].last_use < s->slots[f].last_use))
                     f = i;
-            slot_start(s, &s->slots[f], j, 0, c);
+            slot_start(s, &s->slots[f], j, 0, c, NULL);
         }
-        slot_start(s, &s->slots[best], j, best_reuse, 0); /* last: if it fails, it ends the waiting ones */
+        slot_start(s, &s->slots[best], j, best_reuse, 0,
+                   ce); /* last: if it fails, it ends the waiting ones */
     }
 }
 
@@ -548,7 +661,7 @@ static int build_batch(ts_sched *s) {
     for (int i = 0; i < s->p.n_slots; i++) {
         slot *sl = &s->slots[i];
         sl->in_step = false;
-        if (!sl->job || sl->waiting) continue;
+        if (!sl->job || sl->waiting || sl->ready) continue;
         if (sl->decoding) {
             sl->step_n = 1, sl->in_step = true;
             s->b_sess[nb] = sl->sess, s->b_ids[nb] = &sl->next, s->b_n[nb] = 1, s->b_logits[nb] = sl->logits;
@@ -613,11 +726,24 @@ static void *sched_main(void *arg) {
                 sl->fed += (size_t)sl->step_n;
                 n_prompt += (uint64_t)sl->step_n;
                 if (sl->fed < sl->job->n_prompt) continue;
+                cache_put(s, sl);
                 n_gen += (uint64_t)start_waiting(s, sl, &np);
             }
             int64_t before = sl->n_gen;
             slot_sample(s, sl);
             n_gen += (uint64_t)(sl->n_gen - before);
+            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH)
+                cache_put(s, sl); /* the reply's end */
+        }
+        for (int i = 0; !rc && i < s->p.n_slots; i++) { /* prompts restored whole: no step needed */
+            slot *sl = &s->slots[i];
+            if (!sl->job || !sl->ready) continue;
+            sl->ready = false;
+            s->b_slot[np++] = i;
+            n_gen += (uint64_t)start_waiting(s, sl, &np);
+            slot_sample(s, sl);
+            n_gen += (uint64_t)sl->n_gen;
+            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH) cache_put(s, sl);
         }
         ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
 
@@ -784,6 +910,8 @@ void ts_sched_free(ts_sched *s) {
     pthread_mutex_destroy(&s->mu);
     ts_grammar_vocab_free(s->gvocab);
     ts_tokens_free(&s->close_seq);
+    for (int i = 0; i < s->n_cache; i++) cache_entry_free(&s->cache[i]);
+    free(s->cache);
     free(s);
 }
 

@@ -51,6 +51,7 @@ typedef struct ts_sched_params {
     int max_queue;       /* jobs waiting beyond the slots; more are refused */
     int threads;         /* CPU threads for the forward (0: the OpenMP default) */
     bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
+    size_t cache_bytes;  /* the prefix cache's budget (0: off; CPU backend only) */
     ts_backend backend;  /* where the slots' sessions run */
 } ts_sched_params;
 

@@ -256,7 +256,7 @@ static void test_mixed_params(void **state) { /* session 2 has the largest conte
 }
 
 /* The CPU entry point itself: n_seq = 1 is ts_cpu_forward bit for bit; what it refuses changes nothing. */
-/* ts_session_copy: a session that held another sequence, given a copy of A's state, continues
+/* ts_session_copy and snapshots: a session that held another sequence, given a copy of A's state, continues
  * exactly as A does (bit-identical logits: same state, same calls), and a CUDA-less copy across
  * models or past the destination's context is refused. */
 static void test_session_copy(void **state) {
@@ -286,6 +286,22 @@ static void test_session_copy(void **state) {
         assert_int_equal(ts_session_eval(b, &id, 1, lb, false, err, sizeof err), 0);
         assert_memory_equal(la, lb, (size_t)g_V * sizeof *la);
     }
+    /* a snapshot of a (51 tokens now), restored into b after b has moved on, continues as a does */
+    ts_snapshot *snap;
+    assert_int_equal(ts_session_snapshot(a, &snap, err, sizeof err), 0);
+    assert_int_equal(ts_snapshot_pos(snap), 51);
+    assert_true(ts_snapshot_bytes(snap) < ts_session_state_bytes(a)); /* caches only up to the position */
+    assert_int_equal(ts_session_eval(b, other, 7, lb, false, err, sizeof err), 0);
+    assert_int_not_equal(ts_session_restore(small, snap, err, sizeof err), 0);
+    assert_int_equal(ts_session_restore(b, snap, err, sizeof err), 0);
+    assert_int_equal(ts_session_pos(b), 51);
+    for (int t = 0; t < 6; t++) {
+        int32_t id = (int32_t)((t * 104729 + 3) % g_V);
+        assert_int_equal(ts_session_eval(a, &id, 1, la, false, err, sizeof err), 0);
+        assert_int_equal(ts_session_eval(b, &id, 1, lb, false, err, sizeof err), 0);
+        assert_memory_equal(la, lb, (size_t)g_V * sizeof *la);
+    }
+    ts_snapshot_free(snap);
     free(la), free(lb);
     ts_session_free(a), ts_session_free(b), ts_session_free(small);
 }
