@@ -46,6 +46,8 @@ static void usage(FILE *f) {
            "  --cache-ram MiB      the prefix cache shared by the slots: snapshots of whole sequence states\n"
            "                       at the end of prompts and replies, least recently used evicted\n"
            "                       (default 1024; 0: off; CPU backend only for now)\n"
+           "  --cache-every N      also a snapshot every N prompt tokens of a prefill (default 2048; 0:\n"
+           "                       at prompt ends only), so prompts sharing a long prefix share it\n"
            "  --quiet              no per-request log lines\n"
            "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
            "  --presence-penalty P --frequency-penalty F\n"
@@ -134,6 +136,8 @@ int ts_cmd_serve(int argc, char **argv) {
             bad = parse_long(v, 1, 1 << 20, &k), o.chunk = k;
         else if (!strcmp(a, "-b"))
             bad = parse_long(v, 1, 1 << 22, &k), o.step_tokens = k;
+        else if (!strcmp(a, "--cache-every"))
+            bad = parse_long(v, 0, INT32_MAX, &k), o.cache_every = k;
         else if (!strcmp(a, "--cache-ram"))
             bad = parse_long(v, 0, 1 << 24, &k), o.cache_ram = (size_t)k << 20;
         else if (!strcmp(a, "-t"))

@@ -1207,6 +1207,7 @@ void ts_server_default_opts(ts_server_opts *o) {
     o->drain_seconds = 30;
     o->cache_prompt = true;
     o->cache_ram = (size_t)1024 << 20;
+    o->cache_every = 2048;
     o->reasoning_format = TS_REASONING_DEEPSEEK;
     o->reasoning_budget = -1;
     o->sp = ts_sampler_default_params();
@@ -1329,6 +1330,7 @@ int ts_serve(const ts_server_opts *o) {
                           .threads = o->threads,
                           .cache_prompt = o->cache_prompt,
                           .cache_bytes = o->backend == TS_BACKEND_CPU && o->cache_prompt ? o->cache_ram : 0,
+                          .cache_every = o->cache_every,
                           .backend = o->backend};
     if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
     if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;

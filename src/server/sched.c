@@ -373,34 +373,43 @@ static cache_entry *cache_find(ts_sched *s, const int32_t *prompt, size_t n) {
     cache_entry *best = NULL;
     for (int i = 0; i < s->n_cache; i++) {
         cache_entry *e = &s->cache[i];
-        if (e->n <= n && (!best || e->n > best->n) && !memcmp(e->ids, prompt, e->n * sizeof *prompt))
+        if ((e->n < n || (e->n == n && e->logits)) && (!best || e->n > best->n) &&
+            !memcmp(e->ids, prompt, e->n * sizeof *prompt))
             best = e;
     }
     return best;
 }
 
-/* Keeps the state sl's session holds (its held tokens) and its logits row. Failures (memory) only
- * mean nothing is cached. */
-static void cache_put(ts_sched *s, slot *sl) {
+/* Keeps the state sl's session holds (its held tokens), with its logits row when with_logits (the
+ * end of a prompt or a reply; not in the middle of a prefill, where no logits were computed).
+ * Failures (memory) only mean nothing is cached. */
+static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
     const size_t n = sl->held.n;
     if (!s->p.cache_bytes || !s->p.cache_prompt || n == 0 || !sl->job || !sl->job->cache_prompt) return;
     for (int i = 0; i < s->n_cache; i++)
         if (s->cache[i].n == n && !memcmp(s->cache[i].ids, sl->held.ids, n * sizeof *sl->held.ids)) {
             s->cache[i].last_use = ++s->counter;
+            if (with_logits && !s->cache[i].logits &&
+                (s->cache[i].logits = malloc((size_t)s->n_vocab * sizeof *sl->logits))) {
+                memcpy(s->cache[i].logits, sl->logits, (size_t)s->n_vocab * sizeof *sl->logits);
+                s->cache[i].bytes += (size_t)s->n_vocab * sizeof *sl->logits;
+                s->cache_used += (size_t)s->n_vocab * sizeof *sl->logits;
+            }
             return;
         }
     char err[256];
     cache_entry e = {.n = n};
     if (ts_session_snapshot(sl->sess, &e.snap, err, sizeof err)) return;
-    e.bytes = ts_snapshot_bytes(e.snap) + n * sizeof *e.ids + (size_t)s->n_vocab * sizeof *e.logits;
+    e.bytes = ts_snapshot_bytes(e.snap) + n * sizeof *e.ids +
+              (with_logits ? (size_t)s->n_vocab * sizeof *e.logits : 0);
     e.ids = malloc(n * sizeof *e.ids);
-    e.logits = malloc((size_t)s->n_vocab * sizeof *e.logits);
-    if (e.bytes > s->p.cache_bytes || !e.ids || !e.logits) {
+    if (with_logits) e.logits = malloc((size_t)s->n_vocab * sizeof *e.logits);
+    if (e.bytes > s->p.cache_bytes || !e.ids || (with_logits && !e.logits)) {
         cache_entry_free(&e);
         return;
     }
     memcpy(e.ids, sl->held.ids, n * sizeof *e.ids);
-    memcpy(e.logits, sl->logits, (size_t)s->n_vocab * sizeof *e.logits);
+    if (with_logits) memcpy(e.logits, sl->logits, (size_t)s->n_vocab * sizeof *e.logits);
     uint64_t evicted = 0;
     while (s->n_cache > 0 && s->cache_used + e.bytes > s->p.cache_bytes) { /* least recently used first */
         int lru = 0;
@@ -678,6 +687,11 @@ static int build_batch(ts_sched *s) {
         slot *sl = &s->slots[s->order[o]];
         const ts_job *j = sl->job;
         int64_t left = (int64_t)(j->n_prompt - sl->fed), k = left < s->p.chunk ? left : s->p.chunk;
+        if (s->p.cache_bytes && s->p.cache_every > 0) { /* end a chunk at each snapshot point (every job: the
+                                                           same cuts whether it is cached or not) */
+            int64_t next = ((int64_t)sl->fed / s->p.cache_every + 1) * s->p.cache_every - (int64_t)sl->fed;
+            if (next < k) k = next;
+        }
         if (k > budget && o > 0) break;
         budget -= k;
         sl->step_n = k, sl->in_step = true;
@@ -725,15 +739,19 @@ static void *sched_main(void *arg) {
             if (!sl->decoding) {
                 sl->fed += (size_t)sl->step_n;
                 n_prompt += (uint64_t)sl->step_n;
-                if (sl->fed < sl->job->n_prompt) continue;
-                cache_put(s, sl);
+                if (sl->fed < sl->job->n_prompt) {
+                    if (s->p.cache_every > 0 && sl->fed % (size_t)s->p.cache_every == 0)
+                        cache_put(s, sl, false);
+                    continue;
+                }
+                cache_put(s, sl, true);
                 n_gen += (uint64_t)start_waiting(s, sl, &np);
             }
             int64_t before = sl->n_gen;
             slot_sample(s, sl);
             n_gen += (uint64_t)(sl->n_gen - before);
             if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH)
-                cache_put(s, sl); /* the reply's end */
+                cache_put(s, sl, true); /* the reply's end */
         }
         for (int i = 0; !rc && i < s->p.n_slots; i++) { /* prompts restored whole: no step needed */
             slot *sl = &s->slots[i];
@@ -743,7 +761,7 @@ static void *sched_main(void *arg) {
             n_gen += (uint64_t)start_waiting(s, sl, &np);
             slot_sample(s, sl);
             n_gen += (uint64_t)sl->n_gen;
-            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH) cache_put(s, sl);
+            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH) cache_put(s, sl, true);
         }
         ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
 

@@ -52,6 +52,7 @@ typedef struct ts_sched_params {
     int threads;         /* CPU threads for the forward (0: the OpenMP default) */
     bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
     size_t cache_bytes;  /* the prefix cache's budget (0: off; CPU backend only) */
+    int64_t cache_every; /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
     ts_backend backend;  /* where the slots' sessions run */
 } ts_sched_params;
 

@@ -1,7 +1,7 @@
 // The prefix cache across requests. The expected outputs are those of the same request computed
 // cold (cache_prompt: false evaluates the whole prompt), compared exactly: a restored snapshot is a
 // bit copy of the state, so greedy text and log-probabilities must be identical.
-// Env: SV_URL (a server with the default --cache-ram), SV_URL_SMALL (--cache-ram 4), TS_BIN, TS_MODEL.
+// Env: SV_URL (a server with the default --cache-ram and --cache-every 128), SV_URL_SMALL (--cache-ram 4), TS_BIN, TS_MODEL.
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -57,6 +57,27 @@ test('a prompt that extends a cached one restores the shared prefix', async () =
   assert.ok(warm.usage.prompt_tokens_details.cached_tokens >= P.length, JSON.stringify(warm.usage));
   assert.equal(warm.choices[0].text, cold.choices[0].text);
   assert.deepEqual(warm.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+});
+
+const tok = (text) => execFileSync(process.env.TS_BIN, ['tokenize', '-m', process.env.TS_MODEL, '-p', text]).toString().trim().split(/\s+/).map(Number);
+
+test('prompts that share a long prefix share its prefill (snapshots every 128 tokens)', async () => {
+  const url = process.env.SV_URL;
+  const S = ids(300);
+  S[0] = 11; // unlike the other tests' prompts
+  const U = (i) => tok(` Question ${i}: what did Moses say unto Aaron on the day ${i * 7}?`);
+  await ask(client, [...S, ...U(0)]);
+  const cold = await ask(client, [...S, ...U(1)], { cache_prompt: false });
+  const warm = await ask(client, [...S, ...U(1)]);
+  assert.equal(warm.usage.prompt_tokens_details.cached_tokens, 256, JSON.stringify(warm.usage));
+  assert.equal(warm.choices[0].text, cold.choices[0].text);
+  assert.deepEqual(warm.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+  // 8 clients at once: each evaluates its prompt past the shared 256 tokens only
+  const p0 = await metric(url, 'turbospark_prompt_tokens_total');
+  const rs = await Promise.all([2, 3, 4, 5, 6, 7, 8, 9].map((i) => ask(client, [...S, ...U(i)])));
+  for (const r of rs) assert.equal(r.usage.prompt_tokens_details.cached_tokens, 256, JSON.stringify(r.usage));
+  const want = rs.reduce((n, r) => n + r.usage.prompt_tokens - 256, 0);
+  assert.equal((await metric(url, 'turbospark_prompt_tokens_total')) - p0, want);
 });
 
 test('n = 3 from a cached prompt', async () => {
