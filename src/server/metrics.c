@@ -178,7 +178,7 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
         out,
         "# HELP turbospark_prompt_tokens_total Prompt tokens evaluated.\n"
         "# TYPE turbospark_prompt_tokens_total counter\nturbospark_prompt_tokens_total %llu\n"
-        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens reused from a slot's previous request.\n"
+        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens not evaluated: a slot's previous sequence or the prefix cache.\n"
         "# TYPE turbospark_prompt_tokens_cached_total counter\nturbospark_prompt_tokens_cached_total %llu\n"
         "# HELP turbospark_generation_tokens_total Tokens generated.\n"
         "# TYPE turbospark_generation_tokens_total counter\nturbospark_generation_tokens_total %llu\n",

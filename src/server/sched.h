@@ -7,24 +7,25 @@
  * One step of the loop:
  *   1. under the lock: jobs whose client went away are cancelled and their slots freed; queued
  *      jobs take the free slots (a slot whose previous sequence is a strict prefix of the new
- *      prompt is preferred and that prefix is not evaluated again);
+ *      prompt is preferred and that prefix is not evaluated again; a longer prefix in the prefix
+ *      cache is restored into the least recently used free slot instead: see sched.c);
  *   2. without the lock: every decoding slot contributes its last sampled token; prefilling slots,
  *      oldest first, contribute their next chunk of at most `chunk` prompt tokens while the step's
  *      prefill budget (`step_tokens`) lasts (the oldest always gets one), so a long prompt never
  *      stalls the running streams for more than one budget's worth of compute; all of it goes
  *      to the engine as one ts_batch_eval;
- *   3. every slot that got logits samples a token, the text grows (streaming detokenizer + stop
- *      strings, engine/generate.h), and under the lock the final bytes are published to the job
- *      and its waiter is woken.
- * A job of n choices (n > 1) takes n slots at once: the first evaluates the prompt, the others wait;
- * then its state is copied into theirs (ts_session_copy: the prompt is evaluated once) and each
- * samples with its own stream of random numbers (seed + choice index).
+ *   3. every slot that got logits (or whose whole prompt came from the prefix cache) samples a token, the
+ * text grows (streaming detokenizer + stop strings, engine/generate.h), and under the lock the final bytes
+ * are published to the job and its waiter is woken. A job of n choices (n > 1) takes n slots at once: the
+ * first evaluates the prompt, the others wait; then its state is copied into theirs (ts_session_copy: the
+ * prompt is evaluated once) and each samples with its own stream of random numbers (seed + choice index).
  * Constrained jobs (a grammar) sample among the tokens the grammar allows (grammar.h's mask,
  * computed in step 3 for that slot alone) once the reasoning, if any, is over. Thinking is tracked
  * by the <think> / </think> tokens; a job with a reasoning budget gets "\n</think>\n\n" forced, token
  * by token, after that many thinking tokens.
  * New jobs join between steps. Chunk boundaries of a prompt depend only on its own length (and the
- * prefix reused), never on what else runs, so a greedy request's output does not depend on load.
+ * prefix reused; with the prefix cache on, chunks also end at every multiple of cache_every), never
+ * on what else runs, so a greedy request's output does not depend on load.
  *
  * Ownership: a job is reference-counted (the submitter and the scheduler); the last release frees it. */
 #ifndef TS_SERVER_SCHED_H
