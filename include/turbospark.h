@@ -77,6 +77,23 @@ void ts_session_reset(ts_session *s);              /* back to an empty sequence 
 int64_t ts_session_pos(const ts_session *s);       /* tokens consumed so far */
 size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed at creation */
 
+/* Makes dst hold the sequence src holds (every cache and recurrent state up to its position), as if
+ * dst had evaluated the same tokens: several continuations of one prompt evaluated once. Both
+ * sessions are of one model and backend, and dst's context holds src's tokens. The CPU backend
+ * only for now (the CUDA backend refuses with a sentence and leaves dst as it was). */
+int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t errlen);
+
+/* A snapshot: a sequence's whole state at its current position, packed (position-indexed caches up
+ * to that position only), kept apart from any session, e.g. in a prefix cache. Restoring it into a
+ * session of the same model (whose context holds its tokens) gives that session exactly the state
+ * the snapshotted one had. The CPU backend only for now. */
+typedef struct ts_snapshot ts_snapshot;
+int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen);
+int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t errlen);
+int64_t ts_snapshot_pos(const ts_snapshot *snap);
+size_t ts_snapshot_bytes(const ts_snapshot *snap);
+void ts_snapshot_free(ts_snapshot *snap);
+
 /* Feeds n tokens (any n ≥ 1: longer inputs are split into ubatch chunks) and writes the logits of
  * the last token into logits[n_vocab] (or of every token into logits[n × n_vocab] when all is
  * true; logits may be NULL). Refuses ids outside the vocabulary and inputs past n_ctx. */

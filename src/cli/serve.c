@@ -42,7 +42,12 @@ static void usage(FILE *f) {
            "  --cors ORIGIN        answer CORS for this web origin, e.g. http://localhost:3000 (repeatable;\n"
            "                       '*' any); without it, browsers' cross-origin POSTs are refused (403)\n"
            "  --drain S            on SIGINT/SIGTERM, seconds running requests may finish (default 30)\n"
-           "  --no-cache-prompt    never reuse a slot's previous sequence as a prompt prefix\n"
+           "  --no-cache-prompt    never reuse a slot's previous sequence or the prefix cache\n"
+           "  --cache-ram MiB      the prefix cache shared by the slots: snapshots of whole sequence states\n"
+           "                       at the end of prompts and replies, least recently used evicted\n"
+           "                       (default 1024; 0: off; CPU backend only for now)\n"
+           "  --cache-every N      also a snapshot every N prompt tokens of a prefill (default 2048; 0:\n"
+           "                       at prompt ends only), so prompts sharing a long prefix share it\n"
            "  --quiet              no per-request log lines\n"
            "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
            "  --presence-penalty P --frequency-penalty F\n"
@@ -131,6 +136,10 @@ int ts_cmd_serve(int argc, char **argv) {
             bad = parse_long(v, 1, 1 << 20, &k), o.chunk = k;
         else if (!strcmp(a, "-b"))
             bad = parse_long(v, 1, 1 << 22, &k), o.step_tokens = k;
+        else if (!strcmp(a, "--cache-every"))
+            bad = parse_long(v, 0, INT32_MAX, &k), o.cache_every = k;
+        else if (!strcmp(a, "--cache-ram"))
+            bad = parse_long(v, 0, 1 << 24, &k), o.cache_ram = (size_t)k << 20;
         else if (!strcmp(a, "-t"))
             bad = parse_long(v, 1, 4096, &k), o.threads = (int)k;
         else if (!strcmp(a, "--alias"))

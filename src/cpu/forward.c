@@ -74,6 +74,45 @@ void ts_seq_state_reset(ts_seq_state *st, const ts_model *m) {
     /* K/V and indexer caches are position-indexed: entries ≥ pos are never read */
 }
 
+void ts_seq_state_copy(ts_seq_state *dst, const ts_seq_state *src, const ts_model *m) {
+    const ts_hparams *hp = &m->hp;
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t P = src->pos, blocks = src->pos / hp->compress + 1; /* rows written so far */
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (src->k[l]) {
+            memcpy(dst->k[l], src->k[l], (size_t)(P * kvw) * sizeof(float));
+            memcpy(dst->v[l], src->v[l], (size_t)(P * kvw) * sizeof(float));
+            memcpy(dst->idx_raw[l], src->idx_raw[l], (size_t)(P * hp->idx_head_dim) * sizeof(float));
+            memcpy(dst->idx_blk[l], src->idx_blk[l], (size_t)(blocks * hp->idx_head_dim) * sizeof(float));
+        }
+        if (src->conv[l]) memcpy(dst->conv[l], src->conv[l], (size_t)((hp->ssm_conv - 1) * cd) * sizeof(float));
+        if (src->S[l]) memcpy(dst->S[l], src->S[l], (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+    }
+    if (src->ple_conv)
+        memcpy(dst->ple_conv, src->ple_conv, (size_t)((hp->ple_conv - 1) * hp->ple_n * W) * sizeof(float));
+    memcpy(dst->ple_ctx, src->ple_ctx, sizeof dst->ple_ctx);
+    dst->pos = src->pos;
+}
+
+void ts_seq_state_regions(ts_seq_state *st, const ts_model *m, int64_t pos, ts_seq_region_fn fn, void *ctx) {
+    const ts_hparams *hp = &m->hp;
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t blocks = pos / hp->compress + 1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (st->k[l]) {
+            fn(ctx, st->k[l], (size_t)(pos * kvw));
+            fn(ctx, st->v[l], (size_t)(pos * kvw));
+            fn(ctx, st->idx_raw[l], (size_t)(pos * hp->idx_head_dim));
+            fn(ctx, st->idx_blk[l], (size_t)(blocks * hp->idx_head_dim));
+        }
+        if (st->conv[l]) fn(ctx, st->conv[l], (size_t)((hp->ssm_conv - 1) * cd));
+        if (st->S[l]) fn(ctx, st->S[l], (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv);
+    }
+    if (st->ple_conv) fn(ctx, st->ple_conv, (size_t)((hp->ple_conv - 1) * hp->ple_n * W));
+}
+
 void ts_seq_state_free(ts_seq_state *st) {
     for (int64_t l = 0; l < st->n_layer; l++) {
         if (st->k) free(st->k[l]);

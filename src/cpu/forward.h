@@ -32,6 +32,13 @@ typedef struct ts_seq_state {
 int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen);
 void ts_seq_state_reset(ts_seq_state *st, const ts_model *m); /* back to an empty sequence */
 void ts_seq_state_free(ts_seq_state *st);
+/* dst := src (dst->n_ctx ≥ src->pos; states of one model): the recurrent parts whole, the
+ * position-indexed caches up to src->pos. */
+void ts_seq_state_copy(ts_seq_state *dst, const ts_seq_state *src, const ts_model *m);
+/* The floats of st that hold a sequence of `pos` tokens, region by region in a fixed order: fn gets
+ * each region's address and length. For packing a state (snapshots). ple_ctx and pos are apart. */
+typedef void (*ts_seq_region_fn)(void *ctx, float *p, size_t n);
+void ts_seq_state_regions(ts_seq_state *st, const ts_model *m, int64_t pos, ts_seq_region_fn fn, void *ctx);
 
 typedef struct ts_cpu_work ts_cpu_work; /* workspaces for chunks of up to ubatch tokens */
 

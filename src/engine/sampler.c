@@ -210,3 +210,23 @@ int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint3
     }
     return s->c[n - 1].id;
 }
+
+float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids, float *top_lp) {
+    float mx = logits[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    if (k > TS_LOGPROBS_MAX_TOP) k = TS_LOGPROBS_MAX_TOP;
+    if (k > n_vocab) k = n_vocab;
+    int n = 0; /* top_ids[0 .. n) sorted, best first; a strict > keeps the lowest id on ties */
+    for (int32_t i = 0; i < n_vocab && k > 0; i++) {
+        if (n == k && !(logits[i] > logits[top_ids[n - 1]])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && logits[i] > logits[top_ids[j - 1]]) top_ids[j] = top_ids[j - 1], j--;
+        top_ids[j] = i;
+    }
+    for (int i = 0; i < n; i++) top_lp[i] = (float)((double)logits[top_ids[i]] - lse);
+    return chosen >= 0 && chosen < n_vocab ? (float)((double)logits[chosen] - lse) : -INFINITY;
+}

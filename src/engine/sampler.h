@@ -45,4 +45,21 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
  * least one must be): the others are gone after the penalties, before greedy or top-k. */
 int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint32_t *allow);
 
+#define TS_LOGPROBS_MAX_TOP 20
+
+/* One generated token's log-probability and its most likely alternatives (ts_logprobs). */
+typedef struct ts_token_logprobs {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[TS_LOGPROBS_MAX_TOP]; /* most likely first */
+    float top_lp[TS_LOGPROBS_MAX_TOP];
+} ts_token_logprobs;
+
+/* Log-probabilities as OpenAI and vLLM report them by default: the log-softmax of the raw logits
+ * the model produced (before penalties, temperature, truncation or a grammar's mask), in double
+ * precision. Returns the log-probability of `chosen`; top_ids/top_lp[0 .. k) get the k most likely
+ * tokens, most likely first (lowest id on ties), k ≤ TS_LOGPROBS_MAX_TOP. O(V·k) at worst. */
+float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids, float *top_lp);
+
 #endif

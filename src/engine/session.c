@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct ts_session {
     const ts_model *m;
@@ -124,6 +125,92 @@ size_t ts_session_state_bytes(const ts_session *s) {
     if (s->cuda_seq) return ts_cuda_seq_bytes(s->cuda_seq);
 #endif
     return s->st.bytes + ts_cpu_work_bytes(s->w);
+}
+
+int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t errlen) {
+    if (dst == src) return 0;
+    if (dst->m != src->m) return ts_errf(err, errlen, "a session's state can only be copied to a session of the same model");
+    if (dst->p.backend != src->p.backend)
+        return ts_errf(err, errlen, "a session's state can only be copied to a session of the same backend");
+    if (src->p.backend != TS_BACKEND_CPU)
+        return ts_errf(err, errlen, "copying a session's state is not implemented on the CUDA backend yet");
+    if (ts_session_pos(src) > dst->p.n_ctx)
+        return ts_errf(err, errlen, "the source holds %" PRId64 " tokens, more than the destination's context of %" PRId64,
+                       ts_session_pos(src), dst->p.n_ctx);
+    ts_seq_state_copy(&dst->st, &src->st, src->m);
+    return 0;
+}
+
+struct ts_snapshot {
+    const ts_model *m;
+    int64_t pos;
+    int32_t ple_ctx[TS_MAX_NGRAM];
+    size_t n; /* floats in data */
+    float *data;
+};
+
+typedef struct pack_ctx {
+    float *buf;
+    size_t n;
+    bool out; /* true: state → buf; false: buf → state */
+} pack_ctx;
+
+static void count_region(void *ctx, float *p, size_t n) {
+    (void)p;
+    ((pack_ctx *)ctx)->n += n;
+}
+
+static void pack_region(void *ctx, float *p, size_t n) {
+    pack_ctx *c = ctx;
+    if (c->out)
+        memcpy(c->buf + c->n, p, n * sizeof *p);
+    else
+        memcpy(p, c->buf + c->n, n * sizeof *p);
+    c->n += n;
+}
+
+int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (s->p.backend != TS_BACKEND_CPU)
+        return ts_errf(err, errlen, "snapshots of a session's state are not implemented on the CUDA backend yet");
+    ts_seq_state *st = (ts_seq_state *)&s->st; /* the regions are only read */
+    pack_ctx c = {0};
+    ts_seq_state_regions(st, s->m, st->pos, count_region, &c);
+    ts_snapshot *snap = calloc(1, sizeof *snap);
+    float *buf = malloc((c.n ? c.n : 1) * sizeof *buf);
+    if (!snap || !buf) {
+        free(snap), free(buf);
+        return ts_errf(err, errlen, "out of memory for a snapshot of %.1f MiB", c.n * sizeof(float) / 1048576.0);
+    }
+    *snap = (ts_snapshot){.m = s->m, .pos = st->pos, .n = c.n, .data = buf};
+    memcpy(snap->ple_ctx, st->ple_ctx, sizeof snap->ple_ctx);
+    pack_ctx w = {.buf = buf, .out = true};
+    ts_seq_state_regions(st, s->m, st->pos, pack_region, &w);
+    *out = snap;
+    return 0;
+}
+
+int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t errlen) {
+    if (snap->m != s->m) return ts_errf(err, errlen, "a snapshot can only be restored into a session of its model");
+    if (s->p.backend != TS_BACKEND_CPU)
+        return ts_errf(err, errlen, "snapshots of a session's state are not implemented on the CUDA backend yet");
+    if (snap->pos > s->p.n_ctx)
+        return ts_errf(err, errlen, "the snapshot holds %" PRId64 " tokens, more than the session's context of %" PRId64,
+                       snap->pos, s->p.n_ctx);
+    pack_ctx r = {.buf = snap->data, .out = false};
+    ts_seq_state_regions(&s->st, s->m, snap->pos, pack_region, &r);
+    memcpy(s->st.ple_ctx, snap->ple_ctx, sizeof snap->ple_ctx);
+    s->st.pos = snap->pos;
+    return 0;
+}
+
+int64_t ts_snapshot_pos(const ts_snapshot *snap) { return snap->pos; }
+size_t ts_snapshot_bytes(const ts_snapshot *snap) { return sizeof *snap + snap->n * sizeof(float); }
+
+void ts_snapshot_free(ts_snapshot *snap) {
+    if (!snap) return;
+    free(snap->data);
+    free(snap);
 }
 
 /* The cheap guard on every backend's output: rows × V logits must be finite, else the call fails

@@ -61,6 +61,17 @@ typedef struct server {
 
 typedef struct route route;
 
+/* What one choice's output has been turned into so far (chat: reasoning split, tool calls). */
+typedef struct choice_out {
+    ts_think_split think;
+    ts_toolcall_parser tc;
+    char (*call_ids)[32]; /* ids of the calls sent so far */
+    int calls_sent;
+    size_t have, lp_have; /* text bytes and log-probabilities taken from the job */
+    int64_t text_offset;  /* completions: bytes of the tokens whose log-probabilities were sent */
+    bool sent_finish;     /* streaming: the choice's finish chunk is out */
+} choice_out;
+
 typedef struct req {
     server *S;
     struct MHD_Connection *conn;
@@ -82,16 +93,15 @@ typedef struct req {
     const char *outcome; /* finish reason, or what happened */
     /* streaming */
     ts_text pend, delta;
-    size_t pend_off, have;
+    size_t pend_off;
+    uint64_t seen; /* the job's version last looked at */
     bool sent_role, over;
-    /* chat output: the reasoning split off, tool calls parsed (chat_out) */
+    /* chat output: the reasoning split off, tool calls parsed (chat_out), per choice */
     bool split_think, parse_tools, parallel_calls;
-    ts_think_split think;
-    ts_toolcall_parser tc;
+    choice_out *co;
+    int n_co;
     ts_text out_r, out_c, mid; /* this piece's reasoning, content, and content before the tool parser */
-    char (*call_ids)[32];      /* ids of the calls sent so far */
     double mask_s;             /* seconds the grammar masks took (the log line) */
-    int calls_sent;
 } req;
 
 struct route {
@@ -245,6 +255,120 @@ static enum MHD_Result handle_metrics(req *q) {
     return r;
 }
 
+/* GET /props, as llama-server has it: the context per slot, the slots, the model and its chat
+ * template, and the default sampling. */
+static enum MHD_Result handle_props(req *q) {
+    server *S = q->S;
+    const ts_sampler_params *d = &S->defaults;
+    ts_text t = {0};
+    char buf[640];
+    int n = snprintf(
+        buf, sizeof buf,
+        "{\"default_generation_settings\":{\"n_ctx\":%" PRId64
+        ",\"params\":{\"temperature\":%g,\"top_k\":%d,\"top_p\":%g,\"min_p\":%g,"
+        "\"repeat_penalty\":%g,\"repeat_last_n\":%d,\"presence_penalty\":%g,"
+        "\"frequency_penalty\":%g}},\"total_slots\":%d,\"n_ctx\":%" PRId64 ",\"n_ctx_train\":%" PRId64
+        ",\"n_vocab\":%d,\"chat_template_name\":\"%s\",\"model_alias\":",
+        S->n_ctx, d->temperature, d->top_k, d->top_p, d->min_p, d->repeat_penalty, d->penalty_last_n,
+        d->presence_penalty, d->frequency_penalty, S->o->n_slots, S->n_ctx, ts_model_n_ctx_train(S->m),
+        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none");
+    int rc = n < 0 || (size_t)n >= sizeof buf ? -1 : ts_text_append(&t, buf, (size_t)n);
+    rc |= ts_json_string(&t, S->model_name, strlen(S->model_name));
+    rc |= ts_text_append(&t, ",\"model_path\":", 14);
+    rc |= ts_json_string(&t, S->o->model_path, strlen(S->o->model_path));
+    rc |= ts_text_append(&t, ",\"chat_template\":", 17);
+    const char *tpl = ts_tokenizer_chat_template(S->tok);
+    if (tpl) {
+        ts_text clean = {0};
+        rc |= ts_utf8_sanitize(tpl, strlen(tpl), &clean) < 0;
+        rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+        ts_text_free(&clean);
+    } else {
+        rc |= ts_text_append(&t, "\"\"", 2);
+    }
+    n = snprintf(buf, sizeof buf, ",\"build_info\":\"turbospark\",\"backend\":\"%s\"}",
+                 S->o->backend == TS_BACKEND_CUDA ? "cuda" : "cpu");
+    rc |= ts_text_append(&t, buf, (size_t)n);
+    enum MHD_Result r = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return r;
+}
+
+/* POST /tokenize (llama-server's): {"tokens": [ids]}, or with_pieces [{"id", "piece"}]. */
+static enum MHD_Result handle_tokenize(req *q) {
+    server *S = q->S;
+    ts_api_tokenize r;
+    ts_api_error e;
+    if (ts_api_parse_tokenize(q->body.s ? q->body.s : "", q->body.n, S->max_values, &r, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_tokens ids = {0};
+    ts_text t = {0};
+    char err[512];
+    int rc = 0;
+    if (r.n_content > S->max_prompt_bytes) {
+        free(r.content);
+        FAIL(q, 400, "invalid_request_error", "context_length_exceeded", "content",
+             "the content is %zu bytes, more than this server tokenizes at once (%zu)", r.n_content,
+             S->max_prompt_bytes);
+    }
+    if (r.add_special && ts_tokenizer_add_bos(S->tok) && ts_tokenizer_bos(S->tok) >= 0)
+        rc = ts_tokens_push(&ids, ts_tokenizer_bos(S->tok));
+    if (rc || ts_tokenize(S->tok, r.content, r.n_content, r.parse_special, &ids, err, sizeof err)) {
+        free(r.content);
+        ts_tokens_free(&ids);
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "content", "%s", rc ? "out of memory" : err);
+    }
+    free(r.content);
+    rc |= ts_text_append(&t, "{\"tokens\":[", 11);
+    for (size_t i = 0; i < ids.n; i++) {
+        char b[48];
+        int k = snprintf(b, sizeof b, "%s%" PRId32, i ? "," : "", ids.ids[i]);
+        if (r.with_pieces)
+            k = snprintf(b, sizeof b, "%s{\"id\":%" PRId32 ",\"piece\":", i ? "," : "", ids.ids[i]);
+        rc |= ts_text_append(&t, b, (size_t)k);
+        if (r.with_pieces) {
+            size_t L = 0;
+            const char *p = ts_token_bytes(S->tok, ids.ids[i], true, &L);
+            ts_text clean = {0};
+            rc |= ts_utf8_sanitize(p ? p : "", p ? L : 0, &clean) < 0;
+            rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+            rc |= ts_text_append(&t, "}", 1);
+            ts_text_free(&clean);
+        }
+    }
+    rc |= ts_text_append(&t, "]}", 2);
+    ts_tokens_free(&ids);
+    enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return res;
+}
+
+/* POST /detokenize (llama-server's): {"content": text} (special tokens written out; invalid UTF-8 of
+ * a cut character becomes U+FFFD). */
+static enum MHD_Result handle_detokenize(req *q) {
+    server *S = q->S;
+    ts_tokens ids;
+    ts_api_error e;
+    if (ts_api_parse_detokenize(q->body.s ? q->body.s : "", q->body.n, S->max_values, ts_model_n_vocab(S->m),
+                                &ids, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_text raw = {0}, clean = {0}, t = {0};
+    char err[256];
+    int rc = ts_detokenize(S->tok, ids.ids, ids.n, true, &raw, err, sizeof err);
+    ts_tokens_free(&ids);
+    if (rc) {
+        ts_text_free(&raw);
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "tokens", "%s", err);
+    }
+    rc |= ts_utf8_sanitize(raw.s ? raw.s : "", raw.n, &clean) < 0;
+    rc |= ts_text_append(&t, "{\"content\":", 11);
+    rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+    rc |= ts_text_append(&t, "}", 1);
+    enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&raw), ts_text_free(&clean), ts_text_free(&t);
+    return res;
+}
+
 /* ---- completions ---------------------------------------------------------------------------- */
 
 static const char *finish_str(ts_finish f) {
@@ -273,19 +397,19 @@ static void note_job(req *q, const ts_job_state *st) {
 
 /* Generated text through the reasoning split and the tool-call parser (chat only); out_r and
  * out_c get this piece's decided reasoning and content. final: the text is over. */
-static int chat_out(req *q, const char *s, size_t n, bool final) {
+static int chat_out(req *q, choice_out *co, const char *s, size_t n, bool final) {
     q->out_r.n = q->out_c.n = q->mid.n = 0;
     int rc = 0;
     if (q->resp.kind != TS_API_CHAT) return ts_text_append(&q->out_c, s, n);
     if (q->split_think) {
-        rc |= ts_think_push(&q->think, s, n, &q->out_r, &q->mid);
-        if (final) rc |= ts_think_finish(&q->think, &q->out_r, &q->mid);
+        rc |= ts_think_push(&co->think, s, n, &q->out_r, &q->mid);
+        if (final) rc |= ts_think_finish(&co->think, &q->out_r, &q->mid);
     } else {
         rc |= ts_text_append(&q->mid, s, n);
     }
     if (q->parse_tools) {
-        rc |= ts_toolcall_push(&q->tc, q->mid.s, q->mid.n, &q->out_c);
-        if (final) rc |= ts_toolcall_finish(&q->tc, &q->out_c);
+        rc |= ts_toolcall_push(&co->tc, q->mid.s, q->mid.n, &q->out_c);
+        if (final) rc |= ts_toolcall_finish(&co->tc, &q->out_c);
     } else {
         rc |= ts_text_append(&q->out_c, q->mid.s, q->mid.n);
     }
@@ -293,30 +417,31 @@ static int chat_out(req *q, const char *s, size_t n, bool final) {
 }
 
 /* Calls parsed and not sent yet, with new ids (one call only when parallel calls are off). */
-static int new_calls(req *q, ts_api_call *buf, int max) {
-    int total = q->parallel_calls || q->tc.n_calls < 1 ? q->tc.n_calls : 1, k = 0;
-    if (total > q->calls_sent) {
-        char(*ids)[32] = realloc(q->call_ids, (size_t)total * sizeof *ids);
+static int new_calls(req *q, choice_out *co, ts_api_call *buf, int max) {
+    int total = q->parallel_calls || co->tc.n_calls < 1 ? co->tc.n_calls : 1, k = 0;
+    if (total > co->calls_sent) {
+        char(*ids)[32] = realloc(co->call_ids, (size_t)total * sizeof *ids);
         if (!ids) return -1;
-        q->call_ids = ids;
+        co->call_ids = ids;
     }
-    for (int i = q->calls_sent; i < total && k < max; i++, k++) {
+    for (int i = co->calls_sent; i < total && k < max; i++, k++) {
         unsigned char rnd[12];
         random_bytes(rnd, sizeof rnd);
-        int w = snprintf(q->call_ids[i], sizeof q->call_ids[i], "call_");
+        int w = snprintf(co->call_ids[i], sizeof co->call_ids[i], "call_");
         for (size_t b = 0; b < sizeof rnd; b++)
-            w += snprintf(q->call_ids[i] + w, sizeof q->call_ids[i] - (size_t)w, "%02x", rnd[b]);
-        buf[k] = (ts_api_call){q->call_ids[i], q->tc.calls[i].name, q->tc.calls[i].arguments};
+            w += snprintf(co->call_ids[i] + w, sizeof co->call_ids[i] - (size_t)w, "%02x", rnd[b]);
+        buf[k] = (ts_api_call){co->call_ids[i], co->tc.calls[i].name, co->tc.calls[i].arguments};
     }
     return k;
 }
 
 /* A delta of this piece: reasoning, content and the new calls (buf holds them). */
-static int piece_delta(req *q, ts_api_delta *d, ts_api_call *buf, int max) {
-    int first = q->calls_sent, k = new_calls(q, buf, max);
+static int piece_delta(req *q, choice_out *co, ts_api_delta *d, ts_api_call *buf, int max) {
+    int first = co->calls_sent, k = new_calls(q, co, buf, max);
     if (k < 0) return -1;
-    q->calls_sent += k;
-    *d = (ts_api_delta){.content = q->out_c.s,
+    co->calls_sent += k;
+    *d = (ts_api_delta){.index = (int)(co - q->co),
+                        .content = q->out_c.s,
                         .n_content = q->out_c.n,
                         .reasoning = q->out_r.s,
                         .n_reasoning = q->out_r.n,
@@ -326,8 +451,77 @@ static int piece_delta(req *q, ts_api_delta *d, ts_api_call *buf, int max) {
     return 0;
 }
 
-static const char *finish_of(const req *q, ts_finish f) {
-    return f == TS_FINISH_LENGTH ? "length" : q->calls_sent ? "tool_calls" : "stop";
+static const char *finish_of(const choice_out *co, ts_finish f) {
+    return f == TS_FINISH_LENGTH ? "length" : co->calls_sent ? "tool_calls" : "stop";
+}
+
+static bool finish_ok(ts_finish f) {
+    return f == TS_FINISH_STOP || f == TS_FINISH_LENGTH;
+}
+
+/* Every choice ended with stop or length. */
+static bool all_ok(const ts_job_state *st) {
+    for (int c = 0; c < st->n_choices; c++)
+        if (!finish_ok(st->ch[c].finish)) return false;
+    return st->done && st->n_choices > 0;
+}
+
+static bool any_calls(const req *q) {
+    for (int c = 0; c < q->n_co; c++)
+        if (q->co[c].calls_sent) return true;
+    return false;
+}
+
+/* Bytes of the tokens of lp[0 .. n) (completions' text_offset). */
+static int64_t lp_bytes(const req *q, const ts_token_logprobs *lp, size_t n) {
+    int64_t b = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t L = 0;
+        ts_token_bytes(q->S->tok, lp[i].id, true, &L);
+        b += (int64_t)L;
+    }
+    return b;
+}
+
+/* Streaming: the chunks of choice c's new text and log-probabilities, and its finish chunk once it
+ * is over. 0, or −1 when out of memory. */
+static int stream_choice(req *q, int c, const ts_job_state *st) {
+    choice_out *co = &q->co[c];
+    if (co->sent_finish) return 0;
+    bool ok_end = st->ch[c].done && finish_ok(st->ch[c].finish);
+    ts_token_logprobs *lp = NULL;
+    size_t n_lp = 0;
+    q->delta.n = 0;
+    if (ts_job_read(q->job, c, co->have, &q->delta, co->lp_have, q->resp.logprobs >= 0 ? &lp : NULL, &n_lp))
+        return -1;
+    int rc = 0;
+    if (q->delta.n || n_lp || ok_end) {
+        co->have += q->delta.n, co->lp_have += n_lp;
+        ts_api_call calls[8];
+        ts_api_delta d;
+        for (bool first = true;; first = false) { /* more than 8 new calls: several chunks */
+            if ((first && chat_out(q, co, q->delta.s, q->delta.n, ok_end)) ||
+                piece_delta(q, co, &d, calls, 8)) {
+                rc = -1;
+                break;
+            }
+            if (!first) d.n_content = d.n_reasoning = 0;
+            if (first) d.lp = lp, d.n_lp = n_lp, d.text_offset = co->text_offset;
+            if ((d.n_content || d.n_reasoning || d.n_calls || d.n_lp) &&
+                ts_api_chunk_sse(&q->resp, false, &d, NULL, NULL, &q->pend)) {
+                rc = -1;
+                break;
+            }
+            if (d.n_calls < 8) break;
+        }
+        co->text_offset += lp_bytes(q, lp, n_lp);
+    }
+    free(lp);
+    if (!rc && ok_end) {
+        rc = ts_api_chunk_sse_at(&q->resp, c, false, finish_of(co, st->ch[c].finish), &q->pend);
+        co->sent_finish = true;
+    }
+    return rc;
 }
 
 /* Server-sent events: MHD asks for bytes; we block (in this connection's own thread) until the
@@ -346,35 +540,22 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (q->over) return MHD_CONTENT_READER_END_OF_STREAM;
         if (q->resp.kind == TS_API_CHAT && !q->sent_role) {
             q->sent_role = true;
-            if (ts_api_chunk_sse(&q->resp, true, NULL, NULL, NULL, &q->pend))
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+            for (int c = 0; c < q->n_co; c++)
+                if (ts_api_chunk_sse_at(&q->resp, c, true, NULL, &q->pend))
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
         ts_job_state st;
-        q->delta.n = 0;
-        ts_job_wait(q->job, q->have, WAIT_SLICE_MS, &q->delta, &st);
-        bool ok_end = st.done && (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH);
-        if (q->delta.n || ok_end) {
-            q->have += q->delta.n;
-            ts_api_call calls[8];
-            ts_api_delta d;
-            for (bool first = true;; first = false) { /* more than 8 new calls: several chunks */
-                if ((first && chat_out(q, q->delta.s, q->delta.n, ok_end)) || piece_delta(q, &d, calls, 8))
-                    return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (!first) d.n_content = d.n_reasoning = 0;
-                if ((d.n_content || d.n_reasoning || d.n_calls) &&
-                    ts_api_chunk_sse(&q->resp, false, &d, NULL, NULL, &q->pend))
-                    return MHD_CONTENT_READER_END_WITH_ERROR;
-                if (d.n_calls < 8) break;
-            }
-        }
+        ts_job_wait(q->job, q->seen, WAIT_SLICE_MS, &st);
+        q->seen = st.version;
+        for (int c = 0; c < q->n_co; c++)
+            if (stream_choice(q, c, &st)) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st.done) {
             note_job(q, &st);
             int rc = 0;
             if (st.finish == TS_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (ok_end) {
-                if (q->calls_sent) q->outcome = "tool_calls";
-                rc |= ts_api_chunk_sse(&q->resp, false, NULL, finish_of(q, st.finish), NULL, &q->pend);
+            if (all_ok(&st)) {
+                if (any_calls(q)) q->outcome = "tool_calls";
                 if (q->include_usage) {
                     ts_api_usage u;
                     usage_of(&st, &u);
@@ -402,45 +583,60 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* Waits for a whole (non-streamed) completion and answers it. */
 static enum MHD_Result finish_blocking(req *q) {
-    ts_text text = {0};
     ts_job_state st;
     for (;;) {
-        ts_job_wait(q->job, text.n, WAIT_SLICE_MS, &text, &st);
+        ts_job_wait(q->job, q->seen, WAIT_SLICE_MS, &st);
+        q->seen = st.version;
         if (st.done) break;
         if (client_gone(q->conn)) {
             ts_job_cancel(q->job);
-            ts_text_free(&text);
             q->outcome = "client gone";
             return MHD_NO; /* closes the connection */
         }
     }
     note_job(q, &st);
-    enum MHD_Result rc;
-    if (st.finish == TS_FINISH_STOP || st.finish == TS_FINISH_LENGTH) {
-        ts_api_usage u;
-        usage_of(&st, &u);
-        ts_text out = {0};
-        ts_api_delta d = {0};
-        ts_api_call *calls = NULL;
-        bool bad = chat_out(q, text.s, text.n, true) != 0;
-        if (!bad) {
-            int n = q->tc.n_calls ? q->tc.n_calls : 1;
-            bad = !(calls = malloc((size_t)n * sizeof *calls)) || piece_delta(q, &d, calls, n);
-        }
-        if (q->calls_sent) q->outcome = "tool_calls";
-        rc = bad || ts_api_response_json(&q->resp, &d, finish_of(q, st.finish), &u, &out)
-                 ? MHD_NO
-                 : queue_json(q, 200, &out, NULL, NULL);
-        free(calls);
-        ts_text_free(&out);
-    } else if (st.finish == TS_FINISH_CANCELLED) {
-        rc = MHD_NO;
-    } else {
+    if (st.finish == TS_FINISH_CANCELLED) return MHD_NO;
+    if (!all_ok(&st)) {
         ts_api_error e;
         job_error(&st, &e);
-        rc = send_error(q, &e, NULL, NULL);
+        return send_error(q, &e, NULL, NULL);
     }
-    ts_text_free(&text);
+    const int n = q->n_co;
+    ts_api_usage u;
+    usage_of(&st, &u);
+    ts_text out = {0}, text = {0};
+    ts_api_delta *d = calloc((size_t)n, sizeof *d);
+    ts_text *keep = calloc(2 * (size_t)n, sizeof *keep); /* each choice's content and reasoning */
+    ts_api_call **calls = calloc((size_t)n, sizeof *calls);
+    ts_token_logprobs **lp = calloc((size_t)n, sizeof *lp);
+    const char **fin = calloc((size_t)n, sizeof *fin);
+    bool bad = !d || !keep || !calls || !lp || !fin;
+    for (int c = 0; c < n && !bad; c++) {
+        choice_out *co = &q->co[c];
+        size_t n_lp = 0;
+        text.n = 0;
+        bad = ts_job_read(q->job, c, 0, &text, 0, q->resp.logprobs >= 0 ? &lp[c] : NULL, &n_lp) ||
+              chat_out(q, co, text.s, text.n, true) != 0;
+        if (bad) break;
+        int k = co->tc.n_calls ? co->tc.n_calls : 1;
+        bad = !(calls[c] = malloc((size_t)k * sizeof **calls)) || piece_delta(q, co, &d[c], calls[c], k) ||
+              ts_text_append(&keep[2 * c], q->out_c.s ? q->out_c.s : "", q->out_c.n) ||
+              ts_text_append(&keep[2 * c + 1], q->out_r.s ? q->out_r.s : "", q->out_r.n);
+        d[c].content = keep[2 * c].s, d[c].reasoning = keep[2 * c + 1].s;
+        d[c].lp = lp[c], d[c].n_lp = n_lp;
+        fin[c] = finish_of(co, st.ch[c].finish);
+    }
+    if (!bad && any_calls(q)) q->outcome = "tool_calls";
+    enum MHD_Result rc = bad || ts_api_response_json(&q->resp, d, fin, n, &u, &out)
+                             ? MHD_NO
+                             : queue_json(q, 200, &out, NULL, NULL);
+    for (int c = 0; c < n; c++) {
+        if (keep) ts_text_free(&keep[2 * c]), ts_text_free(&keep[2 * c + 1]);
+        if (calls) free(calls[c]);
+        if (lp) free(lp[c]);
+    }
+    free(d), free(keep), free(calls), free(lp), free(fin);
+    ts_text_free(&out), ts_text_free(&text);
     return rc;
 }
 
@@ -487,12 +683,18 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
             goto refuse;
         }
         q->split_think = S->o->reasoning_format == TS_REASONING_DEEPSEEK;
-        ts_think_init(&q->think, think_open);
         q->parse_tools = tools_on;
         q->parallel_calls = r.parallel_tool_calls;
-        if (ts_toolcall_init(&q->tc, tools_on ? r.tools_json : NULL, err, sizeof err)) {
-            ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "tools", "%s", err);
+        if (!(q->co = calloc((size_t)r.n_choices, sizeof *q->co))) {
+            ts_api_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");
             goto refuse;
+        }
+        for (; q->n_co < r.n_choices; q->n_co++) {
+            ts_think_init(&q->co[q->n_co].think, think_open);
+            if (ts_toolcall_init(&q->co[q->n_co].tc, tools_on ? r.tools_json : NULL, err, sizeof err)) {
+                ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "tools", "%s", err);
+                goto refuse;
+            }
         }
     } else if (r.prompt_is_ids) {
         ids = r.prompt_ids;
@@ -557,6 +759,26 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
                     S->n_ctx, ids.n, param, max_tokens, S->n_ctx - (int64_t)ids.n);
         goto refuse;
     }
+    if (r.n_choices > S->o->n_slots) {
+        ts_api_fail(&e, 400, "invalid_request_error", "invalid_value", "n",
+                    "n = %d choices need as many slots, and this server has %d (serve -np)", r.n_choices,
+                    S->o->n_slots);
+        goto refuse;
+    }
+    if (r.n_choices > 1 && S->o->backend != TS_BACKEND_CPU) {
+        ts_api_fail(&e, 400, "invalid_request_error", "unsupported_parameter", "n",
+                    "n > 1 is not supported on the CUDA backend yet (the choices share the prompt's state, "
+                    "which it cannot copy): send %d requests",
+                    r.n_choices);
+        goto refuse;
+    }
+    if (kind != TS_API_CHAT) {
+        if (!(q->co = calloc((size_t)r.n_choices, sizeof *q->co))) {
+            ts_api_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+            goto refuse;
+        }
+        q->n_co = r.n_choices;
+    }
     if (!r.seed_given) random_bytes(&r.sp.seed, sizeof r.sp.seed);
     ts_job_params jp = {.prompt = ids.ids,
                         .n_prompt = ids.n,
@@ -567,7 +789,9 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
                         .cache_prompt = r.cache_prompt,
                         .grammar = grammar,
                         .think_open = think_open,
-                        .think_budget = S->o->reasoning_budget};
+                        .think_budget = S->o->reasoning_budget,
+                        .n_choices = r.n_choices,
+                        .logprobs = r.logprobs};
     grammar = NULL; /* the scheduler's now, whatever happens */
     for (int i = 0; i < r.n_stops; i++) jp.stops[i] = r.stops[i];
     bool busy = false;
@@ -589,6 +813,8 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     q->resp.kind = kind;
     q->resp.created = (long long)time(NULL);
     q->resp.model = S->model_name;
+    q->resp.logprobs = r.logprobs;
+    q->resp.tok = S->tok;
     unsigned char rnd[12];
     random_bytes(rnd, sizeof rnd);
     int k = snprintf(q->resp.id, sizeof q->resp.id, "%s", kind == TS_API_CHAT ? "chatcmpl-" : "cmpl-");
@@ -635,6 +861,9 @@ static const route k_routes[] = {
     {"/models", "GET", true, handle_models},
     {"/v1/models/*", "GET", true, handle_model},
     {"/metrics", "GET", true, handle_metrics},
+    {"/props", "GET", true, handle_props},
+    {"/tokenize", "POST", true, handle_tokenize},
+    {"/detokenize", "POST", true, handle_detokenize},
     {"/v1/chat/completions", "POST", true, handle_chat},
     {"/chat/completions", "POST", true, handle_chat},
     {"/v1/completions", "POST", true, handle_completion},
@@ -783,7 +1012,7 @@ static enum MHD_Result on_head(req *q, const char *url, const char *method) {
     if (!rt)
         FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
              "unknown URL: %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET "
-             "/health, GET /metrics)",
+             "/health, GET /metrics, GET /props, POST /tokenize, POST /detokenize)",
              m, u);
     if (strcmp(method, rt->method) != 0) {
         ts_api_error e;
@@ -897,7 +1126,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     if (q->job) {
         ts_job_state st;
-        ts_job_wait(q->job, SIZE_MAX, 0, NULL, &st); /* the counts, for the log line */
+        ts_job_wait(q->job, 0, 0, &st); /* the counts, for the log line */
         q->n_cached = st.n_cached, q->n_gen = st.n_gen, q->mask_s = st.mask_seconds;
         ts_job_cancel(q->job); /* nothing when it is done */
         ts_job_release(q->job);
@@ -946,10 +1175,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     ts_text_free(&q->body);
     ts_text_free(&q->pend);
     ts_text_free(&q->delta);
-    ts_think_free(&q->think);
-    ts_toolcall_free(&q->tc);
+    for (int i = 0; i < q->n_co; i++) {
+        ts_think_free(&q->co[i].think);
+        ts_toolcall_free(&q->co[i].tc);
+        free(q->co[i].call_ids);
+    }
+    free(q->co);
     ts_text_free(&q->out_r), ts_text_free(&q->out_c), ts_text_free(&q->mid);
-    free(q->call_ids);
     free(q);
     atomic_fetch_sub(&S->in_flight, 1);
 }
@@ -974,6 +1206,8 @@ void ts_server_default_opts(ts_server_opts *o) {
     o->body_timeout = 60;
     o->drain_seconds = 30;
     o->cache_prompt = true;
+    o->cache_ram = (size_t)1024 << 20;
+    o->cache_every = 2048;
     o->reasoning_format = TS_REASONING_DEEPSEEK;
     o->reasoning_budget = -1;
     o->sp = ts_sampler_default_params();
@@ -1095,6 +1329,8 @@ int ts_serve(const ts_server_opts *o) {
                           .max_queue = o->max_queue,
                           .threads = o->threads,
                           .cache_prompt = o->cache_prompt,
+                          .cache_bytes = o->backend == TS_BACKEND_CPU && o->cache_prompt ? o->cache_ram : 0,
+                          .cache_every = o->cache_every,
                           .backend = o->backend};
     if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
     if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;

@@ -83,6 +83,14 @@ void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, do
     pthread_mutex_unlock(&m->mu);
 }
 
+void ts_metrics_cache(ts_metrics *m, uint64_t hits, uint64_t tokens, uint64_t evictions, uint64_t bytes,
+                      uint64_t entries) {
+    pthread_mutex_lock(&m->mu);
+    m->cache_hits += hits, m->cache_tokens += tokens, m->cache_evictions += evictions;
+    m->cache_bytes = bytes, m->cache_entries = entries;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void observe(uint64_t *count, double *sum, uint64_t *n, double v) {
     for (int i = 0; i < TS_METRICS_N_LAT_BUCKETS; i++)
         if (v <= k_lat_bounds[i]) count[i]++;
@@ -170,7 +178,7 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
         out,
         "# HELP turbospark_prompt_tokens_total Prompt tokens evaluated.\n"
         "# TYPE turbospark_prompt_tokens_total counter\nturbospark_prompt_tokens_total %llu\n"
-        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens reused from a slot's previous request.\n"
+        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens not evaluated: a slot's previous sequence or the prefix cache.\n"
         "# TYPE turbospark_prompt_tokens_cached_total counter\nturbospark_prompt_tokens_cached_total %llu\n"
         "# HELP turbospark_generation_tokens_total Tokens generated.\n"
         "# TYPE turbospark_generation_tokens_total counter\nturbospark_generation_tokens_total %llu\n",
@@ -208,6 +216,22 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
                   "# TYPE turbospark_uptime_seconds gauge\nturbospark_uptime_seconds %.1f\n",
                   (unsigned long long)m->steps, (unsigned long long)m->step_sequences, m->busy_seconds,
                   now - m->t_start);
+    rc |= appendf(
+        out,
+        "# HELP turbospark_prefix_cache_hits_total Requests that restored a cached prefix.\n"
+        "# TYPE turbospark_prefix_cache_hits_total counter\nturbospark_prefix_cache_hits_total %llu\n"
+        "# HELP turbospark_prefix_cache_tokens_total Prompt tokens restored from the prefix cache.\n"
+        "# TYPE turbospark_prefix_cache_tokens_total counter\nturbospark_prefix_cache_tokens_total %llu\n"
+        "# HELP turbospark_prefix_cache_evictions_total Snapshots evicted (least recently used).\n"
+        "# TYPE turbospark_prefix_cache_evictions_total counter\n"
+        "turbospark_prefix_cache_evictions_total %llu\n"
+        "# HELP turbospark_prefix_cache_bytes Bytes the prefix cache holds.\n"
+        "# TYPE turbospark_prefix_cache_bytes gauge\nturbospark_prefix_cache_bytes %llu\n"
+        "# HELP turbospark_prefix_cache_entries Snapshots the prefix cache holds.\n"
+        "# TYPE turbospark_prefix_cache_entries gauge\nturbospark_prefix_cache_entries %llu\n",
+        (unsigned long long)m->cache_hits, (unsigned long long)m->cache_tokens,
+        (unsigned long long)m->cache_evictions, (unsigned long long)m->cache_bytes,
+        (unsigned long long)m->cache_entries);
     rc |= histogram(out, "turbospark_request_duration_seconds",
                     "Completion time from arrival to the last token (finished requests).", m->lat_count,
                     m->lat_sum, m->lat_n);

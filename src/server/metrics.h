@@ -57,6 +57,9 @@ typedef struct ts_metrics {
     uint64_t finished[TS_FINISH_N];
     uint64_t prompt_tokens, prompt_tokens_cached, gen_tokens, steps, step_sequences;
     double busy_seconds; /* time spent in batched forward steps */
+    /* the prefix cache (sched.h) */
+    uint64_t cache_hits, cache_tokens, cache_evictions;
+    uint64_t cache_bytes, cache_entries; /* gauges */
     /* latency of finished completions (submit to last token) and time to first token */
     uint64_t lat_count[TS_METRICS_N_LAT_BUCKETS + 1], ttft_count[TS_METRICS_N_LAT_BUCKETS + 1];
     double lat_sum, ttft_sum;
@@ -76,6 +79,11 @@ void ts_metrics_conn_closed(ts_metrics *m, ts_close_reason why);
 void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, double seconds);
 /* A finished completion: why, cached prompt tokens, total latency and time to first token (< 0: none). */
 void ts_metrics_finish(ts_metrics *m, ts_finish why, int64_t cached, double latency, double ttft);
+
+/* The prefix cache: hits and tokens restored since the last call (added), evictions (added), and
+ * the bytes and entries it holds now. */
+void ts_metrics_cache(ts_metrics *m, uint64_t hits, uint64_t tokens, uint64_t evictions, uint64_t bytes,
+                      uint64_t entries);
 
 /* Live gauges the scheduler owns, passed in when rendering. */
 typedef struct ts_metrics_gauges {

@@ -127,23 +127,10 @@ static bool valid_utf8(const char *s, size_t n) {
 static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e) {
     const cJSON *v;
     int64_t k;
-    if ((v = member(o, "n"))) {
-        if (want_int(v, "n", 1, 1e9, &k, e)) return -1;
-        if (k != 1)
-            return BAD(
-                e, "unsupported_parameter", "n",
-                "n = %lld is not supported: this server returns one choice per request (send %lld requests)",
-                (long long)k, (long long)k);
-    }
     if ((v = member(o, "best_of"))) {
         if (want_int(v, "best_of", 1, 1e9, &k, e)) return -1;
         if (k != 1) return BAD(e, "unsupported_parameter", "best_of", "best_of > 1 is not supported");
     }
-    if ((v = member(o, "logprobs")) && !cJSON_IsFalse(v))
-        return BAD(e, "unsupported_parameter", "logprobs", "logprobs are not supported by this server");
-    if ((v = member(o, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return BAD(e, "unsupported_parameter", "top_logprobs",
-                   "top_logprobs are not supported by this server");
     if ((v = member(o, "functions")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
         return BAD(e, "unsupported_parameter", "functions",
                    "the legacy 'functions' are not supported: send them as 'tools'");
@@ -659,6 +646,41 @@ static size_t count_values(const char *s, size_t n, size_t max) {
     return k;
 }
 
+/* n, logprobs and top_logprobs. */
+static int parse_choices(const cJSON *o, ts_api_kind kind, ts_api_request *r, ts_api_error *e) {
+    const cJSON *v;
+    int64_t k;
+    r->n_choices = 1, r->logprobs = -1;
+    if ((v = member(o, "n"))) {
+        if (want_int(v, "n", 1, 1e9, &k, e)) return -1;
+        if (k > TS_API_MAX_CHOICES)
+            return BAD(e, "unsupported_parameter", "n",
+                       "n = %lld is more than this server's limit of %d choices per request", (long long)k,
+                       TS_API_MAX_CHOICES);
+        r->n_choices = (int)k;
+    }
+    const cJSON *lp = member(o, "logprobs"), *top = member(o, "top_logprobs");
+    if (kind == TS_API_CHAT) {
+        bool on = false;
+        if (lp && want_bool(lp, "logprobs", &on, e)) return -1;
+        if (top) {
+            if (want_int(top, "top_logprobs", 0, TS_LOGPROBS_MAX_TOP, &k, e)) return -1;
+            if (!on) return BAD(e, "invalid_value", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        }
+        if (on) r->logprobs = top ? (int)k : 0;
+    } else {
+        if (top)
+            return BAD(e, "invalid_value", "top_logprobs",
+                       "'top_logprobs' is a chat parameter; completions take 'logprobs': N (0 to %d)",
+                       TS_LOGPROBS_MAX_TOP);
+        if (lp && !cJSON_IsFalse(lp)) {
+            if (want_int(lp, "logprobs", 0, TS_LOGPROBS_MAX_TOP, &k, e)) return -1;
+            r->logprobs = (int)k;
+        }
+    }
+    return 0;
+}
+
 int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
                  size_t max_values, ts_api_request *r, ts_api_error *e) {
     memset(r, 0, sizeof *r);
@@ -694,6 +716,7 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     else if (!cJSON_IsObject(o))
         rc = BAD(e, "invalid_type", NULL, "the request body must be a JSON object, not %s", type_name(o));
     if (!rc) rc = refuse_unsupported(o, kind, e);
+    if (!rc) rc = parse_choices(o, kind, r, e);
     if (!rc) rc = parse_common(o, r, e);
     if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
     if (!rc && kind == TS_API_CHAT) rc = parse_tools(o, r, e);
@@ -710,6 +733,79 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
         return -1;
     }
     return 0;
+}
+
+/* A JSON object body for the small endpoints (the same limits as ts_api_parse). */
+static cJSON *parse_object(const char *body, size_t n, size_t max_values, ts_api_error *e) {
+    memset(e, 0, sizeof *e);
+    if (memchr(body, 0, n))
+        return BAD(e, "invalid_json", NULL, "the request body holds a NUL byte: not JSON text"), NULL;
+    if (max_values && count_values(body, n, max_values) > max_values)
+        return ts_api_fail(e, 413, "invalid_request_error", "request_too_large", NULL,
+                           "the request body holds more than %zu JSON values, this server's limit",
+                           max_values),
+               NULL;
+    cJSON *o = cJSON_ParseWithLength(body, n);
+    if (!o) return BAD(e, "invalid_json", NULL, "the request body is not valid JSON"), NULL;
+    if (!cJSON_IsObject(o)) {
+        BAD(e, "invalid_type", NULL, "the request body must be a JSON object, not %s", type_name(o));
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_tokenize *r,
+                          ts_api_error *e) {
+    memset(r, 0, sizeof *r);
+    r->parse_special = true;
+    cJSON *o = parse_object(body, n, max_values, e);
+    if (!o) return -1;
+    const cJSON *c = member(o, "content"), *v;
+    int rc = 0;
+    if (!c)
+        rc = BAD(e, "missing_required_parameter", "content", "'content' is required");
+    else if (!cJSON_IsString(c))
+        rc = BAD(e, "invalid_type", "content", "'content' must be a string, not %s", type_name(c));
+    if (!rc && (v = member(o, "add_special"))) rc = want_bool(v, "add_special", &r->add_special, e);
+    if (!rc && (v = member(o, "parse_special"))) rc = want_bool(v, "parse_special", &r->parse_special, e);
+    if (!rc && (v = member(o, "with_pieces"))) rc = want_bool(v, "with_pieces", &r->with_pieces, e);
+    if (!rc) {
+        r->n_content = strlen(c->valuestring);
+        if (!(r->content = malloc(r->n_content + 1)))
+            rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        else
+            memcpy(r->content, c->valuestring, r->n_content + 1);
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
+                            ts_api_error *e) {
+    *ids = (ts_tokens){0};
+    cJSON *o = parse_object(body, n, max_values, e);
+    if (!o) return -1;
+    const cJSON *a = member(o, "tokens"), *t;
+    int rc = 0, i = 0;
+    if (!a)
+        rc = BAD(e, "missing_required_parameter", "tokens", "'tokens' is required");
+    else if (!cJSON_IsArray(a))
+        rc = BAD(e, "invalid_type", "tokens", "'tokens' must be an array of token ids, not %s", type_name(a));
+    const cJSON *list = rc ? NULL : a;
+    cJSON_ArrayForEach(t, list) {
+        int64_t id = 0;
+        char name[48];
+        snprintf(name, sizeof name, "tokens[%d]", i++);
+        if ((rc = want_int(t, name, 0, (double)n_vocab - 1, &id, e))) break;
+        if (ts_tokens_push(ids, (int32_t)id)) {
+            rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+            break;
+        }
+    }
+    cJSON_Delete(o);
+    if (rc) ts_tokens_free(ids);
+    return rc;
 }
 
 void ts_api_request_free(ts_api_request *r) {
@@ -826,25 +922,103 @@ static int calls_json(const ts_api_delta *d, bool chunk, ts_text *out) {
     return rc | put(out, "]");
 }
 
-int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *m, const char *finish_reason,
-                         const ts_api_usage *u, ts_text *out) {
-    const char *text = m->content ? m->content : "";
-    int rc = head(r, out, false);
-    if (r->kind == TS_API_CHAT) {
-        rc |= put(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        rc |= m->n_calls && !m->n_content ? put(out, "null") : ts_json_string(out, text, m->n_content);
-        if (m->reasoning && m->n_reasoning)
-            rc |= put(out, ",\"reasoning_content\":"),
-                rc |= ts_json_string(out, m->reasoning, m->n_reasoning);
-        if (m->n_calls) rc |= calls_json(m, false, out);
-        rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
-    } else {
-        rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
-        rc |= ts_json_string(out, text, m->n_content);
-        rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
+/* A token's text as a JSON string (invalid UTF-8 of a partial character becomes U+FFFD; "bytes"
+ * has the exact bytes). */
+static int token_text_json(const ts_api_resp *r, int32_t id, bool with_bytes, ts_text *out) {
+    size_t n = 0;
+    const char *b = ts_token_bytes(r->tok, id, true, &n);
+    if (!b) b = "", n = 0;
+    ts_text t = {0};
+    int rc = ts_utf8_sanitize(b, n, &t) < 0 ? -1 : 0;
+    rc |= ts_json_string(out, t.s ? t.s : "", t.n);
+    ts_text_free(&t);
+    if (with_bytes) {
+        rc |= put(out, ",\"bytes\":[");
+        for (size_t i = 0; i < n; i++) rc |= putf(out, i ? ",%u" : "%u", (unsigned)(unsigned char)b[i]);
+        rc |= put(out, "]");
     }
-    rc |= ts_json_string(out, finish_reason, strlen(finish_reason));
-    rc |= put(out, "}]");
+    return rc;
+}
+
+/* The "logprobs" value of a choice or a chunk. */
+static int logprobs_json(const ts_api_resp *r, const ts_api_delta *d, ts_text *out) {
+    if (r->logprobs < 0 || !r->tok) return put(out, "null");
+    int rc = 0;
+    if (r->kind == TS_API_CHAT) {
+        rc |= put(out, "{\"content\":[");
+        for (size_t i = 0; i < d->n_lp; i++) {
+            const ts_token_logprobs *t = &d->lp[i];
+            rc |= put(out, i ? ",{\"token\":" : "{\"token\":");
+            rc |= token_text_json(r, t->id, false, out);
+            rc |= putf(out, ",\"logprob\":%.9g", (double)t->logprob);
+            rc |= put(out, ",\"bytes\":[");
+            size_t n = 0;
+            const char *b = ts_token_bytes(r->tok, t->id, true, &n);
+            for (size_t k = 0; b && k < n; k++)
+                rc |= putf(out, k ? ",%u" : "%u", (unsigned)(unsigned char)b[k]);
+            rc |= put(out, "],\"top_logprobs\":[");
+            for (int k = 0; k < t->n_top; k++) {
+                rc |= put(out, k ? ",{\"token\":" : "{\"token\":");
+                rc |= token_text_json(r, t->top_id[k], true, out);
+                rc |= putf(out, ",\"logprob\":%.9g}", (double)t->top_lp[k]);
+            }
+            rc |= put(out, "]}");
+        }
+        return rc | put(out, "],\"refusal\":null}");
+    }
+    rc |= put(out, "{\"tokens\":[");
+    for (size_t i = 0; i < d->n_lp; i++)
+        rc |= put(out, i ? "," : ""), rc |= token_text_json(r, d->lp[i].id, false, out);
+    rc |= put(out, "],\"token_logprobs\":[");
+    for (size_t i = 0; i < d->n_lp; i++) rc |= putf(out, i ? ",%.9g" : "%.9g", (double)d->lp[i].logprob);
+    rc |= put(out, "],\"top_logprobs\":[");
+    for (size_t i = 0; i < d->n_lp; i++) {
+        rc |= put(out, i ? ",{" : "{");
+        for (int k = 0; k < d->lp[i].n_top; k++) {
+            rc |= put(out, k ? "," : "");
+            rc |= token_text_json(r, d->lp[i].top_id[k], false, out);
+            rc |= putf(out, ":%.9g", (double)d->lp[i].top_lp[k]);
+        }
+        rc |= put(out, "}");
+    }
+    rc |= put(out, "],\"text_offset\":[");
+    int64_t off = d->text_offset;
+    for (size_t i = 0; i < d->n_lp; i++) {
+        size_t n = 0;
+        ts_token_bytes(r->tok, d->lp[i].id, true, &n);
+        rc |= putf(out, i ? ",%lld" : "%lld", (long long)off);
+        off += (int64_t)n;
+    }
+    return rc | put(out, "]}");
+}
+
+int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *ms, const char *const *finish_reason,
+                         int n, const ts_api_usage *u, ts_text *out) {
+    int rc = head(r, out, false);
+    rc |= put(out, ",\"choices\":[");
+    for (int i = 0; i < n; i++) {
+        const ts_api_delta *m = &ms[i];
+        const char *text = m->content ? m->content : "";
+        if (r->kind == TS_API_CHAT) {
+            rc |= putf(out, "%s{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", i ? "," : "",
+                       i);
+            rc |= m->n_calls && !m->n_content ? put(out, "null") : ts_json_string(out, text, m->n_content);
+            if (m->reasoning && m->n_reasoning)
+                rc |= put(out, ",\"reasoning_content\":"),
+                    rc |= ts_json_string(out, m->reasoning, m->n_reasoning);
+            if (m->n_calls) rc |= calls_json(m, false, out);
+            rc |= put(out, "},\"logprobs\":");
+        } else {
+            rc |= putf(out, "%s{\"index\":%d,\"text\":", i ? "," : "", i);
+            rc |= ts_json_string(out, text, m->n_content);
+            rc |= put(out, ",\"logprobs\":");
+        }
+        rc |= logprobs_json(r, m, out);
+        rc |= put(out, ",\"finish_reason\":");
+        rc |= ts_json_string(out, finish_reason[i], strlen(finish_reason[i]));
+        rc |= put(out, "}");
+    }
+    rc |= put(out, "]");
     rc |= usage_json(u, out);
     rc |= put(out, "}");
     return rc ? -1 : 0;
@@ -861,7 +1035,7 @@ int ts_api_chunk_sse(const ts_api_resp *r, bool role, const ts_api_delta *d, con
         rc |= usage_json(u, out);
     } else {
         if (r->kind == TS_API_CHAT) {
-            rc |= put(out, ",\"choices\":[{\"index\":0,\"delta\":{");
+            rc |= putf(out, ",\"choices\":[{\"index\":%d,\"delta\":{", d->index);
             bool any = false;
             if (role) rc |= put(out, "\"role\":\"assistant\",\"content\":\"\""), any = true;
             if (d->content && d->n_content)
@@ -876,15 +1050,22 @@ int ts_api_chunk_sse(const ts_api_resp *r, bool role, const ts_api_delta *d, con
                 rc |= ts_text_append(out, t.s + (any ? 0 : 1), t.n - (any ? 0 : 1)); /* no leading comma */
                 ts_text_free(&t);
             }
-            rc |= put(out, "},\"logprobs\":null,\"finish_reason\":");
+            rc |= put(out, "},\"logprobs\":");
         } else {
-            rc |= put(out, ",\"choices\":[{\"index\":0,\"text\":");
+            rc |= putf(out, ",\"choices\":[{\"index\":%d,\"text\":", d->index);
             rc |= ts_json_string(out, d->content ? d->content : "", d->n_content);
-            rc |= put(out, ",\"logprobs\":null,\"finish_reason\":");
+            rc |= put(out, ",\"logprobs\":");
         }
+        rc |= d->n_lp ? logprobs_json(r, d, out) : put(out, "null");
+        rc |= put(out, ",\"finish_reason\":");
         rc |= finish_reason ? ts_json_string(out, finish_reason, strlen(finish_reason)) : put(out, "null");
         rc |= put(out, "}]");
     }
     rc |= put(out, "}\n\n");
     return rc ? -1 : 0;
+}
+
+int ts_api_chunk_sse_at(const ts_api_resp *r, int index, bool role, const char *finish_reason, ts_text *out) {
+    ts_api_delta d = {.index = index};
+    return ts_api_chunk_sse(r, role, &d, finish_reason, NULL, out);
 }

@@ -4,7 +4,7 @@
  * Requests (POST /v1/chat/completions and /v1/completions) are checked field by field; a bad one
  * gets a ts_api_error naming the field (`param`) and what was expected. Fields that would change
  * the answer but that this server does not implement are refused by name rather than ignored:
- * n > 1, best_of > 1, logprobs, the legacy functions / function_call, logit_bias, echo, suffix,
+ * best_of > 1, the legacy functions / function_call, logit_bias, echo, suffix,
  * audio output, and image / audio / video / file content parts (the engine loads the text model
  * only). Unknown fields are ignored, as most servers do. `null` means "not given".
  *
@@ -17,7 +17,8 @@
  * {"type": "function", "function": {"name"}}), parallel_tool_calls, assistant messages with
  * tool_calls, tool messages (tool_call_id), response_format text / json_object / json_schema
  * (the schema is checked when it is compiled: json_schema.h), and llama-server's grammar (GBNF,
- * gbnf.h) and top-level json_schema on both endpoints.
+ * gbnf.h) and top-level json_schema on both endpoints; n (1 to TS_API_MAX_CHOICES choices);
+ * logprobs (chat: true, with top_logprobs 0 to 20; completions: 0 to 20).
  *
  * Responses are written by hand with a JSON string escaper (generated text may hold any valid
  * UTF-8, NUL included). */
@@ -35,6 +36,7 @@
 
 #define TS_API_MAX_STOPS 16
 #define TS_API_MAX_STOP_BYTES 512
+#define TS_API_MAX_CHOICES 16
 
 typedef enum ts_api_kind { TS_API_CHAT, TS_API_COMPLETION } ts_api_kind;
 
@@ -85,6 +87,8 @@ typedef struct ts_api_request {
     char *stops[TS_API_MAX_STOPS];
     int n_stops;
     bool stream, include_usage, ignore_eos, cache_prompt;
+    int n_choices; /* n: 1 unless given */
+    int logprobs;  /* −1: none; else log-probabilities with this many top alternatives */
     /* tools (chat) */
     char *tools_json;        /* the "tools" array as JSON text, or NULL when none */
     const char **tool_texts; /* [n_tools] each tool as the template's tojson writes it */
@@ -119,6 +123,18 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
                  size_t max_values, ts_api_request *r, ts_api_error *e);
 void ts_api_request_free(ts_api_request *r);
 
+/* llama-server's POST /tokenize body: {"content": string, "add_special": false, "parse_special":
+ * true, "with_pieces": false}. *content points into a copy the caller frees. 0, or −1 with e. */
+typedef struct ts_api_tokenize {
+    char *content;
+    size_t n_content;
+    bool add_special, parse_special, with_pieces;
+} ts_api_tokenize;
+int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_tokenize *r, ts_api_error *e);
+/* POST /detokenize: {"tokens": [ids]} into ids (each 0 .. n_vocab − 1). 0, or −1 with e. */
+int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
+                            ts_api_error *e);
+
 /* Appends s[0..n) as a JSON string literal (quotes included). 0 or −1 (out of memory). */
 int ts_json_string(ts_text *out, const char *s, size_t n);
 
@@ -135,6 +151,8 @@ typedef struct ts_api_resp {
     char id[48];
     long long created;
     const char *model;
+    int logprobs;            /* −1: "logprobs": null; else how many top alternatives each token has */
+    const ts_tokenizer *tok; /* the token texts of the log-probabilities */
 } ts_api_resp;
 
 /* A tool call of a response: id "call_..." and the function's name and arguments (JSON text). */
@@ -151,17 +169,27 @@ typedef struct ts_api_delta {
     size_t n_reasoning;
     const ts_api_call *calls;
     int n_calls, first_index;
+    int index;                   /* the choice */
+    const ts_token_logprobs *lp; /* the log-probabilities of this piece's tokens */
+    size_t n_lp;
+    int64_t text_offset; /* completions: the byte offset of the first of them in the choice's text */
 } ts_api_delta;
 
-/* The whole (non-streamed) response. finish_reason: "stop", "length" or "tool_calls". A chat
- * message's content is null when it is empty and there are tool calls. */
-int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *m, const char *finish_reason,
+/* The whole (non-streamed) response: n choices m[0 .. n) with their finish reasons ("stop",
+ * "length" or "tool_calls"). A chat message's content is null when it is empty and there are tool
+ * calls. Log-probabilities as OpenAI writes them: chat {"content": [{"token", "logprob", "bytes",
+ * "top_logprobs": [...]}], "refusal": null}; completions {"tokens", "token_logprobs",
+ * "top_logprobs" (one object token → logprob a token), "text_offset"}. */
+int ts_api_response_json(const ts_api_resp *r, const ts_api_delta *m, const char *const *finish_reason, int n,
                          const ts_api_usage *u, ts_text *out);
 
-/* One server-sent event "data: {chunk}\n\n". role: the chat's first chunk gives the role;
+/* One server-sent event "data: {chunk}\n\n" for choice d->index (0 when d is NULL). role: the
+ * chat's first chunk of a choice gives the role;
  * finish_reason NULL while running; usage non-NULL only for the final usage chunk (no choices);
  * d may be NULL (an empty delta). */
 int ts_api_chunk_sse(const ts_api_resp *r, bool role, const ts_api_delta *d, const char *finish_reason,
                      const ts_api_usage *u, ts_text *out);
+/* The same for choice `index` with no content (a role or a finish chunk). */
+int ts_api_chunk_sse_at(const ts_api_resp *r, int index, bool role, const char *finish_reason, ts_text *out);
 
 #endif

@@ -17,6 +17,16 @@
 #include <omp.h>
 #endif
 
+/* One choice's output (under s->mu). */
+typedef struct job_choice {
+    ts_text text; /* final bytes only */
+    ts_token_logprobs *lp;
+    size_t n_lp, cap_lp;
+    bool done;
+    ts_finish finish;
+    int64_t n_gen;
+} job_choice;
+
 struct ts_job {
     ts_sched *s;
     int refs;            /* under s->mu */
@@ -34,12 +44,15 @@ struct ts_job {
     ts_grammar *grammar;
     bool think_open;
     int64_t think_budget;
+    int n_choices, logprobs;
     double t_submit;
     /* output: under s->mu */
-    ts_text text; /* final bytes only */
+    job_choice ch[TS_JOB_MAX_CHOICES];
+    int n_done;       /* choices over */
+    uint64_t version; /* grows with every publication */
     bool done, cancel;
     ts_finish finish;
-    int64_t n_cached, n_gen;
+    int64_t n_cached;
     double mask_seconds;
     double t_first; /* 0 until the first token */
     char error[256];
@@ -53,6 +66,11 @@ typedef struct slot {
     uint64_t last_use; /* admission counter: oldest first for prefill, least recently used for eviction */
     /* the running job (scheduler thread only, except `job`, which is also read under the lock) */
     ts_job *job;
+    int choice;   /* which of the job's choices this slot computes */
+    bool waiting; /* a choice > 0 waiting for the first choice's prompt (then copied) */
+    bool has_lp;  /* lp holds this step's token, to publish */
+    bool ready;   /* the whole prompt came from the prefix cache, logits included: sample without a step */
+    ts_token_logprobs lp;
     size_t fed;    /* prompt tokens the session holds */
     bool decoding; /* the prompt is done; `next` is the token to feed */
     int32_t next;
@@ -74,6 +92,16 @@ typedef struct slot {
     int64_t step_n;
     bool in_step;
 } slot;
+
+/* A prefix cache entry: the state after ids[0 .. n) and the logits of the last of them. */
+typedef struct cache_entry {
+    int32_t *ids;
+    size_t n;
+    ts_snapshot *snap;
+    float *logits; /* [n_vocab] */
+    size_t bytes;
+    uint64_t last_use;
+} cache_entry;
 
 struct ts_sched {
     ts_model *m;
@@ -101,6 +129,10 @@ struct ts_sched {
     int64_t *b_n;
     float **b_logits;
     int *b_slot, *order;
+    /* the prefix cache: scheduler thread only */
+    cache_entry *cache;
+    int n_cache, cap_cache;
+    size_t cache_used;
 };
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -108,7 +140,7 @@ struct ts_sched {
 static void job_free(ts_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    ts_text_free(&j->text);
+    for (int c = 0; c < TS_JOB_MAX_CHOICES; c++) ts_text_free(&j->ch[c].text), free(j->ch[c].lp);
     ts_grammar_free(j->grammar);
     pthread_cond_destroy(&j->cond);
     free(j);
@@ -144,7 +176,8 @@ static void queue_remove(ts_sched *s, ts_job *j) {
 static void finish_locked(ts_sched *s, ts_job *j, ts_finish why, const char *err) {
     j->done = true;
     j->finish = why;
-    if (err) snprintf(j->error, sizeof j->error, "%s", err);
+    j->version++;
+    if (err && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", err);
     double now = ts_now();
     ts_metrics_finish(s->mt, why, j->n_cached, now - j->t_submit,
                       j->t_first > 0 ? j->t_first - j->t_submit : -1);
@@ -158,11 +191,12 @@ ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *
     ts_grammar *grammar = jp->grammar; /* ours from here on */
     if (jp->n_prompt < 1 || (int64_t)jp->n_prompt >= s->p.n_ctx || jp->max_tokens < 1 ||
         (int64_t)jp->n_prompt + jp->max_tokens > s->p.n_ctx || jp->n_stops < 0 ||
-        jp->n_stops > TS_JOB_MAX_STOPS)
+        jp->n_stops > TS_JOB_MAX_STOPS || jp->n_choices < 0 || jp->n_choices > TS_JOB_MAX_CHOICES ||
+        jp->n_choices > s->p.n_slots || jp->logprobs > TS_LOGPROBS_MAX_TOP)
         return ts_errf(err, errlen,
-                       "a job of %zu prompt tokens and up to %" PRId64 " more does not fit a slot of %" PRId64
-                       " tokens",
-                       jp->n_prompt, jp->max_tokens, s->p.n_ctx),
+                       "a job of %zu prompt tokens and up to %" PRId64 " more (%d choices, %d top "
+                       "log-probabilities) does not fit slots of %" PRId64 " tokens (%d slots)",
+                       jp->n_prompt, jp->max_tokens, jp->n_choices, jp->logprobs, s->p.n_ctx, s->p.n_slots),
                ts_grammar_free(grammar), NULL;
     for (size_t i = 0; i < jp->n_prompt; i++)
         if (jp->prompt[i] < 0 || jp->prompt[i] >= s->n_vocab)
@@ -174,6 +208,23 @@ ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *
     j->grammar = grammar;
     j->think_open = jp->think_open;
     j->think_budget = jp->think_budget;
+    j->n_choices = jp->n_choices > 0 ? jp->n_choices : 1;
+    j->logprobs = jp->logprobs < 0 ? -1 : jp->logprobs;
+    if (j->n_choices > 1 && s->p.backend != TS_BACKEND_CPU) {
+        ts_grammar_free(grammar);
+        free(j);
+        return ts_errf(err, errlen,
+                       "n > 1 needs a copy of the prompt's state, which the CUDA backend cannot make yet"),
+               NULL;
+    }
+    {
+        char e2[200];
+        if (ts_sampler_check(&jp->sp, e2, sizeof e2)) {
+            ts_grammar_free(grammar);
+            free(j);
+            return ts_errf(err, errlen, "%s", e2), NULL;
+        }
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -230,24 +281,50 @@ static void timed_wait(pthread_cond_t *c, pthread_mutex_t *mu, int timeout_ms) {
     pthread_cond_timedwait(c, mu, &t);
 }
 
-int ts_job_wait(ts_job *j, size_t have, int timeout_ms, ts_text *out, ts_job_state *st) {
+int ts_job_wait(ts_job *j, uint64_t seen, int timeout_ms, ts_job_state *st) {
     ts_sched *s = j->s;
     pthread_mutex_lock(&s->mu);
-    if (!j->done && j->text.n <= have && timeout_ms > 0) timed_wait(&j->cond, &s->mu, timeout_ms);
-    int changed = j->done || j->text.n > have;
-    if (out && j->text.n > have) ts_text_append(out, j->text.s + have, j->text.n - have);
+    if (!j->done && j->version == seen && timeout_ms > 0) timed_wait(&j->cond, &s->mu, timeout_ms);
+    int changed = j->done || j->version != seen;
     if (st) {
-        st->n_text = j->text.n;
+        st->version = j->version;
         st->done = j->done;
         st->finish = j->finish;
         st->n_prompt = (int64_t)j->n_prompt;
         st->n_cached = j->n_cached;
-        st->n_gen = j->n_gen;
+        st->n_gen = 0;
         st->mask_seconds = j->mask_seconds;
         snprintf(st->error, sizeof st->error, "%s", j->error);
+        st->n_choices = j->n_choices;
+        for (int c = 0; c < j->n_choices; c++) {
+            const job_choice *h = &j->ch[c];
+            st->ch[c].n_text = h->text.n, st->ch[c].n_lp = h->n_lp, st->ch[c].done = h->done || j->done;
+            st->ch[c].finish = h->done ? h->finish : j->finish, st->ch[c].n_gen = h->n_gen;
+            st->n_gen += h->n_gen;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return changed;
+}
+
+int ts_job_read(ts_job *j, int c, size_t text_from, ts_text *out, size_t lp_from, ts_token_logprobs **lp,
+                size_t *n_lp) {
+    ts_sched *s = j->s;
+    int rc = 0;
+    if (lp) *lp = NULL, *n_lp = 0;
+    pthread_mutex_lock(&s->mu);
+    const job_choice *h = &j->ch[c < 0 || c >= j->n_choices ? 0 : c];
+    if (out && h->text.n > text_from) rc |= ts_text_append(out, h->text.s + text_from, h->text.n - text_from);
+    if (lp && h->n_lp > lp_from) {
+        if ((*lp = malloc((h->n_lp - lp_from) * sizeof **lp))) {
+            memcpy(*lp, h->lp + lp_from, (h->n_lp - lp_from) * sizeof **lp);
+            *n_lp = h->n_lp - lp_from;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc ? -1 : 0;
 }
 
 void ts_job_cancel(ts_job *j) {
@@ -272,11 +349,116 @@ static size_t reusable(const ts_sched *s, const slot *sl, const ts_job *j) {
     return memcmp(sl->held.ids, j->prompt, sl->held.n * sizeof *j->prompt) == 0 ? sl->held.n : 0;
 }
 
-static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse) {
+static void slot_end_locked(ts_sched *s, slot *sl, ts_finish why, const char *err);
+
+/* ---- the prefix cache ----------------------------------------------------------------------- */
+/* A longest-prefix map from token sequences to snapshots of the whole state after them (GDN
+ * recurrent state and conv history, QSA K/V and indexer keys up to that position, PLE context and
+ * conv history) and the logits of their last token: taken when a prompt has been evaluated and
+ * when a reply ends; a new prompt restores the longest entry that is a prefix of it (the whole of
+ * it: no evaluation at all before the first token). Least recently used entries go first when the
+ * budget (--cache-ram) is reached. Lookups scan the entries (tens to hundreds: microseconds next to
+ * a step); the scheduler thread alone touches it, so it needs no lock. */
+
+static void cache_entry_free(cache_entry *e) {
+    free(e->ids), free(e->logits), ts_snapshot_free(e->snap);
+}
+
+static void cache_publish(ts_sched *s, uint64_t hits, uint64_t tokens, uint64_t evictions) {
+    ts_metrics_cache(s->mt, hits, tokens, evictions, s->cache_used, (uint64_t)s->n_cache);
+}
+
+/* The longest entry whose tokens begin prompt[0 .. n), or NULL. */
+static cache_entry *cache_find(ts_sched *s, const int32_t *prompt, size_t n) {
+    cache_entry *best = NULL;
+    for (int i = 0; i < s->n_cache; i++) {
+        cache_entry *e = &s->cache[i];
+        if ((e->n < n || (e->n == n && e->logits)) && (!best || e->n > best->n) &&
+            !memcmp(e->ids, prompt, e->n * sizeof *prompt))
+            best = e;
+    }
+    return best;
+}
+
+/* Keeps the state sl's session holds (its held tokens), with its logits row when with_logits (the
+ * end of a prompt or a reply; not in the middle of a prefill, where no logits were computed).
+ * Failures (memory) only mean nothing is cached. */
+static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
+    const size_t n = sl->held.n;
+    if (!s->p.cache_bytes || !s->p.cache_prompt || n == 0 || !sl->job || !sl->job->cache_prompt) return;
+    for (int i = 0; i < s->n_cache; i++)
+        if (s->cache[i].n == n && !memcmp(s->cache[i].ids, sl->held.ids, n * sizeof *sl->held.ids)) {
+            s->cache[i].last_use = ++s->counter;
+            if (with_logits && !s->cache[i].logits &&
+                (s->cache[i].logits = malloc((size_t)s->n_vocab * sizeof *sl->logits))) {
+                memcpy(s->cache[i].logits, sl->logits, (size_t)s->n_vocab * sizeof *sl->logits);
+                s->cache[i].bytes += (size_t)s->n_vocab * sizeof *sl->logits;
+                s->cache_used += (size_t)s->n_vocab * sizeof *sl->logits;
+            }
+            return;
+        }
     char err[256];
-    if (ts_sampler_configure(sl->smp, &j->sp, err, sizeof err)) {
-        finish_locked(s, j, TS_FINISH_ERROR, err);
+    cache_entry e = {.n = n};
+    if (ts_session_snapshot(sl->sess, &e.snap, err, sizeof err)) return;
+    e.bytes = ts_snapshot_bytes(e.snap) + n * sizeof *e.ids +
+              (with_logits ? (size_t)s->n_vocab * sizeof *e.logits : 0);
+    e.ids = malloc(n * sizeof *e.ids);
+    if (with_logits) e.logits = malloc((size_t)s->n_vocab * sizeof *e.logits);
+    if (e.bytes > s->p.cache_bytes || !e.ids || (with_logits && !e.logits)) {
+        cache_entry_free(&e);
         return;
+    }
+    memcpy(e.ids, sl->held.ids, n * sizeof *e.ids);
+    if (with_logits) memcpy(e.logits, sl->logits, (size_t)s->n_vocab * sizeof *e.logits);
+    uint64_t evicted = 0;
+    while (s->n_cache > 0 && s->cache_used + e.bytes > s->p.cache_bytes) { /* least recently used first */
+        int lru = 0;
+        for (int i = 1; i < s->n_cache; i++)
+            if (s->cache[i].last_use < s->cache[lru].last_use) lru = i;
+        s->cache_used -= s->cache[lru].bytes;
+        cache_entry_free(&s->cache[lru]);
+        s->cache[lru] = s->cache[--s->n_cache];
+        evicted++;
+    }
+    if (s->n_cache == s->cap_cache) {
+        int cap = s->cap_cache ? 2 * s->cap_cache : 16;
+        cache_entry *c = realloc(s->cache, (size_t)cap * sizeof *c);
+        if (!c) {
+            cache_entry_free(&e);
+            cache_publish(s, 0, 0, evicted);
+            return;
+        }
+        s->cache = c, s->cap_cache = cap;
+    }
+    e.last_use = ++s->counter;
+    s->cache[s->n_cache++] = e;
+    s->cache_used += e.bytes;
+    cache_publish(s, 0, 0, evicted);
+}
+
+/* Starts choice c of j in sl (c > 0: waiting for choice 0's prompt). Under mu. A failure ends the
+ * choice (and, through slot_end_locked, the choices waiting for it). */
+static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, cache_entry *ce) {
+    char err[256];
+    ts_sampler_params sp = j->sp;
+    sp.seed += (uint64_t)c; /* each choice its own stream of random numbers */
+    sl->job = j, sl->choice = c, sl->waiting = c > 0, sl->has_lp = false, sl->ready = false;
+    s->n_active++;
+    if (ts_sampler_configure(sl->smp, &sp, err, sizeof err)) { /* checked at submit: cannot happen */
+        slot_end_locked(s, sl, TS_FINISH_ERROR, err);
+        return;
+    }
+    if (ce && ts_session_restore(sl->sess, ce->snap, err, sizeof err) == 0) { /* the prefix cache */
+        memcpy(sl->held.ids, ce->ids, ce->n * sizeof *ce->ids);
+        sl->held.n = reuse = ce->n;
+        ce->last_use = ++s->counter;
+        if (ce->n == j->n_prompt) { /* the whole prompt: its logits too */
+            memcpy(sl->logits, ce->logits, (size_t)s->n_vocab * sizeof *sl->logits);
+            sl->ready = true;
+        }
+        cache_publish(s, 1, ce->n, 0);
+    } else if (ce) {
+        reuse = 0;
     }
     if (reuse == 0) {
         ts_session_reset(sl->sess);
@@ -285,12 +467,11 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse) {
     ts_matcher_free(sl->mt);
     sl->mt = NULL;
     if (j->grammar && ts_matcher_new(j->grammar, s->gvocab, &sl->mt, err, sizeof err)) {
-        finish_locked(s, j, TS_FINISH_ERROR, err);
+        slot_end_locked(s, sl, TS_FINISH_ERROR, err);
         return;
     }
     sl->thinking = j->think_open, sl->n_think = 0, sl->n_forced = 0, sl->mask_s = 0;
     for (size_t i = 0; i < j->n_prompt; i++) ts_sampler_accept(sl->smp, j->prompt[i]);
-    sl->job = j;
     sl->fed = reuse;
     sl->decoding = false;
     sl->n_gen = 0;
@@ -300,34 +481,73 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse) {
     sl->fin = TS_FINISH_NONE;
     sl->err[0] = 0;
     sl->last_use = ++s->counter;
-    j->n_cached = (int64_t)reuse;
-    s->n_active++;
+    if (c == 0) j->n_cached = (int64_t)reuse;
 }
 
-/* Queued jobs take the free slots: the longest reusable prefix first, else the least recently used. */
+/* Queued jobs take the free slots (a job of n choices, n of them at once; jobs start in order):
+ * the longest reusable prefix first, else the least recently used. */
 static void admit_locked(ts_sched *s) {
     while (s->q_head && !s->draining) {
         ts_job *j = s->q_head;
-        int best = -1;
+        int best = -1, n_free = 0;
         size_t best_reuse = 0;
         for (int i = 0; i < s->p.n_slots; i++) {
             slot *sl = &s->slots[i];
             if (sl->job) continue;
+            n_free++;
             size_t r = reusable(s, sl, j);
             if (best < 0 || r > best_reuse || (r == best_reuse && sl->last_use < s->slots[best].last_use))
                 best = i, best_reuse = r;
         }
-        if (best < 0) return;
+        if (best < 0 || n_free < j->n_choices) return;
+        cache_entry *ce = NULL;
+        if (s->p.cache_bytes && s->p.cache_prompt && j->cache_prompt &&
+            (ce = cache_find(s, j->prompt, j->n_prompt)) && ce->n > best_reuse) {
+            for (int i = 0; i < s->p.n_slots; i++) /* the least recently used free slot takes it */
+                if (!s->slots[i].job && s->slots[i].last_use <= s->slots[best].last_use) best = i;
+            best_reuse = ce->n;
+        } else {
+            ce = NULL;
+        }
         queue_remove(s, j);
-        slot_start(s, &s->slots[best], j, best_reuse);
+        j->refs += j->n_choices - 1;             /* one reference a slot */
+        for (int c = 1; c < j->n_choices; c++) { /* the others (least recently used first) wait */
+            int f = -1;
+            for (int i = 0; i < s->p.n_slots; i++)
+                if (i != best && !s->slots[i].job && (f < 0 || s->slots[i].last_use < s->slots[f].last_use))
+                    f = i;
+            slot_start(s, &s->slots[f], j, 0, c, NULL);
+        }
+        slot_start(s, &s->slots[best], j, best_reuse, 0,
+                   ce); /* last: if it fails, it ends the waiting ones */
     }
 }
 
+/* Ends the slot's choice; the job is over with its last choice. A first choice that ends while
+ * others wait for its prompt ends them too. Under mu. */
 static void slot_end_locked(ts_sched *s, slot *sl, ts_finish why, const char *err) {
     ts_job *j = sl->job;
-    sl->job = NULL;
-    s->n_active--;
-    finish_locked(s, j, why, err);
+    const bool first = sl->choice == 0;
+    int drop = 0; /* slots let go, one reference each */
+    for (int i = 0; i < s->p.n_slots; i++) {
+        slot *o = &s->slots[i];
+        if (o->job != j || (o != sl && !(first && o->waiting))) continue;
+        job_choice *h = &j->ch[o->choice];
+        o->job = NULL, o->waiting = false;
+        s->n_active--, drop++;
+        if (!h->done) h->done = true, h->finish = why, j->n_done++;
+    }
+    if (err && !j->error[0]) snprintf(j->error, sizeof j->error, "%s", err);
+    j->version++;
+    const bool last = j->n_done == j->n_choices;
+    if (!last) pthread_cond_broadcast(&j->cond);
+    for (int k = 0; k < drop - (last ? 1 : 0); k++) job_unref_locked(j); /* others still hold one */
+    if (last) {
+        ts_finish f = j->ch[0].finish;
+        for (int c = 0; c < j->n_choices; c++)
+            if (j->ch[c].finish == TS_FINISH_ERROR) f = TS_FINISH_ERROR;
+        finish_locked(s, j, f, j->error[0] ? j->error : NULL); /* drops the last slot's reference */
+    }
 }
 
 /* Cancelled jobs, and all running ones once a drain's deadline has passed. Under mu. */
@@ -400,6 +620,12 @@ static void slot_sample(ts_sched *s, slot *sl) {
             return;
         }
         sl->n_gen++;
+        if (j->logprobs >= 0) {
+            sl->lp.id = id, sl->lp.n_top = j->logprobs;
+            sl->lp.logprob =
+                ts_logprobs(sl->logits, s->n_vocab, id, j->logprobs, sl->lp.top_id, sl->lp.top_lp);
+            sl->has_lp = true;
+        }
         if (r == 1)
             sl->fin = TS_FINISH_STOP;
         else if (sl->n_gen >= j->max_tokens || ts_session_pos(sl->sess) >= s->p.n_ctx)
@@ -414,13 +640,37 @@ static void slot_sample(ts_sched *s, slot *sl) {
         snprintf(sl->err, sizeof sl->err, "out of memory"), sl->fin = TS_FINISH_ERROR;
 }
 
+/* The prompt of sl's job is done in sl (choice 0): the choices waiting for it get a copy of its
+ * state and logits and sample their first token; they are appended to the slots to publish
+ * (s->b_slot[*np ...]). Returns the tokens they generated. */
+static int64_t start_waiting(ts_sched *s, slot *lead, int *np) {
+    int64_t n_gen = 0;
+    for (int i = 0; i < s->p.n_slots; i++) {
+        slot *f = &s->slots[i];
+        if (f->job != lead->job || !f->waiting) continue;
+        f->waiting = false;
+        s->b_slot[(*np)++] = i;
+        if (ts_session_copy(f->sess, lead->sess, f->err, sizeof f->err)) {
+            f->fin = TS_FINISH_ERROR;
+            continue;
+        }
+        memcpy(f->held.ids, lead->held.ids, lead->held.n * sizeof *f->held.ids);
+        f->held.n = lead->held.n;
+        f->fed = lead->fed;
+        memcpy(f->logits, lead->logits, (size_t)s->n_vocab * sizeof *f->logits);
+        slot_sample(s, f);
+        n_gen += f->n_gen;
+    }
+    return n_gen;
+}
+
 /* Builds the step's batch (decoders, then prefill chunks oldest first within the budget). */
 static int build_batch(ts_sched *s) {
     int nb = 0, no = 0;
     for (int i = 0; i < s->p.n_slots; i++) {
         slot *sl = &s->slots[i];
         sl->in_step = false;
-        if (!sl->job) continue;
+        if (!sl->job || sl->waiting || sl->ready) continue;
         if (sl->decoding) {
             sl->step_n = 1, sl->in_step = true;
             s->b_sess[nb] = sl->sess, s->b_ids[nb] = &sl->next, s->b_n[nb] = 1, s->b_logits[nb] = sl->logits;
@@ -437,6 +687,11 @@ static int build_batch(ts_sched *s) {
         slot *sl = &s->slots[s->order[o]];
         const ts_job *j = sl->job;
         int64_t left = (int64_t)(j->n_prompt - sl->fed), k = left < s->p.chunk ? left : s->p.chunk;
+        if (s->p.cache_bytes && s->p.cache_every > 0) { /* end a chunk at each snapshot point (every job: the
+                                                           same cuts whether it is cached or not) */
+            int64_t next = ((int64_t)sl->fed / s->p.cache_every + 1) * s->p.cache_every - (int64_t)sl->fed;
+            if (next < k) k = next;
+        }
         if (k > budget && o > 0) break;
         budget -= k;
         sl->step_n = k, sl->in_step = true;
@@ -470,6 +725,7 @@ static void *sched_main(void *arg) {
         int rc = ts_batch_eval(s->b_sess, s->b_ids, s->b_n, s->b_logits, nb, err, sizeof err);
         double dt = ts_now() - t0;
         uint64_t n_prompt = 0, n_gen = 0;
+        int np = nb; /* slots to publish: the batch's, then choices started from a finished prompt */
         for (int b = 0; b < nb; b++) {
             slot *sl = &s->slots[s->b_slot[b]];
             if (rc) { /* the sessions are in an unknown state: start them over */
@@ -483,30 +739,64 @@ static void *sched_main(void *arg) {
             if (!sl->decoding) {
                 sl->fed += (size_t)sl->step_n;
                 n_prompt += (uint64_t)sl->step_n;
-                if (sl->fed < sl->job->n_prompt) continue;
+                if (sl->fed < sl->job->n_prompt) {
+                    if (s->p.cache_every > 0 && sl->fed % (size_t)s->p.cache_every == 0)
+                        cache_put(s, sl, false);
+                    continue;
+                }
+                cache_put(s, sl, true);
+                n_gen += (uint64_t)start_waiting(s, sl, &np);
             }
             int64_t before = sl->n_gen;
             slot_sample(s, sl);
             n_gen += (uint64_t)(sl->n_gen - before);
+            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH)
+                cache_put(s, sl, true); /* the reply's end */
+        }
+        for (int i = 0; !rc && i < s->p.n_slots; i++) { /* prompts restored whole: no step needed */
+            slot *sl = &s->slots[i];
+            if (!sl->job || !sl->ready) continue;
+            sl->ready = false;
+            s->b_slot[np++] = i;
+            n_gen += (uint64_t)start_waiting(s, sl, &np);
+            slot_sample(s, sl);
+            n_gen += (uint64_t)sl->n_gen;
+            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH) cache_put(s, sl, true);
         }
         ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
 
         pthread_mutex_lock(&s->mu);
         double now = ts_now();
-        for (int b = 0; b < nb; b++) {
+        for (int b = 0; b < np; b++) {
             slot *sl = &s->slots[s->b_slot[b]];
             ts_job *j = sl->job;
+            if (!j) continue;
+            job_choice *h = &j->ch[sl->choice];
             size_t safe = ts_textgen_safe(&sl->tg);
             bool changed = false;
             if (safe > sl->published) {
-                if (ts_text_append(&j->text, sl->text.s + sl->published, safe - sl->published) == 0)
+                if (ts_text_append(&h->text, sl->text.s + sl->published, safe - sl->published) == 0)
                     sl->published = safe, changed = true;
             }
-            j->mask_seconds = sl->mask_s;
-            if (sl->n_gen != j->n_gen) {
-                if (j->n_gen == 0) j->t_first = now;
-                j->n_gen = sl->n_gen;
+            if (sl->has_lp) {
+                sl->has_lp = false;
+                if (h->n_lp == h->cap_lp) {
+                    size_t cap = h->cap_lp ? 2 * h->cap_lp : 64;
+                    ts_token_logprobs *lp = realloc(h->lp, cap * sizeof *lp);
+                    if (lp) h->lp = lp, h->cap_lp = cap;
+                }
+                if (h->n_lp < h->cap_lp)
+                    h->lp[h->n_lp++] = sl->lp, changed = true;
+                else if (!sl->fin)
+                    sl->fin = TS_FINISH_ERROR,
+                    snprintf(sl->err, sizeof sl->err, "out of memory for log-probabilities");
             }
+            if (sl->choice == 0) j->mask_seconds = sl->mask_s;
+            if (sl->n_gen != h->n_gen) {
+                if (j->t_first == 0) j->t_first = now;
+                h->n_gen = sl->n_gen;
+            }
+            if (changed) j->version++;
             if (sl->fin)
                 slot_end_locked(s, sl, sl->fin, sl->err[0] ? sl->err : NULL);
             else if (changed)
@@ -638,6 +928,8 @@ void ts_sched_free(ts_sched *s) {
     pthread_mutex_destroy(&s->mu);
     ts_grammar_vocab_free(s->gvocab);
     ts_tokens_free(&s->close_seq);
+    for (int i = 0; i < s->n_cache; i++) cache_entry_free(&s->cache[i]);
+    free(s->cache);
     free(s);
 }
 

@@ -7,21 +7,25 @@
  * One step of the loop:
  *   1. under the lock: jobs whose client went away are cancelled and their slots freed; queued
  *      jobs take the free slots (a slot whose previous sequence is a strict prefix of the new
- *      prompt is preferred and that prefix is not evaluated again);
+ *      prompt is preferred and that prefix is not evaluated again; a longer prefix in the prefix
+ *      cache is restored into the least recently used free slot instead: see sched.c);
  *   2. without the lock: every decoding slot contributes its last sampled token; prefilling slots,
  *      oldest first, contribute their next chunk of at most `chunk` prompt tokens while the step's
  *      prefill budget (`step_tokens`) lasts (the oldest always gets one), so a long prompt never
  *      stalls the running streams for more than one budget's worth of compute; all of it goes
  *      to the engine as one ts_batch_eval;
- *   3. every slot that got logits samples a token, the text grows (streaming detokenizer + stop
- *      strings, engine/generate.h), and under the lock the final bytes are published to the job
- *      and its waiter is woken.
+ *   3. every slot that got logits (or whose whole prompt came from the prefix cache) samples a token, the
+ * text grows (streaming detokenizer + stop strings, engine/generate.h), and under the lock the final bytes
+ * are published to the job and its waiter is woken. A job of n choices (n > 1) takes n slots at once: the
+ * first evaluates the prompt, the others wait; then its state is copied into theirs (ts_session_copy: the
+ * prompt is evaluated once) and each samples with its own stream of random numbers (seed + choice index).
  * Constrained jobs (a grammar) sample among the tokens the grammar allows (grammar.h's mask,
  * computed in step 3 for that slot alone) once the reasoning, if any, is over. Thinking is tracked
  * by the <think> / </think> tokens; a job with a reasoning budget gets "\n</think>\n\n" forced, token
  * by token, after that many thinking tokens.
  * New jobs join between steps. Chunk boundaries of a prompt depend only on its own length (and the
- * prefix reused), never on what else runs, so a greedy request's output does not depend on load.
+ * prefix reused; with the prefix cache on, chunks also end at every multiple of cache_every), never
+ * on what else runs, so a greedy request's output does not depend on load.
  *
  * Ownership: a job is reference-counted (the submitter and the scheduler); the last release frees it. */
 #ifndef TS_SERVER_SCHED_H
@@ -38,6 +42,7 @@
 #include <stdint.h>
 
 #define TS_JOB_MAX_STOPS 16
+#define TS_JOB_MAX_CHOICES 16
 
 typedef struct ts_sched_params {
     int n_slots;         /* sequences decoded together */
@@ -47,6 +52,8 @@ typedef struct ts_sched_params {
     int max_queue;       /* jobs waiting beyond the slots; more are refused */
     int threads;         /* CPU threads for the forward (0: the OpenMP default) */
     bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
+    size_t cache_bytes;  /* the prefix cache's budget (0: off; CPU backend only) */
+    int64_t cache_every; /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
     ts_backend backend;  /* where the slots' sessions run */
 } ts_sched_params;
 
@@ -62,16 +69,25 @@ typedef struct ts_job_params {
     ts_grammar *grammar;  /* NULL, or the job's own (freed with the job, even when refused) */
     bool think_open;      /* the prompt ends inside <think> */
     int64_t think_budget; /* thinking tokens before </think> is forced; −1: no limit */
+    int n_choices;        /* 1 .. TS_JOB_MAX_CHOICES (0: 1), at most the slots; n > 1 on the CPU backend */
+    int logprobs;         /* −1: none; else each generated token's log-probability and this many top ones */
 } ts_job_params;
 
 /* A snapshot of a job for its waiter. */
 typedef struct ts_job_state {
-    size_t n_text; /* bytes of final text published so far */
-    bool done;
-    ts_finish finish; /* when done */
-    int64_t n_prompt, n_cached, n_gen;
-    double mask_seconds; /* time spent computing grammar masks */
-    char error[256];     /* when finish is TS_FINISH_ERROR */
+    uint64_t version;                  /* grows with every publication (for ts_job_wait) */
+    bool done;                         /* every choice is over */
+    ts_finish finish;                  /* when done: the first choice's, or an error's */
+    int64_t n_prompt, n_cached, n_gen; /* n_gen: all choices together */
+    double mask_seconds;               /* time spent computing grammar masks */
+    char error[256];                   /* when finish is TS_FINISH_ERROR */
+    int n_choices;
+    struct {
+        size_t n_text, n_lp; /* bytes of final text, and token log-probabilities, published so far */
+        bool done;
+        ts_finish finish;
+        int64_t n_gen;
+    } ch[TS_JOB_MAX_CHOICES];
 } ts_job_state;
 
 typedef struct ts_sched ts_sched;
@@ -87,9 +103,14 @@ size_t ts_sched_state_bytes(const ts_sched *s);
  * full or the server is draining (the caller answers 503), or with a sentence in err. */
 ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *err, size_t errlen);
 
-/* Waits up to timeout_ms for text beyond `have` bytes or the end; appends the new bytes to out
- * (may be NULL) and fills st. Returns 1 when something new happened, 0 on timeout. */
-int ts_job_wait(ts_job *j, size_t have, int timeout_ms, ts_text *out, ts_job_state *st);
+/* Waits up to timeout_ms for a publication past `seen` (a version from an earlier state; 0 at
+ * first) or the end, and fills st. Returns 1 when something new happened, 0 on timeout. */
+int ts_job_wait(ts_job *j, uint64_t seen, int timeout_ms, ts_job_state *st);
+/* Choice c's text from byte text_from on (appended to out, which may be NULL) and its token
+ * log-probabilities from entry lp_from on (a malloc'd copy in *lp, *n_lp entries; lp may be NULL).
+ * 0, or −1 when out of memory. */
+int ts_job_read(ts_job *j, int c, size_t text_from, ts_text *out, size_t lp_from, ts_token_logprobs **lp,
+                size_t *n_lp);
 void ts_job_cancel(ts_job *j); /* the client went away; the slot is freed at the next step */
 void ts_job_release(ts_job *j);
 

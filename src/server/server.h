@@ -53,7 +53,9 @@ typedef struct ts_server_opts {
     int threads; /* CPU threads for the forward (0: default) */
     double drain_seconds;
     bool cache_prompt;
-    bool quiet; /* no per-request log lines */
+    size_t cache_ram;    /* bytes of prompt snapshots the prefix cache may hold (0: off) */
+    int64_t cache_every; /* prompt tokens between snapshots during a prefill (0: prompt ends only) */
+    bool quiet;          /* no per-request log lines */
     ts_backend backend;
     ts_reasoning_format reasoning_format; /* deepseek (default): <think> into reasoning_content */
     int64_t reasoning_budget;             /* thinking tokens before </think> is forced; −1: no limit */

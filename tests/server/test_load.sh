@@ -7,7 +7,9 @@ source "$(dirname "$0")/lib.sh"
 COUNT=${LOAD_COUNT:-64}
 CONC=${LOAD_CONC:-8}
 MAX_TOKENS=${LOAD_MAX_TOKENS:-64}
-sv_start -np 8 -c 1024 --quiet
+# --cache-ram 0: the prefix cache grows by design up to its budget, which would hide a leak here
+# (its budget is checked by test_cache.sh)
+sv_start -np 8 -c 1024 --quiet --cache-ram 0
 report="$TS_TMP/load.txt"
 : >"$report"
 round() { # round NAME COUNT

@@ -113,9 +113,7 @@ alive "wrong types"
 while IFS='|' read -r path param body; do
   expect_post 400 unsupported_parameter "$param" "$path" "$body"
 done <<EOF
-$CH|n|{$U,"n":3}
-$CH|logprobs|{$U,"logprobs":true}
-$CH|top_logprobs|{$U,"top_logprobs":2}
+$CH|n|{$U,"n":17}
 $CH|logit_bias|{$U,"logit_bias":{"11":5}}
 $CH|audio|{$U,"audio":{"voice":"alloy","format":"wav"}}
 $CH|modalities|{$U,"modalities":["text","audio"]}
@@ -124,7 +122,7 @@ $CO|tools|{"prompt":"x","tools":[{"type":"function","function":{"name":"f"}}]}
 $CO|echo|{"prompt":"x","echo":true}
 $CO|best_of|{"prompt":"x","best_of":2}
 $CO|prompt|{"prompt":["a","b"]}
-$CO|n|{"prompt":"x","n":2}
+$CO|n|{"prompt":"x","n":99}
 EOF
 for part in '{"type":"image_url","image_url":{"url":"data:image/png;base64,AA"}}' '{"type":"input_audio","input_audio":{"data":"AA","format":"wav"}}' \
             '{"type":"video_url","video_url":{"url":"x"}}' '{"type":"file","file":{"file_id":"f"}}'; do

@@ -256,6 +256,56 @@ static void test_mixed_params(void **state) { /* session 2 has the largest conte
 }
 
 /* The CPU entry point itself: n_seq = 1 is ts_cpu_forward bit for bit; what it refuses changes nothing. */
+/* ts_session_copy and snapshots: a session that held another sequence, given a copy of A's state, continues
+ * exactly as A does (bit-identical logits: same state, same calls), and a CUDA-less copy across
+ * models or past the destination's context is refused. */
+static void test_session_copy(void **state) {
+    (void)state;
+    char err[256];
+    ts_session *a, *b, *small;
+    ts_session_params sp = {.n_ctx = 96, .ubatch = 8}, sp_small = {.n_ctx = 16, .ubatch = 8};
+    assert_int_equal(ts_session_new(g_m, &sp, &a, err, sizeof err), 0);
+    assert_int_equal(ts_session_new(g_m, &sp, &b, err, sizeof err), 0);
+    assert_int_equal(ts_session_new(g_m, &sp_small, &small, err, sizeof err), 0);
+    int32_t prompt[45], other[7];
+    uint32_t x = 12345;
+    for (int i = 0; i < 45; i++)
+        x = x * 1664525u + 1013904223u, prompt[i] = (int32_t)((x >> 8) % (uint32_t)g_V);
+    for (int i = 0; i < 7; i++)
+        x = x * 1664525u + 1013904223u, other[i] = (int32_t)((x >> 8) % (uint32_t)g_V);
+    float *la = malloc((size_t)g_V * sizeof *la), *lb = malloc((size_t)g_V * sizeof *lb);
+    assert_int_equal(ts_session_eval(a, prompt, 45, la, false, err, sizeof err), 0);
+    assert_int_equal(ts_session_eval(b, other, 7, lb, false, err, sizeof err),
+                     0); /* stale state to overwrite */
+    assert_int_equal(ts_session_copy(b, a, err, sizeof err), 0);
+    assert_int_equal(ts_session_pos(b), 45);
+    assert_int_not_equal(ts_session_copy(small, a, err, sizeof err), 0); /* 45 tokens do not fit 16 */
+    for (int t = 0; t < 6; t++) {
+        int32_t id = (int32_t)((t * 7919) % g_V);
+        assert_int_equal(ts_session_eval(a, &id, 1, la, false, err, sizeof err), 0);
+        assert_int_equal(ts_session_eval(b, &id, 1, lb, false, err, sizeof err), 0);
+        assert_memory_equal(la, lb, (size_t)g_V * sizeof *la);
+    }
+    /* a snapshot of a (51 tokens now), restored into b after b has moved on, continues as a does */
+    ts_snapshot *snap;
+    assert_int_equal(ts_session_snapshot(a, &snap, err, sizeof err), 0);
+    assert_int_equal(ts_snapshot_pos(snap), 51);
+    assert_true(ts_snapshot_bytes(snap) < ts_session_state_bytes(a)); /* caches only up to the position */
+    assert_int_equal(ts_session_eval(b, other, 7, lb, false, err, sizeof err), 0);
+    assert_int_not_equal(ts_session_restore(small, snap, err, sizeof err), 0);
+    assert_int_equal(ts_session_restore(b, snap, err, sizeof err), 0);
+    assert_int_equal(ts_session_pos(b), 51);
+    for (int t = 0; t < 6; t++) {
+        int32_t id = (int32_t)((t * 104729 + 3) % g_V);
+        assert_int_equal(ts_session_eval(a, &id, 1, la, false, err, sizeof err), 0);
+        assert_int_equal(ts_session_eval(b, &id, 1, lb, false, err, sizeof err), 0);
+        assert_memory_equal(la, lb, (size_t)g_V * sizeof *la);
+    }
+    ts_snapshot_free(snap);
+    free(la), free(lb);
+    ts_session_free(a), ts_session_free(b), ts_session_free(small);
+}
+
 static void test_cpu_forward_batch(void **state) {
     (void)state;
     char err[512];
@@ -295,9 +345,8 @@ static void test_cpu_forward_batch(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_forward_batch),
-        cmocka_unit_test(test_same_params),
-        cmocka_unit_test(test_large_ubatch),
+        cmocka_unit_test(test_cpu_forward_batch), cmocka_unit_test(test_session_copy),
+        cmocka_unit_test(test_same_params),       cmocka_unit_test(test_large_ubatch),
         cmocka_unit_test(test_mixed_params),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

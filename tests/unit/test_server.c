@@ -201,10 +201,30 @@ static void test_refusals(void **state) {
             "messages[0].tool_calls[0]", "invalid_value");
     refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\",\"tool_calls\":[{}]}]}", 400,
             "messages[0].tool_calls", "invalid_value");
-    refused(C, WITH("\"n\":2"), 400, "n", "unsupported_parameter");
+    refused(C, WITH("\"n\":17"), 400, "n", "unsupported_parameter");
+    refused(C, WITH("\"n\":0"), 400, "n", "invalid_value");
     refused(C, WITH("\"n\":\"2\""), 400, "n", "invalid_type");
-    refused(C, WITH("\"logprobs\":true"), 400, "logprobs", "unsupported_parameter");
-    refused(C, WITH("\"top_logprobs\":3"), 400, "top_logprobs", "unsupported_parameter");
+    refused(C, WITH("\"logprobs\":1"), 400, "logprobs", "invalid_type");
+    refused(C, WITH("\"top_logprobs\":3"), 400, "top_logprobs", "invalid_value");
+    refused(C, WITH("\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs", "invalid_value");
+    {
+        ts_api_request r;
+        ts_api_error e;
+        assert_int_equal(parse(C, WITH("\"n\":3,\"logprobs\":true,\"top_logprobs\":5"), &r, &e), 0);
+        assert_int_equal(r.n_choices, 3);
+        assert_int_equal(r.logprobs, 5);
+        ts_api_request_free(&r);
+        assert_int_equal(parse(C, WITH("\"logprobs\":true"), &r, &e), 0);
+        assert_int_equal(r.logprobs, 0);
+        ts_api_request_free(&r);
+        assert_int_equal(parse(C, WITH("\"logprobs\":false"), &r, &e), 0);
+        assert_int_equal(r.logprobs, -1);
+        assert_int_equal(r.n_choices, 1);
+        ts_api_request_free(&r);
+        assert_int_equal(parse(P, "{\"prompt\":\"x\",\"logprobs\":0}", &r, &e), 0);
+        assert_int_equal(r.logprobs, 0);
+        ts_api_request_free(&r);
+    }
     refused(C, WITH("\"tools\":[{\"type\":\"function\"}]"), 400, "tools[0]", "invalid_value");
     refused(C, WITH("\"tools\":{}"), 400, "tools", "invalid_type");
     refused(C, WITH("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"), 400, "tools[0]",
@@ -267,7 +287,9 @@ static void test_refusals(void **state) {
     refused(P, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo", "unsupported_parameter");
     refused(P, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of", "unsupported_parameter");
     refused(P, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", "unsupported_parameter");
-    refused(P, "{\"prompt\":\"x\",\"logprobs\":2}", 400, "logprobs", "unsupported_parameter");
+    refused(P, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs", "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs", "invalid_type");
+    refused(P, "{\"prompt\":\"x\",\"top_logprobs\":2}", 400, "top_logprobs", "invalid_value");
 #undef WITH
     /* deep nesting stays within cJSON's limit and is refused, not a stack overflow */
     size_t n = 200000;
@@ -292,7 +314,8 @@ static void test_responses(void **state) {
     ts_api_resp rp = {.kind = TS_API_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m\"odel"};
     ts_api_usage u = {3, 4, 1};
     ts_api_delta whole = {.content = text, .n_content = sizeof text - 1};
-    assert_int_equal(ts_api_response_json(&rp, &whole, "stop", &u, &out), 0);
+    const char *stop = "stop", *tool_calls = "tool_calls";
+    assert_int_equal(ts_api_response_json(&rp, &whole, &stop, 1, &u, &out), 0);
     cJSON *j = parse_json(out.s, out.n);
     const cJSON *msg =
         cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
@@ -320,7 +343,7 @@ static void test_responses(void **state) {
     ts_api_call calls[2] = {{"call_a", "f", "{\"x\":1}"}, {"call_b", "g", "{}"}};
     ts_api_delta d = {.content = "", .reasoning = "why", .n_reasoning = 3, .calls = calls, .n_calls = 2};
     out.n = 0;
-    assert_int_equal(ts_api_response_json(&rp, &d, "tool_calls", &u, &out), 0);
+    assert_int_equal(ts_api_response_json(&rp, &d, &tool_calls, 1, &u, &out), 0);
     j = parse_json(out.s, out.n);
     msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(msg, "content")));

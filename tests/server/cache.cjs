@@ -1,0 +1,103 @@
+// The prefix cache across requests. The expected outputs are those of the same request computed
+// cold (cache_prompt: false evaluates the whole prompt), compared exactly: a restored snapshot is a
+// bit copy of the state, so greedy text and log-probabilities must be identical.
+// Env: SV_URL (a server with the default --cache-ram and --cache-every 128), SV_URL_SMALL (--cache-ram 4), TS_BIN, TS_MODEL.
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const { OpenAI } = require('openai');
+
+const client = new OpenAI({ baseURL: `${process.env.SV_URL}/v1`, apiKey: 'none', timeout: 120_000, maxRetries: 0 });
+const small = new OpenAI({ baseURL: `${process.env.SV_URL_SMALL}/v1`, apiKey: 'none', timeout: 120_000, maxRetries: 0 });
+const long = 'And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto them, ';
+
+async function metric(url, name) {
+  const t = await (await fetch(`${url}/metrics`)).text();
+  const m = t.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+
+// token ids of a long text (the tokenizer command), cut to n
+function ids(n) {
+  const all = execFileSync(process.env.TS_BIN, ['tokenize', '-m', process.env.TS_MODEL, '-p', long.repeat(40)]).toString().trim().split(/\s+/).map(Number);
+  assert.ok(all.length >= n, `${all.length} tokens`);
+  return all.slice(0, n);
+}
+
+const ask = (c, prompt, extra = {}) => c.completions.create({ model: 'demo.gguf', prompt, max_tokens: 12, temperature: 0, logprobs: 2, ignore_eos: true, ...extra });
+
+test('an identical second request restores the whole prompt and answers the same', async () => {
+  const P = ids(400);
+  const hits0 = await metric(process.env.SV_URL, 'turbospark_prefix_cache_hits_total');
+  const cold = await ask(client, P, { cache_prompt: false });
+  assert.equal(cold.usage.prompt_tokens_details.cached_tokens, 0);
+  const first = await ask(client, P);
+  const second = await ask(client, P);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens >= 0.9 * second.usage.prompt_tokens, JSON.stringify(second.usage));
+  assert.equal(second.choices[0].text, cold.choices[0].text);
+  assert.deepEqual(second.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+  assert.deepEqual(first.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+  assert.ok((await metric(process.env.SV_URL, 'turbospark_prefix_cache_hits_total')) >= hits0 + 1);
+  assert.ok((await metric(process.env.SV_URL, 'turbospark_prefix_cache_bytes')) > 0);
+  // streamed, from the cache too
+  const chunks = [];
+  for await (const k of await client.completions.create({ model: 'demo.gguf', prompt: P, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } })) chunks.push(k);
+  assert.equal(chunks.map((k) => k.choices[0]?.text ?? '').join(''), cold.choices[0].text);
+  assert.equal(chunks.at(-1).usage.prompt_tokens_details.cached_tokens, P.length);
+});
+
+test('a prompt that extends a cached one restores the shared prefix', async () => {
+  // 256 = the prefill chunk: the cold run cuts the prompt at the same place, so the numbers are equal
+  const P = ids(256).map((t) => (t === 7 ? 8 : t)), Q = ids(300).slice(256);
+  P[0] = 7; // unlike the other tests' prompts
+  const cold = await ask(client, [...P, ...Q], { cache_prompt: false });
+  await ask(client, P);
+  const warm = await ask(client, [...P, ...Q]);
+  assert.ok(warm.usage.prompt_tokens_details.cached_tokens >= P.length, JSON.stringify(warm.usage));
+  assert.equal(warm.choices[0].text, cold.choices[0].text);
+  assert.deepEqual(warm.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+});
+
+const tok = (text) => execFileSync(process.env.TS_BIN, ['tokenize', '-m', process.env.TS_MODEL, '-p', text]).toString().trim().split(/\s+/).map(Number);
+
+test('prompts that share a long prefix share its prefill (snapshots every 128 tokens)', async () => {
+  const url = process.env.SV_URL;
+  const S = ids(300);
+  S[0] = 11; // unlike the other tests' prompts
+  const U = (i) => tok(` Question ${i}: what did Moses say unto Aaron on the day ${i * 7}?`);
+  await ask(client, [...S, ...U(0)]);
+  const cold = await ask(client, [...S, ...U(1)], { cache_prompt: false });
+  const warm = await ask(client, [...S, ...U(1)]);
+  assert.equal(warm.usage.prompt_tokens_details.cached_tokens, 256, JSON.stringify(warm.usage));
+  assert.equal(warm.choices[0].text, cold.choices[0].text);
+  assert.deepEqual(warm.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
+  // 8 clients at once: each evaluates its prompt past the shared 256 tokens only
+  const p0 = await metric(url, 'turbospark_prompt_tokens_total');
+  const rs = await Promise.all([2, 3, 4, 5, 6, 7, 8, 9].map((i) => ask(client, [...S, ...U(i)])));
+  for (const r of rs) assert.equal(r.usage.prompt_tokens_details.cached_tokens, 256, JSON.stringify(r.usage));
+  const want = rs.reduce((n, r) => n + r.usage.prompt_tokens - 256, 0);
+  assert.equal((await metric(url, 'turbospark_prompt_tokens_total')) - p0, want);
+});
+
+test('n = 3 from a cached prompt', async () => {
+  const P = ids(120);
+  const cold = await ask(client, P, { cache_prompt: false });
+  await ask(client, P);
+  const r = await ask(client, P, { n: 3 });
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, P.length);
+  for (const c of r.choices) assert.equal(c.text, cold.choices[0].text);
+});
+
+test('a small budget evicts the least recently used snapshots', async () => {
+  const url = process.env.SV_URL_SMALL;
+  const prompts = [ids(300), ids(301), ids(302), ids(303)].map((p, i) => [i + 5, ...p.slice(1)]);
+  for (const p of prompts) await ask(small, p);
+  const ev = await metric(url, 'turbospark_prefix_cache_evictions_total'), by = await metric(url, 'turbospark_prefix_cache_bytes');
+  assert.ok(ev > 0, `evictions ${ev}`);
+  assert.ok(by > 0 && by <= 4 << 20, `bytes ${by}`);
+  const last = await ask(small, prompts[3]);
+  assert.equal(last.usage.prompt_tokens_details.cached_tokens, prompts[3].length, 'the newest is still there');
+  const oldest = await ask(small, prompts[0]);
+  assert.equal(oldest.usage.prompt_tokens_details.cached_tokens, 0, 'the oldest was evicted');
+});
