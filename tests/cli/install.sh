@@ -28,7 +28,8 @@ lib=$(readlink -f "$libdir/libturbospark.so")
 ver=$(pkg-config --modversion turbospark)
 major=${ver%%.*}; minor=${ver#*.}; minor=${minor%%.*}
 want_soname="libturbospark.so.$major"; [ "$major" = 0 ] && want_soname="libturbospark.so.0.$minor"
-readelf -d "$lib" | grep -q "SONAME.*\[$want_soname\]" || bad "soname is not $want_soname: $(readelf -d "$lib" | grep SONAME)"
+dyn=$(readelf -d "$lib")
+[[ "$dyn" == *"[$want_soname]"* ]] || bad "soname is not $want_soname: $(grep SONAME <<<"$dyn")"
 [ -e "$libdir/$want_soname" ] || bad "no $want_soname link in $libdir"
 grep -oE '^[a-z][^(]*[ *]ts_[a-z0-9_]+\(' "$prefix/include/turbospark.h" | grep -oE 'ts_[a-z0-9_]+\($' | tr -d '(' | sort >header.txt
 nm -D --defined-only "$lib" | awk '$2 == "T" {sub(/@.*/, "", $3); print $3}' | sort >exported.txt
@@ -46,7 +47,9 @@ LD_LIBRARY_PATH="$libdir" ./simple demo.gguf "And it came to pass" 24 >simple.ou
 out=$(cat simple.out)
 [[ "$out" == "And it came to pass"* ]] && [ ${#out} -gt 40 ] || bad "the example printed: '$out'"
 grep -q "generated" simple.err || bad "the example's summary: $(cat simple.err)"
-LD_LIBRARY_PATH="$libdir" ldd ./simple | grep -q "$libdir/libturbospark.so" || bad "the example is not linked to the installed library: $(LD_LIBRARY_PATH="$libdir" ldd ./simple)"
+# (ldd's output captured first: `ldd | grep -q` fails under pipefail when grep exits before ldd has written)
+deps=$(LD_LIBRARY_PATH="$libdir" ldd ./simple)
+[[ "$deps" == *"$libdir/libturbospark.so"* ]] || bad "the example is not linked to the installed library: $deps"
 # the same prompt and seed through the library twice: the same text
 LD_LIBRARY_PATH="$libdir" ./simple demo.gguf "And it came to pass" 24 2>/dev/null | cmp -s - simple.out || bad "the example is not reproducible"
 
