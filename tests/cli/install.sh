@@ -19,6 +19,8 @@ export PKG_CONFIG_PATH="$(dirname "$pc")"
 [ -f "$prefix/include/turbospark.h" ] || bad "turbospark.h not installed"
 [ -x "$prefix/bin/turbospark" ] || bad "the turbospark command not installed"
 flags=$(pkg-config --cflags --libs turbospark) || bad "pkg-config --cflags --libs turbospark failed"
+# a sanitizer build (make test SANITIZE=1) installs an instrumented library: its runtime must come first
+[[ "$(readelf -d "$prefix"/lib/libturbospark.so)" == *libasan* ]] && flags="-fsanitize=address,undefined $flags"
 [[ "$flags" == *"-I$prefix/include"* && "$flags" == *-lturbospark* ]] || bad "pkg-config flags: $flags"
 libdir=$(pkg-config --variable=libdir turbospark)
 lib=$(readlink -f "$libdir/libturbospark.so")
