@@ -592,8 +592,8 @@ static bool is_num(const jv *v) {
 static double as_double(const jv *v) {
     return v->kind == JV_FLOAT ? v->u.f : v->kind == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
-static int64_t as_int(const jv *v) {
-    return v->kind == JV_INT ? v->u.i : v->u.b;
+static int64_t as_int(const jv *v) { /* ints and bools; 0 for anything else */
+    return v->kind == JV_INT ? v->u.i : v->kind == JV_BOOL ? v->u.b : 0;
 }
 
 /* Markup's escape(): what `+` does to a plain string joined to a safe one. */
