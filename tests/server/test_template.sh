@@ -93,6 +93,16 @@ sv_start -np 1 -c 4096 -m "$T/q35.gguf" --chat-template chatml
 grep -q "chat template chatml" "$SV_LOG" || bad "--chat-template chatml was not used: $(head -3 "$SV_LOG")"
 sv_stop
 
+# every member of chat_template_kwargs is a variable (but cannot replace the messages)
+printf '%s' "{{ greeting | default('none') }}:{{ messages[0].content }}{{ '!' if add_generation_prompt }}" >"$T/kw.jinja"
+sv_start -np 1 -c 4096 --chat-template-file "$T/kw.jinja"
+for kw in '{"greeting":"hey","messages":5,"add_generation_prompt":false}/hey:Hi!' '{}/none:Hi!'; do
+  out=$(curl -s -m 30 -H "Content-Type: application/json" "$SV_URL/apply-template" \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":${kw%/*}}")
+  [ "$out" = "{\"prompt\":\"${kw#*/}\"}" ] || bad "chat_template_kwargs ${kw%/*}: $out"
+done
+sv_stop
+
 # a template file outside the subset stops the server with a sentence naming the construct
 { cat "$FX/qwen3.jinja"; echo "{{ messages | wordcount }}"; } >"$T/bad.jinja"
 "$TS_BIN" serve -m "$TS_MODEL" --port 0 --chat-template-file "$T/bad.jinja" >"$T/bad.log" 2>&1 && bad "a bad template file was accepted"
