@@ -9,9 +9,9 @@
  * attributes); macro (positional, keyword and default arguments); generation blocks; literals
  * (strings, numbers, lists, tuples, dicts, true/false/none); the operators of Jinja's grammar
  * (or and not in is == != < <= > >= + - ~ * / // % **, x if c else y, [i] and [a:b:c], .attr, calls);
- * the filters, tests, string/dict methods and globals listed in jinja.c. Anything else (extends,
- * include, import, call blocks, recursive loops, other filters) is refused by name at parse time
- * or when it is reached.
+ * the filters, tests, string/dict methods listed in jinja_builtins.c and the globals in jinja.c. Anything
+ * else (extends, include, import, call blocks, recursive loops, other filters) is refused by name at parse
+ * time or when it is reached.
  *
  * Values follow Python's rules (truthiness, ==, `in`, str() and repr() of lists and dicts, float
  * repr) and Jinja2's default Undefined: printing an undefined name gives "", testing or iterating

@@ -181,6 +181,61 @@ struct jnode {
     size_t n;
 };
 
+/* ---- the renderer: jinja.c (statements, expressions, operators, calls) and jinja_builtins.c
+ * (filters, tests, string and dict methods) ------------------------------------------------------ */
+
+typedef struct frame frame; /* a scope (jinja.c) */
+
+typedef struct jrun {
+    jarena *a;
+    const jdict *vars; /* the caller's variables */
+    frame *top;        /* the template's top-level scope */
+    long steps;        /* loop iterations and macro calls so far */
+    int depth;         /* macro calls under way */
+    int jump;          /* 1: break, 2: continue pending */
+} jrun;
+
+#define FAILN(r, n, ...) jfail((r)->a, (n)->line, __VA_ARGS__)
+
+/* Positional and keyword arguments, evaluated. */
+typedef struct jargs {
+    size_t n;
+    jv *v;
+    jstr *kw; /* kw[i].s NULL: positional */
+} jargs;
+
+/* jinja.c */
+jv jr_bool(bool b);
+jv jr_int(int64_t i);
+jv jr_list(jrun *r, size_t n); /* a list of n items (to be filled) */
+const jv *jr_dict_find(const jdict *d, jstr k);
+jstr jr_text(jrun *r, const jv *v);                      /* str(v) */
+size_t *jr_chars(jrun *r, jstr s, size_t *count);        /* offsets of s's characters, and the end */
+jlist *jr_iterate(jrun *r, const jnode *n, const jv *v); /* list items, dict keys, characters */
+/* Binds arguments to names[0..k) (positional first, then by keyword); unset slots stay JV_UNDEF
+ * with why NULL (jr_given false). Fails on too many or unknown arguments. */
+void jr_bind(jrun *r, const jnode *n, const char *what, const jargs *a, const char *const *names, size_t k,
+             jv *out);
+bool jr_given(const jv *v);
+jstr jr_want_str(jrun *r, const jnode *n, const char *what, const jv *v);
+int64_t jr_want_int(jrun *r, const jnode *n, const char *what, const jv *v);
+jv jr_get_attr(jrun *r, const jnode *n, const jv *obj, jstr name);
+jv jr_slice(jrun *r, const jnode *n, const jv *obj, const jv *lo, const jv *hi, const jv *st);
+bool jr_is_num(const jv *v);
+double jr_as_double(const jv *v);
+int64_t jr_as_int(const jv *v);
+bool jr_contains(jrun *r, const jnode *n, const jv *item, const jv *container); /* Python's `in` */
+
+/* jinja_builtins.c */
+const char *jr_find(jstr s, size_t from, jstr sub); /* sub in s at or after from, or NULL */
+bool jr_listed(const char *const *names, jstr s);   /* s in the NULL-terminated names */
+bool jr_is_str_method(jstr name);
+bool jr_is_dict_method(jstr name);
+jv jr_str_method(jrun *r, const jnode *n, jstr s, jstr m, const jargs *a);
+jv jr_dict_method(jrun *r, const jnode *n, const jdict *d, jstr m, const jargs *a);
+bool jr_test(jrun *r, const jnode *n, jstr t, const jv *v, const jargs *a);
+jv jr_filter(jrun *r, const jnode *n, jstr name, const jv *v, const jargs *a);
+
 struct ts_jinja {
     jarena arena;
     const jnode *root;
