@@ -3,6 +3,8 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
+#                                         a fixture made here by transformers)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -41,6 +43,15 @@ bench)
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
     echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu.csv" | tee "$out/ncu_table.md" | head -40
   fi
+  ;;
+realwidth)
+  # The gate at the released widths: the realwidth_4l fixture made by transformers on this GPU (fp32),
+  # then tests/cuda/realwidth.sh with this bundle's binary.
+  [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
+    (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
+  echo "fixture rc=$?"; tail -3 "$out/rw_make.txt"
+  (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/realwidth.sh) > "$out/realwidth.txt" 2>&1
+  echo "realwidth rc=$?"; cat "$out/realwidth.txt" | tail -14
   ;;
 sweep)
   # The tensor-core GEMV's knobs at one token: dense products on it (TURBOSPARK_CUDA_GEMV_TC=2),
