@@ -14,19 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
+#include "test_files.h"
 
 static const char *str_or_empty(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -38,7 +26,7 @@ static void test_fixture(void **state) {
     char path[4096];
     snprintf(path, sizeof path, "%s/chat/tools.json",
              getenv("TS_FIXTURES") ? getenv("TS_FIXTURES") : "tests/fixtures");
-    char *text = slurp(path);
+    char *text = ts_test_slurp(path, NULL);
     assert_non_null(text);
     cJSON *d = cJSON_Parse(text);
     free(text);

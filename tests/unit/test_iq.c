@@ -30,6 +30,7 @@
 #include "common/half.h"
 #include "quant/iq_grids.h"
 #include "quant/quant.h"
+#include "test_files.h"
 
 static const struct {
     const char *name;
@@ -63,19 +64,6 @@ static void dequant_ok(uint32_t type, const void *src, float *dst, int64_t n) {
 
 /* ------------------------------------------------------------- (a) ggml's own output */
 
-static uint8_t *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s (regenerate with tools/fixtures/make_iq_fixtures.py)", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(*len);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 static void test_equal_to_ggml_fixtures(void **state) {
     (void)state;
     const char *dir = getenv("TS_FIXTURES");
@@ -84,7 +72,8 @@ static void test_equal_to_ggml_fixtures(void **state) {
         char path[512];
         snprintf(path, sizeof path, "%s/quant/%s.bin", dir, kIQ[t].name);
         size_t len;
-        uint8_t *file = read_file(path, &len);
+        uint8_t *file = (uint8_t *)ts_test_slurp(path, &len);
+        if (!file) fail_msg("cannot read %s (regenerate with tools/fixtures/make_iq_fixtures.py)", path);
         assert_true(len >= 20 && memcmp(file, "TSIQ", 4) == 0 && rd32(file + 4) == 1);
         assert_int_equal(rd32(file + 8), kIQ[t].type);
         const uint32_t nb = rd32(file + 12), bs = rd32(file + 16);

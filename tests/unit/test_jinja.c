@@ -15,22 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "test_files.h"
 
 static const char *fixtures(void) {
     return getenv("TS_FIXTURES") ? getenv("TS_FIXTURES") : "tests/fixtures";
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0, *len = (size_t)n;
-    fclose(f);
-    return s;
 }
 
 /* Renders src with the variables in JSON text vars; returns 0 or -1 (err filled). */
@@ -70,9 +58,9 @@ static void expect_error(const char *src, const char *vars, const char *needle) 
 static void test_fixture_cases(void **state) {
     (void)state;
     char path[4096];
-    size_t len;
+    size_t len = 0;
     snprintf(path, sizeof path, "%s/templates/cases.json", fixtures());
-    char *text = slurp(path, &len);
+    char *text = ts_test_slurp(path, &len);
     assert_non_null(text);
     cJSON *d = cJSON_Parse(text);
     free(text);
@@ -83,7 +71,7 @@ static void test_fixture_cases(void **state) {
         const char *tname = cJSON_GetObjectItem(c, "template")->valuestring;
         const char *cname = cJSON_GetObjectItem(c, "conversation")->valuestring;
         snprintf(path, sizeof path, "%s/templates/%s.jinja", fixtures(), tname);
-        char *src = slurp(path, &len);
+        char *src = ts_test_slurp(path, &len);
         assert_non_null(src);
         /* the variables: the conversation's members, then the case's options */
         cJSON *vars = cJSON_CreateObject(), *m;

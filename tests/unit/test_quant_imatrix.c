@@ -21,22 +21,10 @@
 #include <string.h>
 
 #include "quant/quant.h"
+#include "test_files.h"
 
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint8_t *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s (regenerate with tools/fixtures/make_imatrix_fixtures.py)", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(*len);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
 }
 
 static const char *k_types[] = {"q2_K", "q4_K", "q5_K"};
@@ -49,7 +37,8 @@ static void test_equal_to_ggml(void **state) {
         char path[512];
         snprintf(path, sizeof path, "%s/quant/imatrix_%s.bin", dir, k_types[t]);
         size_t len;
-        uint8_t *file = read_file(path, &len);
+        uint8_t *file = (uint8_t *)ts_test_slurp(path, &len);
+        if (!file) fail_msg("cannot read %s (regenerate with tools/fixtures/make_imatrix_fixtures.py)", path);
         assert_true(len >= 20 && memcmp(file, "TSQW", 4) == 0 && rd32(file + 4) == 1);
         const uint32_t type = rd32(file + 8), rows = rd32(file + 12), n = rd32(file + 16);
         assert_int_equal(type, (uint32_t)ts_type_from_name(k_types[t]));

@@ -22,31 +22,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "test_files.h"
 
 static char g_fixtures[4096];
 static ts_tokenizer *g_tok;
 static cJSON *g_parity;
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static cJSON *load_json(const char *rel) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", g_fixtures, rel);
-    char *s = slurp(path);
+    char *s = ts_test_slurp(path, NULL);
     if (!s) {
         fprintf(stderr, "cannot read %s\n", path);
         return NULL;
