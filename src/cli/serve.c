@@ -52,6 +52,8 @@ static void usage(FILE *f) {
            "  --cache-every N      also a snapshot every N prompt tokens of a prefill (default 2048; 0:\n"
            "                       at prompt ends only), so prompts sharing a long prefix share it\n"
            "  --quiet              no per-request log lines\n"
+           "  --random-weights     CUDA: fill every weight with random valid blocks on the GPU instead of\n"
+           "                       reading the file (load tests on synthetic files: synth --released --sparse)\n"
            "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N\n"
            "  --presence-penalty P --frequency-penalty F\n"
            "                       sampling defaults for requests that leave them out (else the file's\n"
@@ -109,6 +111,10 @@ int ts_cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-cache-prompt")) {
             o.cache_prompt = false;
+            continue;
+        }
+        if (!strcmp(a, "--random-weights")) {
+            o.random_weights = true;
             continue;
         }
         if (!strcmp(a, "--quiet")) {
@@ -226,6 +232,10 @@ int ts_cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (ts_cli_backend(backend, &o.backend)) return 2;
+    if (o.random_weights && o.backend != TS_BACKEND_CUDA) {
+        fprintf(stderr, "turbospark serve: --random-weights needs --backend cuda\n");
+        return 2;
+    }
     if (o.step_tokens < o.chunk) {
         fprintf(stderr, "turbospark serve: -b (%ld) must be at least -ub (%ld)\n", (long)o.step_tokens,
                 (long)o.chunk);

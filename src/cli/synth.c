@@ -2,10 +2,12 @@
  * with seeded random data (or sparse) — for loader tests and benchmarks at real shapes. */
 #include "cli/cli.h"
 
+#include "common/error.h"
 #include "convert/hf_config.h"
 #include "convert/mix.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@
 
 static void synth_usage(FILE *f) {
     fprintf(f, "usage: turbospark synth -o OUT.gguf [--released | --tiny | --mid | --config config.json] [--type TYPE] [--sparse] [--seed N]\n"
-               "                        [--layers N] [--mtp] [--ple-split] [--fused-experts]\n"
+               "                        [--layers N] [--mtp] [--ple-split] [--fused-experts] [--tokenizer-from FILE.gguf]\n"
                "\n"
                "  --released       the released Qwen3.8-Flash-Next config (48 layers, 1,224 tensors; default)\n"
                "  --tiny           a 4-layer config with every feature on (hidden 64, vocab 512)\n"
@@ -28,7 +30,13 @@ static void synth_usage(FILE *f) {
                "  --layers N       trunk layers (default: the config's)\n"
                "  --mtp            add one MTP block (blk.L.*, nextn_predict_layers = 1)\n"
                "  --ple-split      per-head PLE tables instead of one joined table\n"
-               "  --fused-experts  ffn_gate_up_exps instead of split gate and up experts\n");
+               "  --fused-experts  ffn_gate_up_exps instead of split gate and up experts\n"
+               "  --tokenizer-from FILE.gguf\n"
+               "                   carry that file's tokenizer (every tokenizer.* key: tokens, merges, types,\n"
+               "                   special ids, chat template); --tiny and --mid take its token count as their\n"
+               "                   vocabulary, --released and --config keep theirs and pad the token list with\n"
+               "                   [PAD<id>] tokens of type UNUSED (a longer list is refused); the PLE's\n"
+               "                   end-of-sequence id becomes the tokenizer's\n");
 }
 
 /* --type with a mix name (q4_k_m, q5_k_m, ...): each matrix gets the type `convert` and `quantize`
@@ -44,10 +52,54 @@ static int mix_edit(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
     return 1;
 }
 
+/* --tokenizer-from: opens the file and fits the config to its tokenizer. --tiny and --mid take its token
+ * count as their vocabulary (their PLE multipliers follow it); the others keep theirs, which must hold
+ * every token. The PLE's end-of-sequence id becomes the file's own when it is a qwen4exp model (the
+ * document separator, <|endoftext|>: not always the tokenizer's eos, which may be <|im_end|>), else the
+ * tokenizer's eos. */
+static int take_tokenizer(const char *path, bool resize, ts_hparams *hp, ts_gguf **out, char *note, size_t notelen,
+                          char *err, size_t errlen) {
+    ts_tokenizer *t;
+    char e2[768];
+    if (ts_gguf_open(path, out, e2, sizeof e2) || ts_tokenizer_load(*out, &t, e2, sizeof e2))
+        return ts_errf(err, errlen, "--tokenizer-from %s: %s", path, e2);
+    const uint32_t n = (uint32_t)ts_tokenizer_n_tokens(t);
+    const int32_t eos = ts_tokenizer_eos(t);
+    ts_tokenizer_free(t);
+    const uint32_t was = hp->n_vocab;
+    if (resize) hp->n_vocab = n, ts_ple_multipliers(n, hp->ple_n, 1234, 0, hp->ple_mult);
+    if (n > hp->n_vocab)
+        return ts_errf(err, errlen,
+                       "--tokenizer-from %s: its tokenizer has %" PRIu32 " tokens, more than this config's vocabulary "
+                       "of %" PRIu32 " (--tiny and --mid take the tokenizer's size; --released and --config keep "
+                       "their own)",
+                       path, n, hp->n_vocab);
+    const ts_gguf_value *own = ts_gguf_find(*out, "qwen4exp.ple.eos_token_id");
+    int64_t ple_eos = eos;
+    if (own && !(ts_gguf_value_as_i64(own, &ple_eos) && ple_eos >= 0 && ple_eos < n))
+        return ts_errf(err, errlen, "--tokenizer-from %s: qwen4exp.ple.eos_token_id is not a token id below %" PRIu32,
+                       path, n);
+    if (ple_eos < 0)
+        return ts_errf(err, errlen,
+                       "--tokenizer-from %s: the file has neither qwen4exp.ple.eos_token_id nor "
+                       "tokenizer.ggml.eos_token_id, one of which the n-gram embedding (PLE) needs as its "
+                       "end-of-sequence id",
+                       path);
+    hp->ple_eos = (uint32_t)ple_eos;
+    if (n < hp->n_vocab)
+        snprintf(note, notelen, "%s's tokenizer: %" PRIu32 " tokens, padded to %" PRIu32
+                 " with [PAD<id>] tokens of type UNUSED; PLE end-of-sequence id %" PRIu32,
+                 path, n, hp->n_vocab, hp->ple_eos);
+    else
+        snprintf(note, notelen, "%s's tokenizer: %" PRIu32 " tokens%s; PLE end-of-sequence id %" PRIu32, path, n,
+                 n != was ? " (the config's vocabulary resized to it)" : "", hp->ple_eos);
+    return 0;
+}
+
 int ts_cmd_synth(int argc, char **argv) {
     const char *out = NULL;
     int config = 0; /* 0 released, 1 tiny, 2 mid, 3 config.json */
-    const char *config_json = NULL;
+    const char *config_json = NULL, *tokenizer_from = NULL;
     long layers = -1;
     int mtp = 0;
     ts_synth_opts o = {.type = TS_TYPE_Q8_0, .seed = 1};
@@ -65,6 +117,7 @@ int ts_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--ple-split")) o.layout.ple_split = true;
         else if (!strcmp(a, "--fused-experts")) o.layout.fused_experts = true;
+        else if (!strcmp(a, "--tokenizer-from") && has_val) tokenizer_from = argv[++i];
         else if (!strcmp(a, "--seed") && has_val) o.seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--layers") && has_val) {
             char *end;
@@ -110,15 +163,22 @@ int ts_cmd_synth(int argc, char **argv) {
                            : ts_hparams_released(&hp, err, sizeof err);
     }
     mix.hp = &hp;
+    ts_gguf *tok_file = NULL;
+    char note[1024] = "";
     if (rc ||
         ts_hparams_set_layers(&hp, layers > 0 ? (uint32_t)layers : hp.n_layer, (uint32_t)mtp, err, sizeof err) ||
-        ts_synth_write(&hp, &o, out, err, sizeof err)) {
+        (tokenizer_from &&
+         take_tokenizer(tokenizer_from, config == 1 || config == 2, &hp, &tok_file, note, sizeof note, err, sizeof err)) ||
+        (o.tokenizer = tok_file, ts_synth_write(&hp, &o, out, err, sizeof err))) {
         fprintf(stderr, "turbospark synth: %s\n", err);
+        ts_gguf_close(tok_file);
         ts_hparams_free(&hp);
         return 1;
     }
+    ts_gguf_close(tok_file);
     fprintf(stderr, "wrote %s: %s config, %" PRIu32 " layers%s, matrices %s%s\n", out, config == 1 ? "tiny" : config == 2 ? "mid" : config == 3 ? config_json : "released",
             hp.n_layer, mtp ? " + MTP" : "", mix.mix ? mix.mix->name : ts_type_name(o.type), o.sparse ? ", sparse (no data written)" : "");
+    if (note[0]) fprintf(stderr, "%s\n", note);
     ts_hparams_free(&hp);
     return 0;
 }

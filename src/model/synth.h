@@ -10,6 +10,8 @@ typedef struct ts_synth_opts {
     bool sparse;       /* leave tensor data unwritten: a sparse file of the full size */
     bool tied_output;  /* omit output.weight (the model then reuses token_embd) */
     ts_layout layout;
+    const ts_gguf *tokenizer; /* NULL, or a file whose tokenizer.* keys the output carries, padded to
+                                 n_vocab (ts_tokenizer_copy_gguf) */
     /* Optional hook for tests: may rename, reshape or retype a tensor, or drop it (return 0). */
     int (*edit)(void *ctx, ts_tensor_spec *spec, uint32_t *type);
     void *edit_ctx;

@@ -1373,7 +1373,8 @@ int ts_serve(const ts_server_opts *o) {
                           .cache_prompt = o->cache_prompt,
                           .cache_bytes = o->backend == TS_BACKEND_CPU && o->cache_prompt ? o->cache_ram : 0,
                           .cache_every = o->cache_every,
-                          .backend = o->backend};
+                          .backend = o->backend,
+                          .random_weights = o->random_weights};
     if (sp.chunk > sp.n_ctx) sp.chunk = sp.n_ctx;
     if (sp.step_tokens < sp.chunk) sp.step_tokens = sp.chunk;
     if (ts_sched_new(S->m, S->tok, &sp, &S->mt, &S->sched, err, sizeof err)) goto fail;

@@ -863,6 +863,7 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_cuda_params cp = {.plan_ctx = p->n_ctx,
                              .plan_seqs = n,
                              .progress = true,
+                             .random_weights = p->random_weights,
                              .max_rows = p->step_tokens + n > p->chunk ? p->step_tokens + n : p->chunk};
         if (ts_model_cuda_init(m, &cp, err, errlen)) {
             ts_sched_free(s);

@@ -55,6 +55,7 @@ typedef struct ts_sched_params {
     size_t cache_bytes;  /* the prefix cache's budget (0: off; CPU backend only) */
     int64_t cache_every; /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
     ts_backend backend;  /* where the slots' sessions run */
+    bool random_weights; /* CUDA: weights filled with random valid blocks (ts_cuda_params) */
 } ts_sched_params;
 
 typedef struct ts_job_params {

@@ -59,6 +59,7 @@ typedef struct ts_server_opts {
     int64_t cache_every; /* prompt tokens between snapshots during a prefill (0: prompt ends only) */
     bool quiet;          /* no per-request log lines */
     ts_backend backend;
+    bool random_weights; /* CUDA: random valid weight blocks instead of the file's (synthetic files) */
     ts_reasoning_format reasoning_format; /* deepseek (default): <think> into reasoning_content */
     int64_t reasoning_budget;             /* thinking tokens before </think> is forced; −1: no limit */
     ts_sampler_params sp;

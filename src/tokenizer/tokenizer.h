@@ -137,4 +137,14 @@ int ts_pretokenize(const char *pre, const char *s, size_t n,
 int ts_tokenizer_write_gguf(ts_gguf_writer *w, const char *hf_dir, uint32_t n_vocab, char *err,
                             size_t errlen);
 
+/* Writes the tokenizer of another GGUF file (every tokenizer.* key of src) into w, for a model of
+ * n_vocab embedding rows (turbospark synth --tokenizer-from). The source must load as a tokenizer
+ * (ts_tokenizer_load's checks). A token list shorter than n_vocab is padded, as llama.cpp's converter
+ * pads one (and ts_tokenizer_write_gguf): tokens "[PAD<id>]" of type UNUSED (never produced by
+ * encoding, empty when decoded), scores -1000 when the file has scores — llama.cpp takes the token
+ * count as the vocabulary and wants that many embedding rows. A longer one is refused. *n_tokens:
+ * the source's token count. */
+int ts_tokenizer_copy_gguf(ts_gguf_writer *w, const ts_gguf *src, uint32_t n_vocab, uint32_t *n_tokens,
+                           char *err, size_t errlen);
+
 #endif
