@@ -60,6 +60,22 @@ typedef struct ts_cuda_params {
                               blocks on the GPU instead of the file's bytes */
 } ts_cuda_params;
 
+/* What a backend of a model holds, once set up (by ts_model_cuda_init or its first session). */
+typedef struct ts_backend_info {
+    ts_backend backend;
+    char device[128];      /* "CPU", or the GPU's name */
+    uint64_t weight_bytes; /* device bytes of the weights (0 on the CPU: read in place from the file) */
+    uint64_t table_bytes;  /* bytes of the PLE n-gram table on the device or pinned (0 on the CPU) */
+    bool table_on_host;    /* the table is in pinned host memory */
+    uint64_t work_bytes;   /* workspaces the backend's sequences share (0 on the CPU: per session) */
+    uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
+} ts_backend_info;
+
+/* Fills *out; refuses a backend the model has not set up (or this build lacks). */
+int ts_model_backend_info(const ts_model *m, ts_backend b, ts_backend_info *out, char *err, size_t errlen);
+/* Whether the model's backend b is set up (ts_model_cuda_init or a first session made it). */
+bool ts_model_backend_ready(const ts_model *m, ts_backend b);
+
 /* Plans GPU memory (refusing with the numbers when the model does not fit), then uploads the
  * weights in their file encoding. Sessions created afterwards with TS_BACKEND_CUDA run there; a
  * CUDA session created before this call sets the backend up with defaults from its own params. */
@@ -75,6 +91,8 @@ int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, ch
 void ts_session_free(ts_session *s);
 void ts_session_reset(ts_session *s);              /* back to an empty sequence */
 int64_t ts_session_pos(const ts_session *s);       /* tokens consumed so far */
+ts_backend ts_session_backend(const ts_session *s); /* where its state lives and its forward runs */
+int64_t ts_session_n_ctx(const ts_session *s);      /* tokens it can hold */
 size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed at creation */
 
 /* Makes dst hold the sequence src holds (every cache and recurrent state up to its position), as if
@@ -93,6 +111,15 @@ int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t
 int64_t ts_snapshot_pos(const ts_snapshot *snap);
 size_t ts_snapshot_bytes(const ts_snapshot *snap);
 void ts_snapshot_free(ts_snapshot *snap);
+/* A snapshot as bytes, for a file or another process: *data (malloc'd, *size bytes; the caller
+ * frees it) holds a header (format version, backend, position, a fingerprint of the model's
+ * tensors: names, types and shapes) and the state. */
+int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char *err, size_t errlen);
+/* The inverse, for model m: refuses, with a sentence, bytes of another format, model or size. */
+int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err, size_t errlen);
+/* The session's state to a file (written whole to path.tmp, then renamed), and back. */
+int ts_session_save_file(const ts_session *s, const char *path, char *err, size_t errlen);
+int ts_session_load_file(ts_session *s, const char *path, char *err, size_t errlen);
 
 /* Feeds n tokens (any n ≥ 1: longer inputs are split into ubatch chunks) and writes the logits of
  * the last token into logits[n_vocab] (or of every token into logits[n × n_vocab] when all is
@@ -123,7 +150,19 @@ const char *ts_build_commit(void); /* the git commit built ("c7589b2", "-dirty" 
 typedef struct ts_tokenizer ts_tokenizer;
 
 int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t errlen);
+/* The tokenizer of any GGUF file with tokenizer.ggml.* keys (a model, or a vocabulary-only file). */
+int ts_tokenizer_load_gguf(const char *path, ts_tokenizer **out, char *err, size_t errlen);
+/* The tokenizer of a Hugging Face folder (tokenizer.json; tokenizer_config.json and config.json when
+ * present), read as `turbospark convert` writes it into a GGUF, ids for ids. */
+int ts_tokenizer_load_hf(const char *hf_dir, ts_tokenizer **out, char *err, size_t errlen);
 void ts_tokenizer_free(ts_tokenizer *t);
+int32_t ts_tokenizer_n_tokens(const ts_tokenizer *t);
+int32_t ts_tokenizer_bos(const ts_tokenizer *t);  /* −1 when the file has none */
+bool ts_tokenizer_add_bos(const ts_tokenizer *t); /* whether prompts start with it */
+/* The id of the token whose text in the file is `text` ("<|im_end|>", "</think>"), or −1. */
+int32_t ts_tokenizer_find(const ts_tokenizer *t, const char *text);
+/* The file's chat template (Jinja text, tokenizer.chat_template), or NULL. */
+const char *ts_tokenizer_chat_template(const ts_tokenizer *t);
 
 /* Encodes text[0..len) (any bytes; invalid UTF-8 becomes U+FFFD) into ids[0..cap) and returns the
  * number of tokens, which may exceed cap (then only the first cap are written: call again with a
@@ -136,6 +175,18 @@ int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
 const char *ts_token_bytes(const ts_tokenizer *t, int32_t id, bool special, size_t *len);
 /* Whether id ends a generation (eos, <|im_end|>, <|endoftext|>, ...). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id);
+
+/* ---- chat --------------------------------------------------------------------------------- */
+
+/* Renders a conversation as the model's prompt text, as transformers' apply_chat_template does.
+ * messages_json: a JSON array of OpenAI chat messages ({"role", "content", "reasoning_content",
+ * "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL or a JSON array of tools;
+ * kwargs_json: NULL or a JSON object of template variables (enable_thinking). template_name: NULL
+ * or "" for the template the tokenizer's file carries, else "chatml", "qwen3" or "qwen3-thinking".
+ * *out gets the malloc'd NUL-terminated text (the caller frees it), *len its bytes (len may be NULL). */
+int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *messages_json, const char *tools_json,
+                  const char *kwargs_json, bool add_generation_prompt, char **out, size_t *len, char *err,
+                  size_t errlen);
 
 /* ---- sampler ------------------------------------------------------------------------------ */
 
@@ -160,10 +211,19 @@ ts_sampler_params ts_sampler_default_params(void);
  * allocates nothing afterwards. */
 int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
 void ts_sampler_free(ts_sampler *s);
+/* The check ts_sampler_new makes, alone: 0, or −1 with a sentence for the first bad field. */
+int ts_sampler_check(const ts_sampler_params *p, char *err, size_t errlen);
+/* New parameters (checked as ts_sampler_new checks them), empty history, reseeded: one sampler
+ * serves request after request without allocating. On failure the sampler is unchanged. */
+int ts_sampler_configure(ts_sampler *s, const ts_sampler_params *p, char *err, size_t errlen);
+void ts_sampler_reset(ts_sampler *s, uint64_t seed); /* clears the history, reseeds */
 /* Records a token of the context (prompt or generated) for the penalties. */
 void ts_sampler_accept(ts_sampler *s, int32_t token);
 /* Picks the next token from logits[n_vocab] (not modified). */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
+/* The model file's recommended sampling (general.sampling.temp, .top_k, .top_p, .min_p, read as
+ * llama.cpp reads them) over llama.cpp's defaults. */
+ts_sampler_params ts_model_sampler_params(const ts_model *m);
 
 #ifdef __cplusplus
 }

@@ -259,9 +259,9 @@ int ts_cmd_bench(int argc, char **argv) {
             return 1;
         }
 #ifdef TS_HAVE_CUDA
-        const ts_cuda_plan *P = ts_cuda_ctx_plan(m->cuda);
-        device = ts_cuda_ctx_device_name(m->cuda);
-        bw = ts_cuda_measure_bandwidth(m->cuda);
+        const ts_cuda_plan *P = ts_cuda_ctx_plan(m->backend_ctx[TS_BACKEND_CUDA]);
+        device = ts_cuda_ctx_device_name(m->backend_ctx[TS_BACKEND_CUDA]);
+        bw = ts_cuda_measure_bandwidth(m->backend_ctx[TS_BACKEND_CUDA]);
         fprintf(stderr, "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence\n",
                 device, P->weights / 1073741824.0, P->table / 1073741824.0, P->table_on_host ? "in pinned host memory" : "on the GPU",
                 P->seq_state / 1048576.0);
@@ -345,7 +345,7 @@ int ts_cmd_bench(int argc, char **argv) {
         ts_cuda_seq *q = NULL;
         random_ids(step, 1, V, &rng);
         q = ts_session_cuda_seq(ss[0]); /* session 0's state, one more token */
-        if (q && ts_cuda_seq_pos(q) < ts_cuda_seq_n_ctx(q) && !ts_cuda_profile_step(m->cuda, &q, step, 1, ms, err, sizeof err)) {
+        if (q && ts_cuda_seq_pos(q) < ts_cuda_seq_n_ctx(q) && !ts_cuda_profile_step(m->backend_ctx[TS_BACKEND_CUDA], &q, step, 1, ms, err, sizeof err)) {
             for (int k = 0; k < TS_PROF_KINDS; k++) total += ms[k];
             printf("\n| block (batch 1, one decode step) | GPU ms | share |\n|---|---|---|\n");
             for (int k = 0; k < TS_PROF_KINDS; k++)

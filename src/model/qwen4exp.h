@@ -33,6 +33,7 @@ extern "C" {
 #define TS_MAX_EXPERTS 65536           /* experts */
 #define TS_MAX_CONTEXT (1u << 24)      /* context_length, indexer budget */
 #define TS_MIN_TENSORS_PER_BLOCK 16    /* a block holds at least 2 HC modules, its mixer and its MoE */
+#define TS_MODEL_BACKENDS 2            /* ts_backend values (include/turbospark.h) */
 
 typedef enum ts_layer_kind { TS_LAYER_GDN = 0, TS_LAYER_QSA = 1 } ts_layer_kind;
 
@@ -158,8 +159,10 @@ typedef struct ts_model {
     const ts_gguf_tensor *ple_table;  /* [dh, rows] joined table; NULL with the per-head layout */
     const ts_gguf_tensor **ple_head_tables; /* [NH] per-head tables (split layout), else NULL */
     ts_layer_weights *layers;         /* [n_block] */
-    void *cuda;                       /* the CUDA backend's context (weights on the GPU), or NULL */
-    void (*cuda_free)(void *cuda);    /* releases it (set with it, so the model needs no CUDA code) */
+    /* the backends' contexts by ts_backend value (src/engine/backend.h: for CUDA the weights on the
+     * GPU), made on first use, and what releases each (set with it: the model needs no backend code) */
+    void *backend_ctx[TS_MODEL_BACKENDS];
+    void (*backend_ctx_free[TS_MODEL_BACKENDS])(void *ctx);
 } ts_model;
 
 /* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:

@@ -224,7 +224,8 @@ int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen) {
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
-    if (m->cuda && m->cuda_free) m->cuda_free(m->cuda);
+    for (int b = 0; b < TS_MODEL_BACKENDS; b++)
+        if (m->backend_ctx[b] && m->backend_ctx_free[b]) m->backend_ctx_free[b](m->backend_ctx[b]);
     ts_hparams_free(&m->hp);
     free(m->layers);
     free(m->ple_head_tables);

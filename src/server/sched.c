@@ -859,7 +859,7 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
-    if (p->backend == TS_BACKEND_CUDA && !m->cuda) { /* plan for every slot; one micro-batch holds a step */
+    if (p->backend == TS_BACKEND_CUDA && !m->backend_ctx[TS_BACKEND_CUDA]) { /* plan for every slot; one micro-batch holds a step */
         ts_cuda_params cp = {.plan_ctx = p->n_ctx,
                              .plan_seqs = n,
                              .progress = true,
