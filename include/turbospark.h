@@ -68,6 +68,7 @@ typedef struct ts_backend_info {
     uint64_t table_bytes;  /* bytes of the PLE n-gram table on the device or pinned (0 on the CPU) */
     bool table_on_host;    /* the table is in pinned host memory */
     uint64_t work_bytes;   /* workspaces the backend's sequences share (0 on the CPU: per session) */
+    uint64_t seq_state_bytes; /* one sequence's state at the planned context (0 on the CPU) */
     uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
 } ts_backend_info;
 
@@ -75,6 +76,27 @@ typedef struct ts_backend_info {
 int ts_model_backend_info(const ts_model *m, ts_backend b, ts_backend_info *out, char *err, size_t errlen);
 /* Whether the model's backend b is set up (ts_model_cuda_init or a first session made it). */
 bool ts_model_backend_ready(const ts_model *m, ts_backend b);
+/* Measures the read bandwidth (bytes/s) of the memory that backend b reads the weights from (a
+ * streaming read much larger than the caches: about a second). CUDA must be set up first. */
+int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, char *err, size_t errlen);
+
+/* Benchmarks: where the time of one decode step of session s goes (CUDA only). The session consumes
+ * token id (it advances by one); names[k] (a block kind: "embed", "moe", ...) and ms[k] (its GPU
+ * time, blocks timed one by one) for k < the returned count, or −1 with err. */
+#define TS_PROFILE_MAX_KINDS 16
+int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
+                            double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen);
+
+/* Bytes one decode step must move (the floor of a step's time is their sum over the bandwidth):
+ * every dense weight once, the expected union of the experts that `batch` sequences route to, their
+ * embedding and PLE rows, recurrent state read and written, and K/V and indexer keys read at
+ * context ctx (kv_value_bytes: 4 for fp32 caches, 2 for bf16). */
+typedef struct ts_decode_cost {
+    uint64_t weight_bytes; /* quantized weights read */
+    uint64_t state_bytes;  /* GDN state read + write, PLE/conv histories */
+    uint64_t kv_bytes;     /* K/V and indexer keys read at ctx */
+} ts_decode_cost;
+ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv_value_bytes, int64_t batch);
 
 /* Plans GPU memory (refusing with the numbers when the model does not fit), then uploads the
  * weights in their file encoding. Sessions created afterwards with TS_BACKEND_CUDA run there; a
@@ -221,9 +243,12 @@ void ts_sampler_reset(ts_sampler *s, uint64_t seed); /* clears the history, rese
 void ts_sampler_accept(ts_sampler *s, int32_t token);
 /* Picks the next token from logits[n_vocab] (not modified). */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
-/* The model file's recommended sampling (general.sampling.temp, .top_k, .top_p, .min_p, read as
- * llama.cpp reads them) over llama.cpp's defaults. */
-ts_sampler_params ts_model_sampler_params(const ts_model *m);
+/* The fields a model file may recommend, as indexes of ts_model_sampling's given[]. */
+enum { TS_SAMPLING_TEMP, TS_SAMPLING_TOP_K, TS_SAMPLING_TOP_P, TS_SAMPLING_MIN_P, TS_SAMPLING_N_KEYS };
+/* Overwrites the fields of *p that the model file recommends (general.sampling.temp, .top_k, .top_p,
+ * .min_p, read as llama.cpp reads them) unless given[field] is true (the caller set it); given may
+ * be NULL (every recommendation is taken). */
+void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]);
 
 #ifdef __cplusplus
 }

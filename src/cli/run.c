@@ -194,7 +194,7 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     double t0 = now();
     if (ts_model_load(o->a.model, &e->m, err, sizeof err)) goto fail;
     if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;
-    ts_sampling_from_gguf(e->m->gguf, &o->a.sp, o->a.sp_given); /* unless given on the command line */
+    ts_model_sampling(e->m, &o->a.sp, o->a.sp_given); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     ts_cli_cap(cmd, "-c", &o->a.n_ctx, (long)ts_model_n_ctx_train(e->m), "the model's trained context");
     if (o->a.batch_given) ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");

@@ -67,6 +67,18 @@ static void cuda_info(const void *ctx, ts_backend_info *out) {
     snprintf(out->device, sizeof out->device, "%s", ts_cuda_ctx_device_name(ctx));
     out->weight_bytes = p->weights, out->table_bytes = p->table, out->table_on_host = p->table_on_host;
     out->work_bytes = p->work, out->free_bytes = p->free_bytes, out->total_bytes = p->total_bytes;
+    out->seq_state_bytes = p->seq_state;
+}
+
+static double cuda_bandwidth(void *ctx) { return ts_cuda_measure_bandwidth(ctx); }
+
+static int cuda_profile_step(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err,
+                             size_t errlen) {
+    _Static_assert(TS_PROF_KINDS <= TS_PROFILE_MAX_KINDS, "more block kinds than the public API reports");
+    ts_cuda_seq *q = ((cuda_seq *)seq)->q;
+    if (ts_cuda_profile_step(ctx, &q, &id, 1, ms, err, errlen)) return -1;
+    for (int k = 0; k < TS_PROF_KINDS; k++) names[k] = ts_cuda_prof_names[k];
+    return TS_PROF_KINDS;
 }
 
 const ts_backend_ops ts_cuda_backend = {
@@ -81,6 +93,9 @@ const ts_backend_ops ts_cuda_backend = {
     .max_rows = cuda_max_rows,
     .forward = cuda_forward,
     .info = cuda_info,
+    .bandwidth = cuda_bandwidth,
+    .profile_step = cuda_profile_step,
+    .needs_plan = true,
     /* seq_copy, snapshots: not implemented on the GPU yet (NULL: the engine refuses them) */
 };
 

@@ -1,5 +1,6 @@
 /* What every text generator shares (turbospark run, chat and serve): the file's recommended
- * sampling, and the text of a generation as it grows token by token.
+ * the text of a generation as it grows token by token (the file's recommended sampling is
+ * ts_model_sampling of the public header).
  *
  * ts_textgen turns sampled ids into text that is safe to show at every moment:
  *   - the streaming detokenizer holds back the bytes of a character split across tokens, so what
@@ -19,15 +20,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-
-typedef struct ts_gguf ts_gguf;
-
-/* Sampler fields a caller gave explicitly (the file's recommendation does not override them). */
-enum { TS_SAMPLING_TEMP, TS_SAMPLING_TOP_K, TS_SAMPLING_TOP_P, TS_SAMPLING_MIN_P, TS_SAMPLING_N_KEYS };
-
-/* Overwrites the fields of p that the file recommends (general.sampling.temp, .top_k, .top_p,
- * .min_p, as llama.cpp reads them) unless given[field] is true. given may be NULL (all from the file). */
-void ts_sampling_from_gguf(const ts_gguf *g, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]);
 
 typedef struct ts_textgen {
     ts_detok d;

@@ -3,7 +3,6 @@
 
 #include "common/error.h"
 #include "engine/backend.h"
-#include "engine/generate.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
 #include "tokenizer/tokenizer.h"
@@ -49,10 +48,18 @@ int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
     return n;
 }
 
-ts_sampler_params ts_model_sampler_params(const ts_model *m) {
-    ts_sampler_params p = ts_sampler_default_params();
-    ts_sampling_from_gguf(m->gguf, &p, NULL);
-    return p;
+void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]) {
+    const ts_gguf *g = m->gguf;
+    float f;
+    uint32_t k;
+    if (!(given && given[TS_SAMPLING_TEMP]) && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0))
+        p->temperature = f;
+    if (!(given && given[TS_SAMPLING_TOP_K]) && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0))
+        p->top_k = (int32_t)k;
+    if (!(given && given[TS_SAMPLING_TOP_P]) && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0))
+        p->top_p = f;
+    if (!(given && given[TS_SAMPLING_MIN_P]) && !ts_gguf_get_f32(g, "general.sampling.min_p", &f, NULL, 0))
+        p->min_p = f;
 }
 
 bool ts_model_backend_ready(const ts_model *m, ts_backend b) {

@@ -193,6 +193,28 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
     return 0;
 }
 
+int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
+                            double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen) {
+    if (!s->be->profile_step)
+        return ts_errf(err, errlen, "profiling a step is not available on the %s backend", s->be->name);
+    if (ts_session_pos(s) + 1 > s->p.n_ctx)
+        return ts_errf(err, errlen, "the session is full (%" PRId64 " tokens): nothing left to profile", s->p.n_ctx);
+    if (check_ids(s->m, &id, 1, ts_session_pos(s), err, errlen)) return -1;
+    return s->be->profile_step(s->ctx, s->seq, id, names, ms, err, errlen);
+}
+
+int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, char *err, size_t errlen) {
+    *bytes_per_s = 0;
+    const ts_backend_ops *be = ts_backend_ops_of(b);
+    if (!be) return no_backend(b, err, errlen);
+    if (be->needs_plan && !m->backend_ctx[b])
+        return ts_errf(err, errlen, "the %s backend of this model is not set up yet (ts_model_cuda_init)", be->name);
+    void *ctx = NULL;
+    if (model_backend(m, b, NULL, &ctx, err, errlen)) return -1;
+    *bytes_per_s = be->bandwidth(ctx);
+    return 0;
+}
+
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen) {
     if (n_seq < 0) return ts_errf(err, errlen, "a batch of %d sessions: the count must be ≥ 0", n_seq);

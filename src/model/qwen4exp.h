@@ -11,6 +11,7 @@
 #define TS_MODEL_QWEN4EXP_H
 
 #include "gguf/gguf.h"
+#include "turbospark.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -215,18 +216,8 @@ int ts_hparams_tiny(ts_hparams *hp, char *err, size_t errlen);
 /* A mid-size config (hidden 1024, 8 layers, 64 experts top-8, vocab 32768) for CPU benchmarks. */
 int ts_hparams_mid(ts_hparams *hp, char *err, size_t errlen);
 
-/* Bytes a decode step must read for one token: every dense weight, k/E of each expert tensor, one
- * embedding row and NH PLE rows, plus the recurrent state read and written and the attention
- * K/V read at context length ctx (state_bytes_per_value: 4 for fp32 state, 2 for bf16 caches). */
-typedef struct ts_decode_cost {
-    uint64_t weight_bytes; /* quantized weights read */
-    uint64_t state_bytes;  /* GDN state read + write, PLE/conv histories */
-    uint64_t kv_bytes;     /* K/V and indexer keys read at ctx */
-} ts_decode_cost;
+/* The decode cost of one token (ts_model_decode_cost_batch of include/turbospark.h at batch 1). */
 ts_decode_cost ts_model_decode_cost(const ts_model *m, int64_t ctx, int kv_value_bytes);
-/* The same for one decode step of `batch` sequences (each at ctx): shared dense weights once, the
- * expected union of the experts the batch routes to, per-sequence rows, state and K/V. */
-ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv_value_bytes, int64_t batch);
 
 /* Changes the layer count (kinds follow full_attn_interval; MTP blocks are QSA-shaped). */
 int ts_hparams_set_layers(ts_hparams *hp, uint32_t n_layer, uint32_t n_mtp, char *err, size_t errlen);

@@ -1275,7 +1275,7 @@ int ts_serve(const ts_server_opts *o) {
     if (ts_model_load(o->model_path, &S->m, err, sizeof err)) goto fail;
     if (ts_tokenizer_load(S->m->gguf, &S->tok, err, sizeof err)) goto fail;
     S->defaults = o->sp;
-    ts_sampling_from_gguf(S->m->gguf, &S->defaults, o->sp_given);
+    ts_model_sampling(S->m, &S->defaults, o->sp_given);
     {
         char e2[512];
         ts_sampler *probe;
