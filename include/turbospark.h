@@ -202,7 +202,7 @@ bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id);
 
 /* Renders a conversation as the model's prompt text, as transformers' apply_chat_template does.
  * messages_json: a JSON array of OpenAI chat messages ({"role", "content", "reasoning_content",
- * "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL or a JSON array of tools;
+ * "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL, "null" or a JSON array of tools;
  * kwargs_json: NULL or a JSON object of template variables (enable_thinking). template_name: NULL
  * or "" for the template the tokenizer's file carries, else "chatml", "qwen3" or "qwen3-thinking".
  * *out gets the malloc'd NUL-terminated text (the caller frees it), *len its bytes (len may be NULL). */

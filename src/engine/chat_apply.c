@@ -141,6 +141,7 @@ int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *
     ts_text text = {0};
     int rc = parse("the messages", messages_json ? messages_json : "", 1, &in.messages, err, errlen);
     if (!rc && tools_json) rc = parse("the tools", tools_json, 1, &in.tools, err, errlen);
+    if (rc && cJSON_IsNull(in.tools)) rc = 0, cJSON_Delete(in.tools), in.tools = NULL; /* null: no tools */
     if (!rc && kwargs_json) rc = parse("the template variables", kwargs_json, 0, &in.kwargs, err, errlen);
     if (!rc) rc = render(&in, t, template_name, add_generation_prompt, &text, err, errlen);
     if (!rc && ts_text_append(&text, "", 1)) rc = ts_errf(err, errlen, "out of memory rendering a chat");
