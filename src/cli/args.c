@@ -4,7 +4,6 @@
 #include "cli/cli.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <float.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -160,16 +159,6 @@ void ts_cli_unescape(char *s) {
         }
     }
     *w = 0;
-}
-
-int ts_cli_errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 char *ts_cli_read_text(const char *path, size_t *n, char *err, size_t errlen) {

@@ -29,9 +29,6 @@ int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool pars
 int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids, int64_t *n,
                   char *err, size_t errlen);
 
-/* Formats a sentence into err (truncated to errlen) and returns -1, like the library's messages. */
-int ts_cli_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* --backend NAME of the commands that run the model (backend.c): "cpu" or "cuda"; -1 with a
  * message on stderr for an unknown name or cuda in a build without it. */
 int ts_cli_backend(const char *name, ts_backend *out);

@@ -38,7 +38,7 @@ int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool pars
     int64_t cap = (int64_t)len + 16, k = -1; /* enough but for invalid UTF-8 (a byte becomes U+FFFD) */
     for (int pass = 0; pass < 2; pass++) {
         int32_t *v = malloc((size_t)cap * sizeof *v);
-        if (!v) return ts_cli_errf(err, errlen, "out of memory for %lld tokens", (long long)cap);
+        if (!v) return ts_errf(err, errlen, "out of memory for %lld tokens", (long long)cap);
         k = ts_tokenizer_encode(t, text, len, parse_special, v, cap, err, errlen);
         if (k >= 0 && k <= cap) {
             *ids = v, *n = k;
@@ -48,7 +48,7 @@ int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool pars
         if (k < 0) return -1;
         cap = k;
     }
-    return ts_cli_errf(err, errlen, "the tokenizer gave %lld tokens, then more, for one text", (long long)k);
+    return ts_errf(err, errlen, "the tokenizer gave %lld tokens, then more, for one text", (long long)k);
 }
 
 int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids,
@@ -136,18 +136,18 @@ int ts_cmd_tokenize(int argc, char **argv) {
         text = NULL, ids = NULL;
         if (prompt)
             text = strdup(prompt), n = strlen(prompt),
-            rc = text ? 0 : ts_cli_errf(err, sizeof err, "out of memory");
+            rc = text ? 0 : ts_errf(err, sizeof err, "out of memory");
         else
             rc = (text = ts_cli_read_text(files[k], &n, err, sizeof err)) ? 0 : -1;
         if (!rc) rc = ts_cli_encode(t, text, n, special, &ids, &n_ids, err, sizeof err);
         if (!rc && npy) {
             FILE *f = fopen(npy, "wb");
             int64_t shape[1] = {n_ids};
-            rc = !f ? ts_cli_errf(err, sizeof err, "cannot create %s", npy)
+            rc = !f ? ts_errf(err, sizeof err, "cannot create %s", npy)
                     : ts_npy_write_header(f, "<i4", 1, shape, err, sizeof err);
             if (!rc && n_ids && fwrite(ids, sizeof(int32_t), (size_t)n_ids, f) != (size_t)n_ids)
-                rc = ts_cli_errf(err, sizeof err, "cannot write %s", npy);
-            if (f && fclose(f) && !rc) rc = ts_cli_errf(err, sizeof err, "cannot write %s", npy);
+                rc = ts_errf(err, sizeof err, "cannot write %s", npy);
+            if (f && fclose(f) && !rc) rc = ts_errf(err, sizeof err, "cannot write %s", npy);
             if (!rc) fprintf(stderr, "tokenize: %lld tokens -> %s\n", (long long)n_ids, npy);
         } else if (!rc && count_only) {
             printf("%lld\n", (long long)n_ids);

@@ -156,3 +156,12 @@ int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *
     if (len) *len = text.n - 1;
     return 0;
 }
+
+int ts_chat_template_name(const ts_tokenizer *t, const char *template_name, const char **name, char *err,
+                          size_t errlen) {
+    *name = NULL;
+    ts_chat_kind kind;
+    if (ts_chat_select(template_name, ts_tokenizer_chat_template(t), &kind, err, errlen)) return -1;
+    *name = ts_chat_kind_name(kind);
+    return 0;
+}

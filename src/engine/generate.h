@@ -21,33 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct ts_textgen {
-    ts_detok d;
-    const char *const *stops; /* borrowed; n_stops non-empty strings */
-    int n_stops;
-    ts_text *out; /* the whole generated text (ends before the stop string once one is found) */
-    size_t safe;  /* bytes of out that are final; no stop string can start before this byte */
-    bool stopped; /* a stop string was found: nothing more may be pushed */
-    bool finished;
-} ts_textgen;
-
-void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops,
-                     ts_text *out);
-
-/* Appends the text of one token. Returns 1 when the text now contains a stop string (out is cut
- * before it and everything is released), 0 when generation may go on, −1 with err on failure
- * (an id outside the vocabulary, out of memory). */
-int ts_textgen_push(ts_textgen *g, int32_t id, char *err, size_t errlen);
-
-/* The generation is over (end-of-generation token, length, cancel): flushes the detokenizer's
- * held bytes (an incomplete character becomes U+FFFD) and releases everything. 0 or −1 (out of
- * memory). Nothing to do after a stop string. */
-int ts_textgen_finish(ts_textgen *g);
-
-/* Bytes of out that are final (may be shown). */
-static inline size_t ts_textgen_safe(const ts_textgen *g) {
-    return g->safe;
-}
+/* ts_textgen and its functions: include/turbospark.h. */
 
 /* Length of the longest suffix of s[0..n) that is a proper prefix of one of the stop strings
  * (exported for tests). */
