@@ -253,7 +253,8 @@ int ts_detok_flush(ts_detok *d, ts_text *out);
 /* ---- chat --------------------------------------------------------------------------------- */
 
 /* Renders a conversation as the model's prompt text, as transformers' apply_chat_template does.
- * messages_json: a JSON array of OpenAI chat messages ({"role", "content", "reasoning_content",
+ * messages_json: a JSON array of OpenAI chat messages ({"role", "content" (a string, null, or text
+ * parts joined by newlines), "reasoning_content",
  * "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL, "null" or a JSON array of tools;
  * kwargs_json: NULL or a JSON object of template variables (enable_thinking). template_name: NULL
  * or "" for the template the tokenizer's file carries, else "chatml", "qwen3" or "qwen3-thinking".

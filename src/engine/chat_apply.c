@@ -40,7 +40,8 @@ static int parse(const char *what, const char *text, int want_array, cJSON **out
     return 0;
 }
 
-/* content: a string, null, or an array of {"type": "text", "text": ...} parts (joined). */
+/* content: a string, null, or an array of {"type": "text", "text": ...} parts (joined by newlines,
+ * as the server joins them). */
 static int content_text(chat_input *in, const cJSON *c, int i, const char **out, char *err, size_t errlen) {
     if (!c || cJSON_IsNull(c)) return *out = "", 0;
     if (cJSON_IsString(c)) return *out = c->valuestring, 0;
@@ -56,7 +57,7 @@ static int content_text(chat_input *in, const cJSON *c, int i, const char **out,
                            "messages[%d].content[%d] is not a text part ({\"type\": \"text\", \"text\": ...}): only "
                            "the text model is loaded",
                            i, k);
-        if (ts_text_append(t, tx->valuestring, strlen(tx->valuestring)))
+        if ((k > 0 && ts_text_append(t, "\n", 1)) || ts_text_append(t, tx->valuestring, strlen(tx->valuestring)))
             return ts_errf(err, errlen, "out of memory rendering a chat");
         k++;
     }

@@ -2,19 +2,10 @@
  * endpoints over the scheduler, server-sent events, and the process's life cycle. */
 #include "server/server.h"
 
-#include "common/error.h"
-#include "engine/gbnf.h"
-#include "engine/json_schema.h"
-#include "engine/reasoning.h"
-#include "engine/toolcall.h"
-#include "gguf/gguf.h"
-#include "model/qwen4exp.h"
 #include "server/guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sched.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
 #include "turbospark.h"
 
 #include <arpa/inet.h>
@@ -46,7 +37,7 @@ typedef struct server {
     ts_metrics mt;
     ts_sampler_params defaults;
     bool chat_ok;
-    ts_chat_kind chat_kind;
+    const char *chat_name; /* the chat template (ts_chat_template_name) */
     char chat_err[512];
     char model_name[256];
     long long created;
@@ -211,7 +202,7 @@ static int model_json(server *S, ts_text *t) {
         ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"turbospark\",\"meta\":{\"n_ctx_slot\":%" PRId64
         ",\"n_slots\":%d,\"n_ctx_train\":%" PRId64 ",\"n_vocab\":%d,\"chat_template\":\"%s\"}}",
         S->created, S->n_ctx, S->o->n_slots, ts_model_n_ctx_train(S->m), (int)ts_model_n_vocab(S->m),
-        S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none");
+        S->chat_ok ? S->chat_name : "none");
     rc |= ts_text_append(t, buf, (size_t)n);
     return rc;
 }
@@ -271,7 +262,7 @@ static enum MHD_Result handle_props(req *q) {
         ",\"n_vocab\":%d,\"chat_template_name\":\"%s\",\"model_alias\":",
         S->n_ctx, d->temperature, d->top_k, d->top_p, d->min_p, d->repeat_penalty, d->penalty_last_n,
         d->presence_penalty, d->frequency_penalty, S->o->n_slots, S->n_ctx, ts_model_n_ctx_train(S->m),
-        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none");
+        (int)ts_model_n_vocab(S->m), S->chat_ok ? S->chat_name : "none");
     int rc = n < 0 || (size_t)n >= sizeof buf ? -1 : ts_text_append(&t, buf, (size_t)n);
     rc |= ts_json_string(&t, S->model_name, strlen(S->model_name));
     rc |= ts_text_append(&t, ",\"model_path\":", 14);
@@ -662,11 +653,11 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
         }
         ts_text prompt = {0};
         bool tools_on = r.n_tools && r.tool_choice != TS_TOOLS_NONE;
-        ts_chat_opts co = {.add_generation_prompt = r.add_generation_prompt,
-                           .enable_thinking = r.enable_thinking,
-                           .tools = tools_on ? r.tool_texts : NULL,
-                           .n_tools = tools_on ? r.n_tools : 0};
-        int bad = ts_chat_render(S->chat_kind, r.msgs, r.n_msgs, &co, &prompt, err, sizeof err);
+        const char *kwargs = r.enable_thinking < 0 ? NULL
+                             : r.enable_thinking   ? "{\"enable_thinking\": true}"
+                                                   : "{\"enable_thinking\": false}";
+        int bad = ts_chat_apply(S->tok, S->o->chat_template, r.messages_json, tools_on ? r.tools_json : NULL, kwargs,
+                                r.add_generation_prompt, &prompt.s, &prompt.n, err, sizeof err);
         if (!bad && prompt.n > S->max_prompt_bytes) {
             ts_text_free(&prompt);
             ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
@@ -1273,7 +1264,7 @@ int ts_serve(const ts_server_opts *o) {
     int status = 1;
     bool metrics_ok = false;
     if (ts_model_load(o->model_path, &S->m, err, sizeof err)) goto fail;
-    if (ts_tokenizer_load(S->m->gguf, &S->tok, err, sizeof err)) goto fail;
+    if (ts_model_tokenizer(S->m, &S->tok, err, sizeof err)) goto fail;
     S->defaults = o->sp;
     ts_model_sampling(S->m, &S->defaults, o->sp_given);
     {
@@ -1285,8 +1276,7 @@ int ts_serve(const ts_server_opts *o) {
         }
         ts_sampler_free(probe);
     }
-    S->chat_ok = !ts_chat_select(o->chat_template, ts_tokenizer_chat_template(S->tok), &S->chat_kind,
-                                 S->chat_err, sizeof S->chat_err);
+    S->chat_ok = !ts_chat_template_name(S->tok, o->chat_template, &S->chat_name, S->chat_err, sizeof S->chat_err);
     if (!S->chat_ok && o->chat_template) {
         ts_errf(err, sizeof err, "%s", S->chat_err);
         goto fail;
@@ -1358,7 +1348,7 @@ int ts_serve(const ts_server_opts *o) {
             "serve: model %s ('%s', chat template %s) loaded in %.2f s; %d slots x %" PRId64
             " tokens (%.1f MiB of state); "
             "sampling defaults: temp %.2f top-k %d top-p %.2f min-p %.2f%s\n",
-            o->model_path, S->model_name, S->chat_ok ? ts_chat_kind_name(S->chat_kind) : "none",
+            o->model_path, S->model_name, S->chat_ok ? S->chat_name : "none",
             ts_now() - t0, o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0,
             S->defaults.temperature, S->defaults.top_k, S->defaults.top_p, S->defaults.min_p,
             o->api_key ? "; API key required" : "");

@@ -149,14 +149,26 @@ static void test_chat_apply_refusals(void **state) {
     expect_chat_error(t, "qwen3", user, "{}", NULL, "the tools must be a JSON array");
     expect_chat_error(t, "qwen3", user, NULL, "{\"enable_thinking\": \"yes\"}", "enable_thinking must be true or false");
     expect_chat_error(t, "jinja9", user, NULL, NULL, "jinja9");
-    /* content parts are joined; developer is system; unknown template variables are ignored */
+    /* content parts are joined by newlines; developer is system; unknown template variables are ignored */
     char *out = NULL, err[512];
     assert_int_equal(ts_chat_apply(t, "chatml",
                                    "[{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
                                    "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
                                    NULL, "{\"other\": 1}", false, &out, NULL, err, sizeof err),
                      0);
-    assert_string_equal(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n");
+    assert_string_equal(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n");
+    free(out);
+    /* tool-call arguments: a string as given, an object as the template's tojson writes it */
+    assert_int_equal(ts_chat_apply(t, "qwen3",
+                                   "[{\"role\": \"user\", \"content\": \"go\"}, {\"role\": \"assistant\", "
+                                   "\"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+                                   "\"arguments\": {\"b\":[true,1.5]}}}, {\"function\": {\"name\": \"g\", "
+                                   "\"arguments\": \"{\\\"a\\\":1}\"}}]}]",
+                                   NULL, NULL, false, &out, NULL, err, sizeof err),
+                     0);
+    if (!strstr(out, "{\"name\": \"f\", \"arguments\": {\"b\": [true, 1.5]}}") ||
+        !strstr(out, "{\"name\": \"g\", \"arguments\": {\"a\":1}}"))
+        fail_msg("tool calls rendered as:\n%s", out);
     free(out);
     ts_tokenizer_free(t);
 }
