@@ -21,7 +21,7 @@ typedef struct cpu_ctx {
 typedef struct cpu_seq {
     const ts_model *m;
     ts_seq_state st;
-    ts_cpu_work *w;        /* workspaces for micro-batches of up to ubatch rows */
+    ts_cpu_work *w; /* workspaces for micro-batches of up to ubatch rows */
     int64_t ubatch;
     ts_seq_state **states; /* [ubatch] the states of a micro-batch this sequence hosts */
 } cpu_seq;
@@ -35,7 +35,9 @@ static int cpu_ctx_new(const ts_model *m, const ts_backend_plan *p, void **out, 
     return 0;
 }
 
-static void cpu_ctx_free(void *c) { free(c); }
+static void cpu_ctx_free(void *c) {
+    free(c);
+}
 
 static void cpu_seq_free(void *p) {
     cpu_seq *q = p;
@@ -59,7 +61,8 @@ static int cpu_seq_new(void *ctx, int64_t n_ctx, int64_t ubatch, void **out, cha
     q->states = malloc((size_t)ubatch * sizeof *q->states);
     if (!q->states) {
         cpu_seq_free(q);
-        return ts_errf(err, errlen, "out of memory for the micro-batch tables of %lld rows", (long long)ubatch);
+        return ts_errf(err, errlen, "out of memory for the micro-batch tables of %lld rows",
+                       (long long)ubatch);
     }
     if (!(q->w = ts_cpu_work_new(m, ubatch, n_ctx, err, errlen))) {
         cpu_seq_free(q);
@@ -76,7 +79,9 @@ static int cpu_seq_reset(void *p, char *err, size_t errlen) {
     return 0;
 }
 
-static int64_t cpu_seq_pos(const void *p) { return ((const cpu_seq *)p)->st.pos; }
+static int64_t cpu_seq_pos(const void *p) {
+    return ((const cpu_seq *)p)->st.pos;
+}
 
 static size_t cpu_seq_bytes(const void *p) {
     const cpu_seq *q = p;
@@ -125,17 +130,19 @@ static void cpu_snapshot_save(const void *p, void *data) {
     const cpu_seq *q = p;
     memcpy(data, q->st.ple_ctx, sizeof q->st.ple_ctx);
     pack_ctx c = {.buf = data, .n = sizeof q->st.ple_ctx, .out = true};
-    ts_seq_state_regions((ts_seq_state *)&q->st, q->m, q->st.pos, pack_region, &c); /* the regions are only read */
+    ts_seq_state_regions((ts_seq_state *)&q->st, q->m, q->st.pos, pack_region,
+                         &c); /* the regions are only read */
 }
 
 static int cpu_snapshot_load(void *p, const void *data, size_t bytes, int64_t pos, char *err, size_t errlen) {
     cpu_seq *q = p;
     const size_t want = snapshot_size(q, pos);
     if (bytes != want)
-        return ts_errf(err, errlen,
-                       "the snapshot holds %zu bytes of state where %lld tokens of this model on the CPU backend "
-                       "take %zu: it was saved from another model or backend, or it is damaged",
-                       bytes, (long long)pos, want);
+        return ts_errf(
+            err, errlen,
+            "the snapshot holds %zu bytes of state where %lld tokens of this model on the CPU backend "
+            "take %zu: it was saved from another model or backend, or it is damaged",
+            bytes, (long long)pos, want);
     pack_ctx c = {.buf = (unsigned char *)data, .n = sizeof q->st.ple_ctx, .out = false};
     ts_seq_state_regions(&q->st, q->m, pos, pack_region, &c);
     memcpy(q->st.ple_ctx, data, sizeof q->st.ple_ctx);

@@ -19,7 +19,9 @@ static int cuda_ctx_new(const ts_model *m, const ts_backend_plan *p, void **out,
     return ts_cuda_ctx_new(m, p, (ts_cuda_ctx **)out, err, errlen);
 }
 
-static void cuda_ctx_free(void *c) { ts_cuda_ctx_free(c); }
+static void cuda_ctx_free(void *c) {
+    ts_cuda_ctx_free(c);
+}
 
 static void cuda_seq_free(void *p) {
     cuda_seq *s = p;
@@ -47,9 +49,15 @@ static int cuda_seq_new(void *ctx, int64_t n_ctx, int64_t ubatch, void **out, ch
     return 0;
 }
 
-static int cuda_seq_reset(void *p, char *err, size_t errlen) { return ts_cuda_seq_reset(((cuda_seq *)p)->q, err, errlen); }
-static int64_t cuda_seq_pos(const void *p) { return ts_cuda_seq_pos(((const cuda_seq *)p)->q); }
-static size_t cuda_seq_bytes(const void *p) { return ts_cuda_seq_bytes(((const cuda_seq *)p)->q); }
+static int cuda_seq_reset(void *p, char *err, size_t errlen) {
+    return ts_cuda_seq_reset(((cuda_seq *)p)->q, err, errlen);
+}
+static int64_t cuda_seq_pos(const void *p) {
+    return ts_cuda_seq_pos(((const cuda_seq *)p)->q);
+}
+static size_t cuda_seq_bytes(const void *p) {
+    return ts_cuda_seq_bytes(((const cuda_seq *)p)->q);
+}
 
 static int64_t cuda_max_rows(const void *ctx, const void *p) {
     (void)p;
@@ -70,7 +78,9 @@ static void cuda_info(const void *ctx, ts_backend_info *out) {
     out->seq_state_bytes = p->seq_state;
 }
 
-static double cuda_bandwidth(void *ctx) { return ts_cuda_measure_bandwidth(ctx); }
+static double cuda_bandwidth(void *ctx) {
+    return ts_cuda_measure_bandwidth(ctx);
+}
 
 static int cuda_profile_step(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err,
                              size_t errlen) {

@@ -45,8 +45,8 @@ typedef struct ts_backend_ops {
     int (*seq_new)(void *ctx, int64_t n_ctx, int64_t ubatch, void **seq, char *err, size_t errlen);
     void (*seq_free)(void *seq);
     int (*seq_reset)(void *seq, char *err, size_t errlen); /* back to an empty sequence */
-    int64_t (*seq_pos)(const void *seq);                     /* tokens consumed so far */
-    size_t (*seq_bytes)(const void *seq);                    /* state + workspaces the sequence owns */
+    int64_t (*seq_pos)(const void *seq);                   /* tokens consumed so far */
+    size_t (*seq_bytes)(const void *seq);                  /* state + workspaces the sequence owns */
     int64_t (*max_rows)(const void *ctx, const void *seq);
     /* dst := src (dst's context holds src's tokens, the engine checked it). NULL: not implemented. */
     int (*seq_copy)(void *dst, const void *src, char *err, size_t errlen);
@@ -64,7 +64,8 @@ typedef struct ts_backend_ops {
     /* Benchmarks: the time of each block kind (names[k], ms[k], k < the returned count ≤
      * TS_PROFILE_MAX_KINDS) over one decode step of seq (one token, checked by the engine; seq
      * advances by one), or −1 with err. NULL: not available. */
-    int (*profile_step)(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err, size_t errlen);
+    int (*profile_step)(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err,
+                        size_t errlen);
     bool needs_plan; /* the context needs a memory plan: ts_model_cuda_init or a first session makes it */
 } ts_backend_ops;
 

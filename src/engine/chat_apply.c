@@ -45,19 +45,23 @@ static int parse(const char *what, const char *text, int want_array, cJSON **out
 static int content_text(chat_input *in, const cJSON *c, int i, const char **out, char *err, size_t errlen) {
     if (!c || cJSON_IsNull(c)) return *out = "", 0;
     if (cJSON_IsString(c)) return *out = c->valuestring, 0;
-    if (!cJSON_IsArray(c)) return ts_errf(err, errlen, "messages[%d].content must be a string or an array of parts", i);
+    if (!cJSON_IsArray(c))
+        return ts_errf(err, errlen, "messages[%d].content must be a string or an array of parts", i);
     ts_text *t = new_text(in);
     if (!t) return ts_errf(err, errlen, "out of memory rendering a chat");
     const cJSON *p;
     int k = 0;
     cJSON_ArrayForEach(p, c) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type"), *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type"),
+                    *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") || !cJSON_IsString(tx))
-            return ts_errf(err, errlen,
-                           "messages[%d].content[%d] is not a text part ({\"type\": \"text\", \"text\": ...}): only "
-                           "the text model is loaded",
-                           i, k);
-        if ((k > 0 && ts_text_append(t, "\n", 1)) || ts_text_append(t, tx->valuestring, strlen(tx->valuestring)))
+            return ts_errf(
+                err, errlen,
+                "messages[%d].content[%d] is not a text part ({\"type\": \"text\", \"text\": ...}): only "
+                "the text model is loaded",
+                i, k);
+        if ((k > 0 && ts_text_append(t, "\n", 1)) ||
+            ts_text_append(t, tx->valuestring, strlen(tx->valuestring)))
             return ts_errf(err, errlen, "out of memory rendering a chat");
         k++;
     }
@@ -66,29 +70,38 @@ static int content_text(chat_input *in, const cJSON *c, int i, const char **out,
     return 0;
 }
 
-static int read_message(chat_input *in, const cJSON *m, int i, ts_chat_tool_call **calls, char *err, size_t errlen) {
+static int read_message(chat_input *in, const cJSON *m, int i, ts_chat_tool_call **calls, char *err,
+                        size_t errlen) {
     ts_chat_msg *cm = &in->msgs[i];
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     if (!cJSON_IsObject(m) || !cJSON_IsString(role))
         return ts_errf(err, errlen, "messages[%d] must be an object with a string role", i);
     const char *r = role->valuestring;
     cm->role = !strcmp(r, "developer") ? "system" : r;
-    if (strcmp(cm->role, "system") && strcmp(cm->role, "user") && strcmp(cm->role, "assistant") && strcmp(cm->role, "tool"))
-        return ts_errf(err, errlen, "messages[%d].role is '%.32s'; expected system, developer, user, assistant or tool", i, r);
-    if (content_text(in, cJSON_GetObjectItemCaseSensitive(m, "content"), i, &cm->content, err, errlen)) return -1;
+    if (strcmp(cm->role, "system") && strcmp(cm->role, "user") && strcmp(cm->role, "assistant") &&
+        strcmp(cm->role, "tool"))
+        return ts_errf(err, errlen,
+                       "messages[%d].role is '%.32s'; expected system, developer, user, assistant or tool", i,
+                       r);
+    if (content_text(in, cJSON_GetObjectItemCaseSensitive(m, "content"), i, &cm->content, err, errlen))
+        return -1;
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
     if (rc && !cJSON_IsNull(rc) && !cJSON_IsString(rc))
         return ts_errf(err, errlen, "messages[%d].reasoning_content must be a string", i);
     cm->reasoning_content = cJSON_IsString(rc) ? rc->valuestring : NULL;
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
-    if (tc && !cJSON_IsNull(tc) && !cJSON_IsArray(tc)) return ts_errf(err, errlen, "messages[%d].tool_calls must be an array", i);
+    if (tc && !cJSON_IsNull(tc) && !cJSON_IsArray(tc))
+        return ts_errf(err, errlen, "messages[%d].tool_calls must be an array", i);
     cm->tool_calls = *calls;
     int k = 0;
     cJSON_ArrayForEach(c, tc) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *a = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"),
+                    *a = cJSON_GetObjectItemCaseSensitive(f, "arguments");
         if (!cJSON_IsString(nm) || (a && !cJSON_IsString(a) && !cJSON_IsObject(a)))
-            return ts_errf(err, errlen, "messages[%d].tool_calls[%d] must be {\"function\": {\"name\", \"arguments\"}}", i, k);
+            return ts_errf(err, errlen,
+                           "messages[%d].tool_calls[%d] must be {\"function\": {\"name\", \"arguments\"}}", i,
+                           k);
         ts_chat_tool_call *call = (*calls)++;
         call->name = nm->valuestring;
         call->arguments = !a ? "{}" : cJSON_IsString(a) ? a->valuestring : json_text(in, a);
@@ -102,20 +115,23 @@ static int read_message(chat_input *in, const cJSON *m, int i, ts_chat_tool_call
 static size_t count_calls(const cJSON *messages) {
     size_t n = 0;
     const cJSON *m;
-    cJSON_ArrayForEach(m, messages) n += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+    cJSON_ArrayForEach(m, messages) n +=
+        (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
     return n;
 }
 
-static int render(chat_input *in, const ts_tokenizer *t, const char *template_name, bool add_generation_prompt,
-                  ts_text *out, char *err, size_t errlen) {
-    const int n_msgs = cJSON_GetArraySize(in->messages), n_tools = in->tools ? cJSON_GetArraySize(in->tools) : 0;
+static int render(chat_input *in, const ts_tokenizer *t, const char *template_name,
+                  bool add_generation_prompt, ts_text *out, char *err, size_t errlen) {
+    const int n_msgs = cJSON_GetArraySize(in->messages),
+              n_tools = in->tools ? cJSON_GetArraySize(in->tools) : 0;
     const size_t n_calls = count_calls(in->messages);
     in->cap_owned = (size_t)n_msgs + n_calls + (size_t)n_tools;
     in->owned = calloc(in->cap_owned + 1, sizeof *in->owned);
     in->msgs = calloc((size_t)n_msgs + 1, sizeof *in->msgs);
     in->calls = calloc(n_calls + 1, sizeof *in->calls);
     in->tool_texts = calloc((size_t)n_tools + 1, sizeof *in->tool_texts);
-    if (!in->owned || !in->msgs || !in->calls || !in->tool_texts) return ts_errf(err, errlen, "out of memory rendering a chat");
+    if (!in->owned || !in->msgs || !in->calls || !in->tool_texts)
+        return ts_errf(err, errlen, "out of memory rendering a chat");
     ts_chat_tool_call *calls = in->calls;
     int i = 0;
     const cJSON *m;
@@ -123,19 +139,22 @@ static int render(chat_input *in, const ts_tokenizer *t, const char *template_na
     for (i = 0; i < n_tools; i++)
         if (!(in->tool_texts[i] = json_text(in, cJSON_GetArrayItem(in->tools, i))))
             return ts_errf(err, errlen, "out of memory rendering a chat");
-    ts_chat_opts o = {.add_generation_prompt = add_generation_prompt, .enable_thinking = -1,
-                      .tools = in->tool_texts, .n_tools = (size_t)n_tools};
+    ts_chat_opts o = {.add_generation_prompt = add_generation_prompt,
+                      .enable_thinking = -1,
+                      .tools = in->tool_texts,
+                      .n_tools = (size_t)n_tools};
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(in->kwargs, "enable_thinking");
-    if (th && !cJSON_IsBool(th)) return ts_errf(err, errlen, "the template variable enable_thinking must be true or false");
+    if (th && !cJSON_IsBool(th))
+        return ts_errf(err, errlen, "the template variable enable_thinking must be true or false");
     if (th) o.enable_thinking = cJSON_IsTrue(th);
     ts_chat_kind kind;
     if (ts_chat_select(template_name, ts_tokenizer_chat_template(t), &kind, err, errlen)) return -1;
     return ts_chat_render(kind, in->msgs, (size_t)n_msgs, &o, out, err, errlen);
 }
 
-int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *messages_json, const char *tools_json,
-                  const char *kwargs_json, bool add_generation_prompt, char **out, size_t *len, char *err,
-                  size_t errlen) {
+int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *messages_json,
+                  const char *tools_json, const char *kwargs_json, bool add_generation_prompt, char **out,
+                  size_t *len, char *err, size_t errlen) {
     *out = NULL;
     if (len) *len = 0;
     chat_input in = {0};

@@ -38,7 +38,8 @@ int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_
     *out = NULL;
     const ts_backend_ops *be = ts_backend_ops_of(ts_session_backend(s));
     if (!be->snapshot_bytes)
-        return ts_errf(err, errlen, "snapshots of a session's state are not implemented on the %s backend yet", be->name);
+        return ts_errf(err, errlen,
+                       "snapshots of a session's state are not implemented on the %s backend yet", be->name);
     const void *seq = ts_session_backend_seq(s);
     const size_t n = be->snapshot_bytes(seq);
     ts_snapshot *snap = calloc(1, sizeof *snap);
@@ -47,8 +48,11 @@ int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_
         free(snap), free(buf);
         return ts_errf(err, errlen, "out of memory for a snapshot of %.1f MiB", n / 1048576.0);
     }
-    *snap = (ts_snapshot){.m = ts_session_model(s), .backend = ts_session_backend(s), .pos = ts_session_pos(s),
-                          .n = n, .data = buf};
+    *snap = (ts_snapshot){.m = ts_session_model(s),
+                          .backend = ts_session_backend(s),
+                          .pos = ts_session_pos(s),
+                          .n = n,
+                          .data = buf};
     be->snapshot_save(seq, buf);
     *out = snap;
     return 0;
@@ -59,17 +63,24 @@ int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t
     if (snap->m != ts_session_model(s))
         return ts_errf(err, errlen, "a snapshot can only be restored into a session of its model");
     if (!be->snapshot_load)
-        return ts_errf(err, errlen, "snapshots of a session's state are not implemented on the %s backend yet", be->name);
+        return ts_errf(err, errlen,
+                       "snapshots of a session's state are not implemented on the %s backend yet", be->name);
     if (snap->backend != ts_session_backend(s))
-        return ts_errf(err, errlen, "a snapshot can only be restored into a session of the backend it was taken on");
+        return ts_errf(err, errlen,
+                       "a snapshot can only be restored into a session of the backend it was taken on");
     if (snap->pos > ts_session_n_ctx(s))
-        return ts_errf(err, errlen, "the snapshot holds %" PRId64 " tokens, more than the session's context of %" PRId64,
+        return ts_errf(err, errlen,
+                       "the snapshot holds %" PRId64 " tokens, more than the session's context of %" PRId64,
                        snap->pos, ts_session_n_ctx(s));
     return be->snapshot_load(ts_session_backend_seq(s), snap->data, snap->n, snap->pos, err, errlen);
 }
 
-int64_t ts_snapshot_pos(const ts_snapshot *snap) { return snap->pos; }
-size_t ts_snapshot_bytes(const ts_snapshot *snap) { return sizeof *snap + snap->n; }
+int64_t ts_snapshot_pos(const ts_snapshot *snap) {
+    return snap->pos;
+}
+size_t ts_snapshot_bytes(const ts_snapshot *snap) {
+    return sizeof *snap + snap->n;
+}
 
 void ts_snapshot_free(ts_snapshot *snap) {
     if (!snap) return;
@@ -111,26 +122,33 @@ int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char 
     return 0;
 }
 
-int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err, size_t errlen) {
+int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err,
+                       size_t errlen) {
     *out = NULL;
     const unsigned char *p = data;
     if (size < k_header || memcmp(p, k_magic, 8))
-        return ts_errf(err, errlen, "these %zu bytes are not a turbospark session state (no TSSNAP header)", size);
+        return ts_errf(err, errlen, "these %zu bytes are not a turbospark session state (no TSSNAP header)",
+                       size);
     uint32_t version, backend;
     int64_t pos;
     uint64_t model, n;
     memcpy(&version, p + 8, 4), memcpy(&backend, p + 12, 4), memcpy(&pos, p + 16, 8);
     memcpy(&model, p + 24, 8), memcpy(&n, p + 32, 8);
     if (version != k_version)
-        return ts_errf(err, errlen, "a session state of format version %" PRIu32 " (this build reads version %d)", version,
+        return ts_errf(err, errlen,
+                       "a session state of format version %" PRIu32 " (this build reads version %d)", version,
                        k_version);
     if (backend >= TS_MODEL_BACKENDS || pos < 0)
-        return ts_errf(err, errlen, "the session state's header is damaged (backend %" PRIu32 ", position %" PRId64 ")",
+        return ts_errf(err, errlen,
+                       "the session state's header is damaged (backend %" PRIu32 ", position %" PRId64 ")",
                        backend, pos);
     if (model != model_fingerprint(m))
-        return ts_errf(err, errlen, "the session state was saved with another model (its tensors differ from this one's)");
+        return ts_errf(err, errlen,
+                       "the session state was saved with another model (its tensors differ from this one's)");
     if (n != size - k_header)
-        return ts_errf(err, errlen, "the session state says %" PRIu64 " bytes of state but holds %zu: it is truncated or damaged",
+        return ts_errf(err, errlen,
+                       "the session state says %" PRIu64
+                       " bytes of state but holds %zu: it is truncated or damaged",
                        n, size - k_header);
     ts_snapshot *snap = calloc(1, sizeof *snap);
     unsigned char *buf = malloc(n ? n : 1);
@@ -159,11 +177,14 @@ int ts_session_save_file(const ts_session *s, const char *path, char *err, size_
         rc = ts_errf(err, errlen, "the path %.200s... is too long", path);
     } else {
         FILE *f = fopen(tmp, "wb");
-        if (!f) rc = ts_errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        if (!f)
+            rc = ts_errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         else {
             const bool ok = fwrite(data, 1, size, f) == size;
-            if (fclose(f) || !ok) rc = ts_errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-            else if (rename(tmp, path)) rc = ts_errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+            if (fclose(f) || !ok)
+                rc = ts_errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+            else if (rename(tmp, path))
+                rc = ts_errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
             if (rc) remove(tmp);
         }
     }
@@ -177,9 +198,12 @@ int ts_session_load_file(ts_session *s, const char *path, char *err, size_t errl
     long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
     unsigned char *data = size >= 0 && !fseek(f, 0, SEEK_SET) ? malloc(size ? (size_t)size : 1) : NULL;
     int rc = 0;
-    if (size < 0) rc = ts_errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-    else if (!data) rc = ts_errf(err, errlen, "out of memory reading %s (%ld bytes)", path, size);
-    else if (fread(data, 1, (size_t)size, f) != (size_t)size) rc = ts_errf(err, errlen, "cannot read %s", path);
+    if (size < 0)
+        rc = ts_errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    else if (!data)
+        rc = ts_errf(err, errlen, "out of memory reading %s (%ld bytes)", path, size);
+    else if (fread(data, 1, (size_t)size, f) != (size_t)size)
+        rc = ts_errf(err, errlen, "cannot read %s", path);
     fclose(f);
     ts_snapshot *snap = NULL;
     char e2[512];

@@ -31,7 +31,9 @@
 static char g_path[256], g_other[256];
 static ts_model *g_m, *g_other_m;
 
-static const char *fixtures(void) { return getenv("TS_FIXTURES") ? getenv("TS_FIXTURES") : "tests/fixtures"; }
+static const char *fixtures(void) {
+    return getenv("TS_FIXTURES") ? getenv("TS_FIXTURES") : "tests/fixtures";
+}
 
 static int synth(const char *path, uint32_t n_layer, ts_model **m) {
     char err[512];
@@ -95,19 +97,21 @@ static int check_renderings(const ts_tokenizer *t, const char *rel, const char *
         const cJSON *conv = cJSON_GetObjectItem(convs, cJSON_GetObjectItem(c, "conversation")->valuestring);
         const cJSON *msgs = cJSON_IsArray(conv) ? conv : cJSON_GetObjectItem(conv, "messages");
         const cJSON *tools = cJSON_IsArray(conv) ? NULL : cJSON_GetObjectItem(conv, "tools");
-        const cJSON *tmpl = cJSON_GetObjectItem(c, "template"), *think = cJSON_GetObjectItem(c, "enable_thinking");
-        const char *name = fixed_template ? fixed_template
-                           : !strcmp(tmpl->valuestring, "demo")    ? "qwen3"
-                           : !strcmp(tmpl->valuestring, "chatml")  ? "chatml"
-                                                                   : "qwen3-thinking";
+        const cJSON *tmpl = cJSON_GetObjectItem(c, "template"),
+                    *think = cJSON_GetObjectItem(c, "enable_thinking");
+        const char *name = fixed_template                         ? fixed_template
+                           : !strcmp(tmpl->valuestring, "demo")   ? "qwen3"
+                           : !strcmp(tmpl->valuestring, "chatml") ? "chatml"
+                                                                  : "qwen3-thinking";
         char *mj = cJSON_PrintUnformatted(msgs), *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
-        const char *kw = cJSON_IsTrue(think) ? "{\"enable_thinking\": true}"
+        const char *kw = cJSON_IsTrue(think)    ? "{\"enable_thinking\": true}"
                          : cJSON_IsFalse(think) ? "{\"enable_thinking\": false}"
                                                 : NULL;
         char *out = NULL, err[512];
         size_t len = 0;
-        int rc = ts_chat_apply(t, name, mj, tj, kw, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")), &out,
-                               &len, err, sizeof err);
+        int rc =
+            ts_chat_apply(t, name, mj, tj, kw, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")),
+                          &out, &len, err, sizeof err);
         if (rc) fail_msg("%s case %d: %s", rel, n, err);
         const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
         if (len != strlen(want) || memcmp(out, want, len))
@@ -141,21 +145,24 @@ static void test_chat_apply_refusals(void **state) {
     const char *user = "[{\"role\": \"user\", \"content\": \"hi\"}]";
     expect_chat_error(t, "qwen3", "[{\"role\": \"user\"", NULL, NULL, "not valid JSON");
     expect_chat_error(t, "qwen3", "{\"role\": \"user\"}", NULL, NULL, "must be a JSON array");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"wizard\", \"content\": \"x\"}]", NULL, NULL, "messages[0].role is 'wizard'");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL, NULL,
-                      "messages[0].content[0] is not a text part");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 3}]}]", NULL, NULL,
-                      "messages[0].tool_calls[0]");
+    expect_chat_error(t, "qwen3", "[{\"role\": \"wizard\", \"content\": \"x\"}]", NULL, NULL,
+                      "messages[0].role is 'wizard'");
+    expect_chat_error(t, "qwen3", "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL,
+                      NULL, "messages[0].content[0] is not a text part");
+    expect_chat_error(t, "qwen3", "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 3}]}]", NULL,
+                      NULL, "messages[0].tool_calls[0]");
     expect_chat_error(t, "qwen3", user, "{}", NULL, "the tools must be a JSON array");
-    expect_chat_error(t, "qwen3", user, NULL, "{\"enable_thinking\": \"yes\"}", "enable_thinking must be true or false");
+    expect_chat_error(t, "qwen3", user, NULL, "{\"enable_thinking\": \"yes\"}",
+                      "enable_thinking must be true or false");
     expect_chat_error(t, "jinja9", user, NULL, NULL, "jinja9");
     /* content parts are joined by newlines; developer is system; unknown template variables are ignored */
     char *out = NULL, err[512];
-    assert_int_equal(ts_chat_apply(t, "chatml",
-                                   "[{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
-                                   "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
-                                   NULL, "{\"other\": 1}", false, &out, NULL, err, sizeof err),
-                     0);
+    assert_int_equal(
+        ts_chat_apply(t, "chatml",
+                      "[{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
+                      "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
+                      NULL, "{\"other\": 1}", false, &out, NULL, err, sizeof err),
+        0);
     assert_string_equal(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n");
     free(out);
     /* tool-call arguments: a string as given, an object as the template's tojson writes it */
@@ -182,7 +189,8 @@ static ts_session *new_session(ts_model *m, int64_t n_ctx) {
 }
 
 static void fill_ids(int32_t *ids, int n, int32_t V, uint32_t seed) {
-    for (int i = 0; i < n; i++) seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % (uint32_t)V);
+    for (int i = 0; i < n; i++)
+        seed = seed * 1664525u + 1013904223u, ids[i] = (int32_t)((seed >> 8) % (uint32_t)V);
 }
 
 /* The next token's logits of a and b are bit-identical (both continue with the same token). */
@@ -299,7 +307,8 @@ static void test_tokenizer_sources(void **state) {
     (void)state;
     char err[512];
     ts_tokenizer *t = NULL;
-    assert_int_equal(ts_tokenizer_load_gguf(g_path, &t, err, sizeof err), -1); /* the synthetic file has none */
+    assert_int_equal(ts_tokenizer_load_gguf(g_path, &t, err, sizeof err),
+                     -1); /* the synthetic file has none */
     assert_non_null(strstr(err, "tokenizer.ggml"));
     assert_null(t);
     assert_int_equal(ts_tokenizer_load_hf("/nonexistent/hf", &t, err, sizeof err), -1);
@@ -315,7 +324,7 @@ static void test_tokenizer_sources(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_apply_fixtures), cmocka_unit_test(test_chat_apply_refusals),
+        cmocka_unit_test(test_chat_apply_fixtures),   cmocka_unit_test(test_chat_apply_refusals),
         cmocka_unit_test(test_state_bytes_and_files), cmocka_unit_test(test_backend_info),
         cmocka_unit_test(test_tokenizer_sources),
     };
