@@ -36,10 +36,11 @@ static int cuda_seq_new(void *ctx, int64_t n_ctx, int64_t ubatch, void **out, ch
     *out = NULL;
     cuda_seq *s = calloc(1, sizeof *s);
     if (!s) return ts_errf(err, errlen, "out of memory creating a session");
-    s->cap = (int)ts_cuda_ctx_max_rows(ctx);
-    if (!(s->qs = malloc((size_t)s->cap * sizeof *s->qs))) {
+    const int cap = (int)ts_cuda_ctx_max_rows(ctx);
+    s->cap = cap;
+    if (!(s->qs = malloc((size_t)cap * sizeof *s->qs))) {
         free(s);
-        return ts_errf(err, errlen, "out of memory for the micro-batch tables of %d rows", s->cap);
+        return ts_errf(err, errlen, "out of memory for the micro-batch tables of %d rows", cap);
     }
     if (ts_cuda_seq_new(ctx, n_ctx, &s->q, err, errlen)) {
         cuda_seq_free(s);
