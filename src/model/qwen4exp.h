@@ -166,6 +166,29 @@ typedef struct ts_model {
     void (*backend_ctx_free[TS_MODEL_BACKENDS])(void *ctx);
 } ts_model;
 
+/* ---- layout arithmetic ------------------------------------------------------------------------
+ * The sizes of a sequence's state that every backend derives from the hyperparameters, written
+ * once (floats, per layer of the kind that has them). */
+
+/* GDN: channels of the raw q|k|v row that the short convolution runs over, 2·nk·dk + nv·dv. */
+static inline int64_t ts_gdn_conv_dim(const ts_hparams *hp) {
+    return 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+}
+/* GDN: the convolution's history, the last Kc − 1 raw rows. */
+static inline int64_t ts_gdn_conv_floats(const ts_hparams *hp) { return (int64_t)(hp->ssm_conv - 1) * ts_gdn_conv_dim(hp); }
+/* GDN: the fp32 recurrent state, nv × dk × dv. */
+static inline int64_t ts_gdn_state_floats(const ts_hparams *hp) {
+    return (int64_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv;
+}
+/* QSA: K (and V) of one position, nkv × hd. */
+static inline int64_t ts_qsa_kv_width(const ts_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+/* QSA: rows of pooled indexer keys that n tokens can fill (complete blocks, plus one). */
+static inline int64_t ts_qsa_block_rows(const ts_hparams *hp, int64_t n) { return n / hp->compress + 1; }
+/* PLE: the convolution's history, (Kp − 1)·n rows of the wide residual W = C·H (dilation n). */
+static inline int64_t ts_ple_conv_floats(const ts_hparams *hp) {
+    return (int64_t)(hp->ple_conv - 1) * hp->ple_n * hp->hc_count * hp->n_embd;
+}
+
 /* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:
  * free with ts_hparams_free. */
 int ts_hparams_read(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen);

@@ -69,7 +69,7 @@ static void emit_moe(visitor *v, ts_layer_weights *L, const ts_hparams *hp, ts_l
 
 static void emit_gdn(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint32_t l) {
     int64_t H = hp->n_embd, nv = hp->ssm_nv, vdim = (int64_t)hp->ssm_nv * hp->ssm_dv;
-    int64_t conv_dim = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + vdim;
+    int64_t conv_dim = ts_gdn_conv_dim(hp);
     emit(v, SLOT(L, attn_qkv), 'm', false, 2, H, conv_dim, 1, "blk.%u.attn_qkv.weight", l);
     emit(v, SLOT(L, attn_gate), 'm', false, 2, H, vdim, 1, "blk.%u.attn_gate.weight", l);
     emit(v, SLOT(L, ssm_beta), 'm', false, 2, H, nv, 1, "blk.%u.ssm_beta.weight", l);
