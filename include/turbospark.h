@@ -256,22 +256,27 @@ int ts_detok_flush(ts_detok *d, ts_text *out);
 
 /* ---- chat --------------------------------------------------------------------------------- */
 
-/* Renders a conversation as the model's prompt text, as transformers' apply_chat_template does.
- * messages_json: a JSON array of OpenAI chat messages ({"role", "content" (a string, null, or text
- * parts joined by newlines), "reasoning_content",
- * "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL, "null" or a JSON array of tools;
- * kwargs_json: NULL or a JSON object of template variables (enable_thinking). template_name: NULL
- * or "" for the template the tokenizer's file carries, else "chatml", "qwen3" or "qwen3-thinking".
- * *out gets the malloc'd NUL-terminated text (the caller frees it), *len its bytes (len may be NULL). */
-int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *messages_json, const char *tools_json,
-                  const char *kwargs_json, bool add_generation_prompt, char **out, size_t *len, char *err,
-                  size_t errlen);
+/* The chat template of a tokenizer, chosen once: template_name (NULL or "": none asked) a built-in
+ * rendering, "chatml", "qwen3" or "qwen3-thinking"; else, with use_jinja, template_file (a Jinja file;
+ * NULL: none) or the tokenizer's own template rendered by the Jinja engine as transformers'
+ * apply_chat_template does; else the built-in rendering recognised from the tokenizer's template.
+ * note (may be NULL) gets a sentence worth logging when the file's template was set aside, else "".
+ * Refuses, with a sentence naming the --chat-template override, what it cannot render. */
+typedef struct ts_chat ts_chat;
+int ts_chat_new(const ts_tokenizer *t, const char *template_name, const char *template_file, bool use_jinja,
+                ts_chat **out, char *note, size_t notelen, char *err, size_t errlen);
+void ts_chat_free(ts_chat *c);
+const char *ts_chat_name(const ts_chat *c); /* "jinja", or the built-in rendering's name */
 
-/* Which built-in template ts_chat_apply renders with template_name (NULL or "": the one
- * recognised in the tokenizer's file): *name is "chatml", "qwen3" or "qwen3-thinking" (static).
- * Refuses, naming the --chat-template override, a template it cannot render. */
-int ts_chat_template_name(const ts_tokenizer *t, const char *template_name, const char **name, char *err,
-                          size_t errlen);
+/* Renders a conversation as the model's prompt text. messages_json: a JSON array of OpenAI chat
+ * messages ({"role", "content" (a string, null, or text parts joined by newlines),
+ * "reasoning_content", "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL,
+ * "null" or a JSON array of tools; kwargs_json: NULL or a JSON object of template variables
+ * (enable_thinking, and any other a Jinja template reads). *out gets the malloc'd NUL-terminated
+ * text (the caller frees it), *len its bytes (len may be NULL). A ts_chat may render for several
+ * threads at once. */
+int ts_chat_apply(const ts_chat *c, const char *messages_json, const char *tools_json, const char *kwargs_json,
+                  bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
 
 /* ---- sampler ------------------------------------------------------------------------------ */
 

@@ -9,11 +9,11 @@
 set -euo pipefail
 arch=${TS_CUDA_ARCH:-90a}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
-cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul bench_cuda_matmul test_cuda_gemm
+cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul bench_cuda_matmul
 rm -rf .device
 mkdir -p .device/lib
 cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul \
-   build-dev/tests/bench_cuda_matmul build-dev/tests/test_cuda_gemm .device/
+   build-dev/tests/bench_cuda_matmul .device/
 strip .device/turbospark .device/test_cuda_* .device/bench_cuda_matmul
 for lib in $(ldd .device/turbospark .device/test_cuda_forward | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$lib") in
@@ -21,5 +21,5 @@ for lib in $(ldd .device/turbospark .device/test_cuda_forward | awk '/=>/ {print
     *) cp -L "$lib" .device/lib/ ;;
   esac
 done
-tar cJf .device.tar.xz .device
+XZ_OPT=-9 tar cJf .device.tar.xz .device
 du -sh .device .device.tar.xz

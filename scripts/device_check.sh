@@ -3,6 +3,8 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
+#                                         a fixture made here by transformers)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -19,7 +21,7 @@ gate)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   (timeout 150 .device/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
   echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
-  for tc in 1 0; do
+  for tc in ${GATE_TC:-1 0}; do
     (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 .device/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
     echo "fwd TURBOSPARK_CUDA_GEMV_TC=$tc rc=$?"; grep -E "FAIL|passed|x rounded|logits:|micro|together" "$out/fwd$tc.txt" | head -40
   done
@@ -41,5 +43,44 @@ bench)
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
     echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu.csv" | tee "$out/ncu_table.md" | head -40
   fi
+  ;;
+realwidth)
+  # The gate at the released widths: the realwidth_4l fixture made by transformers on this GPU (fp32),
+  # then tests/cuda/realwidth.sh with this bundle's binary.
+  [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
+    (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
+  echo "fixture rc=$?"; tail -3 "$out/rw_make.txt"
+  (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/realwidth.sh) > "$out/realwidth.txt" 2>&1
+  echo "realwidth rc=$?"; cat "$out/realwidth.txt" | tail -14
+  ;;
+sweep)
+  # The tensor-core GEMV's knobs at one token: dense products on it (TURBOSPARK_CUDA_GEMV_TC=2),
+  # warps a block and blocks an SM; the GEMV microbenchmark and batch-1 decode for each.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  for cfg in "1 4 4" "2 4 4" "2 8 4" "2 4 8" "2 8 8"; do
+    set -- $cfg
+    echo "== GEMV_TC=$1 TC_WARPS=$2 TC_PER_SM=$3"
+    export TURBOSPARK_CUDA_GEMV_TC=$1 TURBOSPARK_TC_WARPS=$2 TURBOSPARK_TC_PER_SM=$3
+    (timeout 100 .device/bench_cuda_matmul 10 q4_K q5_K) 2>&1 | grep -E "^(q4_K|q5_K)|copy" | head -8
+    timeout 100 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 --ctx 1 -r 2 2>/dev/null | grep -E "tg"
+  done
+  unset TURBOSPARK_CUDA_GEMV_TC TURBOSPARK_TC_WARPS TURBOSPARK_TC_PER_SM
+  ;;
+diag)
+  # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and
+  # Nsight Compute's stall and occupancy sections for the main kernels of a batch-1 step.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  ls -d /opt/nvidia/nsight-systems*/*/bin /usr/local/cuda*/nsight-systems* /usr/local/cuda/bin/nsys 2>/dev/null; command -v nsys
+  timeout 300 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_warm.csv" \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+  echo "ncu warm rc=$?"; python3 tools/ncu_table.py "$out/ncu_warm.csv" | tee "$out/ncu_warm.md" | head -40
+  for k in gemv_tc_kernel matmul_blocks_kernel hc_write_norm_kernel hc_up_mix_kernel router_kernel matmul_split_kernel; do
+    timeout 120 ncu --clock-control none --cache-control none --profile-from-start off -k regex:$k --launch-skip 6 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section SourceCounters \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_$k.txt" 2>&1
+    echo "sections $k rc=$?"
+  done
   ;;
 esac

@@ -11,6 +11,7 @@ int ts_cmd_devices(int argc, char **argv);
 int ts_cmd_synth(int argc, char **argv);
 int ts_cmd_convert(int argc, char **argv);
 int ts_cmd_quantize(int argc, char **argv);
+int ts_cmd_imatrix(int argc, char **argv);
 int ts_cmd_logits(int argc, char **argv);
 int ts_cmd_generate(int argc, char **argv);
 int ts_cmd_bench(int argc, char **argv);

@@ -67,11 +67,14 @@ int ts_cmd_convert(int argc, char **argv) {
 
 static void quantize_usage(FILE *f) {
     fprintf(f,
-            "usage: turbospark quantize IN.gguf OUT.gguf TYPE [--quiet]\n"
+            "usage: turbospark quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--quiet]\n"
             "\n"
             "Re-encodes every matrix of a qwen4exp GGUF (dequantize, then quantize each row) with the\n"
             "mix TYPE: %s.\n"
-            "Vectors and all metadata are kept; a tensor already of its target type is copied as it is.\n",
+            "Vectors and all metadata are kept; a tensor already of its target type is copied as it is.\n"
+            "  --imatrix FILE  importance matrix (turbospark imatrix or llama-imatrix, .gguf or .dat): its\n"
+            "                  weights steer the fits of the tensors it covers whose type is q2_K, q4_K or\n"
+            "                  q5_K, as llama-quantize does (bit-identical to ggml)\n",
             ts_mix_names());
 }
 
@@ -79,10 +82,13 @@ int ts_cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
     int n_pos = 0;
     bool quiet = false;
+    const char *imatrix = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             quantize_usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--imatrix") && i + 1 < argc) {
+            imatrix = argv[++i];
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             quiet = true;
         } else if (argv[i][0] != '-' && n_pos < 3) {
@@ -103,7 +109,7 @@ int ts_cmd_quantize(int argc, char **argv) {
         return 2;
     }
     char err[2048];
-    if (ts_quantize_gguf(pos[0], pos[1], mix, quiet, err, sizeof err)) {
+    if (ts_quantize_gguf(pos[0], pos[1], mix, imatrix, quiet, err, sizeof err)) {
         fprintf(stderr, "turbospark quantize: %s\n", err);
         return 1;
     }

@@ -24,6 +24,7 @@ static const command k_commands[] = {
     {"bench", ts_cmd_bench, "prompt and generation tokens/s against the memory-bandwidth floor"},
     {"synth", ts_cmd_synth, "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
     {"convert", ts_cmd_convert, "convert a transformers qwen4_exp checkpoint to GGUF"},
+    {"imatrix", ts_cmd_imatrix, "importance matrix of a text for quantization (llama.cpp's method and files)"},
     {"quantize", ts_cmd_quantize, "re-encode a qwen4exp GGUF with a quantization mix (q8_0, q4_k_m, ...)"},
     {"devices", ts_cmd_devices, "list the backends of this build and the CUDA devices it sees"},
 };

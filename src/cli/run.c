@@ -27,7 +27,8 @@
 
 typedef struct gen_opts {
     ts_cli_args a;           /* the shared flags: model, prompt, -n, -c, sampling, ... */
-    const char *chat_template, *system;
+    const char *chat_template, *chat_template_file, *system;
+    bool no_jinja;            /* --no-jinja: the built-in chat templates only */
     const char *json_schema;  /* a schema file, or "" for any JSON object (--json); NULL: free text */
     const char *grammar_file; /* GBNF rules, or NULL */
     int reasoning_format;     /* ts_reasoning_format; −1: none for run, deepseek for chat */
@@ -62,7 +63,10 @@ static void usage(FILE *f, bool chat) {
             chat ? "512 per reply" : "128");
     if (chat)
         fprintf(f, "  -sys, --system-prompt TEXT  system message\n"
-                   "  --chat-template K  chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+                   "  --chat-template K  a built-in template: chatml | qwen3 | qwen3-thinking (default: the\n"
+                   "                     file's own Jinja template, or the built-in one recognised from it)\n"
+                   "  --chat-template-file F  a Jinja chat template to use instead of the file's\n"
+                   "  --jinja / --no-jinja   render the template with the Jinja engine (default) / built-in only\n"
                    "  --think / --no-think   enable_thinking for Qwen3 templates\n"
                    "In the conversation: /exit quits; Ctrl-C stops the reply being written.\n");
     else
@@ -76,6 +80,9 @@ enum {
     OPT_JSON,
     OPT_SYSTEM,
     OPT_CHAT_TEMPLATE,
+    OPT_CHAT_TEMPLATE_FILE,
+    OPT_JINJA,
+    OPT_NO_JINJA,
     OPT_JSON_SCHEMA,
     OPT_GRAMMAR_FILE,
     OPT_REASONING_BUDGET,
@@ -99,6 +106,9 @@ static const struct option k_chat_opts[] = {
     {"sys", required_argument, NULL, OPT_SYSTEM},
     {"system-prompt", required_argument, NULL, OPT_SYSTEM},
     {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+    {"chat-template-file", required_argument, NULL, OPT_CHAT_TEMPLATE_FILE},
+    {"jinja", no_argument, NULL, OPT_JINJA},
+    {"no-jinja", no_argument, NULL, OPT_NO_JINJA},
     {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
     {"grammar-file", required_argument, NULL, OPT_GRAMMAR_FILE},
     {"reasoning-budget", required_argument, NULL, OPT_REASONING_BUDGET},
@@ -115,6 +125,9 @@ static int own_option(void *ctx, int id, const char *v) {
     case OPT_JSON: o->json_schema = ""; return 0;
     case OPT_SYSTEM: o->system = v; return 0;
     case OPT_CHAT_TEMPLATE: o->chat_template = v; return 0;
+    case OPT_CHAT_TEMPLATE_FILE: o->chat_template_file = v; return 0;
+    case OPT_JINJA: o->no_jinja = false; return 0;
+    case OPT_NO_JINJA: o->no_jinja = true; return 0;
     case OPT_JSON_SCHEMA: o->json_schema = v; return 0;
     case OPT_GRAMMAR_FILE: o->grammar_file = v; return 0;
     case OPT_REASONING_BUDGET:
@@ -416,14 +429,14 @@ static int history_add(cJSON *h, const char *role, const char *content) {
 }
 
 /* The prompt text of the conversation (*out malloc'd). */
-static int render(const engine *e, const gen_opts *o, const cJSON *h, char **out, size_t *len, char *err,
+static int render(const ts_chat *chat, const gen_opts *o, const cJSON *h, char **out, size_t *len, char *err,
                   size_t errlen) {
     char *msgs = cJSON_PrintUnformatted(h);
     if (!msgs) return ts_errf(err, errlen, "out of memory");
     const char *kw = o->enable_thinking < 0 ? NULL
                      : o->enable_thinking   ? "{\"enable_thinking\": true}"
                                             : "{\"enable_thinking\": false}";
-    int rc = ts_chat_apply(e->tok, o->chat_template, msgs, NULL, kw, true, out, len, err, errlen);
+    int rc = ts_chat_apply(chat, msgs, NULL, kw, true, out, len, err, errlen);
     free(msgs);
     return rc;
 }
@@ -439,13 +452,16 @@ int ts_cmd_chat(int argc, char **argv) {
     char err[1024];
     engine e;
     if (engine_init(&e, &o, "chat")) { ts_cli_args_free(&o.a); return 1; }
-    const char *template_name;
-    if (ts_chat_template_name(e.tok, o.chat_template, &template_name, err, sizeof err)) {
+    ts_chat *chat;
+    char note[700];
+    if (ts_chat_new(e.tok, o.chat_template, o.chat_template_file, !o.no_jinja, &chat, note, sizeof note, err,
+                    sizeof err)) {
         fprintf(stderr, "turbospark chat: %s\n", err);
         engine_free(&e);
         return 1;
     }
-    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n", template_name);
+    if (note[0]) fprintf(stderr, "note: %s\n", note);
+    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n", ts_chat_name(chat));
     cJSON *h = cJSON_CreateArray();
     int rc = !h || (o.system && history_add(h, "system", o.system)) ? ts_errf(err, sizeof err, "out of memory") : 0;
     char line[16384];
@@ -464,7 +480,7 @@ int ts_cmd_chat(int argc, char **argv) {
         char *prompt_text = NULL;
         size_t prompt_len = 0;
         gen_stats st = {0};
-        rc = render(&e, &o, h, &prompt_text, &prompt_len, err, sizeof err);
+        rc = render(chat, &o, h, &prompt_text, &prompt_len, err, sizeof err);
         if (!rc) rc = ts_tokenize(e.tok, prompt_text, prompt_len, true, &prompt, err, sizeof err);
         if (!rc && (int64_t)prompt.n + 1 >= o.a.n_ctx)
             rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.a.n_ctx);
@@ -481,6 +497,7 @@ int ts_cmd_chat(int argc, char **argv) {
         free(prompt_text), ts_text_free(&reply), ts_tokens_free(&prompt);
     }
     if (rc) fprintf(stderr, "turbospark chat: %s\n", err);
+    ts_chat_free(chat);
     cJSON_Delete(h);
     engine_free(&e);
     ts_cli_args_free(&o.a);

@@ -24,7 +24,10 @@ static void usage(FILE *f) {
            "                       long prompt can hold up the running streams\n"
            "  -t N                 CPU threads\n"
            "  --alias NAME         the model's id in the API (default: the file's name)\n"
-           "  --chat-template K    chatml | qwen3 | qwen3-thinking (default: recognised from the file)\n"
+           "  --chat-template K    a built-in template: chatml | qwen3 | qwen3-thinking (default: the file's own\n"
+           "                       Jinja template, or the built-in one recognised from it)\n"
+           "  --chat-template-file F  a Jinja chat template to use instead of the file's\n"
+           "  --jinja / --no-jinja render chat templates with the Jinja engine (default) / the built-in ones only\n"
            "  --reasoning-format F none | deepseek (default): <think> blocks into reasoning_content\n"
            "  --reasoning-budget N thinking tokens before </think> is forced (default -1: no limit)\n"
            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
@@ -112,6 +115,10 @@ int ts_cmd_serve(int argc, char **argv) {
             o.quiet = true;
             continue;
         }
+        if (!strcmp(a, "--jinja") || !strcmp(a, "--no-jinja")) {
+            o.no_jinja = a[2] == 'n';
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "turbospark serve: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -146,6 +153,8 @@ int ts_cmd_serve(int argc, char **argv) {
             o.alias = v;
         else if (!strcmp(a, "--chat-template"))
             o.chat_template = v;
+        else if (!strcmp(a, "--chat-template-file"))
+            o.chat_template_file = v;
         else if (!strcmp(a, "--reasoning-format")) {
             char e2[128];
             if (ts_reasoning_format_from_name(v, &o.reasoning_format, e2, sizeof e2)) {

@@ -776,7 +776,7 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
         const job *j = &c.jobs[i];
         int64_t scratch = j->cm == CM_VHEAD ? j->spec.ne[0] : 0;
         rc = ts_stream_rows(w, j->spec.name, j->type, j->spec.ne[0], (int64_t)job_rows(&j->spec), scratch,
-                            job_row, job_rows_done, j, o->quiet ? NULL : &prog, err, errlen);
+                            job_row, job_rows_done, j, NULL, 0, o->quiet ? NULL : &prog, err, errlen);
         for (uint32_t s = 0; s < j->n_src; s++) ts_st_release(j->src[s], 0, j->src[s]->nelements);
     }
     if (!rc && ts_gguf_writer_finish(w)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));

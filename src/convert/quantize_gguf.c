@@ -3,6 +3,7 @@
 #include "convert/convert.h"
 
 #include "common/error.h"
+#include "convert/imatrix.h"
 #include "convert/stream.h"
 #include "quant/quant.h"
 
@@ -17,11 +18,14 @@ typedef struct qjob {
     const ts_gguf_tensor *t;
     uint32_t type;
     size_t src_row_bytes;
+    float *qw; /* importance weights: [n_mat × ne0], or NULL */
 } qjob;
 
 typedef struct qctx {
     const ts_model *m;
     const ts_mix *mix;
+    const ts_imatrix *im; /* or NULL */
+    size_t n_weighted;    /* tensors quantized with importance weights */
     ts_gguf_writer *w;
     qjob *jobs;
     size_t n_jobs;
@@ -44,6 +48,22 @@ static int q_plan(void *ctx, const ts_tensor_spec *s) {
     j->t = t;
     j->type = s->role == 'm' ? ts_mix_type(q->mix, &q->m->hp, s) : t->type;
     j->src_row_bytes = ts_row_size(t->type, t->ne[0]);
+    const ts_imatrix_entry *e = q->im && j->type != t->type && ts_can_quantize_imatrix(j->type)
+                                    ? ts_imatrix_find(q->im, s->name)
+                                    : NULL;
+    const int64_t n_mat = t->n_dims >= 3 ? t->ne[2] : 1;
+    if (e && !ts_imatrix_fits(e, t->ne[0], n_mat))
+        return ts_errf(q->err, q->errlen,
+                       "the importance matrix of %s has %" PRId64 " x %" PRId64 " values, the tensor %" PRId64
+                       " columns x %" PRId64 " matrices (another model?)",
+                       s->name, e->n_in, e->n_mat, t->ne[0], n_mat);
+    if (e) {
+        j->qw = malloc((size_t)(t->ne[0] * n_mat) * sizeof(float));
+        if (!j->qw)
+            return ts_errf(q->err, q->errlen, "out of memory for the importance weights of %s", s->name);
+        for (int64_t m = 0; m < n_mat; m++) ts_imatrix_weights(e, t->ne[0], m, j->qw + m * t->ne[0]);
+        q->n_weighted++;
+    }
     if (ts_gguf_writer_add_tensor(q->w, s->name, j->type, t->n_dims, t->ne))
         return ts_errf(q->err, q->errlen, "%s", ts_gguf_writer_error(q->w));
     return 0;
@@ -54,14 +74,22 @@ static bool same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mix, bool quiet, char *err,
-                     size_t errlen) {
+int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mix, const char *imatrix,
+                     bool quiet, char *err, size_t errlen) {
     if (same_file(in_path, out_path))
         return ts_errf(err, errlen, "the output %s is the input file; write to another path", out_path);
+    ts_imatrix im = {0};
+    if (imatrix && ts_imatrix_read(&im, imatrix, 512, err, errlen)) {
+        ts_imatrix_free(&im);
+        return -1;
+    }
     ts_model *m;
-    if (ts_model_load(in_path, &m, err, errlen)) return -1;
+    if (ts_model_load(in_path, &m, err, errlen)) {
+        ts_imatrix_free(&im);
+        return -1;
+    }
     const ts_gguf *g = m->gguf;
-    qctx q = {.m = m, .mix = mix, .err = err, .errlen = errlen};
+    qctx q = {.m = m, .mix = mix, .im = imatrix ? &im : NULL, .err = err, .errlen = errlen};
     bool started = false;
     int rc = 0;
     q.jobs = calloc((size_t)ts_gguf_tensor_count(g) + 1, sizeof *q.jobs);
@@ -75,7 +103,7 @@ int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mi
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
         if (!strcmp(key, "general.alignment") || !strcmp(key, "general.file_type") ||
-            !strcmp(key, "general.quantization_version"))
+            !strcmp(key, "general.quantization_version") || !strncmp(key, "quantize.imatrix.", 17))
             continue;
         if (ts_gguf_writer_set_value(q.w, key, &kv->value))
             rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(q.w));
@@ -89,6 +117,18 @@ int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mi
         .fused_experts = ts_gguf_find_tensor(g, "blk.0.ffn_gate_up_exps.weight") != NULL,
     };
     if (!rc) rc = ts_qwen4exp_visit_tensors(&m->hp, lay, NULL, q_plan, &q);
+    if (!rc && imatrix) { /* llama-quantize's keys */
+        const char *ds = im.n_datasets ? im.datasets[0] : "";
+        if (ts_gguf_writer_set_str(q.w, "quantize.imatrix.file", imatrix) ||
+            ts_gguf_writer_set_str(q.w, "quantize.imatrix.dataset", ds) ||
+            ts_gguf_writer_set_i32(q.w, "quantize.imatrix.entries_count", (int32_t)im.n) ||
+            ts_gguf_writer_set_i32(q.w, "quantize.imatrix.chunks_count", (int32_t)im.chunk_count))
+            rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(q.w));
+        if (!quiet)
+            fprintf(stderr,
+                    "quantize: importance weights from %s for %zu tensors (%zu entries in the file)\n",
+                    imatrix, q.n_weighted, im.n);
+    }
     if (!rc && q.n_jobs != (size_t)ts_gguf_tensor_count(g))
         rc = ts_errf(err, errlen, "internal: %zu of %" PRId64 " tensors planned", q.n_jobs,
                      ts_gguf_tensor_count(g));
@@ -111,7 +151,7 @@ int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mi
             rc = ts_stream_bytes(q.w, nbuf, j->t->data, j->t->nbytes, quiet ? NULL : &prog, err, errlen);
         else
             rc = ts_stream_rows(q.w, nbuf, j->type, j->t->ne[0], j->t->nelements / j->t->ne[0], 0, q_row,
-                                NULL, j, quiet ? NULL : &prog, err, errlen);
+                                NULL, j, j->qw, j->t->ne[1], quiet ? NULL : &prog, err, errlen);
     }
     if (!rc && ts_gguf_writer_finish(q.w)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(q.w));
     if (!quiet && started) ts_progress_finish(&prog);
@@ -126,6 +166,8 @@ int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mi
             ts_model_free(check);
     }
     if (rc && started) unlink(out_path);
+    for (size_t i = 0; q.jobs && i < q.n_jobs; i++) free(q.jobs[i].qw);
     free(q.jobs);
+    ts_imatrix_free(&im);
     return rc;
 }

@@ -69,8 +69,8 @@ void ts_progress_finish(ts_progress *p) {
 }
 
 int ts_stream_rows(ts_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t rows,
-                   int64_t scratch_len, ts_row_fn fn, ts_rows_done_fn done, const void *ctx, ts_progress *p,
-                   char *err, size_t errlen) {
+                   int64_t scratch_len, ts_row_fn fn, ts_rows_done_fn done, const void *ctx, const float *qw,
+                   int64_t qw_rows, ts_progress *p, char *err, size_t errlen) {
     size_t rb = ts_row_size(type, ne0);
     if (!rb)
         return ts_errf(err, errlen, "tensor '%s': rows of %" PRId64 " elements cannot be stored as %s", name,
@@ -94,7 +94,10 @@ int ts_stream_rows(ts_gguf_writer *w, const char *name, uint32_t type, int64_t n
             for (int64_t i = 0; i < n; i++) {
                 if (mine) continue;
                 mine = fn(ctx, r0 + i, row, row + ne0, terr, sizeof terr);
-                if (!mine) mine = ts_quantize_row(type, row, buf + (size_t)i * rb, ne0, terr, sizeof terr);
+                const float *qwr = qw ? qw + (r0 + i) / qw_rows * ne0 : NULL;
+                if (!mine)
+                    mine =
+                        ts_quantize_row_imatrix(type, row, buf + (size_t)i * rb, ne0, qwr, terr, sizeof terr);
             }
             if (mine) {
 #pragma omp critical

@@ -30,10 +30,12 @@ typedef int (*ts_row_fn)(const void *ctx, int64_t r, float *out, float *scratch,
 typedef void (*ts_rows_done_fn)(const void *ctx, int64_t r0, int64_t r1);
 
 /* Writes `rows` rows of ne0 elements as `type` to w (the tensor's turn in declaration order).
- * name is used in messages and progress. */
+ * name is used in messages and progress. qw: importance weights (an imatrix), NULL for none: row r
+ * is quantized with the ne0 weights at qw + (r / qw_rows) · ne0 (qw_rows: rows of one matrix, so
+ * every expert of a 3-D tensor has its own). */
 int ts_stream_rows(ts_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t rows,
-                   int64_t scratch_len, ts_row_fn fn, ts_rows_done_fn done, const void *ctx, ts_progress *p,
-                   char *err, size_t errlen);
+                   int64_t scratch_len, ts_row_fn fn, ts_rows_done_fn done, const void *ctx, const float *qw,
+                   int64_t qw_rows, ts_progress *p, char *err, size_t errlen);
 
 /* Writes nbytes raw bytes (a tensor kept as it is), in pieces, with progress. */
 int ts_stream_bytes(ts_gguf_writer *w, const char *name, const void *data, uint64_t nbytes, ts_progress *p,

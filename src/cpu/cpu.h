@@ -29,6 +29,12 @@ void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
 void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                         float *y);
 
+/* Importance matrices (turbospark imatrix): when set, fn sees the input x (T × ne0) of every
+ * ts_cpu_matmul / ts_cpu_matmul_each with W and row0, on the calling thread, before the product.
+ * Process-wide, like ts_cpu_set_trace; NULL turns it off (the normal path pays one test a product). */
+typedef void (*ts_cpu_matmul_hook)(void *ctx, const ts_gguf_tensor *W, int64_t row0, const float *x, int64_t T);
+void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx);
+
 /* Row r of any tensor, dequantized: out[ne0]. */
 void ts_cpu_get_row(const ts_gguf_tensor *t, int64_t r, float *out);
 

@@ -229,9 +229,15 @@ static void run_alone(const job *j) {
         run_rows(j, o0, o0 + j->rows_per_chunk < j->n_out ? o0 + j->rows_per_chunk : j->n_out);
 }
 
+static ts_cpu_matmul_hook g_matmul_hook;
+static void *g_matmul_hook_ctx;
+
+void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx) { g_matmul_hook = fn, g_matmul_hook_ctx = ctx; }
+
 /* ts_cpu_matmul and ts_cpu_matmul_each. */
 static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, bool each,
                    float *y) {
+    if (g_matmul_hook) g_matmul_hook(g_matmul_hook_ctx, W, row0, x, T);
     const int64_t n_in = W->ne[0];
     const size_t rb = ts_row_size(W->type, n_in);
     const uint8_t *base = (const uint8_t *)W->data + (size_t)row0 * rb;

@@ -35,7 +35,6 @@ namespace ts_cu {
 
 namespace {
 
-constexpr int kWarps = 4;      // warps a block
 constexpr int kTile = 8;       // output rows a chunk
 constexpr int kMaxStages = 8;  // stages of the weight ring
 constexpr size_t kSmemPerSm = 227 * 1024;
@@ -96,11 +95,11 @@ struct chunk_t {
 
 // ts_cuda_matmul: chunk c is rows 8c .. 8c + 7 for all T tokens.
 struct dense_chunks {
-    static constexpr bool kAfterWait = false;
     const uint8_t *w;
     size_t rb;
     int n_out, T;
     float *y;
+    __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
     __device__ chunk_t at(int c) const {
         return {w + static_cast<size_t>(c) * kTile * rb, min(kTile, n_out - c * kTile), 0, T, y + c * kTile, n_out,
                 false};
@@ -109,9 +108,9 @@ struct dense_chunks {
 
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1.
 struct expert_chunks {
-    static constexpr bool kAfterWait = true; // the ids come from the router kernel
     tc_expert_job j;
     int cpp; // chunks per part
+    __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts * cpp, i = c / per_item, r = c % per_item, part = r / cpp, cc = r % cpp;
         const int e = j.ids ? __ldg(j.ids + i) : 0;
@@ -128,9 +127,9 @@ struct expert_chunks {
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
-    __host__ __device__ tc_layout(int nx, int nsb, int ns, int row_stride) {
+    __host__ __device__ tc_layout(int nw, int nx, int nsb, int ns, int row_stride) {
         red = 128;                                                      // kMaxStages barriers
-        xsc = red + 2 * kWarps * 32 * sizeof(float2);                   // 2 × kWarps × 32 float2
+        xsc = red + 2 * nw * 32 * sizeof(float2);                       // 2 × nw × 32 float2
         xsum = xsc + ((static_cast<size_t>(nx) * nsb * 4 + 15) & ~15ul); // nx·nsb floats
         xs = xsum + static_cast<size_t>(nx) * nsb * 4 * sizeof(uint2);  // nx·nsb·4 uint2
         stages = (xs + static_cast<size_t>(nx) * nsb * kTcXsSuper * 4 + 127) & ~127ul;
@@ -146,14 +145,14 @@ int stage_row_stride(size_t rb) {
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <int TYPE, class Chunks>
+template <int TYPE, class Chunks, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
                        int ns, int row_stride, uint32_t rb) {
     extern __shared__ __align__(128) uint8_t sm[];
     constexpr int BS = tc_kquant<TYPE>::BS;
     const int nsb = ne0 / kTcSuper;
-    const tc_layout L(nx, nsb, ns, row_stride);
+    const tc_layout L(kWarps, nx, nsb, ns, row_stride);
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
     float2 *red = reinterpret_cast<float2 *>(sm + L.red);
     float *xsc = reinterpret_cast<float *>(sm + L.xsc);
@@ -181,10 +180,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
         for (int r = 0; r < k.nr; r++) bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
     };
-    if (!Chunks::kAfterWait && threadIdx.x == 0)
+    const bool after = ch.after_wait();
+    if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
     pdl_wait();
-    if (Chunks::kAfterWait && threadIdx.x == 0)
+    if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
     // x → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs; the 16 units of
@@ -288,17 +288,35 @@ __global__ void __launch_bounds__(kWarps * 32)
 // ---- launch --------------------------------------------------------------------------------------
 
 struct tc_plan {
-    int ns, blocks, row_stride;
+    int ns, blocks, row_stride, warps;
     size_t smem;
 };
 
-// Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to 4: more
-// warps hide the MMA and load latencies) while each keeps two stages, or all of its chunks in flight.
+// Tuning knobs for measurements (read once): TURBOSPARK_TC_WARPS (4 or 8 warps a block) and
+// TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8).
+int env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    const int n = v ? atoi(v) : dflt;
+    return n < lo || n > hi ? dflt : n;
+}
+int tc_warps() {
+    static const int w = env_int("TURBOSPARK_TC_WARPS", 4, 4, 8) >= 8 ? 8 : 4;
+    return w;
+}
+int tc_max_per_sm() {
+    static const int n = env_int("TURBOSPARK_TC_PER_SM", 4, 1, 8);
+    return n;
+}
+
+// Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to
+// tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all of
+// its chunks in flight.
 bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     const int nsb = ne0 / kTcSuper;
+    p.warps = tc_warps();
     p.row_stride = stage_row_stride(rb);
-    const size_t fixed = tc_layout(nx, nsb, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
-    for (int per_sm = 4; per_sm >= 1; per_sm--) {
+    const size_t fixed = tc_layout(p.warps, nx, nsb, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
+    for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
         if (fixed + slot > budget) continue;
         p.blocks = per_sm * ts_cuda_sm_count();
@@ -308,18 +326,15 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
         if (p.ns > kMaxStages) p.ns = kMaxStages;
         if (p.ns > mine) p.ns = mine;
         if (p.ns < 2 && mine > 1) continue;
-        p.smem = tc_layout(nx, nsb, p.ns, p.row_stride).total;
+        p.smem = tc_layout(p.warps, nx, nsb, p.ns, p.row_stride).total;
         return true;
     }
     return false;
 }
 
-template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
-                                      size_t rb, cudaStream_t s) {
-    tc_plan p;
-    if (n_chunks <= 0) return 0;
-    if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
-    const auto kernel = gemv_tc_kernel<TYPE, Chunks>;
+template <int TYPE, class Chunks, int NW> int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
+                                                   int64_t x_stride, size_t rb, const tc_plan &p, cudaStream_t s) {
+    const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -327,20 +342,33 @@ template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, 
             return -1;
         opted_in = true;
     }
-    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(kWarps * 32), p.smem, s, ch, n_chunks, ne0, x, nx,
+    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0, x, nx,
                   x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
                ? 0
                : -1;
 }
 
+template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
+                                      size_t rb, cudaStream_t s) {
+    tc_plan p;
+    if (n_chunks <= 0) return 0;
+    if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
+    return p.warps == 8 ? launch_tc_w<TYPE, Chunks, 8>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
+                        : launch_tc_w<TYPE, Chunks, 4>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+}
+
 } // namespace
 
 bool tc_gemv_enabled() {
-    static const bool on = [] {
+    return tc_gemv_min_tokens() > 0;
+}
+
+int tc_gemv_min_tokens() {
+    static const int t = [] {
         const char *v = getenv("TURBOSPARK_CUDA_GEMV_TC");
-        return !(v && v[0] == '0');
+        return v && v[0] == '0' ? 0 : 1;
     }();
-    return on;
+    return t;
 }
 
 bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {

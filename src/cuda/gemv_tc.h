@@ -4,6 +4,8 @@
 // Same products and contract as those two (matmul.h), with the precision policy's one rounding of
 // the activations: x is rounded to fp16 per (token, 256-input super-block) after scaling by a power
 // of two (gemv_tc.cuh says how, and why the rest is exact up to fp32 accumulation).
+// It runs whenever it takes the shape, one token or several: a token's result then does not depend
+// on how many tokens share the launch (batched decode equals decoding alone, bit for bit).
 // TURBOSPARK_CUDA_GEMV_TC=0 turns it off (the exact fp32 SIMT kernels then run).
 #ifndef TS_CUDA_GEMV_TC_H
 #define TS_CUDA_GEMV_TC_H
@@ -44,6 +46,8 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
 
 // TURBOSPARK_CUDA_GEMV_TC, default on (read once).
 bool tc_gemv_enabled();
+// The fewest tokens of a dense product that the kernel runs: 1, or 0 when it is off.
+int tc_gemv_min_tokens();
 
 } // namespace ts_cu
 

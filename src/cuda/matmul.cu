@@ -748,7 +748,7 @@ bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
 } // namespace
 
 extern "C" bool ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T) {
-    return T >= 2 && T < ts_cuda_gemm_min_tokens() && tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0));
+    return T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() && tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0));
 }
 
 extern "C" bool ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows) {
@@ -845,7 +845,7 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
-    if (T >= 2 && tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
+    if (T >= tc_gemv_min_tokens() && tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
         for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
             const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
             if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s)) return -1;

@@ -100,8 +100,8 @@ int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, con
                          int64_t x_stride, float *y_dev, cudaStream_t s);
 
 /* Whether ts_cuda_matmul with T tokens, or ts_cuda_matmul_experts with x_rows distinct x rows, runs
- * this product on the tensor cores (src/cuda/gemv_tc.h: Q4_K and Q5_K; dense products from 2 tokens
- * on, where one decoded weight serves every token: at one token the SIMT kernels are as fast), where
+ * this product on the tensor cores (src/cuda/gemv_tc.h: Q4_K and Q5_K, dense products of 1-15 tokens:
+ * the same kernel at every batch size, so a token's result does not depend on its batch), where
  * x enters rounded to fp16 after a power-of-two scale per token and 256-input super-block: max|x| of
  * the super-block scaled into [2^14, 2^15), the exponent s of the scale 2^s clamped to −113 .. 126.
  * Otherwise sums are as documented above. Twin tests round their reference's x the same way. */

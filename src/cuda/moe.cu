@@ -11,7 +11,7 @@
 //
 // Launches (one stream, in order; "item" i = t·k + j is one (row, slot) pair):
 //   1. router logits   ts_cuda_matmul(ffn_gate_inp) → w->router (N × E)
-//   2. router_kernel   grid N × 128 threads, one block a row: sg_t = gate_inp_shexp · x_t, softmax,
+//   2. router_kernel   grid N × 512 threads, one block a row: sg_t = gate_inp_shexp · x_t, softmax,
 //                      top-k by k warp arg-max rounds (warp 0), renormalisation
 //                      → w->sg (N), w->topk_id and w->topk_w (N × k)
 //   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
@@ -66,7 +66,7 @@
 
 namespace {
 
-constexpr int kRouterThreads = 128; // one block a row
+constexpr int kRouterThreads = 512; // one block a row
 constexpr int kRouterWarps = kRouterThreads / 32;
 constexpr int kMaxK = 64;                        // as the CPU's idx[64]
 constexpr int kLaneSlots = 16;                   // router top-k in registers up to E = 512

@@ -1,7 +1,8 @@
-/* ts_chat_apply (include/turbospark.h): OpenAI-style messages, tools and template variables as JSON
- * text, read into the structures of src/tokenizer/chat.h and rendered there. Keys a message does
- * not use (name, tool_call_id, ...) and template variables the templates do not read are ignored,
- * as a Jinja template ignores variables it does not mention. */
+/* The public chat API (include/turbospark.h): a ts_chat holds the template chosen for a tokenizer
+ * (src/tokenizer/chat.h: the Jinja engine or a built-in kind); ts_chat_apply reads OpenAI-style
+ * messages, tools and template variables from JSON text into chat.h's structures and renders them
+ * there. Keys a message does not use (name, tool_call_id, ...) are ignored, and so are template
+ * variables a template does not mention, as Jinja ignores them. */
 #include "turbospark.h"
 
 #include "common/error.h"
@@ -120,8 +121,12 @@ static size_t count_calls(const cJSON *messages) {
     return n;
 }
 
-static int render(chat_input *in, const ts_tokenizer *t, const char *template_name,
-                  bool add_generation_prompt, ts_text *out, char *err, size_t errlen) {
+struct ts_chat {
+    ts_chat_template tpl;
+};
+
+static int render(chat_input *in, const ts_chat *chat, const char *kwargs_json, bool add_generation_prompt,
+                  ts_text *out, char *err, size_t errlen) {
     const int n_msgs = cJSON_GetArraySize(in->messages),
               n_tools = in->tools ? cJSON_GetArraySize(in->tools) : 0;
     const size_t n_calls = count_calls(in->messages);
@@ -142,19 +147,18 @@ static int render(chat_input *in, const ts_tokenizer *t, const char *template_na
     ts_chat_opts o = {.add_generation_prompt = add_generation_prompt,
                       .enable_thinking = -1,
                       .tools = in->tool_texts,
-                      .n_tools = (size_t)n_tools};
+                      .n_tools = (size_t)n_tools,
+                      .kwargs_json = kwargs_json};
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(in->kwargs, "enable_thinking");
     if (th && !cJSON_IsBool(th))
         return ts_errf(err, errlen, "the template variable enable_thinking must be true or false");
     if (th) o.enable_thinking = cJSON_IsTrue(th);
-    ts_chat_kind kind;
-    if (ts_chat_select(template_name, ts_tokenizer_chat_template(t), &kind, err, errlen)) return -1;
-    return ts_chat_render(kind, in->msgs, (size_t)n_msgs, &o, out, err, errlen);
+    return ts_chat_template_render(&chat->tpl, in->msgs, (size_t)n_msgs, &o, out, err, errlen);
 }
 
-int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *messages_json,
-                  const char *tools_json, const char *kwargs_json, bool add_generation_prompt, char **out,
-                  size_t *len, char *err, size_t errlen) {
+int ts_chat_apply(const ts_chat *chat, const char *messages_json, const char *tools_json,
+                  const char *kwargs_json, bool add_generation_prompt, char **out, size_t *len, char *err,
+                  size_t errlen) {
     *out = NULL;
     if (len) *len = 0;
     chat_input in = {0};
@@ -163,7 +167,7 @@ int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *
     if (!rc && tools_json) rc = parse("the tools", tools_json, 1, &in.tools, err, errlen);
     if (rc && cJSON_IsNull(in.tools)) rc = 0, cJSON_Delete(in.tools), in.tools = NULL; /* null: no tools */
     if (!rc && kwargs_json) rc = parse("the template variables", kwargs_json, 0, &in.kwargs, err, errlen);
-    if (!rc) rc = render(&in, t, template_name, add_generation_prompt, &text, err, errlen);
+    if (!rc) rc = render(&in, chat, kwargs_json, add_generation_prompt, &text, err, errlen);
     if (!rc && ts_text_append(&text, "", 1)) rc = ts_errf(err, errlen, "out of memory rendering a chat");
     for (size_t i = 0; i < in.n_owned; i++) ts_text_free(&in.owned[i]);
     free(in.owned), free(in.msgs), free(in.calls), free(in.tool_texts);
@@ -177,11 +181,28 @@ int ts_chat_apply(const ts_tokenizer *t, const char *template_name, const char *
     return 0;
 }
 
-int ts_chat_template_name(const ts_tokenizer *t, const char *template_name, const char **name, char *err,
-                          size_t errlen) {
-    *name = NULL;
-    ts_chat_kind kind;
-    if (ts_chat_select(template_name, ts_tokenizer_chat_template(t), &kind, err, errlen)) return -1;
-    *name = ts_chat_kind_name(kind);
+int ts_chat_new(const ts_tokenizer *t, const char *template_name, const char *template_file, bool use_jinja,
+                ts_chat **out, char *note, size_t notelen, char *err, size_t errlen) {
+    *out = NULL;
+    if (note && notelen) note[0] = 0;
+    ts_chat *c = calloc(1, sizeof *c);
+    if (!c) return ts_errf(err, errlen, "out of memory choosing a chat template");
+    if (ts_chat_template_choose(&c->tpl, template_name && *template_name ? template_name : NULL,
+                                template_file && *template_file ? template_file : NULL,
+                                ts_tokenizer_chat_template(t), use_jinja, note, notelen, err, errlen)) {
+        free(c);
+        return -1;
+    }
+    *out = c;
     return 0;
+}
+
+void ts_chat_free(ts_chat *c) {
+    if (!c) return;
+    ts_chat_template_free(&c->tpl);
+    free(c);
+}
+
+const char *ts_chat_name(const ts_chat *c) {
+    return ts_chat_template_name(&c->tpl);
 }

@@ -270,6 +270,11 @@ void ts_quantize_q3_K(const float *x, void *dst, int64_t nb);
 void ts_quantize_q4_K(const float *x, void *dst, int64_t nb);
 void ts_quantize_q5_K(const float *x, void *dst, int64_t nb);
 void ts_quantize_q6_K(const float *x, void *dst, int64_t nb);
+/* With importance weights qw (nb · 256 floats; ggml's quant_weights of the row). */
+typedef void (*ts_quant_w_fn)(const float *src, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_iq4_nl(const float *x, void *dst, int64_t nb);
 void ts_quantize_iq4_xs(const float *x, void *dst, int64_t nb);
 void ts_quantize_mxfp4(const float *x, void *dst, int64_t nb);

@@ -86,4 +86,14 @@ int ts_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n, cha
  * quantize_row_*_ref. Returns 0, or -1 with a sentence in err. */
 int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen);
 
+/* Whether ts_quantize_row_imatrix uses importance weights for this type (Q2_K, Q4_K, Q5_K). */
+bool ts_can_quantize_imatrix(uint32_t type);
+
+/* Quantization with importance weights qw[n] (ggml's quant_weights: the imatrix's mean of x² for
+ * each column of the row), as ggml's quantize_<type> with an imatrix, bit for bit; qw NULL is
+ * ts_quantize_row. Refuses a type without such a quantizer and weights that are negative or not
+ * finite. */
+int ts_quantize_row_imatrix(uint32_t type, const float *src, void *dst, int64_t n, const float *qw, char *err,
+                            size_t errlen);
+
 #endif

@@ -214,6 +214,17 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
     [TS_TYPE_IQ3_S] = ts_quantize_iq3_s,
 };
 
+/* Types whose quantizer uses importance weights (ggml's quantize_<type> with quant_weights). */
+static const ts_quant_w_fn k_quant_w[TS_TYPE_COUNT] = {
+    [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,
+    [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,
+    [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
+};
+
+bool ts_can_quantize_imatrix(uint32_t type) {
+    return ts_type_get(type) && k_quant_w[type];
+}
+
 bool ts_can_quantize(uint32_t type) {
     return ts_type_get(type) && k_quant[type];
 }
@@ -225,7 +236,8 @@ static int64_t first_non_finite(const float *x, int64_t n) {
     return -1;
 }
 
-int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen) {
+/* The checks of ts_quantize_row: a known type with a quantizer, whole blocks, finite input. */
+static int check_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen) {
     const ts_type_traits *t = ts_type_get(type);
     if (!t) return ts_errf(err, errlen, "cannot quantize: %u is not a ggml tensor type id", type);
     if (!k_quant[type])
@@ -247,6 +259,26 @@ int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char 
                 "cannot quantize to %s: element %lld of the row is %s (%s holds finite values only)", t->name,
                 (long long)bad, isnan(src[bad]) ? "NaN" : "infinite", t->name);
     }
-    k_quant[type](src, dst, n / t->block_size);
+    return 0;
+}
+
+int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen) {
+    if (check_row(type, src, dst, n, err, errlen)) return -1;
+    k_quant[type](src, dst, n / ts_type_get(type)->block_size);
+    return 0;
+}
+
+int ts_quantize_row_imatrix(uint32_t type, const float *src, void *dst, int64_t n, const float *qw, char *err,
+                            size_t errlen) {
+    if (!qw) return ts_quantize_row(type, src, dst, n, err, errlen);
+    if (!ts_can_quantize_imatrix(type))
+        return ts_errf(err, errlen, "cannot quantize to %s with importance weights: not supported for this type",
+                       ts_type_name(type));
+    for (int64_t i = 0; i < n; i++)
+        if (!(qw[i] >= 0 && isfinite(qw[i])))
+            return ts_errf(err, errlen, "importance weight %lld is %g (weights are finite and >= 0)", (long long)i,
+                           (double)qw[i]);
+    if (check_row(type, src, dst, n, err, errlen)) return -1;
+    k_quant_w[type](src, dst, n / ts_type_get(type)->block_size, qw);
     return 0;
 }

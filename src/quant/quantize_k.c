@@ -8,6 +8,9 @@
  *   2. quantize the sub-block scales against the largest one;
  *   3. re-quantize every element against its sub-block's *stored* (rounded) scale, then pack.
  * Steps 1-3 follow ggml's arithmetic operation for operation, so the bytes are identical.
+ * Q2_K, Q4_K and Q5_K also quantize with importance weights (an imatrix: ts_quantize_*_w), as
+ * ggml's quantize_row_*_impl: step 1 weighs element l by qw[l] · sqrt(sigma2 + x[l]²), and step 2
+ * fits the sub-block scales (and mins) to the super-scale by weighted least squares.
  * A sub-block whose stored scale rounds to zero keeps the quants from step 1, as in ggml. */
 #include "quant/blocks.h"
 
@@ -185,6 +188,78 @@ static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t
     return scale;
 }
 
+/* Fit of the sub-block scales (or mins, all >= 0) of a super-block with the importance-weighted
+ * quantizers (ggml's make_qp_quants): L in 0..nmax against one scale; try max -> nmax and 8 nearby
+ * inverse scales by weighted squared error, then up to five passes of coordinate descent. */
+static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+    float max = 0;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    if (!max) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = nmax / max;
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)ts_nearest_int(iscale * x[i]); /* uint8 as in ggml */
+    const float scale = 1 / iscale;
+    float best_mse = 0;
+    for (int i = 0; i < n; i++) {
+        const float diff = x[i] - scale * L[i];
+        best_mse += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            int l = ts_nearest_int(iscale_is * x[i]);
+            l = l < nmax ? l : nmax;
+            const float diff = x[i] - scale_is * l;
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best_mse) best_mse = mse, iscale = iscale_is;
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = ts_nearest_int(iscale * x[i]);
+        l = l < nmax ? l : nmax;
+        L[i] = (uint8_t)l;
+        sumlx += w[i] * x[i] * l;
+        suml2 += w[i] * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float slx = sumlx - w[i] * x[i] * L[i], sl2 = suml2 - w[i] * L[i] * L[i];
+            if (!(slx > 0 && sl2 > 0)) continue;
+            int new_l = ts_nearest_int(x[i] * sl2 / slx);
+            new_l = new_l < nmax ? new_l : nmax;
+            if (new_l == L[i]) continue;
+            slx += w[i] * x[i] * new_l;
+            sl2 += w[i] * new_l * new_l;
+            if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                L[i] = (uint8_t)new_l, sumlx = slx, suml2 = sl2;
+                n_changed++;
+            }
+        }
+        if (!n_changed) break;
+    }
+    return sumlx / suml2;
+}
+
+/* Importance weights of n elements (ggml's quantize_row_*_impl): qw · sqrt(sigma2 + x²); their sum. */
+static float weigh(int n, const float *x, const float *qw, float sigma2, float *w) {
+    float sum = 0;
+    for (int l = 0; l < n; l++) w[l] = qw[l] * sqrtf(sigma2 + x[l] * x[l]);
+    for (int l = 0; l < n; l++) sum += w[l];
+    return sum;
+}
+
+static float mean_square(const float *x, int n) {
+    float sum_x2 = 0;
+    for (int l = 0; l < n; l++) sum_x2 += x[l] * x[l];
+    return sum_x2 / n;
+}
+
 /* Q2_K / Q3_K quant layout: byte l of each 32-byte group holds elements l, l+32, l+64, l+96 of
  * its 128-element half in bit pairs 0-1, 2-3, 4-5, 6-7. */
 static void pack_2bit(const uint8_t *L, uint8_t qs[64]) {
@@ -193,6 +268,17 @@ static void pack_2bit(const uint8_t *L, uint8_t qs[64]) {
             const uint8_t *q = L + 128 * h + l;
             qs[32 * h + l] = (uint8_t)(q[0] | q[32] << 2 | q[64] << 4 | q[96] << 6);
         }
+}
+
+/* Q2_K's last step: every element against its sub-block's stored scale and min, then packed. */
+static void q2_K_finish(const float *x, ts_block_q2_K *y, uint8_t L[TS_QK_K]) {
+    for (int j = 0; j < 16; j++) {
+        const float d = ts_ld_half(y->d) * (y->scales[j] & 0xf);
+        if (!d) continue;
+        const float dm = ts_ld_half(y->dmin) * (y->scales[j] >> 4);
+        for (int k = 0; k < 16; k++) L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
+    }
+    pack_2bit(L, y->qs);
 }
 
 void ts_quantize_q2_K(const float *x, void *dst, int64_t nb) {
@@ -222,14 +308,27 @@ void ts_quantize_q2_K(const float *x, void *dst, int64_t nb) {
                 y[i].scales[j] |= (uint8_t)((unsigned)ts_nearest_int(iscale * mins[j]) << 4);
             ts_st_half(y[i].dmin, max_min / 15.f);
         }
+        q2_K_finish(x, &y[i], L);
+    }
+}
+
+/* With importance weights (ggml's quantize_row_q2_K_impl): weighted affine fits, and the 4-bit
+ * scales and mins fitted by fit_positive with the sub-blocks' weight sums. */
+void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw) {
+    ts_block_q2_K *y = dst;
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw += TS_QK_K) {
+        uint8_t L[TS_QK_K], Ls[16], Lm[16];
+        float scales[16], mins[16], sw[16], weight[16];
+        const float sigma2 = mean_square(x, TS_QK_K);
         for (int j = 0; j < 16; j++) {
-            const float d = ts_ld_half(y[i].d) * (y[i].scales[j] & 0xf);
-            if (!d) continue;
-            const float dm = ts_ld_half(y[i].dmin) * (y[i].scales[j] >> 4);
-            for (int k = 0; k < 16; k++)
-                L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
+            sw[j] = weigh(16, x + 16 * j, qw + 16 * j, sigma2, weight);
+            scales[j] = fit_affine(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j],
+                                   (affine_search){-0.9f, 0.05f, 36, false});
         }
-        pack_2bit(L, y[i].qs);
+        ts_st_half(y[i].d, fit_positive(16, 15, scales, Ls, sw));
+        ts_st_half(y[i].dmin, fit_positive(16, 15, mins, Lm, sw));
+        for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
+        q2_K_finish(x, &y[i], L);
     }
 }
 
@@ -302,11 +401,41 @@ static void k4_put_scale_min(uint8_t sc[12], int j, uint8_t ls, uint8_t lm) {
     }
 }
 
-/* Steps 1-3 shared by Q4_K and Q5_K: fit 8 sub-blocks of 32 with weights rms + |x|, store 6-bit
- * scales and mins, re-quantize against the stored values into L (0..nmax). */
-static void quantize_k4_common(const float *x, int nmax, affine_search p, uint8_t d[2], uint8_t dmin[2],
-                               uint8_t sc[12], uint8_t L[TS_QK_K]) {
+/* Step 3 of Q4_K / Q5_K: every element against its sub-block's stored scale and min. */
+static void k4_requantize(const float *x, int nmax, const uint8_t d[2], const uint8_t dmin[2], const uint8_t sc[12],
+                          uint8_t L[TS_QK_K]) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t s, m;
+        ts_scale_min_k4(j, sc, &s, &m);
+        const float dl = ts_ld_half(d) * s;
+        if (!dl) continue;
+        const float ml = ts_ld_half(dmin) * m;
+        for (int k = 0; k < 32; k++)
+            L[32 * j + k] = (uint8_t)clampi(ts_nearest_int((x[32 * j + k] + ml) / dl), 0, nmax);
+    }
+}
+
+/* Steps 1-3 shared by Q4_K and Q5_K: fit 8 sub-blocks of 32 with weights rms + |x| (or, with
+ * importance weights qw, as ggml's quantize_row_q4_K_impl), store 6-bit scales and mins,
+ * re-quantize against the stored values into L (0..nmax). */
+static void quantize_k4_common(const float *x, int nmax, affine_search p, const float *qw, uint8_t d[2],
+                               uint8_t dmin[2], uint8_t sc[12], uint8_t L[TS_QK_K]) {
     float scales[8], mins[8], weights[32], max_scale = 0, max_min = 0;
+    if (qw) { /* ggml's quantize_row_q4_K_impl / q5_K_impl */
+        uint8_t Ls[8], Lm[8];
+        float sw[8];
+        const float sigma2 = 2 * mean_square(x, TS_QK_K);
+        for (int j = 0; j < 8; j++) {
+            sw[j] = weigh(32, x + 32 * j, qw + 32 * j, sigma2, weights);
+            scales[j] = fit_affine(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j],
+                                   (affine_search){-0.9f, 0.05f, 36, false});
+        }
+        ts_st_half(d, fit_positive(8, 63, scales, Ls, sw));
+        ts_st_half(dmin, fit_positive(8, 63, mins, Lm, sw));
+        for (int j = 0; j < 8; j++) k4_put_scale_min(sc, j, Ls[j] < 63 ? Ls[j] : 63, Lm[j] < 63 ? Lm[j] : 63);
+        k4_requantize(x, nmax, d, dmin, sc, L);
+        return;
+    }
     for (int j = 0; j < 8; j++) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
@@ -325,22 +454,18 @@ static void quantize_k4_common(const float *x, int nmax, affine_search p, uint8_
     }
     ts_st_half(d, max_scale / 63.f);
     ts_st_half(dmin, max_min / 63.f);
-    for (int j = 0; j < 8; j++) {
-        uint8_t s, m;
-        ts_scale_min_k4(j, sc, &s, &m);
-        const float dl = ts_ld_half(d) * s;
-        if (!dl) continue;
-        const float ml = ts_ld_half(dmin) * m;
-        for (int k = 0; k < 32; k++)
-            L[32 * j + k] = (uint8_t)clampi(ts_nearest_int((x[32 * j + k] + ml) / dl), 0, nmax);
-    }
+    k4_requantize(x, nmax, d, dmin, sc, L);
 }
 
 void ts_quantize_q4_K(const float *x, void *dst, int64_t nb) {
+    ts_quantize_q4_K_w(x, dst, nb, NULL);
+}
+
+void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw) {
     ts_block_q4_K *y = dst;
-    for (int64_t i = 0; i < nb; i++, x += TS_QK_K) {
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
         /* Sub-blocks 2p and 2p+1 share bytes 32p..32p+31: low and high nibble. */
         for (int p = 0; p < 4; p++)
             for (int l = 0; l < 32; l++)
@@ -349,10 +474,14 @@ void ts_quantize_q4_K(const float *x, void *dst, int64_t nb) {
 }
 
 void ts_quantize_q5_K(const float *x, void *dst, int64_t nb) {
+    ts_quantize_q5_K_w(x, dst, nb, NULL);
+}
+
+void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw) {
     ts_block_q5_K *y = dst;
-    for (int64_t i = 0; i < nb; i++, x += TS_QK_K) {
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
         /* Low nibbles as Q4_K; the fifth bit of element l of sub-block sb goes to bit sb of qh[l]. */
         memset(y[i].qh, 0, 32);
         for (int p = 0; p < 4; p++)

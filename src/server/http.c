@@ -37,7 +37,7 @@ typedef struct server {
     ts_metrics mt;
     ts_sampler_params defaults;
     bool chat_ok;
-    const char *chat_name; /* the chat template (ts_chat_template_name) */
+    ts_chat *chat; /* the chat template (NULL when chat_ok is false) */
     char chat_err[512];
     char model_name[256];
     long long created;
@@ -202,7 +202,7 @@ static int model_json(server *S, ts_text *t) {
         ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"turbospark\",\"meta\":{\"n_ctx_slot\":%" PRId64
         ",\"n_slots\":%d,\"n_ctx_train\":%" PRId64 ",\"n_vocab\":%d,\"chat_template\":\"%s\"}}",
         S->created, S->n_ctx, S->o->n_slots, ts_model_n_ctx_train(S->m), (int)ts_model_n_vocab(S->m),
-        S->chat_ok ? S->chat_name : "none");
+        S->chat_ok ? ts_chat_name(S->chat) : "none");
     rc |= ts_text_append(t, buf, (size_t)n);
     return rc;
 }
@@ -262,7 +262,7 @@ static enum MHD_Result handle_props(req *q) {
         ",\"n_vocab\":%d,\"chat_template_name\":\"%s\",\"model_alias\":",
         S->n_ctx, d->temperature, d->top_k, d->top_p, d->min_p, d->repeat_penalty, d->penalty_last_n,
         d->presence_penalty, d->frequency_penalty, S->o->n_slots, S->n_ctx, ts_model_n_ctx_train(S->m),
-        (int)ts_model_n_vocab(S->m), S->chat_ok ? S->chat_name : "none");
+        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_name(S->chat) : "none");
     int rc = n < 0 || (size_t)n >= sizeof buf ? -1 : ts_text_append(&t, buf, (size_t)n);
     rc |= ts_json_string(&t, S->model_name, strlen(S->model_name));
     rc |= ts_text_append(&t, ",\"model_path\":", 14);
@@ -631,6 +631,60 @@ static enum MHD_Result finish_blocking(req *q) {
     return rc;
 }
 
+/* The prompt of a chat request, rendered with the server's chat template. 0, or −1 with e filled. */
+static int render_chat(server *S, const ts_api_request *r, ts_text *prompt, ts_api_error *e) {
+    if (!S->chat_ok) {
+        ts_api_fail(e, 500, "server_error", "chat_template_unsupported", NULL,
+                    "this server cannot render the model's chat template (%s); use /v1/completions or "
+                    "restart with --chat-template",
+                    S->chat_err);
+        return -1;
+    }
+    bool tools_on = r->n_tools && r->tool_choice != TS_TOOLS_NONE;
+    char err[512];
+    if (ts_chat_apply(S->chat, r->messages_json, tools_on ? r->tools_json : NULL, r->template_kwargs,
+                      r->add_generation_prompt, &prompt->s, &prompt->n, err, sizeof err)) {
+        ts_text_free(prompt);
+        ts_api_fail(e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err);
+        return -1;
+    }
+    prompt->cap = prompt->n + 1; /* ts_chat_apply's text is NUL-terminated */
+    if (prompt->n > S->max_prompt_bytes) {
+        ts_text_free(prompt);
+        ts_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                    "this model's context is %" PRId64 " tokens per request; the messages are %zu bytes, "
+                    "more than any %" PRId64 " tokens can hold",
+                    S->n_ctx, prompt->n, S->n_ctx);
+        return -1;
+    }
+    return 0;
+}
+
+/* POST /apply-template (llama-server's): a chat request's prompt as the template renders it,
+ * {"prompt": text}, without generating. */
+static enum MHD_Result handle_apply_template(req *q) {
+    server *S = q->S;
+    ts_api_request r;
+    ts_api_error e;
+    if (ts_api_parse(TS_API_CHAT, q->body.s ? q->body.s : "", q->body.n, &S->defaults, S->max_values, &r, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_text prompt = {0}, t = {0};
+    if (render_chat(S, &r, &prompt, &e)) {
+        ts_api_request_free(&r);
+        return send_error(q, &e, NULL, NULL);
+    }
+    ts_api_request_free(&r);
+    ts_text clean = {0};
+    int rc = ts_utf8_sanitize(prompt.s ? prompt.s : "", prompt.n, &clean) < 0;
+    rc |= ts_text_append(&t, "{\"prompt\":", 10);
+    rc |= ts_json_string(&t, clean.s ? clean.s : "", clean.n);
+    rc |= ts_text_append(&t, "}", 1);
+    ts_text_free(&clean), ts_text_free(&prompt);
+    enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
+    return res;
+}
+
 static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     server *S = q->S;
     ts_api_request r;
@@ -644,29 +698,10 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
     bool think_open = false;
     const char *param = kind == TS_API_CHAT ? "messages" : "prompt";
     if (kind == TS_API_CHAT) {
-        if (!S->chat_ok) {
-            ts_api_fail(&e, 500, "server_error", "chat_template_unsupported", NULL,
-                        "this server cannot render the model's chat template (%s); use /v1/completions or "
-                        "restart with --chat-template",
-                        S->chat_err);
-            goto refuse;
-        }
         ts_text prompt = {0};
         bool tools_on = r.n_tools && r.tool_choice != TS_TOOLS_NONE;
-        const char *kwargs = r.enable_thinking < 0 ? NULL
-                             : r.enable_thinking   ? "{\"enable_thinking\": true}"
-                                                   : "{\"enable_thinking\": false}";
-        int bad = ts_chat_apply(S->tok, S->o->chat_template, r.messages_json, tools_on ? r.tools_json : NULL, kwargs,
-                                r.add_generation_prompt, &prompt.s, &prompt.n, err, sizeof err);
-        if (!bad && prompt.n > S->max_prompt_bytes) {
-            ts_text_free(&prompt);
-            ts_api_fail(&e, 400, "invalid_request_error", "context_length_exceeded", "messages",
-                        "this model's context is %" PRId64 " tokens per request; the messages are %zu bytes, "
-                        "more than any %" PRId64 " tokens can hold",
-                        S->n_ctx, prompt.n, S->n_ctx);
-            goto refuse;
-        }
-        if (!bad) bad = ts_tokenize(S->tok, prompt.s ? prompt.s : "", prompt.n, true, &ids, err, sizeof err);
+        if (render_chat(S, &r, &prompt, &e)) goto refuse;
+        int bad = ts_tokenize(S->tok, prompt.s ? prompt.s : "", prompt.n, true, &ids, err, sizeof err);
         think_open = !bad && ts_prompt_opens_think(prompt.s ? prompt.s : "", prompt.n);
         ts_text_free(&prompt);
         if (bad) {
@@ -855,6 +890,7 @@ static const route k_routes[] = {
     {"/props", "GET", true, handle_props},
     {"/tokenize", "POST", true, handle_tokenize},
     {"/detokenize", "POST", true, handle_detokenize},
+    {"/apply-template", "POST", true, handle_apply_template},
     {"/v1/chat/completions", "POST", true, handle_chat},
     {"/chat/completions", "POST", true, handle_chat},
     {"/v1/completions", "POST", true, handle_completion},
@@ -1276,8 +1312,11 @@ int ts_serve(const ts_server_opts *o) {
         }
         ts_sampler_free(probe);
     }
-    S->chat_ok = !ts_chat_template_name(S->tok, o->chat_template, &S->chat_name, S->chat_err, sizeof S->chat_err);
-    if (!S->chat_ok && o->chat_template) {
+    char note[700];
+    S->chat_ok = !ts_chat_new(S->tok, o->chat_template, o->chat_template_file, !o->no_jinja, &S->chat, note,
+                              sizeof note, S->chat_err, sizeof S->chat_err);
+    if (note[0]) fprintf(stderr, "serve: note: %s\n", note);
+    if (!S->chat_ok && (o->chat_template || o->chat_template_file)) {
         ts_errf(err, sizeof err, "%s", S->chat_err);
         goto fail;
     }
@@ -1348,7 +1387,7 @@ int ts_serve(const ts_server_opts *o) {
             "serve: model %s ('%s', chat template %s) loaded in %.2f s; %d slots x %" PRId64
             " tokens (%.1f MiB of state); "
             "sampling defaults: temp %.2f top-k %d top-p %.2f min-p %.2f%s\n",
-            o->model_path, S->model_name, S->chat_ok ? S->chat_name : "none",
+            o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none",
             ts_now() - t0, o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0,
             S->defaults.temperature, S->defaults.top_k, S->defaults.top_p, S->defaults.min_p,
             o->api_key ? "; API key required" : "");
@@ -1400,6 +1439,7 @@ done:
     ts_guard_free(S->guard);
     ts_sched_free(S->sched);
     if (metrics_ok) ts_metrics_destroy(&S->mt);
+    ts_chat_free(S->chat);
     ts_tokenizer_free(S->tok);
     ts_model_free(S->m);
     return status;

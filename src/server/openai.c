@@ -573,6 +573,13 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     if (kw) {
         if (!cJSON_IsObject(kw))
             return BAD(e, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        char *text = cJSON_PrintUnformatted(kw);
+        if (!text) return -2;
+        if (own(r, text)) {
+            free(text);
+            return -2;
+        }
+        r->template_kwargs = text;
         bool b;
         if ((v = member(kw, "enable_thinking"))) {
             if (want_bool(v, "chat_template_kwargs.enable_thinking", &b, e)) return -1;

@@ -72,6 +72,7 @@ typedef struct ts_api_request {
     size_t n_msgs;
     int enable_thinking;        /* −1: the template's default */
     bool add_generation_prompt; /* true unless the request says otherwise */
+    char *template_kwargs;      /* chat_template_kwargs as JSON text (Jinja templates), or NULL */
     /* completion: text or token ids */
     char *prompt;
     size_t prompt_len;

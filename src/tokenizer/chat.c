@@ -55,6 +55,8 @@ static void puts_(out_ctx *o, const char *s) {
 
 const char *ts_chat_kind_name(ts_chat_kind k) {
     switch (k) {
+    case TS_CHAT_JINJA:
+        return "jinja";
     case TS_CHAT_CHATML:
         return "chatml";
     case TS_CHAT_QWEN3:

@@ -24,12 +24,14 @@
 #ifndef TS_TOKENIZER_CHAT_H
 #define TS_TOKENIZER_CHAT_H
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
 typedef enum ts_chat_kind {
+    TS_CHAT_JINJA = 0, /* not hand-written: a Jinja template (ts_chat_template) */
     TS_CHAT_CHATML = 1,
     TS_CHAT_QWEN3 = 2,
     TS_CHAT_QWEN3_THINKING = 3,
@@ -53,6 +55,8 @@ typedef struct ts_chat_opts {
     int enable_thinking;        /* -1: not given (the template's default), 0: false, 1: true */
     const char *const *tools;   /* [n_tools] each tool as `tool | tojson` writes it (ts_chat_tojson) */
     size_t n_tools;
+    const char *kwargs_json;    /* chat_template_kwargs: a JSON object of more variables for a Jinja
+                                   template, or NULL (the hand-written kinds read enable_thinking only) */
 } ts_chat_opts;
 
 const char *ts_chat_kind_name(ts_chat_kind k);
@@ -66,6 +70,35 @@ int ts_chat_select(const char *override_name, const char *jinja, ts_chat_kind *k
 /* Renders the conversation and APPENDS the prompt text to out. */
 int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const ts_chat_opts *o, ts_text *out,
                    char *err, size_t errlen);
+
+/* ---- the template a model's chats use ---------------------------------------------------------
+ * The file's own Jinja template (tokenizer.chat_template, or --chat-template-file) rendered by the
+ * Jinja engine (jinja.h), or a hand-written kind above. Choice, in order:
+ *   1. a kind asked for by name (--chat-template chatml|qwen3|qwen3-thinking);
+ *   2. with Jinja on (the default; --no-jinja turns it off), the --chat-template-file or else the
+ *      file's template, when it parses and renders a one-message conversation; a template file
+ *      that does not is an error, the file's own template falls back to 3 with a note;
+ *   3. the hand-written kind recognised from that template (ts_chat_detect). */
+typedef struct ts_chat_template {
+    ts_chat_kind kind;          /* the hand-written kind, or TS_CHAT_JINJA */
+    ts_jinja *jinja;            /* TS_CHAT_JINJA: the parsed template */
+} ts_chat_template;
+
+/* name: --chat-template or NULL; file: --chat-template-file or NULL; gguf_template: the model's
+ * tokenizer.chat_template or NULL. note (may be NULL) receives a sentence worth logging when the
+ * file's template was set aside, else "". */
+int ts_chat_template_choose(ts_chat_template *t, const char *name, const char *file, const char *gguf_template,
+                            bool use_jinja, char *note, size_t notelen, char *err, size_t errlen);
+void ts_chat_template_free(ts_chat_template *t);
+/* "jinja" or the hand-written kind's name. */
+const char *ts_chat_template_name(const ts_chat_template *t);
+/* Renders the conversation and APPENDS the prompt to out (as ts_chat_render). For Jinja, the
+ * variables are messages (role, content, reasoning_content, tool_calls with each call's arguments
+ * as a JSON object when they parse as one: the Qwen3.5 and Coder templates iterate over them),
+ * tools (null when none), add_generation_prompt, enable_thinking when given, and the members of
+ * kwargs_json. */
+int ts_chat_template_render(const ts_chat_template *t, const ts_chat_msg *msgs, size_t n, const ts_chat_opts *o,
+                            ts_text *out, char *err, size_t errlen);
 
 /* Appends a JSON value (a cJSON *) as Python's json.dumps(ensure_ascii=False) writes it, which is
  * what transformers' `tojson` filter gives: ", " and ": " separators, keys in their order. 0 or −1. */

@@ -24,6 +24,13 @@ grep -q "stopped by stop string" err.txt || bad "stop string not reported: $(cat
 # chat over stdin: two turns, then /exit
 printf 'Who was Moses?\nAnd Aaron?\n/exit\n' | "$TS_BIN" chat -m "$m" -n 20 -s 3 >chat.out 2>chat.err || bad "chat failed: $(cat chat.err)"
 [ "$(grep -c 'tokens/s' chat.err)" -eq 2 ] || bad "chat did not answer two turns: $(cat chat.err)"
+# the file's own template through the Jinja engine by default; the built-in one with --no-jinja; a file
+grep -q "^chat template: jinja\." chat.err || bad "chat did not use the file's template: $(head -2 chat.err)"
+echo /exit | "$TS_BIN" chat -m "$m" --no-jinja >/dev/null 2>chat.err; grep -q "^chat template: qwen3\." chat.err || bad "--no-jinja: $(head -2 chat.err)"
+printf 'Hi\n/exit\n' | "$TS_BIN" chat -m "$m" -n 4 --chat-template-file "$repo/tests/fixtures/templates/qwen3.5.jinja" >/dev/null 2>chat.err \
+  && grep -q "^chat template: jinja\." chat.err && grep -q "tokens/s" chat.err || bad "--chat-template-file: $(cat chat.err)"
+printf '{%% raw %%}' >raw.jinja
+"$TS_BIN" chat -m "$m" --chat-template-file raw.jinja </dev/null >/dev/null 2>err.txt; [ $? -eq 1 ] && grep -q "{% raw %} is not supported" err.txt || bad "unsupported template file: $(cat err.txt)"
 # bad input
 "$TS_BIN" run -m "$m" -p "x" --temp -1 >/dev/null 2>err.txt; [ $? -eq 1 ] && grep -q "temperature must be" err.txt || bad "negative temperature: $(cat err.txt)"
 "$TS_BIN" run -m "$m" -p "$(printf 'word %.0s' $(seq 600))" -c 64 >/dev/null 2>err.txt; [ $? -eq 1 ] && grep -q "more than the context" err.txt || bad "long prompt: $(cat err.txt)"

@@ -1,7 +1,7 @@
 /* Microbenchmark of ts_cuda_matmul (not a test): GB/s of weight bytes streamed at the model's
  * shapes, per type, against the device-to-device copy bandwidth measured in the same run.
  *
- *   bench_cuda_matmul [samples]       (default 60)
+ *   bench_cuda_matmul [samples [type ...]]   (default 60 samples, every type; types by name, e.g. q4_K)
  *
  * Method (docs/BENCHMARKS.md): weights are 64 distinct quantized random rows tiled to the full
  * matrix, then copied until the copies hold ≥ 4× the L2 cache (at least 3 copies), so every launch
@@ -152,6 +152,9 @@ int main(int argc, char **argv) {
            "GB/s", "%copy", "T=2 us", "T=8 us", "GB/s R=1 / R=2 / R=4", "x-L1");
     for (int ti = 0; ti < N_TYPES; ti++) {
         const uint32_t type = k_types[ti];
+        bool wanted = argc <= 2;
+        for (int a = 2; a < argc; a++) wanted = wanted || strcmp(argv[a], ts_type_name(type)) == 0;
+        if (!wanted) continue;
         for (int si = 0; si < N_SHAPES; si++) {
             const shape_t *sh = &k_shapes[si];
             const size_t rb = ts_row_size(type, sh->ne0), bytes = rb * (size_t)sh->n_out;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Structured output, tool calls and reasoning with the official OpenAI client (demo model, CPU):
-# structured.cjs against a plain server; reasoning.cjs against the thinking template with a reasoning
+# structured.cjs against a server with Qwen3's template; reasoning.cjs against the thinking template with a reasoning
 # budget, split (deepseek) and unsplit (none).
 source "$(dirname "$0")/lib.sh"
-sv_start -np 4 -c 2048
+# The demo model's own template lists no tools: Qwen3's official one does (the file's as --chat-template-file).
+sv_start -np 4 -c 2048 --chat-template-file "$TS_REPO/tests/fixtures/templates/qwen3.jinja"
 SV_URL="$SV_URL" ts_node --test --test-reporter=spec "$TS_SERVER_TESTS/structured.cjs" || bad "structured.cjs failed (server log: $SV_LOG)"
 grep -q "serve: .* POST /v1/chat/completions 200 .* tool_calls" "$SV_LOG" || bad "the log does not show tool_calls outcomes"
 sv_stop

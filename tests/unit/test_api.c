@@ -1,7 +1,9 @@
 /* The public API beyond evaluation (include/turbospark.h), used as a program outside the library
  * would use it:
  *   ts_chat_apply      every rendering of tests/fixtures/chat (transformers' apply_chat_template and
- *                      Qwen3's template through Jinja2) byte for byte, from JSON text; bad input refused;
+ *                      Qwen3's template through Jinja2) with the built-in templates, and those of
+ *                      tests/fixtures/templates with the Jinja engine, byte for byte, from JSON
+ *                      text; bad input refused;
  *   session states     to bytes and to a file and back: the restored session continues bit-identically;
  *                      damaged, truncated and foreign states refused with a sentence;
  *   backend info       what a CPU backend reports; what the CPU backend refuses (profiling) and what a
@@ -87,36 +89,79 @@ static ts_tokenizer *fixture_tokenizer(void) {
     return t;
 }
 
-/* Renders every case of a fixture file with ts_chat_apply; returns the number of cases. */
-static int check_renderings(const ts_tokenizer *t, const char *rel, const char *fixed_template) {
+static ts_chat *new_chat(const ts_tokenizer *t, const char *name, const char *file) {
+    char err[512];
+    ts_chat *c = NULL;
+    if (ts_chat_new(t, name, file, true, &c, NULL, 0, err, sizeof err)) fail_msg("chat template: %s", err);
+    return c;
+}
+
+/* One case: the conversation's messages and tools as JSON text through ts_chat_apply, compared
+ * byte for byte with what the reference rendered. */
+static void check_case(const ts_chat *chat, const cJSON *conv, const cJSON *opts, const char *want,
+                       const char *what) {
+    const cJSON *msgs = cJSON_IsArray(conv) ? conv : cJSON_GetObjectItem(conv, "messages");
+    const cJSON *tools = cJSON_IsArray(conv) ? NULL : cJSON_GetObjectItem(conv, "tools");
+    const cJSON *think = cJSON_GetObjectItem(opts, "enable_thinking");
+    char *mj = cJSON_PrintUnformatted(msgs), *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    const char *kw = cJSON_IsTrue(think)    ? "{\"enable_thinking\": true}"
+                     : cJSON_IsFalse(think) ? "{\"enable_thinking\": false}"
+                                            : NULL;
+    char *out = NULL, err[512];
+    size_t len = 0;
+    if (ts_chat_apply(chat, mj, tj, kw, cJSON_IsTrue(cJSON_GetObjectItem(opts, "add_generation_prompt")),
+                      &out, &len, err, sizeof err))
+        fail_msg("%s: %s", what, err);
+    if (len != strlen(want) || memcmp(out, want, len)) fail_msg("%s: got\n%s\nwant\n%s", what, out, want);
+    free(out), free(mj), free(tj);
+}
+
+/* tests/fixtures/chat (transformers and Jinja2 renderings) with the built-in templates. */
+static int check_builtin(const ts_tokenizer *t, const char *rel, const char *fixed_template) {
     cJSON *d = load_json(rel);
+    assert_non_null(d);
+    const cJSON *convs = cJSON_GetObjectItem(d, "conversations"), *c;
+    const char *names[] = {"qwen3", "chatml", "qwen3-thinking"};
+    ts_chat *chats[3];
+    for (int k = 0; k < 3; k++) chats[k] = new_chat(t, names[k], NULL);
+    int n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(d, "cases")) {
+        const cJSON *tmpl = cJSON_GetObjectItem(c, "template");
+        const int k = fixed_template || !strcmp(tmpl->valuestring, "demo") ? 0
+                      : !strcmp(tmpl->valuestring, "chatml")               ? 1
+                                                                           : 2;
+        char what[128];
+        snprintf(what, sizeof what, "%s case %d (%s)", rel, n, names[k]);
+        check_case(chats[k], cJSON_GetObjectItem(convs, cJSON_GetObjectItem(c, "conversation")->valuestring),
+                   c, cJSON_GetObjectItem(c, "expected")->valuestring, what);
+        n++;
+    }
+    for (int k = 0; k < 3; k++) ts_chat_free(chats[k]);
+    cJSON_Delete(d);
+    return n;
+}
+
+/* tests/fixtures/templates (transformers' renderings) with the Jinja engine, each template read from
+ * its file; the conversation with content parts is left out (ts_chat_apply joins the parts into one
+ * string, as the server does) and so is the one with its own variables. */
+static int check_jinja(const ts_tokenizer *t) {
+    cJSON *d = load_json("templates/cases.json");
     assert_non_null(d);
     const cJSON *convs = cJSON_GetObjectItem(d, "conversations"), *c;
     int n = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(d, "cases")) {
-        const cJSON *conv = cJSON_GetObjectItem(convs, cJSON_GetObjectItem(c, "conversation")->valuestring);
-        const cJSON *msgs = cJSON_IsArray(conv) ? conv : cJSON_GetObjectItem(conv, "messages");
-        const cJSON *tools = cJSON_IsArray(conv) ? NULL : cJSON_GetObjectItem(conv, "tools");
-        const cJSON *tmpl = cJSON_GetObjectItem(c, "template"),
-                    *think = cJSON_GetObjectItem(c, "enable_thinking");
-        const char *name = fixed_template                         ? fixed_template
-                           : !strcmp(tmpl->valuestring, "demo")   ? "qwen3"
-                           : !strcmp(tmpl->valuestring, "chatml") ? "chatml"
-                                                                  : "qwen3-thinking";
-        char *mj = cJSON_PrintUnformatted(msgs), *tj = tools ? cJSON_PrintUnformatted(tools) : NULL;
-        const char *kw = cJSON_IsTrue(think)    ? "{\"enable_thinking\": true}"
-                         : cJSON_IsFalse(think) ? "{\"enable_thinking\": false}"
-                                                : NULL;
-        char *out = NULL, err[512];
-        size_t len = 0;
-        int rc =
-            ts_chat_apply(t, name, mj, tj, kw, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")),
-                          &out, &len, err, sizeof err);
-        if (rc) fail_msg("%s case %d: %s", rel, n, err);
-        const char *want = cJSON_GetObjectItem(c, "expected")->valuestring;
-        if (len != strlen(want) || memcmp(out, want, len))
-            fail_msg("%s case %d (%s): got\n%s\nwant\n%s", rel, n, name, out, want);
-        free(out), free(mj), free(tj);
+        const char *tmpl = cJSON_GetObjectItem(c, "template")->valuestring;
+        const char *conv = cJSON_GetObjectItem(c, "conversation")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "expected");
+        if (!cJSON_IsString(want) || !strcmp(conv, "content_parts") || !strcmp(tmpl, "features")) continue;
+        char file[4096], what[160];
+        snprintf(file, sizeof file, "%s/templates/%s.jinja", fixtures(), tmpl);
+        snprintf(what, sizeof what, "templates/cases.json: %s, %s", tmpl, conv);
+        ts_chat *chat = new_chat(t, NULL, file);
+        assert_string_equal(ts_chat_name(chat), "jinja");
+        check_case(chat, cJSON_GetObjectItem(convs, conv), cJSON_GetObjectItem(c, "options"),
+                   want->valuestring, what);
+        ts_chat_free(chat);
         n++;
     }
     cJSON_Delete(d);
@@ -126,15 +171,18 @@ static int check_renderings(const ts_tokenizer *t, const char *rel, const char *
 static void test_chat_apply_fixtures(void **state) {
     (void)state;
     ts_tokenizer *t = fixture_tokenizer();
-    assert_int_equal(check_renderings(t, "chat/chat.json", NULL), 196);
-    assert_int_equal(check_renderings(t, "chat/tools.json", "qwen3"), 28);
+    assert_int_equal(check_builtin(t, "chat/chat.json", NULL), 196);
+    assert_int_equal(check_builtin(t, "chat/tools.json", "qwen3"), 28);
+    const int n = check_jinja(t);
+    print_message("%d Jinja renderings equal to transformers'\n", n);
+    assert_true(n >= 150);
     ts_tokenizer_free(t);
 }
 
-static void expect_chat_error(const ts_tokenizer *t, const char *name, const char *msgs, const char *tools,
-                              const char *kwargs, const char *phrase) {
+static void expect_chat_error(const ts_chat *chat, const char *msgs, const char *tools, const char *kwargs,
+                              const char *phrase) {
     char *out = (char *)"unchanged", err[512] = "";
-    assert_int_equal(ts_chat_apply(t, name, msgs, tools, kwargs, true, &out, NULL, err, sizeof err), -1);
+    assert_int_equal(ts_chat_apply(chat, msgs, tools, kwargs, true, &out, NULL, err, sizeof err), -1);
     assert_null(out);
     if (!strstr(err, phrase)) fail_msg("expected '%s' in: %s", phrase, err);
 }
@@ -142,23 +190,31 @@ static void expect_chat_error(const ts_tokenizer *t, const char *name, const cha
 static void test_chat_apply_refusals(void **state) {
     (void)state;
     ts_tokenizer *t = fixture_tokenizer();
+    ts_chat *qwen3 = new_chat(t, "qwen3", NULL), *chatml = new_chat(t, "chatml", NULL), *c = NULL;
     const char *user = "[{\"role\": \"user\", \"content\": \"hi\"}]";
-    expect_chat_error(t, "qwen3", "[{\"role\": \"user\"", NULL, NULL, "not valid JSON");
-    expect_chat_error(t, "qwen3", "{\"role\": \"user\"}", NULL, NULL, "must be a JSON array");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"wizard\", \"content\": \"x\"}]", NULL, NULL,
+    expect_chat_error(qwen3, "[{\"role\": \"user\"", NULL, NULL, "not valid JSON");
+    expect_chat_error(qwen3, "{\"role\": \"user\"}", NULL, NULL, "must be a JSON array");
+    expect_chat_error(qwen3, "[{\"role\": \"wizard\", \"content\": \"x\"}]", NULL, NULL,
                       "messages[0].role is 'wizard'");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL,
-                      NULL, "messages[0].content[0] is not a text part");
-    expect_chat_error(t, "qwen3", "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 3}]}]", NULL,
-                      NULL, "messages[0].tool_calls[0]");
-    expect_chat_error(t, "qwen3", user, "{}", NULL, "the tools must be a JSON array");
-    expect_chat_error(t, "qwen3", user, NULL, "{\"enable_thinking\": \"yes\"}",
+    expect_chat_error(qwen3, "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL, NULL,
+                      "messages[0].content[0] is not a text part");
+    expect_chat_error(qwen3, "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 3}]}]", NULL, NULL,
+                      "messages[0].tool_calls[0]");
+    expect_chat_error(qwen3, user, "{}", NULL, "the tools must be a JSON array");
+    expect_chat_error(qwen3, user, NULL, "{\"enable_thinking\": \"yes\"}",
                       "enable_thinking must be true or false");
-    expect_chat_error(t, "jinja9", user, NULL, NULL, "jinja9");
+    expect_chat_error(chatml, user, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL,
+                      "tools");
+    char err[512];
+    assert_int_equal(ts_chat_new(t, "jinja9", NULL, true, &c, NULL, 0, err, sizeof err), -1);
+    assert_null(c);
+    assert_non_null(strstr(err, "jinja9"));
+    assert_int_equal(ts_chat_new(t, NULL, "/nonexistent.jinja", true, &c, NULL, 0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent.jinja"));
     /* content parts are joined by newlines; developer is system; unknown template variables are ignored */
-    char *out = NULL, err[512];
+    char *out = NULL;
     assert_int_equal(
-        ts_chat_apply(t, "chatml",
+        ts_chat_apply(chatml,
                       "[{\"role\": \"developer\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": "
                       "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
                       NULL, "{\"other\": 1}", false, &out, NULL, err, sizeof err),
@@ -166,7 +222,7 @@ static void test_chat_apply_refusals(void **state) {
     assert_string_equal(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n");
     free(out);
     /* tool-call arguments: a string as given, an object as the template's tojson writes it */
-    assert_int_equal(ts_chat_apply(t, "qwen3",
+    assert_int_equal(ts_chat_apply(qwen3,
                                    "[{\"role\": \"user\", \"content\": \"go\"}, {\"role\": \"assistant\", "
                                    "\"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\", "
                                    "\"arguments\": {\"b\":[true,1.5]}}}, {\"function\": {\"name\": \"g\", "
@@ -177,6 +233,7 @@ static void test_chat_apply_refusals(void **state) {
         !strstr(out, "{\"name\": \"g\", \"arguments\": {\"a\":1}}"))
         fail_msg("tool calls rendered as:\n%s", out);
     free(out);
+    ts_chat_free(qwen3), ts_chat_free(chatml);
     ts_tokenizer_free(t);
 }
 

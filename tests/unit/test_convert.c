@@ -433,9 +433,9 @@ static void test_quantize_refuses(void **state) {
     ts_synth_opts o = {.type = TS_TYPE_F32, .seed = 3};
     assert_int_equal(ts_synth_write(&hp, &o, in, err, sizeof err), 0);
     ts_hparams_free(&hp);
-    assert_int_equal(ts_quantize_gguf(in, in, ts_mix_from_name("q8_0"), true, err, sizeof err), -1);
+    assert_int_equal(ts_quantize_gguf(in, in, ts_mix_from_name("q8_0"), NULL, true, err, sizeof err), -1);
     assert_non_null(strstr(err, "is the input file"));
-    assert_int_equal(ts_quantize_gguf(in, out, ts_mix_from_name("q4_k_m"), true, err, sizeof err), 0);
+    assert_int_equal(ts_quantize_gguf(in, out, ts_mix_from_name("q4_k_m"), NULL, true, err, sizeof err), 0);
     ts_model *m;
     if (ts_model_load(out, &m, err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(m->layers[0].attn_qkv->type, TS_TYPE_Q5_1); /* Q5_K for attn_qkv; ne0 = 64 falls back */
