@@ -233,7 +233,19 @@ static void test_chat_apply_refusals(void **state) {
         !strstr(out, "{\"name\": \"g\", \"arguments\": {\"a\":1}}"))
         fail_msg("tool calls rendered as:\n%s", out);
     free(out);
-    ts_chat_free(qwen3), ts_chat_free(chatml);
+    /* a Jinja template reads the template variables it mentions */
+    char path[300];
+    snprintf(path, sizeof path, "/tmp/ts_test_api_%d.jinja", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs("{{ greeting }}:{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}", f);
+    fclose(f);
+    ts_chat *own = new_chat(t, NULL, path);
+    unlink(path);
+    assert_int_equal(
+        ts_chat_apply(own, user, NULL, "{\"greeting\": \"hello\"}", false, &out, NULL, err, sizeof err), 0);
+    assert_string_equal(out, "hello:user=hi;");
+    free(out);
+    ts_chat_free(own), ts_chat_free(qwen3), ts_chat_free(chatml);
     ts_tokenizer_free(t);
 }
 
