@@ -9,7 +9,11 @@
  * (err, errlen) — what was wrong, where, and what was expected. err may be NULL.
  *
  * Threads: a model may be used by several sessions; one session is used by one thread at a time.
- * Memory: the model maps its file; each session owns its state (ts_session_state_bytes). */
+ * Memory: the model maps its file; each session owns its state (ts_session_state_bytes).
+ *
+ * Scope: everything `turbospark serve` and the commands that run the model use — models, sessions
+ * and their states, backends, tokenizers, chat rendering, sampling and the pieces of text
+ * generation (stop strings, reasoning, tool calls, grammars). */
 #ifndef TURBOSPARK_H
 #define TURBOSPARK_H
 
@@ -60,6 +64,44 @@ typedef struct ts_cuda_params {
                               blocks on the GPU instead of the file's bytes */
 } ts_cuda_params;
 
+/* What a backend of a model holds, once set up (by ts_model_cuda_init or its first session). */
+typedef struct ts_backend_info {
+    ts_backend backend;
+    char device[128];      /* "CPU", or the GPU's name */
+    uint64_t weight_bytes; /* device bytes of the weights (0 on the CPU: read in place from the file) */
+    uint64_t table_bytes;  /* bytes of the PLE n-gram table on the device or pinned (0 on the CPU) */
+    bool table_on_host;    /* the table is in pinned host memory */
+    uint64_t work_bytes;   /* workspaces the backend's sequences share (0 on the CPU: per session) */
+    uint64_t seq_state_bytes; /* one sequence's state at the planned context (0 on the CPU) */
+    uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
+} ts_backend_info;
+
+/* Fills *out; refuses a backend the model has not set up (or this build lacks). */
+int ts_model_backend_info(const ts_model *m, ts_backend b, ts_backend_info *out, char *err, size_t errlen);
+/* Whether the model's backend b is set up (ts_model_cuda_init or a first session made it). */
+bool ts_model_backend_ready(const ts_model *m, ts_backend b);
+/* Measures the read bandwidth (bytes/s) of the memory that backend b reads the weights from (a
+ * streaming read much larger than the caches: about a second). CUDA must be set up first. */
+int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, char *err, size_t errlen);
+
+/* Benchmarks: where the time of one decode step of session s goes (CUDA only). The session consumes
+ * token id (it advances by one); names[k] (a block kind: "embed", "moe", ...) and ms[k] (its GPU
+ * time, blocks timed one by one) for k < the returned count, or −1 with err. */
+#define TS_PROFILE_MAX_KINDS 16
+int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
+                            double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen);
+
+/* Bytes one decode step must move (the floor of a step's time is their sum over the bandwidth):
+ * every dense weight once, the expected union of the experts that `batch` sequences route to, their
+ * embedding and PLE rows, recurrent state read and written, and K/V and indexer keys read at
+ * context ctx (kv_value_bytes: 4 for fp32 caches, 2 for bf16). */
+typedef struct ts_decode_cost {
+    uint64_t weight_bytes; /* quantized weights read */
+    uint64_t state_bytes;  /* GDN state read + write, PLE/conv histories */
+    uint64_t kv_bytes;     /* K/V and indexer keys read at ctx */
+} ts_decode_cost;
+ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv_value_bytes, int64_t batch);
+
 /* Plans GPU memory (refusing with the numbers when the model does not fit), then uploads the
  * weights in their file encoding. Sessions created afterwards with TS_BACKEND_CUDA run there; a
  * CUDA session created before this call sets the backend up with defaults from its own params. */
@@ -75,6 +117,8 @@ int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, ch
 void ts_session_free(ts_session *s);
 void ts_session_reset(ts_session *s);              /* back to an empty sequence */
 int64_t ts_session_pos(const ts_session *s);       /* tokens consumed so far */
+ts_backend ts_session_backend(const ts_session *s); /* where its state lives and its forward runs */
+int64_t ts_session_n_ctx(const ts_session *s);      /* tokens it can hold */
 size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed at creation */
 
 /* Makes dst hold the sequence src holds (every cache and recurrent state up to its position), as if
@@ -93,6 +137,15 @@ int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t
 int64_t ts_snapshot_pos(const ts_snapshot *snap);
 size_t ts_snapshot_bytes(const ts_snapshot *snap);
 void ts_snapshot_free(ts_snapshot *snap);
+/* A snapshot as bytes, for a file or another process: *data (malloc'd, *size bytes; the caller
+ * frees it) holds a header (format version, backend, position, a fingerprint of the model's
+ * tensors: names, types and shapes) and the state. */
+int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char *err, size_t errlen);
+/* The inverse, for model m: refuses, with a sentence, bytes of another format, model or size. */
+int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err, size_t errlen);
+/* The session's state to a file (written whole to path.tmp, then renamed), and back. */
+int ts_session_save_file(const ts_session *s, const char *path, char *err, size_t errlen);
+int ts_session_load_file(ts_session *s, const char *path, char *err, size_t errlen);
 
 /* Feeds n tokens (any n ≥ 1: longer inputs are split into ubatch chunks) and writes the logits of
  * the last token into logits[n_vocab] (or of every token into logits[n × n_vocab] when all is
@@ -111,6 +164,16 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
 int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
                   char *err, size_t errlen);
 
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* Formats one sentence into (err, errlen) (truncated to fit; err may be NULL) and returns −1: the
+ * convention of every function here, for callers that follow it too. */
+int ts_errf(char *err, size_t errlen, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* ---- version ------------------------------------------------------------------------------ */
 
 const char *ts_version(void);      /* "0.1.0": the CMake project version */
@@ -123,7 +186,19 @@ const char *ts_build_commit(void); /* the git commit built ("c7589b2", "-dirty" 
 typedef struct ts_tokenizer ts_tokenizer;
 
 int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t errlen);
+/* The tokenizer of any GGUF file with tokenizer.ggml.* keys (a model, or a vocabulary-only file). */
+int ts_tokenizer_load_gguf(const char *path, ts_tokenizer **out, char *err, size_t errlen);
+/* The tokenizer of a Hugging Face folder (tokenizer.json; tokenizer_config.json and config.json when
+ * present), read as `turbospark convert` writes it into a GGUF, ids for ids. */
+int ts_tokenizer_load_hf(const char *hf_dir, ts_tokenizer **out, char *err, size_t errlen);
 void ts_tokenizer_free(ts_tokenizer *t);
+int32_t ts_tokenizer_n_tokens(const ts_tokenizer *t);
+int32_t ts_tokenizer_bos(const ts_tokenizer *t);  /* −1 when the file has none */
+bool ts_tokenizer_add_bos(const ts_tokenizer *t); /* whether prompts start with it */
+/* The id of the token whose text in the file is `text` ("<|im_end|>", "</think>"), or −1. */
+int32_t ts_tokenizer_find(const ts_tokenizer *t, const char *text);
+/* The file's chat template (Jinja text, tokenizer.chat_template), or NULL. */
+const char *ts_tokenizer_chat_template(const ts_tokenizer *t);
 
 /* Encodes text[0..len) (any bytes; invalid UTF-8 becomes U+FFFD) into ids[0..cap) and returns the
  * number of tokens, which may exceed cap (then only the first cap are written: call again with a
@@ -136,6 +211,72 @@ int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
 const char *ts_token_bytes(const ts_tokenizer *t, int32_t id, bool special, size_t *len);
 /* Whether id ends a generation (eos, <|im_end|>, <|endoftext|>, ...). */
 bool ts_tokenizer_is_eog(const ts_tokenizer *t, int32_t id);
+
+/* A growable byte string, NUL-terminated once non-empty (s may hold NUL bytes: use n). Starts
+ * zeroed ({0}); the functions below that produce text APPEND to one. */
+typedef struct ts_text {
+    char *s;
+    size_t n, cap;
+} ts_text;
+int ts_text_append(ts_text *t, const void *data, size_t n); /* 0 or −1 (out of memory) */
+void ts_text_free(ts_text *t);
+
+/* A growable list of token ids; starts zeroed. */
+typedef struct ts_tokens {
+    int32_t *ids;
+    size_t n, cap;
+} ts_tokens;
+int ts_tokens_push(ts_tokens *v, int32_t id); /* 0 or −1 (out of memory) */
+void ts_tokens_free(ts_tokens *v);
+
+/* ts_tokenizer_encode into a growable list: APPENDS the ids of text[0..len) to out. */
+int ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, ts_tokens *out, char *err,
+                size_t errlen);
+/* APPENDS the bytes of ids (raw: a cut inside a character leaves a partial UTF-8 sequence; text
+ * shown to people goes through ts_detok). Fails on an id out of range. */
+int ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool special, ts_text *out, char *err,
+                  size_t errlen);
+/* APPENDS s[0..n) with every maximal invalid UTF-8 subpart replaced by U+FFFD (as Python's
+ * errors='replace'); returns the number of replacements, or −1 when out of memory. */
+long ts_utf8_sanitize(const char *s, size_t n, ts_text *out);
+
+/* Streaming detokenizer: ids one at a time; what it appends is always valid UTF-8 (the bytes of a
+ * character split across tokens are held until it is complete; bytes that can never complete one
+ * become U+FFFD). Flush at the end (an incomplete tail becomes U+FFFD). The fields are its own. */
+typedef struct ts_detok {
+    const ts_tokenizer *t;
+    bool special;
+    unsigned char held[4];
+    int n_held;
+} ts_detok;
+void ts_detok_init(ts_detok *d, const ts_tokenizer *t, bool special);
+int ts_detok_push(ts_detok *d, int32_t id, ts_text *out, char *err, size_t errlen);
+int ts_detok_push_bytes(ts_detok *d, const void *bytes, size_t n, ts_text *out); /* 0 or −1 (out of memory) */
+int ts_detok_flush(ts_detok *d, ts_text *out);
+
+/* ---- chat --------------------------------------------------------------------------------- */
+
+/* The chat template of a tokenizer, chosen once: template_name (NULL or "": none asked) a built-in
+ * rendering, "chatml", "qwen3" or "qwen3-thinking"; else, with use_jinja, template_file (a Jinja file;
+ * NULL: none) or the tokenizer's own template rendered by the Jinja engine as transformers'
+ * apply_chat_template does; else the built-in rendering recognised from the tokenizer's template.
+ * note (may be NULL) gets a sentence worth logging when the file's template was set aside, else "".
+ * Refuses, with a sentence naming the --chat-template override, what it cannot render. */
+typedef struct ts_chat ts_chat;
+int ts_chat_new(const ts_tokenizer *t, const char *template_name, const char *template_file, bool use_jinja,
+                ts_chat **out, char *note, size_t notelen, char *err, size_t errlen);
+void ts_chat_free(ts_chat *c);
+const char *ts_chat_name(const ts_chat *c); /* "jinja", or the built-in rendering's name */
+
+/* Renders a conversation as the model's prompt text. messages_json: a JSON array of OpenAI chat
+ * messages ({"role", "content" (a string, null, or text parts joined by newlines),
+ * "reasoning_content", "tool_calls": [{"function": {"name", "arguments"}}]}); tools_json: NULL,
+ * "null" or a JSON array of tools; kwargs_json: NULL or a JSON object of template variables
+ * (enable_thinking, and any other a Jinja template reads). *out gets the malloc'd NUL-terminated
+ * text (the caller frees it), *len its bytes (len may be NULL). A ts_chat may render for several
+ * threads at once. */
+int ts_chat_apply(const ts_chat *c, const char *messages_json, const char *tools_json, const char *kwargs_json,
+                  bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
 
 /* ---- sampler ------------------------------------------------------------------------------ */
 
@@ -160,10 +301,145 @@ ts_sampler_params ts_sampler_default_params(void);
  * allocates nothing afterwards. */
 int ts_sampler_new(const ts_sampler_params *p, int32_t n_vocab, ts_sampler **out, char *err, size_t errlen);
 void ts_sampler_free(ts_sampler *s);
+/* The check ts_sampler_new makes, alone: 0, or −1 with a sentence for the first bad field. */
+int ts_sampler_check(const ts_sampler_params *p, char *err, size_t errlen);
+/* New parameters (checked as ts_sampler_new checks them), empty history, reseeded: one sampler
+ * serves request after request without allocating. On failure the sampler is unchanged. */
+int ts_sampler_configure(ts_sampler *s, const ts_sampler_params *p, char *err, size_t errlen);
+void ts_sampler_reset(ts_sampler *s, uint64_t seed); /* clears the history, reseeds */
 /* Records a token of the context (prompt or generated) for the penalties. */
 void ts_sampler_accept(ts_sampler *s, int32_t token);
 /* Picks the next token from logits[n_vocab] (not modified). */
 int32_t ts_sampler_sample(ts_sampler *s, const float *logits);
+/* The same among the tokens whose bit is set in allow[n_vocab / 32 + 1] (a ts_matcher's mask; at
+ * least one must be): the others are gone after the penalties, before greedy or top-k. */
+int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint32_t *allow);
+
+#define TS_LOGPROBS_MAX_TOP 20
+
+/* One generated token's log-probability and its most likely alternatives (ts_logprobs). */
+typedef struct ts_token_logprobs {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[TS_LOGPROBS_MAX_TOP]; /* most likely first */
+    float top_lp[TS_LOGPROBS_MAX_TOP];
+} ts_token_logprobs;
+
+/* Log-probabilities as OpenAI and vLLM report them by default: the log-softmax of the raw logits
+ * (before penalties, temperature, truncation or a grammar's mask), in double precision. Returns the
+ * log-probability of `chosen`; top_ids/top_lp[0 .. k) get the k most likely tokens, most likely
+ * first (lowest id on ties), k ≤ TS_LOGPROBS_MAX_TOP. */
+float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids, float *top_lp);
+
+/* The fields a model file may recommend, as indexes of ts_model_sampling's given[]. */
+enum { TS_SAMPLING_TEMP, TS_SAMPLING_TOP_K, TS_SAMPLING_TOP_P, TS_SAMPLING_MIN_P, TS_SAMPLING_N_KEYS };
+/* Overwrites the fields of *p that the model file recommends (general.sampling.temp, .top_k, .top_p,
+ * .min_p, read as llama.cpp reads them) unless given[field] is true (the caller set it); given may
+ * be NULL (every recommendation is taken). */
+void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]);
+
+/* ---- text generation: stop strings, reasoning, tool calls, grammars -------------------------- */
+
+/* The text of a generation as it grows token by token, safe to show at every moment: the
+ * streaming detokenizer holds back a character split across tokens; when the text contains a stop
+ * string it is cut just before the earliest one and the generation is over; until then the longest
+ * tail that could still grow into a stop string is held back. out->s[0 .. ts_textgen_safe()) is
+ * final. The text grows in the caller's ts_text; the stop strings are borrowed. The fields are its own. */
+typedef struct ts_textgen {
+    ts_detok d;
+    const char *const *stops; /* n_stops non-empty strings */
+    int n_stops;
+    ts_text *out; /* the whole generated text (ends before the stop string once one is found) */
+    size_t safe;  /* bytes of out that are final */
+    bool stopped; /* a stop string was found: nothing more may be pushed */
+    bool finished;
+} ts_textgen;
+
+void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops, ts_text *out);
+/* Appends one token's text: 1 when the text now holds a stop string (out is cut before it, all of it
+ * final), 0 when generation may go on, −1 with err (an id outside the vocabulary, out of memory). */
+int ts_textgen_push(ts_textgen *g, int32_t id, char *err, size_t errlen);
+/* The generation is over (end-of-generation token, length, cancel): flushes and releases everything.
+ * 0 or −1 (out of memory). */
+int ts_textgen_finish(ts_textgen *g);
+size_t ts_textgen_safe(const ts_textgen *g); /* bytes of out that are final (may be shown) */
+
+/* Reasoning split off the answer ("<think>…</think>answer", llama-server's deepseek format): text
+ * goes in, in pieces of any size; reasoning and content grow, each only with final bytes. */
+typedef enum ts_reasoning_format {
+    TS_REASONING_NONE = 0,     /* the text as generated, all in content */
+    TS_REASONING_DEEPSEEK = 1, /* <think> blocks split into reasoning_content */
+} ts_reasoning_format;
+
+/* "none" | "deepseek" (and "auto", llama-server's default, which is deepseek for Qwen). */
+int ts_reasoning_format_from_name(const char *name, ts_reasoning_format *f, char *err, size_t errlen);
+
+typedef struct ts_think_split { /* the fields are its own */
+    int state;     /* where the next byte goes */
+    ts_text hold;  /* bytes not decided yet */
+    bool answered; /* content has started */
+} ts_think_split;
+
+void ts_think_init(ts_think_split *t, bool opened); /* opened: the prompt already opened the block */
+void ts_think_free(ts_think_split *t);
+int ts_think_push(ts_think_split *t, const char *s, size_t n, ts_text *reasoning, ts_text *content); /* 0 or −1 */
+int ts_think_finish(ts_think_split *t, ts_text *reasoning, ts_text *content);                        /* 0 or −1 */
+bool ts_think_inside(const ts_think_split *t); /* inside the block now (for callers that count thinking) */
+/* Whether a rendered prompt ends inside an open <think> block (its last "<think>" is not closed). */
+bool ts_prompt_opens_think(const char *prompt, size_t n);
+
+/* Tool calls in an answer (Qwen's <tool_call> blocks, JSON or XML form), parsed into (name, JSON
+ * arguments) pairs as their blocks close; the content outside the blocks comes out as it is
+ * decided. */
+typedef struct ts_tool_call {
+    char *name;      /* owned */
+    char *arguments; /* owned: a JSON object as text */
+} ts_tool_call;
+
+typedef struct ts_toolcall_parser {
+    void *tools;         /* the request's tools, parsed (its own) */
+    bool inside;         /* in a <tool_call> block */
+    ts_text hold;        /* bytes not decided yet */
+    ts_tool_call *calls; /* [n_calls] the calls so far */
+    int n_calls, cap;
+} ts_toolcall_parser;
+
+/* tools_json: the request's "tools" array as JSON text (borrowed for the call), or NULL. */
+int ts_toolcall_init(ts_toolcall_parser *p, const char *tools_json, char *err, size_t errlen);
+void ts_toolcall_free(ts_toolcall_parser *p);
+int ts_toolcall_push(ts_toolcall_parser *p, const char *s, size_t n, ts_text *content); /* 0 or −1 */
+int ts_toolcall_finish(ts_toolcall_parser *p, ts_text *content);                        /* 0 or −1 */
+
+/* Grammars constrain what may be sampled: a ts_grammar (from GBNF, a JSON schema or a request's
+ * tools) is matched against a tokenizer's vocabulary (ts_grammar_vocab, once per tokenizer) by a
+ * ts_matcher (one per generation), whose mask goes to ts_sampler_sample_masked. */
+typedef struct ts_grammar ts_grammar;
+typedef struct ts_grammar_vocab ts_grammar_vocab;
+typedef struct ts_matcher ts_matcher;
+
+/* llama.cpp's GBNF (text[0..n)); a sentence with the line and column of a mistake. */
+int ts_gbnf_grammar(const char *text, size_t n, ts_grammar **out, char *err, size_t errlen);
+/* The values a JSON schema (JSON text) allows; NULL: any JSON object. */
+int ts_json_schema_grammar(const char *schema, ts_grammar **out, char *err, size_t errlen);
+/* Qwen tool calls for the tools of tools_json (or only the one called `only`): one block at least,
+ * up to 8 when parallel. */
+int ts_tool_call_grammar(const char *tools_json, const char *only, bool parallel, ts_grammar **out, char *err,
+                         size_t errlen);
+void ts_grammar_free(ts_grammar *g);
+
+int ts_grammar_vocab_new(const ts_tokenizer *t, ts_grammar_vocab **out, char *err, size_t errlen);
+void ts_grammar_vocab_free(ts_grammar_vocab *v);
+
+int ts_matcher_new(const ts_grammar *g, const ts_grammar_vocab *v, ts_matcher **out, char *err, size_t errlen);
+void ts_matcher_free(ts_matcher *m);
+/* The tokens that may come next: allow[n_vocab / 32 + 1] bits. 0, or −1 with a sentence. */
+int ts_matcher_mask(ts_matcher *m, uint32_t *allow, char *err, size_t errlen);
+bool ts_mask_allows(const uint32_t *allow, int32_t id); /* id's bit in a mask */
+/* Moves past a token (allowed by the mask). 0, or −1 with a sentence. */
+int ts_matcher_accept(ts_matcher *m, int32_t id, char *err, size_t errlen);
+bool ts_matcher_can_end(const ts_matcher *m);  /* the bytes so far are a whole sentence of the grammar */
+bool ts_matcher_must_end(const ts_matcher *m); /* and nothing may follow */
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,6 @@
 #ifndef TS_CLI_ARGS_H
 #define TS_CLI_ARGS_H
 
-#include "engine/generate.h"
-#include "engine/sampler.h"
 #include "turbospark.h"
 
 #include <getopt.h>

@@ -14,11 +14,7 @@
 
 #include "cli/args.h"
 
-#include "model/qwen4exp.h"
 #include "turbospark.h"
-#ifdef TS_HAVE_CUDA
-#include "cuda/forward.h"
-#endif
 
 #include <errno.h>
 #include <inttypes.h>
@@ -45,24 +41,6 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* CPU read bandwidth in bytes/s: sum a 1 GiB buffer with all threads, best of 3. */
-static double cpu_read_bandwidth(void) {
-    const size_t n = (size_t)1 << 27; /* 2^27 doubles = 1 GiB */
-    double *buf = malloc(n * sizeof *buf);
-    if (!buf) return 0;
-    for (size_t i = 0; i < n; i++) buf[i] = (double)(i & 1023);
-    double best = 0, sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = now(), s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-        for (size_t i = 0; i < n; i++) s += buf[i];
-        double dt = now() - t0;
-        sink += s;
-        if (n * sizeof *buf / dt > best) best = n * sizeof *buf / dt;
-    }
-    free(buf);
-    return sink < 0 ? 0 : best; /* sink keeps the loop from being optimised away */
-}
-
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d N]\n"
                "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] [--random-weights]\n"
@@ -249,6 +227,7 @@ int ts_cmd_bench(int argc, char **argv) {
     ts_model *m;
     if (ts_model_load(path, &m, err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); return 1; }
     double bw = 0;
+    char device_name[128];
     const char *device = "CPU";
     if (be == TS_BACKEND_CUDA) {
         ts_cuda_params cp = {.ple = placement, .plan_ctx = seq_ctx, .plan_seqs = (int)bmax,
@@ -258,16 +237,22 @@ int ts_cmd_bench(int argc, char **argv) {
             ts_model_free(m);
             return 1;
         }
-#ifdef TS_HAVE_CUDA
-        const ts_cuda_plan *P = ts_cuda_ctx_plan(m->cuda);
-        device = ts_cuda_ctx_device_name(m->cuda);
-        bw = ts_cuda_measure_bandwidth(m->cuda);
+        ts_backend_info P;
+        if (ts_model_backend_info(m, be, &P, err, sizeof err)) {
+            fprintf(stderr, "turbospark bench: %s\n", err);
+            ts_model_free(m);
+            return 1;
+        }
+        snprintf(device_name, sizeof device_name, "%s", P.device);
+        device = device_name;
         fprintf(stderr, "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence\n",
-                device, P->weights / 1073741824.0, P->table / 1073741824.0, P->table_on_host ? "in pinned host memory" : "on the GPU",
-                P->seq_state / 1048576.0);
-#endif
-    } else {
-        bw = cpu_read_bandwidth();
+                device, P.weight_bytes / 1073741824.0, P.table_bytes / 1073741824.0,
+                P.table_on_host ? "in pinned host memory" : "on the GPU", P.seq_state_bytes / 1048576.0);
+    }
+    if (ts_model_measure_bandwidth(m, be, &bw, err, sizeof err)) {
+        fprintf(stderr, "turbospark bench: %s\n", err);
+        ts_model_free(m);
+        return 1;
     }
     const int64_t V = ts_model_n_vocab(m);
     uint64_t rng = 12345;
@@ -339,21 +324,19 @@ int ts_cmd_bench(int argc, char **argv) {
     }
     if (o.out == OUT_JSON) printf("%s]\n", first ? "" : "\n");
     if (rc) fprintf(stderr, "turbospark bench: %s\n", *err ? err : "failed");
-#ifdef TS_HAVE_CUDA
     if (!rc && be == TS_BACKEND_CUDA && o.out == OUT_MD) { /* where the time of one batch-1 decode step goes */
-        double ms[TS_PROF_KINDS], total = 0;
-        ts_cuda_seq *q = NULL;
-        random_ids(step, 1, V, &rng);
-        q = ts_session_cuda_seq(ss[0]); /* session 0's state, one more token */
-        if (q && ts_cuda_seq_pos(q) < ts_cuda_seq_n_ctx(q) && !ts_cuda_profile_step(m->cuda, &q, step, 1, ms, err, sizeof err)) {
-            for (int k = 0; k < TS_PROF_KINDS; k++) total += ms[k];
+        const char *names[TS_PROFILE_MAX_KINDS];
+        double ms[TS_PROFILE_MAX_KINDS], total = 0;
+        random_ids(step, 1, V, &rng); /* session 0's state, one more token */
+        const int kinds = ts_session_pos(ss[0]) < seq_ctx ? ts_session_profile_step(ss[0], step[0], names, ms, err, sizeof err) : -1;
+        if (kinds > 0) {
+            for (int k = 0; k < kinds; k++) total += ms[k];
             printf("\n| block (batch 1, one decode step) | GPU ms | share |\n|---|---|---|\n");
-            for (int k = 0; k < TS_PROF_KINDS; k++)
-                printf("| %s | %.3f | %.1f%% |\n", ts_cuda_prof_names[k], ms[k], total > 0 ? 100 * ms[k] / total : 0);
+            for (int k = 0; k < kinds; k++)
+                printf("| %s | %.3f | %.1f%% |\n", names[k], ms[k], total > 0 ? 100 * ms[k] / total : 0);
             printf("| total (blocks timed one by one) | %.3f | |\n", total);
         }
     }
-#endif
     for (long i = 0; ss && i < bmax; i++) ts_session_free(ss[i]);
     free(ids), free(t), free(ss), free(idp), free(cnt), free(step), free(logits), free(lp);
     ts_model_free(m);

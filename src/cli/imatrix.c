@@ -3,7 +3,7 @@
 #include "cli/cli.h"
 
 #include "cli/args.h"
-#include "common/npy.h"
+#include "cli/npy.h"
 #include "convert/imatrix.h"
 
 #include <inttypes.h>

@@ -4,7 +4,7 @@
  * reader, so a bad file gets the reader's one sentence on stderr and exit status 1. */
 #include "cli/cli.h"
 
-#include "common/npy.h"
+#include "cli/npy.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
 #include "quant/quant.h"

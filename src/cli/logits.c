@@ -2,7 +2,7 @@
  * of issue 3): logits of every position as float32 .npy, or a greedy continuation as int32 .npy. */
 #include "cli/cli.h"
 
-#include "common/npy.h"
+#include "cli/npy.h"
 #include "turbospark.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
 
 #include "cli/args.h"
 
-#include "common/npy.h"
+#include "cli/npy.h"
 #include "turbospark.h"
 
 #include <errno.h>

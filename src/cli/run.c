@@ -9,17 +9,9 @@
 
 #include "cli/args.h"
 
-#include "common/error.h"
-#include "engine/gbnf.h"
-#include "engine/generate.h"
-#include "engine/json_schema.h"
-#include "engine/reasoning.h"
-#include "engine/sampler.h"
-#include "gguf/gguf.h"
-#include "model/qwen4exp.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
 #include "turbospark.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -206,8 +198,8 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     memset(e, 0, sizeof *e);
     double t0 = now();
     if (ts_model_load(o->a.model, &e->m, err, sizeof err)) goto fail;
-    if (ts_tokenizer_load(e->m->gguf, &e->tok, err, sizeof err)) goto fail;
-    ts_sampling_from_gguf(e->m->gguf, &o->a.sp, o->a.sp_given); /* unless given on the command line */
+    if (ts_model_tokenizer(e->m, &e->tok, err, sizeof err)) goto fail;
+    ts_model_sampling(e->m, &o->a.sp, o->a.sp_given); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     ts_cli_cap(cmd, "-c", &o->a.n_ctx, (long)ts_model_n_ctx_train(e->m), "the model's trained context");
     if (o->a.batch_given) ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");
@@ -426,32 +418,27 @@ int ts_cmd_run(int argc, char **argv) {
 
 /* ---- chat ----------------------------------------------------------------------------------- */
 
-typedef struct history {
-    ts_chat_msg *msgs;
-    char **owned;
-    size_t n, cap;
-} history;
-
-static int history_add(history *h, const char *role, const char *content) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 16;
-        ts_chat_msg *m = realloc(h->msgs, cap * sizeof *m);
-        if (m) h->msgs = m;
-        char **o = realloc(h->owned, cap * sizeof *o);
-        if (o) h->owned = o;
-        if (!m || !o) return -1;
-        h->cap = cap;
+/* The conversation so far: a JSON array of {"role", "content"} messages, as ts_chat_apply reads it. */
+static int history_add(cJSON *h, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        return -1;
     }
-    char *c = strdup(content);
-    if (!c) return -1;
-    h->owned[h->n] = c;
-    h->msgs[h->n++] = (ts_chat_msg){.role = role, .content = c};
-    return 0;
+    return cJSON_AddItemToArray(h, m) ? 0 : (cJSON_Delete(m), -1);
 }
 
-static void history_free(history *h) {
-    for (size_t i = 0; i < h->n; i++) free(h->owned[i]);
-    free(h->msgs), free(h->owned);
+/* The prompt text of the conversation (*out malloc'd). */
+static int render(const ts_chat *chat, const gen_opts *o, const cJSON *h, char **out, size_t *len, char *err,
+                  size_t errlen) {
+    char *msgs = cJSON_PrintUnformatted(h);
+    if (!msgs) return ts_errf(err, errlen, "out of memory");
+    const char *kw = o->enable_thinking < 0 ? NULL
+                     : o->enable_thinking   ? "{\"enable_thinking\": true}"
+                                            : "{\"enable_thinking\": false}";
+    int rc = ts_chat_apply(chat, msgs, NULL, kw, true, out, len, err, errlen);
+    free(msgs);
+    return rc;
 }
 
 int ts_cmd_chat(int argc, char **argv) {
@@ -465,19 +452,18 @@ int ts_cmd_chat(int argc, char **argv) {
     char err[1024];
     engine e;
     if (engine_init(&e, &o, "chat")) { ts_cli_args_free(&o.a); return 1; }
-    ts_chat_template tpl;
+    ts_chat *chat;
     char note[700];
-    if (ts_chat_template_choose(&tpl, o.chat_template, o.chat_template_file, ts_tokenizer_chat_template(e.tok),
-                                !o.no_jinja, note, sizeof note, err, sizeof err)) {
+    if (ts_chat_new(e.tok, o.chat_template, o.chat_template_file, !o.no_jinja, &chat, note, sizeof note, err,
+                    sizeof err)) {
         fprintf(stderr, "turbospark chat: %s\n", err);
         engine_free(&e);
         return 1;
     }
     if (note[0]) fprintf(stderr, "note: %s\n", note);
-    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n",
-            ts_chat_template_name(&tpl));
-    history h = {0};
-    int rc = o.system ? history_add(&h, "system", o.system) : 0;
+    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n", ts_chat_name(chat));
+    cJSON *h = cJSON_CreateArray();
+    int rc = !h || (o.system && history_add(h, "system", o.system)) ? ts_errf(err, sizeof err, "out of memory") : 0;
     char line[16384];
     while (!rc) {
         fprintf(stderr, "\n> ");
@@ -488,30 +474,31 @@ int ts_cmd_chat(int argc, char **argv) {
         while (L && (line[L - 1] == '\n' || line[L - 1] == '\r')) line[--L] = 0;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!L) continue;
-        if (history_add(&h, "user", line)) { rc = ts_errf(err, sizeof err, "out of memory"); break; }
-        ts_text prompt_text = {0}, reply = {0};
+        if (history_add(h, "user", line)) { rc = ts_errf(err, sizeof err, "out of memory"); break; }
+        ts_text reply = {0};
         ts_tokens prompt = {0};
-        ts_chat_opts co = {.add_generation_prompt = true, .enable_thinking = o.enable_thinking};
+        char *prompt_text = NULL;
+        size_t prompt_len = 0;
         gen_stats st = {0};
-        rc = ts_chat_template_render(&tpl, h.msgs, h.n, &co, &prompt_text, err, sizeof err);
-        if (!rc) rc = ts_tokenize(e.tok, prompt_text.s, prompt_text.n, true, &prompt, err, sizeof err);
+        rc = render(chat, &o, h, &prompt_text, &prompt_len, err, sizeof err);
+        if (!rc) rc = ts_tokenize(e.tok, prompt_text, prompt_len, true, &prompt, err, sizeof err);
         if (!rc && (int64_t)prompt.n + 1 >= o.a.n_ctx)
             rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.a.n_ctx);
         if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
         signal(SIGINT, on_sigint);
-        if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text.s, prompt_text.n), &reply, &st, err, sizeof err);
+        if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text, prompt_len), &reply, &st, err, sizeof err);
         signal(SIGINT, SIG_DFL);
         if (!rc) {
             printf("\n");
             fflush(stdout);
             fprintf(stderr, "[%" PRId64 " tokens, %.1f tokens/s, %s]\n", st.n_gen, st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
-            rc = history_add(&h, "assistant", reply.n ? reply.s : "");
+            if (history_add(h, "assistant", reply.n ? reply.s : "")) rc = ts_errf(err, sizeof err, "out of memory");
         }
-        ts_text_free(&prompt_text), ts_text_free(&reply), ts_tokens_free(&prompt);
+        free(prompt_text), ts_text_free(&reply), ts_tokens_free(&prompt);
     }
     if (rc) fprintf(stderr, "turbospark chat: %s\n", err);
-    ts_chat_template_free(&tpl);
-    history_free(&h);
+    ts_chat_free(chat);
+    cJSON_Delete(h);
     engine_free(&e);
     ts_cli_args_free(&o.a);
     return rc ? 1 : 0;

@@ -4,15 +4,11 @@
 
 #include "cli/args.h"
 
-#include "common/npy.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/npy.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(
@@ -31,81 +27,41 @@ static void usage(FILE *f) {
         "  --count        print the number of tokens only\n");
 }
 
-static char *read_all(const char *path, size_t *n, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) {
-            char *b = cap < ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
-            if (!b) free(buf);
-            buf = b, cap *= 2;
-        }
-    }
-    if (!buf || ferror(f)) {
-        snprintf(err, errlen, buf ? "cannot read %s" : "out of memory reading %s", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    *n = len;
-    return buf;
+/* The tokenizer of -m FILE.gguf or --hf HF_DIR. */
+static int load_tokenizer(const char *gguf_path, const char *hf_dir, ts_tokenizer **t, char *err, size_t errlen) {
+    return gguf_path ? ts_tokenizer_load_gguf(gguf_path, t, err, errlen) : ts_tokenizer_load_hf(hf_dir, t, err, errlen);
 }
 
-/* The tokenizer of a Hugging Face folder: its keys written to a temporary GGUF, then loaded. */
-static int load_hf(const char *dir, ts_tokenizer **t, char *err, size_t errlen) {
-    const char *tmp = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/turbospark-tokenizer-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create a temporary file in %s: %s", tmp && *tmp ? tmp : "/tmp",
-                 strerror(errno));
-        return -1;
+int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids, int64_t *n,
+                  char *err, size_t errlen) {
+    *ids = NULL, *n = 0;
+    int64_t cap = (int64_t)len + 16, k = -1; /* enough but for invalid UTF-8 (a byte becomes U+FFFD) */
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t *v = malloc((size_t)cap * sizeof *v);
+        if (!v) return ts_errf(err, errlen, "out of memory for %lld tokens", (long long)cap);
+        k = ts_tokenizer_encode(t, text, len, parse_special, v, cap, err, errlen);
+        if (k >= 0 && k <= cap) {
+            *ids = v, *n = k;
+            return 0;
+        }
+        free(v);
+        if (k < 0) return -1;
+        cap = k;
     }
-    close(fd);
-    ts_gguf_writer *w = ts_gguf_writer_new(TS_GGUF_DEFAULT_ALIGNMENT, err, errlen);
-    int rc = w ? 0 : -1;
-    if (!rc) rc = ts_tokenizer_write_gguf(w, dir, 0, err, errlen);
-    if (!rc && (ts_gguf_writer_set_str(w, "general.architecture", "tokenizer") ||
-                ts_gguf_writer_begin_data(w, path) || ts_gguf_writer_finish(w)))
-        rc = -1, snprintf(err, errlen, "%s", ts_gguf_writer_error(w));
-    ts_gguf_writer_free(w);
-    ts_gguf *g = NULL;
-    if (!rc) rc = ts_gguf_open(path, &g, err, errlen);
-    if (!rc) rc = ts_tokenizer_load(g, t, err, errlen);
-    ts_gguf_close(g);
-    unlink(path);
-    return rc;
+    return ts_errf(err, errlen, "the tokenizer gave %lld tokens, then more, for one text", (long long)k);
 }
 
 int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids,
                          int64_t *n, char *err, size_t errlen) {
-    ts_gguf *g = NULL;
     ts_tokenizer *t = NULL;
-    ts_tokens v = {0};
     size_t len = 0;
     char *text = NULL;
-    int rc = ts_gguf_open(gguf_path, &g, err, errlen);
-    if (!rc) rc = ts_tokenizer_load(g, &t, err, errlen);
-    ts_gguf_close(g);
+    int rc = ts_tokenizer_load_gguf(gguf_path, &t, err, errlen);
     if (!rc) rc = (text = ts_cli_read_text(text_path, &len, err, errlen)) ? 0 : -1; /* "-": stdin */
-    if (!rc) rc = ts_tokenize(t, text, len, parse_special, &v, err, errlen);
+    if (!rc) rc = ts_cli_encode(t, text, len, parse_special, ids, n, err, errlen);
     free(text);
     ts_tokenizer_free(t);
-    if (rc) {
-        ts_tokens_free(&v);
-        return -1;
-    }
-    *ids = v.ids ? v.ids : malloc(sizeof(int32_t));
-    *n = (int64_t)v.n;
-    return *ids ? 0 : -1;
+    return rc;
 }
 
 static void put_escaped(const char *s, size_t n) {
@@ -172,52 +128,44 @@ int ts_cmd_tokenize(int argc, char **argv) {
     ts_tokenizer *t = NULL;
     char *text = NULL;
     size_t n = 0;
-    ts_tokens ids = {0};
-    int rc = 0;
-    if (model) {
-        ts_gguf *g = NULL;
-        rc = ts_gguf_open(model, &g, err, sizeof err);
-        if (!rc) rc = ts_tokenizer_load(g, &t, err, sizeof err);
-        ts_gguf_close(g);
-    } else {
-        rc = load_hf(hf, &t, err, sizeof err);
-    }
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    int rc = load_tokenizer(model, hf, &t, err, sizeof err);
     for (int k = 0; !rc && k < (prompt ? 1 : n_files); k++) {
-        free(text);
-        text = NULL;
-        ids.n = 0;
+        free(text), free(ids);
+        text = NULL, ids = NULL;
         if (prompt)
             text = strdup(prompt), n = strlen(prompt),
-            rc = text ? 0 : (snprintf(err, sizeof err, "out of memory"), -1);
+            rc = text ? 0 : ts_errf(err, sizeof err, "out of memory");
         else
-            rc = (text = read_all(files[k], &n, err, sizeof err)) ? 0 : -1;
-        if (!rc) rc = ts_tokenize(t, text, n, special, &ids, err, sizeof err);
+            rc = (text = ts_cli_read_text(files[k], &n, err, sizeof err)) ? 0 : -1;
+        if (!rc) rc = ts_cli_encode(t, text, n, special, &ids, &n_ids, err, sizeof err);
         if (!rc && npy) {
             FILE *f = fopen(npy, "wb");
-            int64_t shape[1] = {(int64_t)ids.n};
-            rc = !f ? (snprintf(err, sizeof err, "cannot create %s", npy), -1)
+            int64_t shape[1] = {n_ids};
+            rc = !f ? ts_errf(err, sizeof err, "cannot create %s", npy)
                     : ts_npy_write_header(f, "<i4", 1, shape, err, sizeof err);
-            if (!rc && ids.n && fwrite(ids.ids, sizeof(int32_t), ids.n, f) != ids.n)
-                rc = -1, snprintf(err, sizeof err, "cannot write %s", npy);
-            if (f && fclose(f) && !rc) rc = -1, snprintf(err, sizeof err, "cannot write %s", npy);
-            if (!rc) fprintf(stderr, "tokenize: %zu tokens -> %s\n", ids.n, npy);
+            if (!rc && n_ids && fwrite(ids, sizeof(int32_t), (size_t)n_ids, f) != (size_t)n_ids)
+                rc = ts_errf(err, sizeof err, "cannot write %s", npy);
+            if (f && fclose(f) && !rc) rc = ts_errf(err, sizeof err, "cannot write %s", npy);
+            if (!rc) fprintf(stderr, "tokenize: %lld tokens -> %s\n", (long long)n_ids, npy);
         } else if (!rc && count_only) {
-            printf("%zu\n", ids.n);
+            printf("%lld\n", (long long)n_ids);
         } else if (!rc && pieces) {
-            for (size_t i = 0; i < ids.n; i++) {
+            for (int64_t i = 0; i < n_ids; i++) {
                 size_t len;
-                const char *b = ts_token_bytes(t, ids.ids[i], true, &len);
-                printf("%d\t", (int)ids.ids[i]);
+                const char *b = ts_token_bytes(t, ids[i], true, &len);
+                printf("%d\t", (int)ids[i]);
                 put_escaped(b, len);
                 putchar('\n');
             }
         } else if (!rc) {
-            for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", (int)ids.ids[i]);
+            for (int64_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", (int)ids[i]);
             putchar('\n');
         }
     }
     if (rc) fprintf(stderr, "turbospark tokenize: %s\n", err);
-    ts_tokens_free(&ids);
+    free(ids);
     free(text);
     free(files);
     ts_tokenizer_free(t);

@@ -14,7 +14,7 @@
 #define TS_PRINTF(a, b)
 #endif
 
-/* Formats the message into err (truncating safely) and returns -1. */
-int ts_errf(char *err, size_t errlen, const char *fmt, ...) TS_PRINTF(3, 4);
+/* ts_errf (a sentence into err, returns -1): include/turbospark.h. */
+#include "turbospark.h"
 
 #endif

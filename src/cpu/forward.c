@@ -31,9 +31,7 @@ int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *
     if (n_ctx < 1) return ts_errf(err, errlen, "the context must hold at least one token (got %" PRId64 ")", n_ctx);
     st->n_ctx = n_ctx;
     st->n_layer = hp->n_layer;
-    const int64_t L = hp->n_layer, W = (int64_t)hp->hc_count * hp->n_embd;
-    const int64_t kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t L = hp->n_layer, kvw = ts_qsa_kv_width(hp);
     st->k = calloc(L, sizeof *st->k), st->v = calloc(L, sizeof *st->v);
     st->idx_raw = calloc(L, sizeof *st->idx_raw), st->idx_blk = calloc(L, sizeof *st->idx_blk);
     st->conv = calloc(L, sizeof *st->conv), st->S = calloc(L, sizeof *st->S);
@@ -42,14 +40,14 @@ int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *
         if (hp->kind[l] == TS_LAYER_QSA) {
             ok = (st->k[l] = state_alloc(st, (size_t)(n_ctx * kvw))) && (st->v[l] = state_alloc(st, (size_t)(n_ctx * kvw))) &&
                  (st->idx_raw[l] = state_alloc(st, (size_t)(n_ctx * hp->idx_head_dim))) &&
-                 (st->idx_blk[l] = state_alloc(st, (size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim)));
+                 (st->idx_blk[l] = state_alloc(st, (size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim)));
         } else {
-            ok = (st->conv[l] = state_alloc(st, (size_t)((hp->ssm_conv - 1) * cd))) &&
-                 (st->S[l] = state_alloc(st, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv));
+            ok = (st->conv[l] = state_alloc(st, (size_t)ts_gdn_conv_floats(hp))) &&
+                 (st->S[l] = state_alloc(st, (size_t)ts_gdn_state_floats(hp)));
         }
     }
     if (ok && hp->ple_layer >= 0)
-        ok = (st->ple_conv = state_alloc(st, (size_t)((hp->ple_conv - 1) * hp->ple_n * W))) != NULL;
+        ok = (st->ple_conv = state_alloc(st, (size_t)ts_ple_conv_floats(hp))) != NULL;
     if (!ok) {
         size_t asked = st->bytes;
         ts_seq_state_free(st);
@@ -62,23 +60,20 @@ int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *
 
 void ts_seq_state_reset(ts_seq_state *st, const ts_model *m) {
     const ts_hparams *hp = &m->hp;
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
     st->pos = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (st->conv[l]) memset(st->conv[l], 0, (size_t)((hp->ssm_conv - 1) * cd) * sizeof(float));
-        if (st->S[l]) memset(st->S[l], 0, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+        if (st->conv[l]) memset(st->conv[l], 0, (size_t)ts_gdn_conv_floats(hp) * sizeof(float));
+        if (st->S[l]) memset(st->S[l], 0, (size_t)ts_gdn_state_floats(hp) * sizeof(float));
     }
-    if (st->ple_conv) memset(st->ple_conv, 0, (size_t)((hp->ple_conv - 1) * hp->ple_n * W) * sizeof(float));
+    if (st->ple_conv) memset(st->ple_conv, 0, (size_t)ts_ple_conv_floats(hp) * sizeof(float));
     for (int i = 0; i < TS_MAX_NGRAM; i++) st->ple_ctx[i] = (int32_t)hp->ple_eos; /* context starts as EOS */
     /* K/V and indexer caches are position-indexed: entries ≥ pos are never read */
 }
 
 void ts_seq_state_copy(ts_seq_state *dst, const ts_seq_state *src, const ts_model *m) {
     const ts_hparams *hp = &m->hp;
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
-    const int64_t P = src->pos, blocks = src->pos / hp->compress + 1; /* rows written so far */
+    const int64_t kvw = ts_qsa_kv_width(hp);
+    const int64_t P = src->pos, blocks = ts_qsa_block_rows(hp, src->pos); /* rows written so far */
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (src->k[l]) {
             memcpy(dst->k[l], src->k[l], (size_t)(P * kvw) * sizeof(float));
@@ -86,20 +81,17 @@ void ts_seq_state_copy(ts_seq_state *dst, const ts_seq_state *src, const ts_mode
             memcpy(dst->idx_raw[l], src->idx_raw[l], (size_t)(P * hp->idx_head_dim) * sizeof(float));
             memcpy(dst->idx_blk[l], src->idx_blk[l], (size_t)(blocks * hp->idx_head_dim) * sizeof(float));
         }
-        if (src->conv[l]) memcpy(dst->conv[l], src->conv[l], (size_t)((hp->ssm_conv - 1) * cd) * sizeof(float));
-        if (src->S[l]) memcpy(dst->S[l], src->S[l], (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * sizeof(float));
+        if (src->conv[l]) memcpy(dst->conv[l], src->conv[l], (size_t)ts_gdn_conv_floats(hp) * sizeof(float));
+        if (src->S[l]) memcpy(dst->S[l], src->S[l], (size_t)ts_gdn_state_floats(hp) * sizeof(float));
     }
-    if (src->ple_conv)
-        memcpy(dst->ple_conv, src->ple_conv, (size_t)((hp->ple_conv - 1) * hp->ple_n * W) * sizeof(float));
+    if (src->ple_conv) memcpy(dst->ple_conv, src->ple_conv, (size_t)ts_ple_conv_floats(hp) * sizeof(float));
     memcpy(dst->ple_ctx, src->ple_ctx, sizeof dst->ple_ctx);
     dst->pos = src->pos;
 }
 
 void ts_seq_state_regions(ts_seq_state *st, const ts_model *m, int64_t pos, ts_seq_region_fn fn, void *ctx) {
     const ts_hparams *hp = &m->hp;
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
-    const int64_t blocks = pos / hp->compress + 1;
+    const int64_t kvw = ts_qsa_kv_width(hp), blocks = ts_qsa_block_rows(hp, pos);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (st->k[l]) {
             fn(ctx, st->k[l], (size_t)(pos * kvw));
@@ -107,10 +99,10 @@ void ts_seq_state_regions(ts_seq_state *st, const ts_model *m, int64_t pos, ts_s
             fn(ctx, st->idx_raw[l], (size_t)(pos * hp->idx_head_dim));
             fn(ctx, st->idx_blk[l], (size_t)(blocks * hp->idx_head_dim));
         }
-        if (st->conv[l]) fn(ctx, st->conv[l], (size_t)((hp->ssm_conv - 1) * cd));
-        if (st->S[l]) fn(ctx, st->S[l], (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv);
+        if (st->conv[l]) fn(ctx, st->conv[l], (size_t)ts_gdn_conv_floats(hp));
+        if (st->S[l]) fn(ctx, st->S[l], (size_t)ts_gdn_state_floats(hp));
     }
-    if (st->ple_conv) fn(ctx, st->ple_conv, (size_t)((hp->ple_conv - 1) * hp->ple_n * W));
+    if (st->ple_conv) fn(ctx, st->ple_conv, (size_t)ts_ple_conv_floats(hp));
 }
 
 void ts_seq_state_free(ts_seq_state *st) {
@@ -151,7 +143,7 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
         return NULL;
     }
     const int64_t T = ubatch, H = hp->n_embd, C = hp->hc_count, W = C * H;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t cd = ts_gdn_conv_dim(hp);
     const int64_t vdim = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
     const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, NE = (int64_t)hp->ple_nh * hp->ple_dh;
     int64_t Fmax = hp->n_ff_shexp;

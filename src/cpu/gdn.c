@@ -164,7 +164,7 @@ void ts_cpu_gdn(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_
                 float *y) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t H = hp->n_embd, nv = hp->ssm_nv, vdim = nv * hp->ssm_dv, N = b->N;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + vdim;
+    const int64_t cd = ts_gdn_conv_dim(hp);
 
     ts_cpu_matmul(L->attn_qkv, 0, cd, x, N, w->qkv);
     ts_cpu_matmul(L->attn_gate, 0, vdim, x, N, w->z);

@@ -726,6 +726,7 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
 
 extern "C" const ts_cuda_plan *ts_cuda_ctx_plan(const ts_cuda_ctx *c) { return &c->plan; }
 extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) { return c->device_name; }
+extern "C" int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c) { return c->o.max_rows; }
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;
 }

@@ -49,6 +49,7 @@ int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_cuda_ctx **o
 void ts_cuda_ctx_free(ts_cuda_ctx *c);
 const ts_cuda_plan *ts_cuda_ctx_plan(const ts_cuda_ctx *c);
 const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c);
+int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c); /* rows of one micro-batch (ts_cuda_params.max_rows) */
 
 int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out, char *err, size_t errlen);
 void ts_cuda_seq_free(ts_cuda_seq *q);
@@ -77,7 +78,7 @@ extern const char *const ts_cuda_prof_names[TS_PROF_KINDS];
 int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *ids, int n_seq, double *times_ms,
                          char *err, size_t errlen);
 
-/* The ts_cuda_seq of a CUDA session, NULL on the CPU backend (src/engine/session.c; benchmarks). */
+/* The ts_cuda_seq of a CUDA session, NULL on the CPU backend (src/cuda/backend.c; benchmarks). */
 ts_cuda_seq *ts_session_cuda_seq(ts_session *s);
 
 /* Device memory read bandwidth (bytes/s), measured by a streaming-read kernel over a buffer much

@@ -1,23 +1,9 @@
-/* Sampling defaults from the file and the text of a generation (see generate.h). */
+/* The text of a generation as it grows token by token (see generate.h). */
 #include "engine/generate.h"
 
 #include "common/error.h"
-#include "gguf/gguf.h"
 
 #include <string.h>
-
-void ts_sampling_from_gguf(const ts_gguf *g, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]) {
-    float f;
-    uint32_t k;
-    if (!(given && given[TS_SAMPLING_TEMP]) && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0))
-        p->temperature = f;
-    if (!(given && given[TS_SAMPLING_TOP_K]) && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0))
-        p->top_k = (int32_t)k;
-    if (!(given && given[TS_SAMPLING_TOP_P]) && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0))
-        p->top_p = f;
-    if (!(given && given[TS_SAMPLING_MIN_P]) && !ts_gguf_get_f32(g, "general.sampling.min_p", &f, NULL, 0))
-        p->min_p = f;
-}
 
 void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops,
                      ts_text *out) {
@@ -26,6 +12,8 @@ void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *st
     g->stops = stops, g->n_stops = n_stops, g->out = out;
     g->safe = out->n;
 }
+
+size_t ts_textgen_safe(const ts_textgen *g) { return g->safe; }
 
 size_t ts_stop_overlap(const char *const *stops, int n_stops, const char *s, size_t n) {
     size_t best = 0;

@@ -583,3 +583,5 @@ int ts_matcher_accept(ts_matcher *m, int32_t id, char *err, size_t errlen) {
         return ts_errf(err, errlen, "token %d has no text, which the grammar cannot take", id);
     return ts_matcher_accept_bytes(m, m->v->bytes[id], m->v->len[id], err, errlen);
 }
+
+bool ts_mask_allows(const uint32_t *allow, int32_t id) { return ts_mask_get(allow, id); }

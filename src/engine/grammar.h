@@ -24,6 +24,7 @@
 #define TS_ENGINE_GRAMMAR_H
 
 #include "tokenizer/tokenizer.h"
+#include "turbospark.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,7 +46,6 @@ typedef struct ts_gseq {
 } ts_gseq;
 
 ts_grammar *ts_grammar_new(void);
-void ts_grammar_free(ts_grammar *g);
 /* A new rule without alternatives: its id, or −1 (out of memory, or TS_GRAMMAR_MAX_RULES reached). */
 int ts_grammar_rule(ts_grammar *g);
 int ts_grammar_n_rules(const ts_grammar *g);
@@ -65,29 +65,20 @@ int ts_grammar_finish(ts_grammar *g, int root, char *err, size_t errlen);
 
 typedef struct ts_grammar_vocab ts_grammar_vocab;
 
-int ts_grammar_vocab_new(const ts_tokenizer *t, ts_grammar_vocab **out, char *err, size_t errlen);
-/* The same from raw tokens (benchmarks, tests): bytes[i][0 .. len[i]) (borrowed: they must outlive
+/* ts_grammar_vocab_new and _free: include/turbospark.h. The same from raw tokens (benchmarks, tests): bytes[i][0 .. len[i]) (borrowed: they must outlive
  * the vocabulary), eog[i] for end-of-generation tokens. */
 int ts_grammar_vocab_from_bytes(int32_t n, const char *const *bytes, const uint32_t *len, const bool *eog,
                                 ts_grammar_vocab **out, char *err, size_t errlen);
-void ts_grammar_vocab_free(ts_grammar_vocab *v);
 
 /* ---- a sequence's state ----------------------------------------------------------------------- */
 
 typedef struct ts_matcher ts_matcher;
 
-int ts_matcher_new(const ts_grammar *g, const ts_grammar_vocab *v, ts_matcher **out, char *err,
-                   size_t errlen);
-void ts_matcher_free(ts_matcher *m);
-/* The tokens that may come next: allow[n_vocab / 32 + 1] bits. 0, or −1 with a sentence. */
-int ts_matcher_mask(ts_matcher *m, uint32_t *allow, char *err, size_t errlen);
-/* Moves past a token (it must be allowed by the mask). 0, or −1 with a sentence. */
-int ts_matcher_accept(ts_matcher *m, int32_t id, char *err, size_t errlen);
+/* ts_matcher_new, _free, _mask, _accept, _can_end, _must_end: include/turbospark.h. */
 /* Moves past bytes (tests, and text the caller forced). 0 or −1. */
 int ts_matcher_accept_bytes(ts_matcher *m, const char *s, size_t n, char *err, size_t errlen);
-bool ts_matcher_can_end(const ts_matcher *m);  /* the bytes so far are a whole sentence of the grammar */
-bool ts_matcher_must_end(const ts_matcher *m); /* and nothing may follow */
 
+/* ts_mask_allows of the public header, inline for the sampler's loop. */
 static inline bool ts_mask_get(const uint32_t *allow, int32_t id) {
     return (allow[id >> 5] >> (id & 31)) & 1;
 }

@@ -1,9 +1,13 @@
 /* Facts about a loaded model for the public API (include/turbospark.h). */
 #include "turbospark.h"
 
+#include "common/error.h"
+#include "engine/backend.h"
 #include "gguf/gguf.h"
 #include "model/qwen4exp.h"
 #include "tokenizer/tokenizer.h"
+
+#include <string.h>
 
 uint64_t ts_model_n_params(const ts_model *m) {
     uint64_t n = 0;
@@ -22,6 +26,15 @@ int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t 
     return ts_tokenizer_load(m->gguf, out, err, errlen);
 }
 
+int ts_tokenizer_load_gguf(const char *path, ts_tokenizer **out, char *err, size_t errlen) {
+    *out = NULL;
+    ts_gguf *g;
+    if (ts_gguf_open(path, &g, err, errlen)) return -1;
+    int rc = ts_tokenizer_load(g, out, err, errlen); /* copies what it needs */
+    ts_gguf_close(g);
+    return rc;
+}
+
 int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
                             int32_t *ids, int64_t cap, char *err, size_t errlen) {
     ts_tokens v = {0};
@@ -33,4 +46,32 @@ int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
     const int64_t n = (int64_t)v.n;
     ts_tokens_free(&v);
     return n;
+}
+
+void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]) {
+    const ts_gguf *g = m->gguf;
+    float f;
+    uint32_t k;
+    if (!(given && given[TS_SAMPLING_TEMP]) && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0))
+        p->temperature = f;
+    if (!(given && given[TS_SAMPLING_TOP_K]) && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0))
+        p->top_k = (int32_t)k;
+    if (!(given && given[TS_SAMPLING_TOP_P]) && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0))
+        p->top_p = f;
+    if (!(given && given[TS_SAMPLING_MIN_P]) && !ts_gguf_get_f32(g, "general.sampling.min_p", &f, NULL, 0))
+        p->min_p = f;
+}
+
+bool ts_model_backend_ready(const ts_model *m, ts_backend b) {
+    return ts_backend_ops_of(b) && m->backend_ctx[b];
+}
+
+int ts_model_backend_info(const ts_model *m, ts_backend b, ts_backend_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    const ts_backend_ops *be = ts_backend_ops_of(b);
+    if (!be) return ts_errf(err, errlen, "this build of turbospark has no backend %d", (int)b);
+    if (!m->backend_ctx[b]) return ts_errf(err, errlen, "the %s backend of this model is not set up yet", be->name);
+    out->backend = b;
+    be->info(m->backend_ctx[b], out);
+    return 0;
 }

@@ -22,26 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct ts_tool_call {
-    char *name;      /* owned */
-    char *arguments; /* owned: a JSON object as text */
-} ts_tool_call;
-
-typedef struct ts_toolcall_parser {
-    void *tools;         /* cJSON array of the request's tools ({"type","function":{...}}), or NULL */
-    bool inside;         /* in a <tool_call> block */
-    ts_text hold;        /* bytes not decided yet (a possible tag, whitespace, a block's body) */
-    ts_tool_call *calls; /* [n_calls] */
-    int n_calls, cap;
-} ts_toolcall_parser;
-
-/* tools_json: the request's "tools" array as JSON text (borrowed for the call), or NULL. */
-int ts_toolcall_init(ts_toolcall_parser *p, const char *tools_json, char *err, size_t errlen);
-void ts_toolcall_free(ts_toolcall_parser *p);
-/* Feeds content text; appends what is decided to be content to `content`; new calls are appended
- * to p->calls. 0 or −1 (out of memory). */
-int ts_toolcall_push(ts_toolcall_parser *p, const char *s, size_t n, ts_text *content);
-int ts_toolcall_finish(ts_toolcall_parser *p, ts_text *content);
+/* ts_tool_call, ts_toolcall_parser and their functions: include/turbospark.h. */
 
 /* One block's body (between the tags) parsed: 0 with *name, *arguments (malloc'd) or −1. */
 int ts_toolcall_parse_body(const void *tools, const char *s, size_t n, char **name, char **arguments);

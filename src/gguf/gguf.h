@@ -180,6 +180,10 @@ int ts_gguf_writer_write(ts_gguf_writer *w, const void *data, size_t nbytes);
 int ts_gguf_writer_skip(ts_gguf_writer *w, uint64_t nbytes);
 int ts_gguf_writer_finish(ts_gguf_writer *w);
 
+/* Instead of a file: a GGUF of the metadata alone (no tensors may be declared) in *data (malloc'd,
+ * *size bytes; the caller frees it), e.g. for ts_gguf_open_buffer. 0, or -1 with the writer's error. */
+int ts_gguf_writer_to_buffer(ts_gguf_writer *w, void **data, size_t *size);
+
 /* The last error of the writer, as a sentence. */
 const char *ts_gguf_writer_error(const ts_gguf_writer *w);
 

@@ -276,6 +276,33 @@ static int write_zeros(ts_gguf_writer *w, uint64_t n) {
     return 0;
 }
 
+/* The header: magic, counts, metadata and the tensor table, into h (the caller frees h->p). */
+static int put_header(ts_gguf_writer *w, buf *h) {
+    int rc = buf_put(w, h, TS_GGUF_MAGIC, 4) || put_u32(w, h, 3) || put_u64(w, h, w->n_t) || put_u64(w, h, w->n_kv);
+    for (size_t i = 0; !rc && i < w->n_kv; i++)
+        rc = put_str(w, h, w->kv[i].key, strlen(w->kv[i].key)) || buf_put(w, h, w->kv[i].bytes.p, w->kv[i].bytes.len);
+    for (size_t i = 0; !rc && i < w->n_t; i++) {
+        const wtensor *t = &w->t[i];
+        rc = put_str(w, h, t->name, strlen(t->name)) || put_u32(w, h, t->n_dims);
+        for (uint32_t d = 0; !rc && d < t->n_dims; d++) rc = put_u64(w, h, (uint64_t)t->ne[d]);
+        rc = rc || put_u32(w, h, t->type) || put_u64(w, h, t->offset);
+    }
+    return rc;
+}
+
+int ts_gguf_writer_to_buffer(ts_gguf_writer *w, void **data, size_t *size) {
+    *data = NULL, *size = 0;
+    if (w->failed) return -1;
+    if (w->n_t) return fail(w, "a GGUF in memory holds metadata only, and %zu tensors were declared", w->n_t);
+    buf h = {0};
+    if (put_header(w, &h)) {
+        free(h.p);
+        return -1;
+    }
+    *data = h.p, *size = h.len;
+    return 0;
+}
+
 int ts_gguf_writer_begin_data(ts_gguf_writer *w, const char *path) {
     if (w->failed) return -1;
     if (w->fd >= 0) return fail(w, "the data of %s has already begun", w->path);
@@ -288,15 +315,7 @@ int ts_gguf_writer_begin_data(ts_gguf_writer *w, const char *path) {
     if (w->fd < 0) return fail(w, "cannot create %s: %s", w->tmp_path, strerror(errno));
 
     buf h = {0};
-    int rc = buf_put(w, &h, TS_GGUF_MAGIC, 4) || put_u32(w, &h, 3) || put_u64(w, &h, w->n_t) || put_u64(w, &h, w->n_kv);
-    for (size_t i = 0; !rc && i < w->n_kv; i++)
-        rc = put_str(w, &h, w->kv[i].key, strlen(w->kv[i].key)) || buf_put(w, &h, w->kv[i].bytes.p, w->kv[i].bytes.len);
-    for (size_t i = 0; !rc && i < w->n_t; i++) {
-        const wtensor *t = &w->t[i];
-        rc = put_str(w, &h, t->name, strlen(t->name)) || put_u32(w, &h, t->n_dims);
-        for (uint32_t d = 0; !rc && d < t->n_dims; d++) rc = put_u64(w, &h, (uint64_t)t->ne[d]);
-        rc = rc || put_u32(w, &h, t->type) || put_u64(w, &h, t->offset);
-    }
+    int rc = put_header(w, &h);
     if (!rc) rc = write_all(w, h.p, h.len);
     free(h.p);
     if (!rc) rc = write_zeros(w, (w->alignment - w->pos % w->alignment) % w->alignment);

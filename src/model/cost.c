@@ -37,14 +37,13 @@ ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv
         c.weight_bytes -= ple_rows;
         c.weight_bytes += (uint64_t)batch * hp->ple_nh * (t->nbytes / (uint64_t)t->ne[1]);
     }
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
     const int64_t attended = ctx < (int64_t)hp->idx_top_k + hp->compress - 1 ? ctx : (int64_t)hp->idx_top_k + hp->compress - 1;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_layer_weights *L = &m->layers[l];
         const ts_gguf_tensor *ex[] = {L->ffn_gate_exps, L->ffn_up_exps, L->ffn_gate_up_exps, L->ffn_down_exps};
         for (int k = 0; k < 4; k++) c.weight_bytes -= bytes_of(ex[k]) - expert_bytes(ex[k], hp, batch);
         if (L->kind == TS_LAYER_GDN) {
-            c.state_bytes += (uint64_t)batch * (2ull * hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4 + 2ull * (hp->ssm_conv - 1) * cd * 4);
+            c.state_bytes += (uint64_t)batch * (2ull * ts_gdn_state_floats(hp) * 4 + 2ull * ts_gdn_conv_floats(hp) * 4);
         } else {
             /* K and V of the attended tokens, plus one pooled indexer key per complete block scanned */
             c.kv_bytes += (uint64_t)batch * attended * 2 * hp->n_head_kv * hp->head_dim * kv_value_bytes;

@@ -11,6 +11,7 @@
 #define TS_MODEL_QWEN4EXP_H
 
 #include "gguf/gguf.h"
+#include "turbospark.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,6 +34,7 @@ extern "C" {
 #define TS_MAX_EXPERTS 65536           /* experts */
 #define TS_MAX_CONTEXT (1u << 24)      /* context_length, indexer budget */
 #define TS_MIN_TENSORS_PER_BLOCK 16    /* a block holds at least 2 HC modules, its mixer and its MoE */
+#define TS_MODEL_BACKENDS 2            /* ts_backend values (include/turbospark.h) */
 
 typedef enum ts_layer_kind { TS_LAYER_GDN = 0, TS_LAYER_QSA = 1 } ts_layer_kind;
 
@@ -158,9 +160,34 @@ typedef struct ts_model {
     const ts_gguf_tensor *ple_table;  /* [dh, rows] joined table; NULL with the per-head layout */
     const ts_gguf_tensor **ple_head_tables; /* [NH] per-head tables (split layout), else NULL */
     ts_layer_weights *layers;         /* [n_block] */
-    void *cuda;                       /* the CUDA backend's context (weights on the GPU), or NULL */
-    void (*cuda_free)(void *cuda);    /* releases it (set with it, so the model needs no CUDA code) */
+    /* the backends' contexts by ts_backend value (src/engine/backend.h: for CUDA the weights on the
+     * GPU), made on first use, and what releases each (set with it: the model needs no backend code) */
+    void *backend_ctx[TS_MODEL_BACKENDS];
+    void (*backend_ctx_free[TS_MODEL_BACKENDS])(void *ctx);
 } ts_model;
+
+/* ---- layout arithmetic ------------------------------------------------------------------------
+ * The sizes of a sequence's state that every backend derives from the hyperparameters, written
+ * once (floats, per layer of the kind that has them). */
+
+/* GDN: channels of the raw q|k|v row that the short convolution runs over, 2·nk·dk + nv·dv. */
+static inline int64_t ts_gdn_conv_dim(const ts_hparams *hp) {
+    return 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+}
+/* GDN: the convolution's history, the last Kc − 1 raw rows. */
+static inline int64_t ts_gdn_conv_floats(const ts_hparams *hp) { return (int64_t)(hp->ssm_conv - 1) * ts_gdn_conv_dim(hp); }
+/* GDN: the fp32 recurrent state, nv × dk × dv. */
+static inline int64_t ts_gdn_state_floats(const ts_hparams *hp) {
+    return (int64_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv;
+}
+/* QSA: K (and V) of one position, nkv × hd. */
+static inline int64_t ts_qsa_kv_width(const ts_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+/* QSA: rows of pooled indexer keys that n tokens can fill (complete blocks, plus one). */
+static inline int64_t ts_qsa_block_rows(const ts_hparams *hp, int64_t n) { return n / hp->compress + 1; }
+/* PLE: the convolution's history, (Kp − 1)·n rows of the wide residual W = C·H (dilation n). */
+static inline int64_t ts_ple_conv_floats(const ts_hparams *hp) {
+    return (int64_t)(hp->ple_conv - 1) * hp->ple_n * hp->hc_count * hp->n_embd;
+}
 
 /* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:
  * free with ts_hparams_free. */
@@ -212,18 +239,8 @@ int ts_hparams_tiny(ts_hparams *hp, char *err, size_t errlen);
 /* A mid-size config (hidden 1024, 8 layers, 64 experts top-8, vocab 32768) for CPU benchmarks. */
 int ts_hparams_mid(ts_hparams *hp, char *err, size_t errlen);
 
-/* Bytes a decode step must read for one token: every dense weight, k/E of each expert tensor, one
- * embedding row and NH PLE rows, plus the recurrent state read and written and the attention
- * K/V read at context length ctx (state_bytes_per_value: 4 for fp32 state, 2 for bf16 caches). */
-typedef struct ts_decode_cost {
-    uint64_t weight_bytes; /* quantized weights read */
-    uint64_t state_bytes;  /* GDN state read + write, PLE/conv histories */
-    uint64_t kv_bytes;     /* K/V and indexer keys read at ctx */
-} ts_decode_cost;
+/* The decode cost of one token (ts_model_decode_cost_batch of include/turbospark.h at batch 1). */
 ts_decode_cost ts_model_decode_cost(const ts_model *m, int64_t ctx, int kv_value_bytes);
-/* The same for one decode step of `batch` sequences (each at ctx): shared dense weights once, the
- * expected union of the experts the batch routes to, per-sequence rows, state and K/V. */
-ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv_value_bytes, int64_t batch);
 
 /* Changes the layer count (kinds follow full_attn_interval; MTP blocks are QSA-shaped). */
 int ts_hparams_set_layers(ts_hparams *hp, uint32_t n_layer, uint32_t n_mtp, char *err, size_t errlen);

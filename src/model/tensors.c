@@ -69,7 +69,7 @@ static void emit_moe(visitor *v, ts_layer_weights *L, const ts_hparams *hp, ts_l
 
 static void emit_gdn(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint32_t l) {
     int64_t H = hp->n_embd, nv = hp->ssm_nv, vdim = (int64_t)hp->ssm_nv * hp->ssm_dv;
-    int64_t conv_dim = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + vdim;
+    int64_t conv_dim = ts_gdn_conv_dim(hp);
     emit(v, SLOT(L, attn_qkv), 'm', false, 2, H, conv_dim, 1, "blk.%u.attn_qkv.weight", l);
     emit(v, SLOT(L, attn_gate), 'm', false, 2, H, vdim, 1, "blk.%u.attn_gate.weight", l);
     emit(v, SLOT(L, ssm_beta), 'm', false, 2, H, nv, 1, "blk.%u.ssm_beta.weight", l);
@@ -224,7 +224,8 @@ int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen) {
 
 void ts_model_free(ts_model *m) {
     if (!m) return;
-    if (m->cuda && m->cuda_free) m->cuda_free(m->cuda);
+    for (int b = 0; b < TS_MODEL_BACKENDS; b++)
+        if (m->backend_ctx[b] && m->backend_ctx_free[b]) m->backend_ctx_free[b](m->backend_ctx[b]);
     ts_hparams_free(&m->hp);
     free(m->layers);
     free(m->ple_head_tables);

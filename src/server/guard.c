@@ -1,7 +1,6 @@
 /* The connection guard (see guard.h). */
 #include "server/guard.h"
 
-#include "common/error.h"
 
 #include <pthread.h>
 #include <stdlib.h>

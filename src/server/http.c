@@ -2,19 +2,10 @@
  * endpoints over the scheduler, server-sent events, and the process's life cycle. */
 #include "server/server.h"
 
-#include "common/error.h"
-#include "engine/gbnf.h"
-#include "engine/json_schema.h"
-#include "engine/reasoning.h"
-#include "engine/toolcall.h"
-#include "gguf/gguf.h"
-#include "model/qwen4exp.h"
 #include "server/guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sched.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
 #include "turbospark.h"
 
 #include <arpa/inet.h>
@@ -46,7 +37,7 @@ typedef struct server {
     ts_metrics mt;
     ts_sampler_params defaults;
     bool chat_ok;
-    ts_chat_template chat;
+    ts_chat *chat; /* the chat template (NULL when chat_ok is false) */
     char chat_err[512];
     char model_name[256];
     long long created;
@@ -211,7 +202,7 @@ static int model_json(server *S, ts_text *t) {
         ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"turbospark\",\"meta\":{\"n_ctx_slot\":%" PRId64
         ",\"n_slots\":%d,\"n_ctx_train\":%" PRId64 ",\"n_vocab\":%d,\"chat_template\":\"%s\"}}",
         S->created, S->n_ctx, S->o->n_slots, ts_model_n_ctx_train(S->m), (int)ts_model_n_vocab(S->m),
-        S->chat_ok ? ts_chat_template_name(&S->chat) : "none");
+        S->chat_ok ? ts_chat_name(S->chat) : "none");
     rc |= ts_text_append(t, buf, (size_t)n);
     return rc;
 }
@@ -271,7 +262,7 @@ static enum MHD_Result handle_props(req *q) {
         ",\"n_vocab\":%d,\"chat_template_name\":\"%s\",\"model_alias\":",
         S->n_ctx, d->temperature, d->top_k, d->top_p, d->min_p, d->repeat_penalty, d->penalty_last_n,
         d->presence_penalty, d->frequency_penalty, S->o->n_slots, S->n_ctx, ts_model_n_ctx_train(S->m),
-        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_template_name(&S->chat) : "none");
+        (int)ts_model_n_vocab(S->m), S->chat_ok ? ts_chat_name(S->chat) : "none");
     int rc = n < 0 || (size_t)n >= sizeof buf ? -1 : ts_text_append(&t, buf, (size_t)n);
     rc |= ts_json_string(&t, S->model_name, strlen(S->model_name));
     rc |= ts_text_append(&t, ",\"model_path\":", 14);
@@ -650,17 +641,14 @@ static int render_chat(server *S, const ts_api_request *r, ts_text *prompt, ts_a
         return -1;
     }
     bool tools_on = r->n_tools && r->tool_choice != TS_TOOLS_NONE;
-    ts_chat_opts co = {.add_generation_prompt = r->add_generation_prompt,
-                       .enable_thinking = r->enable_thinking,
-                       .tools = tools_on ? r->tool_texts : NULL,
-                       .n_tools = tools_on ? r->n_tools : 0,
-                       .kwargs_json = r->template_kwargs};
     char err[512];
-    if (ts_chat_template_render(&S->chat, r->msgs, r->n_msgs, &co, prompt, err, sizeof err)) {
+    if (ts_chat_apply(S->chat, r->messages_json, tools_on ? r->tools_json : NULL, r->template_kwargs,
+                      r->add_generation_prompt, &prompt->s, &prompt->n, err, sizeof err)) {
         ts_text_free(prompt);
         ts_api_fail(e, 400, "invalid_request_error", "invalid_value", "messages", "%s", err);
         return -1;
     }
+    prompt->cap = prompt->n + 1; /* ts_chat_apply's text is NUL-terminated */
     if (prompt->n > S->max_prompt_bytes) {
         ts_text_free(prompt);
         ts_api_fail(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
@@ -1312,9 +1300,9 @@ int ts_serve(const ts_server_opts *o) {
     int status = 1;
     bool metrics_ok = false;
     if (ts_model_load(o->model_path, &S->m, err, sizeof err)) goto fail;
-    if (ts_tokenizer_load(S->m->gguf, &S->tok, err, sizeof err)) goto fail;
+    if (ts_model_tokenizer(S->m, &S->tok, err, sizeof err)) goto fail;
     S->defaults = o->sp;
-    ts_sampling_from_gguf(S->m->gguf, &S->defaults, o->sp_given);
+    ts_model_sampling(S->m, &S->defaults, o->sp_given);
     {
         char e2[512];
         ts_sampler *probe;
@@ -1325,9 +1313,8 @@ int ts_serve(const ts_server_opts *o) {
         ts_sampler_free(probe);
     }
     char note[700];
-    S->chat_ok = !ts_chat_template_choose(&S->chat, o->chat_template, o->chat_template_file,
-                                          ts_tokenizer_chat_template(S->tok), !o->no_jinja, note, sizeof note,
-                                          S->chat_err, sizeof S->chat_err);
+    S->chat_ok = !ts_chat_new(S->tok, o->chat_template, o->chat_template_file, !o->no_jinja, &S->chat, note,
+                              sizeof note, S->chat_err, sizeof S->chat_err);
     if (note[0]) fprintf(stderr, "serve: note: %s\n", note);
     if (!S->chat_ok && (o->chat_template || o->chat_template_file)) {
         ts_errf(err, sizeof err, "%s", S->chat_err);
@@ -1401,7 +1388,7 @@ int ts_serve(const ts_server_opts *o) {
             "serve: model %s ('%s', chat template %s) loaded in %.2f s; %d slots x %" PRId64
             " tokens (%.1f MiB of state); "
             "sampling defaults: temp %.2f top-k %d top-p %.2f min-p %.2f%s\n",
-            o->model_path, S->model_name, S->chat_ok ? ts_chat_template_name(&S->chat) : "none",
+            o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none",
             ts_now() - t0, o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0,
             S->defaults.temperature, S->defaults.top_k, S->defaults.top_p, S->defaults.min_p,
             o->api_key ? "; API key required" : "");
@@ -1453,7 +1440,7 @@ done:
     ts_guard_free(S->guard);
     ts_sched_free(S->sched);
     if (metrics_ok) ts_metrics_destroy(&S->mt);
-    ts_chat_template_free(&S->chat);
+    ts_chat_free(S->chat);
     ts_tokenizer_free(S->tok);
     ts_model_free(S->m);
     return status;

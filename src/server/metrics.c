@@ -1,7 +1,6 @@
 /* Server counters and their Prometheus rendering (see metrics.h). */
 #include "server/metrics.h"
 
-#include "common/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -109,7 +108,7 @@ void ts_metrics_finish(ts_metrics *m, ts_finish why, int64_t cached, double late
     pthread_mutex_unlock(&m->mu);
 }
 
-TS_PRINTF(2, 3) static int appendf(ts_text *out, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static int appendf(ts_text *out, const char *fmt, ...) {
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);

@@ -6,7 +6,7 @@
 #ifndef TS_SERVER_METRICS_H
 #define TS_SERVER_METRICS_H
 
-#include "tokenizer/tokenizer.h"
+#include "turbospark.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -1,7 +1,6 @@
 /* OpenAI request parsing and response writing (see openai.h). */
 #include "server/openai.h"
 
-#include "common/error.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -383,8 +382,6 @@ static int parse_tools(const cJSON *o, ts_api_request *r, ts_api_error *e) {
             return BAD(e, "invalid_type", "tools", "'tools' must be an array, not %s", type_name(ts));
         int i = 0, n = cJSON_GetArraySize(ts);
         if (n > 128) return BAD(e, "invalid_value", "tools", "'tools' holds at most 128 tools (got %d)", n);
-        if (n && !(r->tool_texts = calloc((size_t)n, sizeof *r->tool_texts))) return -2;
-        if (n && own(r, (char *)r->tool_texts)) return free(r->tool_texts), r->tool_texts = NULL, -2;
         cJSON_ArrayForEach(t, ts) {
             snprintf(pname, sizeof pname, "tools[%d]", i);
             const cJSON *ty = cJSON_IsObject(t) ? member(t, "type") : NULL;
@@ -404,10 +401,7 @@ static int parse_tools(const cJSON *o, ts_api_request *r, ts_api_error *e) {
             if ((v = member(f, "parameters")) && !cJSON_IsObject(v))
                 return BAD(e, "invalid_type", pname, "'%s.function.parameters' must be a JSON schema object",
                            pname);
-            ts_text tx = {0};
-            if (ts_chat_tojson(t, &tx) || ts_text_append(&tx, "", 1) || own(r, tx.s))
-                return ts_text_free(&tx), -2;
-            r->tool_texts[r->n_tools++] = tx.s;
+            r->n_tools++;
             i++;
         }
         if (n) {
@@ -472,12 +466,13 @@ static int parse_tools(const cJSON *o, ts_api_request *r, ts_api_error *e) {
     return 0;
 }
 
-static int parse_tool_calls(const cJSON *tc, const char *where, ts_chat_msg *cm, ts_api_request *r,
-                            ts_api_error *e) {
+/* An assistant's tool calls into msg's "tool_calls": {"function": {"name", "arguments"}} each, the
+ * arguments as given (a string, or an object the template writes with tojson). */
+static int parse_tool_calls(const cJSON *tc, const char *where, cJSON *msg, ts_api_error *e) {
     char pname[128];
-    int n = cJSON_GetArraySize(tc), i = 0;
-    ts_chat_tool_call *calls = calloc((size_t)n, sizeof *calls);
-    if (!calls || own(r, (char *)calls)) return free(calls), -2;
+    int i = 0;
+    cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+    if (!calls) return -2;
     const cJSON *c;
     cJSON_ArrayForEach(c, tc) {
         snprintf(pname, sizeof pname, "%s.tool_calls[%d]", where, i);
@@ -488,31 +483,26 @@ static int parse_tool_calls(const cJSON *tc, const char *where, ts_chat_msg *cm,
                 e, "invalid_value", pname,
                 "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
                 pname);
-        calls[i].name = own_copy(r, nm->valuestring, strlen(nm->valuestring));
-        if (!calls[i].name) return -2;
-        if (!a || cJSON_IsString(a)) {
-            const char *t = a ? a->valuestring : "{}";
-            if (!(calls[i].arguments = own_copy(r, t, strlen(t)))) return -2;
-        } else {
-            ts_text tx = {0};
-            if (ts_chat_tojson(a, &tx) || ts_text_append(&tx, "", 1) || own(r, tx.s))
-                return ts_text_free(&tx), -2;
-            calls[i].arguments = tx.s;
-        }
+        cJSON *call = cJSON_CreateObject();
+        if (!cJSON_AddItemToArray(calls, call)) return cJSON_Delete(call), -2;
+        cJSON *fn = cJSON_AddObjectToObject(call, "function");
+        if (!fn || !cJSON_AddStringToObject(fn, "name", nm->valuestring)) return -2;
+        cJSON *args = a ? cJSON_Duplicate(a, true) : cJSON_CreateString("{}");
+        if (!cJSON_AddItemToObject(fn, "arguments", args)) return cJSON_Delete(args), -2;
         i++;
     }
-    cm->tool_calls = calls, cm->n_tool_calls = (size_t)n;
     return 0;
 }
 
-static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+/* The messages, checked, into `out` normalized for ts_chat_apply: canonical roles, content a string
+ * (text parts joined by newlines), reasoning_content and tool calls kept. */
+static int read_messages(const cJSON *o, ts_api_request *r, cJSON *out, ts_api_error *e) {
     const cJSON *ms = member(o, "messages");
     if (!ms) return BAD(e, "missing_required_parameter", "messages", "'messages' is required");
     if (!cJSON_IsArray(ms))
         return BAD(e, "invalid_type", "messages", "'messages' must be an array, not %s", type_name(ms));
     int n = cJSON_GetArraySize(ms);
     if (n == 0) return BAD(e, "invalid_value", "messages", "'messages' must hold at least one message");
-    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return -2;
     const cJSON *m;
     int i = 0;
     cJSON_ArrayForEach(m, ms) {
@@ -550,23 +540,35 @@ static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
             snprintf(pname, sizeof pname, "%s.content", where);
             return BAD(e, "missing_required_parameter", pname, "'%s' is required", pname);
         }
-        ts_chat_msg *cm = &r->msgs[i];
-        cm->role = canon;
-        int rc = content_text(cJSON_IsNull(c) ? NULL : c, where, r, &cm->content, e);
+        const char *content = "";
+        int rc = content_text(cJSON_IsNull(c) ? NULL : c, where, r, &content, e);
         if (rc) return rc;
-        if (cm->content == (c ? c->valuestring : NULL) &&
-            !(cm->content = own_copy(r, cm->content, strlen(cm->content))))
+        cJSON *msg = cJSON_CreateObject();
+        if (!cJSON_AddItemToArray(out, msg)) return cJSON_Delete(msg), -2;
+        if (!cJSON_AddStringToObject(msg, "role", canon) || !cJSON_AddStringToObject(msg, "content", content))
             return -2;
-        if (tc && cJSON_GetArraySize(tc) && (rc = parse_tool_calls(tc, where, cm, r, e))) return rc;
+        if (tc && cJSON_GetArraySize(tc) && (rc = parse_tool_calls(tc, where, msg, e))) return rc;
         const cJSON *rc2 = member(m, "reasoning_content");
         if (rc2) {
             snprintf(pname, sizeof pname, "%s.reasoning_content", where);
             if (!cJSON_IsString(rc2)) return BAD(e, "invalid_type", pname, "'%s' must be a string", pname);
-            if (!(cm->reasoning_content = own_copy(r, rc2->valuestring, strlen(rc2->valuestring)))) return -2;
+            if (!cJSON_AddStringToObject(msg, "reasoning_content", rc2->valuestring)) return -2;
         }
         i++;
         r->n_msgs = (size_t)i;
     }
+    return 0;
+}
+
+static int parse_messages(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+    cJSON *out = cJSON_CreateArray();
+    if (!out) return -2;
+    int rc = read_messages(o, r, out, e);
+    char *json = rc ? NULL : cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    if (rc) return rc;
+    if (!json || own(r, json)) return free(json), -2;
+    r->messages_json = json;
     const cJSON *kw = member(o, "chat_template_kwargs"), *v;
     if (kw) {
         if (!cJSON_IsObject(kw))
@@ -818,7 +820,6 @@ int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32
 void ts_api_request_free(ts_api_request *r) {
     for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
-    free(r->msgs);
     ts_tokens_free(&r->prompt_ids);
     memset(r, 0, sizeof *r);
 }
@@ -868,7 +869,7 @@ static int put(ts_text *out, const char *s) {
     return ts_text_append(out, s, strlen(s));
 }
 
-TS_PRINTF(2, 3) static int putf(ts_text *out, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static int putf(ts_text *out, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);

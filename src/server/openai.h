@@ -25,10 +25,7 @@
 #ifndef TS_SERVER_OPENAI_H
 #define TS_SERVER_OPENAI_H
 
-#include "engine/sampler.h"
-#include "engine/generate.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/tokenizer.h"
+#include "turbospark.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -70,7 +67,8 @@ typedef struct ts_api_request {
     ts_api_kind kind;
     char *model; /* as given, or NULL */
     /* chat */
-    ts_chat_msg *msgs;
+    char *messages_json; /* the messages checked and normalized for ts_chat_apply (roles canonical,
+                            content a string, reasoning_content and tool calls kept) */
     size_t n_msgs;
     int enable_thinking;        /* −1: the template's default */
     bool add_generation_prompt; /* true unless the request says otherwise */
@@ -92,7 +90,6 @@ typedef struct ts_api_request {
     int logprobs;  /* −1: none; else log-probabilities with this many top alternatives */
     /* tools (chat) */
     char *tools_json;        /* the "tools" array as JSON text, or NULL when none */
-    const char **tool_texts; /* [n_tools] each tool as the template's tojson writes it */
     size_t n_tools;
     ts_api_tool_choice tool_choice;
     char *tool_name;          /* TS_TOOLS_NAMED */
@@ -101,7 +98,7 @@ typedef struct ts_api_request {
     ts_api_format format;
     char *schema_json; /* TS_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
     char *grammar;     /* llama-server's GBNF "grammar", or NULL */
-    /* owned strings behind msgs */
+    /* owned strings behind the pointers above */
     char **owned;
     size_t n_owned;
 } ts_api_request;

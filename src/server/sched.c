@@ -1,10 +1,7 @@
 /* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
 #include "server/sched.h"
 
-#include "model/qwen4exp.h"
 
-#include "common/error.h"
-#include "engine/generate.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -591,7 +588,7 @@ static int next_token(ts_sched *s, slot *sl, int32_t *id) {
     sl->mask_s += ts_now() - t0;
     if (rc) return -1;
     *id = ts_sampler_sample_masked(sl->smp, sl->logits, sl->allow);
-    if (!ts_mask_get(sl->allow, *id))
+    if (!ts_mask_allows(sl->allow, *id))
         return snprintf(sl->err, sizeof sl->err, "the grammar allows no token here"), -1;
     return ts_tokenizer_is_eog(s->tok, *id) ? 0 : ts_matcher_accept(sl->mt, *id, sl->err, sizeof sl->err);
 }
@@ -859,7 +856,7 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
-    if (p->backend == TS_BACKEND_CUDA && !m->cuda) { /* plan for every slot; one micro-batch holds a step */
+    if (p->backend == TS_BACKEND_CUDA && !ts_model_backend_ready(m, TS_BACKEND_CUDA)) { /* plan for every slot; one micro-batch holds a step */
         ts_cuda_params cp = {.plan_ctx = p->n_ctx,
                              .plan_seqs = n,
                              .progress = true,

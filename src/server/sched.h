@@ -31,10 +31,7 @@
 #ifndef TS_SERVER_SCHED_H
 #define TS_SERVER_SCHED_H
 
-#include "engine/grammar.h"
-#include "engine/sampler.h"
 #include "server/metrics.h"
-#include "tokenizer/tokenizer.h"
 #include "turbospark.h"
 
 #include <stdbool.h>

@@ -16,9 +16,6 @@
 #ifndef TS_SERVER_SERVER_H
 #define TS_SERVER_SERVER_H
 
-#include "engine/generate.h"
-#include "engine/reasoning.h"
-#include "engine/sampler.h"
 #include "turbospark.h"
 
 #include <stdbool.h>

@@ -6,6 +6,7 @@
  * pre-tokenizer name comes from the Split regex itself rather than from llama.cpp's hash of a
  * tokenized test string. */
 #include "tokenizer/internal.h"
+#include "turbospark.h"
 
 #include "common/error.h"
 #include "gguf/gguf.h"
@@ -386,5 +387,22 @@ done:
     cJSON_Delete(mcfg);
     cJSON_Delete(cfg);
     cJSON_Delete(tok);
+    return rc ? -1 : 0;
+}
+
+int ts_tokenizer_load_hf(const char *hf_dir, ts_tokenizer **out, char *err, size_t errlen) {
+    *out = NULL;
+    ts_gguf_writer *w = ts_gguf_writer_new(TS_GGUF_DEFAULT_ALIGNMENT, err, errlen);
+    if (!w) return -1;
+    void *data = NULL;
+    size_t size = 0;
+    int rc = ts_tokenizer_write_gguf(w, hf_dir, 0, err, errlen);
+    if (!rc && ts_gguf_writer_to_buffer(w, &data, &size)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
+    ts_gguf_writer_free(w);
+    ts_gguf *g = NULL;
+    if (!rc) rc = ts_gguf_open_buffer(data, size, hf_dir, &g, err, errlen);
+    if (!rc) rc = ts_tokenizer_load(g, out, err, errlen); /* copies what it needs */
+    ts_gguf_close(g);
+    free(data);
     return rc ? -1 : 0;
 }

@@ -18,6 +18,8 @@
 #ifndef TS_TOKENIZER_H
 #define TS_TOKENIZER_H
 
+#include "turbospark.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,23 +40,8 @@ enum {
 
 typedef struct ts_tokenizer ts_tokenizer;
 
-/* A growable byte string, always NUL-terminated once non-empty (s may hold NUL bytes: use n). */
-typedef struct ts_text {
-    char *s;
-    size_t n, cap;
-} ts_text;
-
-int ts_text_append(ts_text *t, const void *data, size_t n); /* 0 or -1 (out of memory) */
-void ts_text_free(ts_text *t);
-
-/* A growable list of token ids. */
-typedef struct ts_tokens {
-    int32_t *ids;
-    size_t n, cap;
-} ts_tokens;
-
-int ts_tokens_push(ts_tokens *v, int32_t id);
-void ts_tokens_free(ts_tokens *v);
+/* ts_text and ts_tokens (growable bytes and ids), ts_tokenize, ts_detokenize, ts_token_bytes and the
+ * streaming ts_detok: include/turbospark.h */
 
 /* Loads the tokenizer of a GGUF file: tokenizer.ggml.{model, pre, tokens, token_type, merges} and
  * the special ids. Fails with a sentence naming the key when something is missing or unsupported. */
@@ -77,41 +64,10 @@ const char *ts_tokenizer_token_text(const ts_tokenizer *t, int32_t id, size_t *l
 /* The id of the token whose file text is `text` (e.g. "<|im_end|>"), or -1. */
 int32_t ts_tokenizer_find(const ts_tokenizer *t, const char *text);
 
-/* Encodes text[0..len) (any bytes) and APPENDS the ids to out. parse_special: whether CONTROL
- * tokens written in the text ("<|im_start|>") become their ids; when false they are tokenized as
- * plain text. No BOS is added (callers add ts_tokenizer_bos when ts_tokenizer_add_bos says so). */
-int ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, ts_tokens *out,
-                char *err, size_t errlen);
 
-/* The bytes of one token (see the top of this file); special: render CONTROL tokens. *len set.
- * Returns NULL (with *len 0) for an id out of range. The bytes may be part of a UTF-8 sequence. */
-const char *ts_token_bytes(const ts_tokenizer *t, int32_t id, bool special, size_t *len);
 
-/* Decodes ids and APPENDS their bytes to out (raw: a sequence cut inside a character gives a
- * partial UTF-8 sequence; use ts_detok for text shown to people). Fails on an id out of range. */
-int ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool special, ts_text *out, char *err,
-                  size_t errlen);
 
-/* Streaming detokenizer: feed ids one at a time; what it appends to out is always valid UTF-8:
- * the bytes of a character split across tokens are held back until it is complete, and bytes
- * that can never complete a character become U+FFFD (one per maximal invalid subpart, like
- * Python's errors='replace'). Flush at the end of the stream (an incomplete tail -> U+FFFD). */
-typedef struct ts_detok {
-    const ts_tokenizer *t;
-    bool special;
-    unsigned char held[4];
-    int n_held;
-} ts_detok;
-
-void ts_detok_init(ts_detok *d, const ts_tokenizer *t, bool special);
-int ts_detok_push(ts_detok *d, int32_t id, ts_text *out, char *err, size_t errlen);
-int ts_detok_push_bytes(ts_detok *d, const void *bytes, size_t n, ts_text *out); /* 0 or -1 (OOM) */
-int ts_detok_flush(ts_detok *d, ts_text *out);
-
-/* UTF-8 helpers (exported for tests). ts_utf8_sanitize appends s with every maximal invalid
- * subpart replaced by U+FFFD; returns the number of replacements, or -1 when out of memory. */
-long ts_utf8_sanitize(const char *s, size_t n, ts_text *out);
-/* NFC of valid UTF-8 s, appended to out. 0 or -1 with err. */
+/* NFC of valid UTF-8 s, appended to out (exported for tests). 0 or -1 with err. */
 int ts_utf8_nfc(const char *s, size_t n, ts_text *out, char *err, size_t errlen);
 
 /* The pre-tokenizer alone (exported for tests): splits valid UTF-8 s (no normalization) with the

@@ -152,9 +152,9 @@ static void check_model(const char *name, const char *path) {
     ts_cpu_set_trace(record, &tc);
     eval(sc, ids, T_PROMPT, lc, true);
     ts_cpu_set_trace(NULL, NULL);
-    ts_cuda_set_trace(m->cuda, record, &tg);
+    ts_cuda_set_trace(m->backend_ctx[TS_BACKEND_CUDA], record, &tg);
     eval(sg, ids, T_PROMPT, lg, true);
-    ts_cuda_set_trace(m->cuda, NULL, NULL);
+    ts_cuda_set_trace(m->backend_ctx[TS_BACKEND_CUDA], NULL, NULL);
     CHECK(tc.n == tg.n, "%d CPU snapshots, %d CUDA snapshots", tc.n, tg.n);
     double worst = 0;
     for (int i = 0; i < tc.n && i < tg.n; i++) {

@@ -58,7 +58,12 @@ int ts_fuzz_api_one(const uint8_t *data, size_t size) {
     } else {
         if (kind == TS_API_CHAT) {
             CHECK(r.n_msgs >= 1);
-            for (size_t i = 0; i < r.n_msgs; i++) CHECK(r.msgs[i].role && r.msgs[i].content);
+            cJSON *ms = cJSON_Parse(r.messages_json); /* what ts_chat_apply reads */
+            CHECK(cJSON_IsArray(ms) && (size_t)cJSON_GetArraySize(ms) == r.n_msgs);
+            const cJSON *m;
+            cJSON_ArrayForEach(m, ms) CHECK(cJSON_IsString(cJSON_GetObjectItem(m, "role")) &&
+                                            cJSON_IsString(cJSON_GetObjectItem(m, "content")));
+            cJSON_Delete(ms);
         } else {
             CHECK(r.prompt_is_ids ? r.prompt_ids.n >= 1 : r.prompt != NULL);
         }

@@ -1,6 +1,6 @@
-#include "common/npy.h"
+#include "cli/npy.h"
 
-#include "common/error.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <inttypes.h>

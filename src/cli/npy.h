@@ -1,7 +1,7 @@
 /* Minimal .npy (NumPy format 1.0) files: float32/int32 arrays, C order, little-endian.
  * Used for --dump, logits and token files exchanged with the Python tools. */
-#ifndef TS_COMMON_NPY_H
-#define TS_COMMON_NPY_H
+#ifndef TS_CLI_NPY_H
+#define TS_CLI_NPY_H
 
 #include <stdint.h>
 #include <stdbool.h>
