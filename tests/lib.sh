@@ -10,3 +10,13 @@ ts_find_python() {
     echo "FAIL: no python3 with numpy (install python3-numpy)" >&2
     exit 1
 }
+
+# The usual start of a test script: PY (ts_find_python), repo (the checkout), $TS_TMP created and
+# made the current folder, and fail MESSAGE (prints it, exits 1).
+ts_cli_setup() {
+    ts_find_python
+    repo=$(cd "$(dirname "${BASH_SOURCE[1]}")/../.." && pwd)
+    mkdir -p "$TS_TMP"
+    cd "$TS_TMP"
+}
+fail() { echo "FAIL: $*"; exit 1; }

@@ -10,11 +10,7 @@
 # Needs convert to write the tokenizer (src/tokenizer: ts_tokenizer_write_gguf).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$TS_TMP"
-cd "$TS_TMP"
-fail() { echo "FAIL: $*"; exit 1; }
+ts_cli_setup
 FX="$TS_FIXTURES/demo"
 "$TS_BIN" convert "$repo/models/demo" -o demo.f32.gguf --type f32 --quiet 2>err.txt || { cat err.txt; fail "convert models/demo"; }
 "$TS_BIN" tokenize -m demo.f32.gguf -f "$FX/heldout.txt" --no-special --npy heldout.npy 2>/dev/null

@@ -7,11 +7,7 @@
 # Needs convert to write the tokenizer (src/tokenizer: ts_tokenizer_write_gguf).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$TS_TMP"
-cd "$TS_TMP"
-fail() { echo "FAIL: $*"; exit 1; }
+ts_cli_setup
 "$TS_BIN" convert "$repo/models/demo" -o demo.gguf --quiet 2>err.txt || { cat err.txt; fail "convert models/demo"; }
 "$TS_BIN" inspect demo.gguf >inspect.txt
 for want in 'tokenizer.ggml.model = "gpt2"' 'tokenizer.ggml.pre = "qwen35"' 'tokenizer.ggml.tokens = \[string x 4160\]' \

@@ -9,11 +9,7 @@
 #   - a token list longer than the config's vocabulary, and a file without a tokenizer, are refused.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$TS_TMP"
-cd "$TS_TMP"
-fail() { echo "FAIL: $*"; exit 1; }
+ts_cli_setup
 "$TS_BIN" convert "$repo/models/demo" -o demo.gguf --quiet 2>err.txt || { cat err.txt; fail "convert models/demo"; }
 "$TS_BIN" synth --tiny --tokenizer-from demo.gguf -o tiny.gguf 2>log.txt || { cat log.txt; fail "synth --tiny"; }
 grep -q "demo.gguf's tokenizer: 4160 tokens (the config's vocabulary resized to it); PLE end-of-sequence id 4091" log.txt ||

@@ -5,11 +5,7 @@
 # --npy; then bad input: a folder without tokenizer.json, a missing file, conflicting options.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$TS_TMP"
-cd "$TS_TMP"
-fail() { echo "FAIL: $*"; exit 1; }
+ts_cli_setup
 HF="$repo/models/demo"
 [ -f "$HF/tokenizer.json" ] || fail "no $HF/tokenizer.json"
 
