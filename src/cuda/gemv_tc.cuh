@@ -201,6 +201,64 @@ TS_HD void tc_x_sums(float sum0, float sum1, uint32_t &hi, uint32_t &lo) {
 #endif
 }
 
+// ---- 16-input MMAs in input order: Q8_0, Q5_0, Q6_K -------------------------------------------------
+//
+// Types whose scales change every 16 or 32 inputs (Q6_K: an int8 scale per 16, Q8_0 and Q5_0: an fp16 d
+// per 32) cannot fold the scale into an exact fp16 B (31·127 is odd and above 2048). So here MMA m takes
+// the inputs 16m .. 16m + 15 of a group, in order (lane (g, t): inputs 2t, 2t+1 in a0a1 / b0b1 and 2t+8,
+// 2t+9 in a4a5 / b2b3), B holds the quant itself (an integer ≤ 128 in magnitude, exact in fp16), and
+// each MMA's fp32 result is scaled by its own scale: Q6_K acc += sc_m·C_m over the super-block's 16
+// MMAs, then y += 2^-s·d·acc; Q8_0 / Q5_0 y += 2^-s·d·(C_2b + C_2b+1) per block b. x is staged per group
+// of 16·M inputs with one power-of-two scale (tc_x_scale), as above.
+
+// A words of lane t for one MMA: x16 are its 16 inputs (fp32), scale = 2^s.
+TS_HD void tc_x_inorder(const float *x16, float scale, int t, uint32_t &a01, uint32_t &a45) {
+    a01 = h2_pack(x16[2 * t] * scale, x16[2 * t + 1] * scale);
+    a45 = h2_pack(x16[2 * t + 8] * scale, x16[2 * t + 9] * scale);
+}
+
+// An fp16 pair (u0 − off, u1 − off) for small unsigned u < 1024: 1024 + u under 0x6400, then one exact
+// subtraction; off16 is {1024 + off, 1024 + off} in fp16.
+TS_HD uint32_t tc_small_pair(uint32_t u0, uint32_t u1, uint32_t off16) {
+    return h2_sub(u0 | (u1 << 16) | 0x64006400u, off16);
+}
+
+template <int TYPE> struct tc_inorder;
+template <> struct tc_inorder<TS_TYPE_Q8_0> {
+    static constexpr int BS = 34, QK = 32; // d, then 32 int8
+};
+template <> struct tc_inorder<TS_TYPE_Q5_0> {
+    static constexpr int BS = 22, QK = 32; // d, 32 fifth bits, 16 bytes of nibbles
+};
+template <> struct tc_inorder<TS_TYPE_Q6_K> {
+    static constexpr int BS = 210, QK = 256; // ql[128], qh[64], int8 scales[16], d
+};
+
+// B words of lane t for MMA m of the block at blk (Q8_0, Q5_0: m = 0, 1, the block's halves; Q6_K:
+// m = 0 .. 15, its sub-blocks): the quants of inputs 16m + 2t, +1 (b01) and 16m + 2t + 8, +9 (b23).
+template <int TYPE> TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint32_t &b23) {
+    const int j = 2 * t; // inputs j, j + 1, j + 8, j + 9 of the MMA
+    if (TYPE == TS_TYPE_Q8_0) {
+        const uint8_t *q = blk + 2 + 16 * m + j; // int8 q → 128 + q as a byte: (1024 + 128 + q) − 1152
+        b01 = tc_small_pair(q[0] ^ 0x80u, q[1] ^ 0x80u, 0x64806480u);
+        b23 = tc_small_pair(q[8] ^ 0x80u, q[9] ^ 0x80u, 0x64806480u);
+    } else if (TYPE == TS_TYPE_Q5_0) {
+        const uint32_t qh = blk[2] | blk[3] << 8 | blk[4] << 16 | static_cast<uint32_t>(blk[5]) << 24;
+        const uint8_t *qs = blk + 6;
+        const int sh = 4 * m, e = 16 * m + j; // element e: nibble (low for e < 16) of qs[e % 16], bit e of qh
+        auto u = [&](int k) { return ((qs[j + k] >> sh) & 15u) | (((qh >> (e + k)) & 1u) << 4); };
+        b01 = tc_small_pair(u(0), u(1), 0x64106410u); // u − 16
+        b23 = tc_small_pair(u(8), u(9), 0x64106410u);
+    } else { // Q6_K: element 128n + 32q + l from ql[64n + 32(q & 1) + l] (high nibble for q ≥ 2) and qh[32n + l]
+        const int n = m >> 3, q = (m & 7) >> 1, l = 16 * (m & 1) + j;
+        const uint8_t *ql = blk + 64 * n + 32 * (q & 1) + l, *qh = blk + 128 + 32 * n + l;
+        const int sl = q >= 2 ? 4 : 0, sh = 2 * q;
+        auto u = [&](int k) { return ((ql[k] >> sl) & 15u) | (((qh[k] >> sh) & 3u) << 4); };
+        b01 = tc_small_pair(u(0), u(1), 0x64206420u); // u − 32
+        b23 = tc_small_pair(u(8), u(9), 0x64206420u);
+    }
+}
+
 } // namespace ts_cu
 
 #endif

@@ -5,7 +5,8 @@
 // with the kernel's per-super-block epilogue, for Q4_K and Q5_K, against Σ dequant(w)·x̃ in double, where x̃ is x rounded
 // the way the kernel rounds it (fp16 after a power-of-two scale per token and super-block). Rows of 8,
 // 1 to 8 tokens, x over six decades with zero and tiny super-blocks. It checks the layouts and the
-// exactness argument; the kernel itself runs on a GPU in test_cuda_matmul.
+// exactness argument; the kernel itself runs on a GPU in test_cuda_matmul. Also the input-order MMAs
+// of Q8_0, Q5_0 and Q6_K (run_inorder), whose kernel is still to be written.
 extern "C" {
 #include "common/half.h"
 #include "quant/quant.h"
@@ -177,8 +178,103 @@ template <int TYPE> static int run_type(void) {
     return fails;
 }
 
+// Q8_0, Q5_0, Q6_K: 16-input MMAs in input order (gemv_tc.cuh, tc_x_inorder / inorder_b_frag), x staged
+// per group of G inputs with one power-of-two scale, each MMA's result scaled by its block's d (Q8_0,
+// Q5_0) or its sub-block's scale and the super-block's d (Q6_K), against Σ dequant(w)·x̃ in double.
+template <int TYPE> static int run_inorder(int K, int G) {
+    using Q = tc_inorder<TYPE>;
+    const int ROWS = 8, NG = K / G;
+    const size_t rb = ts_row_size(TYPE, K);
+    int fails = 0;
+    double worst = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        const int T = 1 + trial % 8;
+        std::vector<uint8_t> W(ROWS * rb);
+        std::vector<float> wf(ROWS * K), src(K);
+        char err[256];
+        for (int r = 0; r < ROWS; r++) {
+            const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
+            for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
+            if (ts_quantize_row(TYPE, src.data(), W.data() + r * rb, K, err, sizeof err) ||
+                ts_dequantize_row(TYPE, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
+                printf("quantize: %s\n", err);
+                return 1;
+            }
+        }
+        std::vector<float> x(T * K), xr(T * K), scale(T * NG), inv(T * NG);
+        for (int t = 0; t < T; t++)
+            for (int gi = 0; gi < NG; gi++) {
+                const double mag = pow(10.0, -3.0 + 6.0 * urand());
+                const bool zero = urand() < 0.1;
+                float amax = 0;
+                for (int i = 0; i < G; i++) {
+                    const float v = zero ? 0.0f : (float)(mag * gauss());
+                    x[t * K + gi * G + i] = v;
+                    amax = fmaxf(amax, fabsf(v));
+                }
+                scale[t * NG + gi] = tc_x_scale(amax, inv[t * NG + gi]);
+                for (int i = 0; i < G; i++)
+                    xr[t * K + gi * G + i] =
+                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + gi * G + i] * scale[t * NG + gi])) * inv[t * NG + gi];
+            }
+        double acc[32][2] = {{0}};
+        for (int gi = 0; gi < NG; gi++)
+            for (int mm = 0; mm < G / 16; mm++) {
+                const int in0 = gi * G + 16 * mm;            // the MMA's first input
+                const int blk = in0 / Q::QK, m = (in0 % Q::QK) / 16; // its block and MMA within the block
+                uint32_t a0[32], a2[32], b0[32], b1[32];
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    a0[lane] = a2[lane] = 0;
+                    if (g < T) tc_x_inorder(&x[g * K + in0], scale[g * NG + gi], t, a0[lane], a2[lane]);
+                    inorder_b_frag<TYPE>(W.data() + g * rb + blk * Q::BS, m, t, b0[lane], b1[lane]);
+                }
+                double c[32][4] = {{0}};
+                mma_emul(c, a0, a2, b0, b1);
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    if (g >= T) continue;
+                    for (int n = 0; n < 2; n++) {
+                        const uint8_t *b = W.data() + (2 * t + n) * rb + blk * Q::BS;
+                        double f;
+                        if (TYPE == TS_TYPE_Q6_K)
+                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) * (double)(int8_t)b[192 + m];
+                        else
+                            f = ts_fp16_to_fp32((uint16_t)(b[0] | b[1] << 8));
+                        acc[lane][n] += inv[g * NG + gi] * f * c[lane][n];
+                    }
+                }
+            }
+        for (int lane = 0; lane < 32; lane++) {
+            const int g = lane >> 2, t = lane & 3;
+            if (g >= T) continue;
+            for (int n = 0; n < 2; n++) {
+                const int o = 2 * t + n;
+                double ref = 0, mag = 0;
+                for (int i = 0; i < K; i++) {
+                    ref += (double)wf[o * K + i] * xr[g * K + i];
+                    mag += fabs((double)wf[o * K + i] * x[g * K + i]);
+                }
+                const double e = fabs(acc[lane][n] - ref) / (mag > 0 ? mag : 1e-300);
+                if (!(e <= 1e-6)) {
+                    if (fails < 5)
+                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S %.3g)\n",
+                               trial, T, g, o, acc[lane][n], ref, mag);
+                    fails++;
+                }
+                if (e > worst || e != e) worst = e;
+            }
+        }
+    }
+    printf("%s: 40 trials of 8 rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated - "
+           "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+           ts_type_name(TYPE), K, G, worst, fails ? "  FAIL" : "");
+    return fails;
+}
+
 int main(void) {
-    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>();
+    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() + run_inorder<TS_TYPE_Q8_0>(640, 128) +
+                      run_inorder<TS_TYPE_Q5_0>(640, 128) + run_inorder<TS_TYPE_Q6_K>(512, 256);
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
