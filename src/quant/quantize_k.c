@@ -188,13 +188,14 @@ static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t
     return scale;
 }
 
-/* Fit of the sub-block scales (or mins, all >= 0) of a super-block with the importance-weighted
- * quantizers (ggml's make_qp_quants): L in 0..nmax against one scale; try max -> nmax and 8 nearby
- * inverse scales by weighted squared error, then up to five passes of coordinate descent. */
-static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+/* Fit of values that are all >= 0 (the sub-block scales or mins of the importance-weighted
+ * quantizers, IQ2_XXS's magnitudes) as ggml's make_qp_quants: L in 0..nmax against one scale; try
+ * max -> nmax and 8 nearby inverse scales by weighted squared error, then up to five passes of
+ * coordinate descent. 0 when all are (nearly) zero or all weights are. */
+float ts_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
     float max = 0;
     for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
-    if (!max) {
+    if (max < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
@@ -243,7 +244,7 @@ static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const flo
         }
         if (!n_changed) break;
     }
-    return sumlx / suml2;
+    return suml2 > 0 ? sumlx / suml2 : 0.0f;
 }
 
 /* Importance weights of n elements (ggml's quantize_row_*_impl): qw · sqrt(sigma2 + x²); their sum. */
@@ -325,8 +326,8 @@ void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
             scales[j] = fit_affine(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j],
                                    (affine_search){-0.9f, 0.05f, 36, false});
         }
-        ts_st_half(y[i].d, fit_positive(16, 15, scales, Ls, sw));
-        ts_st_half(y[i].dmin, fit_positive(16, 15, mins, Lm, sw));
+        ts_st_half(y[i].d, ts_fit_positive(16, 15, scales, Ls, sw));
+        ts_st_half(y[i].dmin, ts_fit_positive(16, 15, mins, Lm, sw));
         for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
         q2_K_finish(x, &y[i], L);
     }
@@ -430,8 +431,8 @@ static void quantize_k4_common(const float *x, int nmax, affine_search p, const 
             scales[j] = fit_affine(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j],
                                    (affine_search){-0.9f, 0.05f, 36, false});
         }
-        ts_st_half(d, fit_positive(8, 63, scales, Ls, sw));
-        ts_st_half(dmin, fit_positive(8, 63, mins, Lm, sw));
+        ts_st_half(d, ts_fit_positive(8, 63, scales, Ls, sw));
+        ts_st_half(dmin, ts_fit_positive(8, 63, mins, Lm, sw));
         for (int j = 0; j < 8; j++) k4_put_scale_min(sc, j, Ls[j] < 63 ? Ls[j] : 63, Lm[j] < 63 ? Lm[j] : 63);
         k4_requantize(x, nmax, d, dmin, sc, L);
         return;

@@ -822,7 +822,7 @@ static void test_capabilities(void **state) {
     static const uint32_t dq[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16,
                                   17, 18, 19, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
     static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13,
-                                  14, 18, 20, 21, 23, 30, 39, 40, 41, 42};
+                                  14, 18, 20, 21, 22, 23, 30, 39, 40, 41, 42};
     for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
         bool want_dq = false, want_qz = false;
         for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) want_dq |= dq[i] == t;
@@ -933,6 +933,7 @@ static const struct {
     {TS_TYPE_Q1_0, 0x961940889a8ba298ull},    {TS_TYPE_Q2_0, 0x6f4357c9ebc45d28ull},
     {TS_TYPE_F16, 0xc7709a0fd44e309cull},     {TS_TYPE_BF16, 0xb1bbd3606f322884ull},
     {TS_TYPE_IQ3_XXS, 0x47189073f38fa862ull}, {TS_TYPE_IQ3_S, 0xd8faf5c80e6285f2ull},
+    {TS_TYPE_IQ2_S, 0x33ac53a9b4872209ull},
 };
 
 static void test_golden_digests(void **state) {
@@ -1060,18 +1061,20 @@ static void test_against_ggml(void **state) {
                 fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", names[t], rep);
         }
     }
-    /* IQ3_XXS / IQ3_S reference quantization (ggml builds its lattice tables first). Rows with an
-     * all-zero 32-element sub-block are left out for IQ3_S: there ggml misplaces the later
-     * sub-blocks' bytes and we do not (src/quant/quantize_iq3.c); test_iq checks such rows. The
+    /* IQ3_XXS / IQ3_S / IQ2_S reference quantization (ggml builds its lattice tables first). Rows
+     * with an all-zero 32-element sub-block are left out for IQ3_S: there ggml misplaces the later
+     * sub-blocks' bytes and we do not (src/quant/quantize_lattice.c); test_iq checks such rows. The
      * golden row is compared too, so kGolden's digests are ggml's. */
     void (*iq3_init)(int) = (void (*)(int))ggml_sym(lib, "%s", "iq3xs_init_impl");
+    void (*iq2_init)(int) = (void (*)(int))ggml_sym(lib, "%s", "iq2xs_init_impl");
     iq3_init(256);
     iq3_init(512);
+    iq2_init(TS_TYPE_IQ2_S);
     static float xg[GOLDEN_N];
     static uint8_t ga[GOLDEN_N], gb[GOLDEN_N];
     golden_row(xg);
-    static const char *iq3_names[] = {"iq3_xxs", "iq3_s"};
-    for (size_t t = 0; t < 2; t++) {
+    static const char *iq3_names[] = {"iq3_xxs", "iq3_s", "iq2_s"};
+    for (size_t t = 0; t < 3; t++) {
         const uint32_t id = (uint32_t)ts_type_from_name(iq3_names[t]);
         ggml_quant_fn gq = (ggml_quant_fn)ggml_sym(lib, "quantize_row_%s_ref", iq3_names[t]);
         for (int rep = 0; rep < 30; rep++) {
@@ -1080,7 +1083,7 @@ static void test_against_ggml(void **state) {
             for (int i = 0; i < N; i++)
                 x[i] = gaussian() * scale * (rep % 4 == 1 && i % 7 == 0 ? 20.0f : 1.0f) +
                        (rep % 5 == 2 ? scale : 0);
-            if (rep % 6 == 3 && id == TS_TYPE_IQ3_XXS)
+            if (rep % 6 == 3 && id != TS_TYPE_IQ3_S)
                 for (int i = 0; i < N; i += 96) memset(x + i, 0, 32 * sizeof(float));
             gq(x, qa, N);
             quant_ok(id, x, qb, N);
