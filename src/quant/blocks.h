@@ -273,8 +273,12 @@ void ts_quantize_q6_K(const float *x, void *dst, int64_t nb);
 /* With importance weights qw (nb · 256 floats; ggml's quant_weights of the row). */
 typedef void (*ts_quant_w_fn)(const float *src, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q3_K_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q6_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq4_nl_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq4_xs_w(const float *x, void *dst, int64_t nb, const float *qw);
 /* ggml's make_qp_quants (quantize_k.c): x[n] >= 0 fitted as scale · L, L in 0..nmax, weights w. */
 float ts_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w);
 void ts_quantize_iq4_nl(const float *x, void *dst, int64_t nb);

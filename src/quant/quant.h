@@ -88,8 +88,8 @@ int ts_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n, cha
  * quantize_row_*_ref. Returns 0, or -1 with a sentence in err. */
 int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen);
 
-/* Whether ts_quantize_row_imatrix uses importance weights for this type (Q2_K, Q4_K, Q5_K, IQ2_XXS,
- * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S). */
+/* Whether ts_quantize_row_imatrix uses importance weights for this type (Q2_K .. Q6_K, IQ2_XXS,
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS). */
 bool ts_can_quantize_imatrix(uint32_t type);
 
 /* Whether the type is quantized only with importance weights (IQ2_XXS, IQ2_XS: ggml has no

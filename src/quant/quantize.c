@@ -218,8 +218,12 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
 /* Types whose quantizer uses importance weights (ggml's quantize_<type> with quant_weights). */
 static const ts_quant_w_fn k_quant_w[TS_TYPE_COUNT] = {
     [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,
+    [TS_TYPE_Q3_K] = ts_quantize_q3_K_w,
     [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,
     [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
+    [TS_TYPE_Q6_K] = ts_quantize_q6_K_w,
+    [TS_TYPE_IQ4_NL] = ts_quantize_iq4_nl_w,
+    [TS_TYPE_IQ4_XS] = ts_quantize_iq4_xs_w,
     [TS_TYPE_IQ2_XXS] = ts_quantize_iq2_xxs_w,
     [TS_TYPE_IQ2_XS] = ts_quantize_iq2_xs_w,
     [TS_TYPE_IQ2_S] = ts_quantize_iq2_s_w,

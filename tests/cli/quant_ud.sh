@@ -4,8 +4,8 @@
 # tokens of the held-out text, each mix quantized with it from f32, and the mean KL divergence
 # KL(p_f32 || p_mix) of the next-token distributions over the held-out tokens 2048..3071.
 # Measured 2026-12-03 (deterministic; without the imatrix in brackets):
-#   q4_k_m 0.0284 (0.0276), ud_q3_k_xl 0.0304, ud_q2_k_xl 0.0486 (0.0551), ud_iq2_m 0.0471 (0.0526),
-#   ud_iq2_xxs 0.0611 (needs the imatrix).
+#   q4_k_m 0.0283 (0.0276), ud_q3_k_xl 0.0304 (0.0313), ud_q2_k_xl 0.0488 (0.0551), ud_iq2_m 0.0473
+#   (0.0526), ud_iq2_xxs 0.0615 (needs the imatrix).
 # Checked: bounds about 1.5x those, the imatrix lowers KL for ud_q2_k_xl and ud_iq2_m, the files
 # shrink in the order of the recipes, ud_iq2_xxs holds IQ2_XXS tensors; ud_iq2_xxs without an
 # importance matrix is refused by quantize and convert with a sentence saying how to make one;

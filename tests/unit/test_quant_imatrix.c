@@ -3,7 +3,7 @@
  * (a) ggml's own bytes: tests/fixtures/quant/imatrix_<type>.bin holds rows, one row of importance
  *     weights and what ggml_quantize_chunk wrote for them with those weights
  *     (tools/fixtures/make_imatrix_fixtures.py, run against ggml's libggml-base.so): every byte
- *     must be equal, for Q2_K, Q4_K, Q5_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S.
+ *     must be equal, for Q2_K .. Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS.
  * (b) The weights matter: with every other value weighted 100 times more, the squared error of
  *     those values falls by a tenth or more against the quantizer without weights (equal weights
  *     for IQ2_XXS and IQ2_XS, which have none), and falls more than that of the others. (At 1000
@@ -41,7 +41,8 @@ static uint8_t *read_file(const char *path, size_t *len) {
     return p;
 }
 
-static const char *k_types[] = {"q2_K", "q4_K", "q5_K", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"};
+static const char *k_types[] = {"q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq2_xxs", "iq2_xs",
+                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs"};
 
 static void test_equal_to_ggml(void **state) {
     (void)state;
