@@ -254,7 +254,8 @@ uint8_t ts_fp32_to_ue4m3(float x);
 /* Per-format block codecs: nb blocks from src to dst. Dequantizers live in dequant.c (the
  * i-quants' in dequant_iq.c);
  * quantizers in quantize.c (32-element and plain types), quantize_k.c (K-quants) and
- * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4), quantize_lattice.c (IQ2_XXS .. IQ3_S). */
+ * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4), quantize_lattice.c (IQ2_XXS .. IQ3_S),
+ * quantize_iq1.c (IQ1_S, IQ1_M). */
 typedef void (*ts_dequant_fn)(const void *src, float *dst, int64_t nb);
 typedef void (*ts_quant_fn)(const float *src, void *dst, int64_t nb);
 
@@ -294,5 +295,9 @@ void ts_quantize_iq3_xxs(const float *x, void *dst, int64_t nb);
 void ts_quantize_iq3_xxs_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_iq3_s(const float *x, void *dst, int64_t nb);
 void ts_quantize_iq3_s_w(const float *x, void *dst, int64_t nb, const float *qw);
+/* IQ1_S (only with weights) and IQ1_M (quantize_iq1.c). */
+void ts_quantize_iq1_s_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq1_m(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq1_m_w(const float *x, void *dst, int64_t nb, const float *qw);
 
 #endif

@@ -15,25 +15,28 @@ enum { IQ2_INDICES = 43691, IQ3_INDICES = 4096 }; /* largest index with every le
 
 /* Storage: exact neighbour counts for ggml's grids (a changed table would not fit: asserted). */
 static uint8_t g_level_2xxs[256][8], g_level_2xs[512][8], g_level_2s[1024][8], g_level_3xxs[256][8],
-    g_level_3s[512][8];
+    g_level_3s[512][8], g_level_1[2048][8];
 static int g_map_2xxs[IQ2_INDICES], g_map_2xs[IQ2_INDICES], g_map_2s[IQ2_INDICES], g_map_3xxs[IQ3_INDICES],
-    g_map_3s[IQ3_INDICES];
-static uint16_t g_nb_2xxs[417375], g_nb_2xs[551719], g_nb_2s[209098], g_nb_3xxs[22825], g_nb_3s[28317];
+    g_map_3s[IQ3_INDICES], g_map_1[IQ2_INDICES];
+static uint16_t g_nb_2xxs[417375], g_nb_2xs[551719], g_nb_2s[209098], g_nb_3xxs[22825], g_nb_3s[28317],
+    g_nb_1[1375316];
 
-static ts_lattice g_lat[5] = {
+static ts_lattice g_lat[6] = {
     {256, 8, 2, 2, 2, g_level_2xxs, g_map_2xxs, g_nb_2xxs, 417375},
     {512, 8, 2, 2, 2, g_level_2xs, g_map_2xs, g_nb_2xs, 551719},
     {1024, 8, 2, 2, 1, g_level_2s, g_map_2s, g_nb_2s, 209098},
     {256, 4, 3, 7, 2, g_level_3xxs, g_map_3xxs, g_nb_3xxs, 22825},
     {512, 4, 3, 7, 3, g_level_3s, g_map_3s, g_nb_3s, 28317},
+    {2048, 8, 2, 2, 3, g_level_1, g_map_1, g_nb_1, 1375316},
 };
-static pthread_once_t g_once[5] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                   PTHREAD_ONCE_INIT};
+static pthread_once_t g_once[6] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                   PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
 /* Level of byte v of a grid entry: IQ2 magnitudes 8, 25, 43; IQ3_XXS 8l + 4 (62 for l = 7);
- * IQ3_S 2l + 1. */
+ * IQ3_S 2l + 1; IQ1 signed bytes -1, 0, 1. */
 static int grid_level(int which, int v) {
     if (which < 3) return v == 8 ? 0 : v == 25 ? 1 : 2;
+    if (which == 5) return v == 0xff ? 0 : v == 0 ? 1 : 2;
     return which == 3 ? (v - 4) / 8 : (v - 1) / 2;
 }
 
@@ -47,8 +50,10 @@ static uint64_t grid_entry(int which, int k) {
         return ts_iq2s_grid[k];
     case 3:
         return ts_iq3xxs_grid[k];
-    default:
+    case 4:
         return ts_iq3s_grid[k];
+    default:
+        return ts_iq1s_grid[k];
     }
 }
 
@@ -66,7 +71,7 @@ static void lattice_init(int which) {
             L->level[k][i] = (uint8_t)grid_level(which, ts_grid_u8(grid_entry(which, k), i));
     for (int u = 0; u < n_index; u++) L->map[u] = -1;
     for (int k = 0; k < L->size; k++) L->map[index_of(L, L->level[k])] = k;
-    int d2[1024], o = 0;
+    int d2[2048], o = 0;
     for (int u = 0; u < n_index; u++) {
         if (L->map[u] >= 0) continue;
         for (int j = 0; j < L->size; j++) {
@@ -113,15 +118,19 @@ static void init3(void) {
 static void init4(void) {
     lattice_init(4);
 }
+static void init5(void) {
+    lattice_init(5);
+}
 
 const ts_lattice *ts_lattice_get(uint32_t type) {
-    static void (*const init[5])(void) = {init0, init1, init2, init3, init4};
-    const int which = type == TS_TYPE_IQ2_XXS   ? 0
-                      : type == TS_TYPE_IQ2_XS  ? 1
-                      : type == TS_TYPE_IQ2_S   ? 2
-                      : type == TS_TYPE_IQ3_XXS ? 3
-                      : type == TS_TYPE_IQ3_S   ? 4
-                                                : -1;
+    static void (*const init[6])(void) = {init0, init1, init2, init3, init4, init5};
+    const int which = type == TS_TYPE_IQ2_XXS                          ? 0
+                      : type == TS_TYPE_IQ2_XS                         ? 1
+                      : type == TS_TYPE_IQ2_S                          ? 2
+                      : type == TS_TYPE_IQ3_XXS                        ? 3
+                      : type == TS_TYPE_IQ3_S                          ? 4
+                      : type == TS_TYPE_IQ1_S || type == TS_TYPE_IQ1_M ? 5
+                                                                       : -1;
     if (which < 0) return NULL;
     pthread_once(&g_once[which], init[which]);
     return &g_lat[which];

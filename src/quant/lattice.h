@@ -1,6 +1,7 @@
 /* Private to src/quant: the quantizer's view of the i-quant lattices (IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S), as ggml's iq2xs_init_impl / iq3xs_init_impl build it, and the search that
- * fits one sub-block to a lattice (the common core of ggml's quantize_row_iq2_* / iq3_*_impl).
+ * IQ3_XXS, IQ3_S, and the one of IQ1_S / IQ1_M), as ggml's iq2xs_init_impl / iq3xs_init_impl build
+ * it, and the search that fits one sub-block to a lattice (the common core of ggml's
+ * quantize_row_iq2_* / iq3_*_impl; IQ1 has its own, quantize_iq1.c).
  *
  * A lattice point codes a group of 8 (IQ2) or 4 (IQ3) magnitudes as levels l in 0..max_level,
  * each magnitude ∝ 2l + 1; its index u packs the levels, `bits` bits each, first element lowest.
@@ -28,7 +29,8 @@ typedef struct ts_lattice {
     int n_neighbours; /* exact length of neighbours for ggml's grid (checked at initialisation) */
 } ts_lattice;
 
-/* The lattice of TS_TYPE_IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS or IQ3_S, built on first use (thread-safe). */
+/* The lattice of TS_TYPE_IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S or IQ1_M (one for both),
+ * built on first use (thread-safe); NULL for other types. */
 const ts_lattice *ts_lattice_get(uint32_t type);
 
 /* Signs of the 8 values x into s (bit i: x[i] < 0) and their magnitudes into xval. With parity

@@ -3,7 +3,7 @@
  * This file holds the dispatch, the plain types (F32/F16/BF16) and the simple block formats whose
  * scale is one fp16 per block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q1_0, Q2_0). The K-quants are in
  * quantize_k.c, the codebook formats (IQ4_NL, IQ4_XS, MXFP4, NVFP4) in quantize_iq.c, the lattice
- * formats IQ2_XXS .. IQ3_S in quantize_lattice.c.
+ * formats IQ2_XXS .. IQ3_S in quantize_lattice.c, IQ1_S / IQ1_M in quantize_iq1.c.
  *
  * Results are bit-identical to ggml's reference quantizers for finite input: the same float
  * operations in the same order, including which element wins a tie for the largest magnitude,
@@ -211,6 +211,7 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
     [TS_TYPE_Q1_0] = quant_q1_0,
     [TS_TYPE_Q2_0] = quant_q2_0,
     [TS_TYPE_IQ2_S] = ts_quantize_iq2_s,
+    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m,
     [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs,
     [TS_TYPE_IQ3_S] = ts_quantize_iq3_s,
 };
@@ -224,6 +225,8 @@ static const ts_quant_w_fn k_quant_w[TS_TYPE_COUNT] = {
     [TS_TYPE_Q6_K] = ts_quantize_q6_K_w,
     [TS_TYPE_IQ4_NL] = ts_quantize_iq4_nl_w,
     [TS_TYPE_IQ4_XS] = ts_quantize_iq4_xs_w,
+    [TS_TYPE_IQ1_S] = ts_quantize_iq1_s_w,
+    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m_w,
     [TS_TYPE_IQ2_XXS] = ts_quantize_iq2_xxs_w,
     [TS_TYPE_IQ2_XS] = ts_quantize_iq2_xs_w,
     [TS_TYPE_IQ2_S] = ts_quantize_iq2_s_w,

@@ -3,10 +3,11 @@
  * (a) ggml's own bytes: tests/fixtures/quant/imatrix_<type>.bin holds rows, one row of importance
  *     weights and what ggml_quantize_chunk wrote for them with those weights
  *     (tools/fixtures/make_imatrix_fixtures.py, run against ggml's libggml-base.so): every byte
- *     must be equal, for Q2_K .. Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL and IQ4_XS.
+ *     must be equal, for Q2_K .. Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+ *     IQ4_NL and IQ4_XS.
  * (b) The weights matter: with every other value weighted 100 times more, the squared error of
  *     those values falls by a tenth or more against the quantizer without weights (equal weights
- *     for IQ2_XXS and IQ2_XS, which have none), and falls more than that of the others. (At 1000
+ *     for IQ1_S, IQ2_XXS and IQ2_XS, which have none), and falls more than that of the others. (At 1000
  *     times, ggml's IQ2_XXS does worse on both halves: its start from make_qp_quants with 4 levels
  *     goes astray; we follow it.)
  * (c) Refusals, with a sentence: a type without a weighted quantizer, negative or NaN weights,
@@ -42,7 +43,7 @@ static uint8_t *read_file(const char *path, size_t *len) {
 }
 
 static const char *k_types[] = {"q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq2_xxs", "iq2_xs",
-                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs"};
+                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq1_s", "iq1_m"};
 
 static void test_equal_to_ggml(void **state) {
     (void)state;
@@ -142,8 +143,10 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(err, "multiple of the block"));
     assert_int_equal(ts_quantize_row_imatrix(TS_TYPE_Q8_0, x, q, 256, NULL, err, sizeof err),
                      0); /* no weights */
-    /* IQ2_XXS / IQ2_XS: no quantizer without weights; the sentence says how to make them. */
-    for (uint32_t t = TS_TYPE_IQ2_XXS; t <= TS_TYPE_IQ2_XS; t++) {
+    /* IQ2_XXS / IQ2_XS / IQ1_S: no quantizer without weights; the sentence says how to make them. */
+    static const uint32_t needs[] = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ1_S};
+    for (size_t i = 0; i < 3; i++) {
+        const uint32_t t = needs[i];
         assert_true(ts_quantize_needs_imatrix(t) && ts_can_quantize_imatrix(t) && !ts_can_quantize(t));
         assert_int_equal(ts_quantize_row(t, x, q, 256, err, sizeof err), -1);
         assert_non_null(strstr(err, "without an importance matrix"));
@@ -151,6 +154,7 @@ static void test_refusals(void **state) {
         assert_int_equal(ts_quantize_row_imatrix(t, x, q, 256, NULL, err, sizeof err), -1);
     }
     assert_false(ts_quantize_needs_imatrix(TS_TYPE_IQ2_S));
+    assert_false(ts_quantize_needs_imatrix(TS_TYPE_IQ1_M));
 }
 
 /* Weights that are all zero over a super-block: ggml (make_qp_quants' guard) stores d = dmin = 0
