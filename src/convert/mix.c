@@ -27,6 +27,11 @@ static const ts_ud_recipe k_ud_iq2_xxs = {
     .shared = TS_TYPE_Q4_K, .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0,
     .ple = TS_TYPE_Q6_K, .ple_table = TS_TYPE_IQ4_NL, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
 
+static const ts_ud_recipe k_ud_iq1_m = {
+    .experts = {TS_TYPE_IQ1_M, TS_TYPE_IQ2_XXS}, .down = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ3_XXS},
+    .shared = TS_TYPE_Q4_K, .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0,
+    .ple = TS_TYPE_Q6_K, .ple_table = TS_TYPE_IQ4_NL, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
+
 /* llama.cpp's LLAMA_FTYPE_* values for general.file_type (the UD recipes: the nearest llama.cpp mix) */
 static const ts_mix k_mixes[] = {
     {"f32", TS_TYPE_F32, 0, TS_MIX_PLAIN, NULL},
@@ -45,6 +50,7 @@ static const ts_mix k_mixes[] = {
     {"ud_q2_k_xl", TS_TYPE_Q2_K, 10, TS_MIX_UD, &k_ud_q2_k_xl},
     {"ud_iq2_m", TS_TYPE_IQ2_S, 29, TS_MIX_UD, &k_ud_iq2_m},
     {"ud_iq2_xxs", TS_TYPE_IQ2_XXS, 19, TS_MIX_UD, &k_ud_iq2_xxs},
+    {"ud_iq1_m", TS_TYPE_IQ1_M, 31, TS_MIX_UD, &k_ud_iq1_m},
 };
 
 const ts_mix *ts_mix_from_name(const char *name) {
@@ -55,7 +61,7 @@ const ts_mix *ts_mix_from_name(const char *name) {
 
 const char *ts_mix_names(void) {
     return "f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl iq3_s iq3_xxs ud_q3_k_xl ud_q2_k_xl ud_iq2_m "
-           "ud_iq2_xxs";
+           "ud_iq2_xxs ud_iq1_m";
 }
 
 int ts_mix_is_router(const char *name) {

@@ -20,7 +20,7 @@
  *     (else IQ3_S); attn_output IQ3_S; ffn_down (routed and shared) Q4_K in the first eighth of the
  *     blocks and Q3_K after; QSA attn_q / attn_k IQ2_S. llama.cpp counts ffn_down tensors, not
  *     blocks, for "the first eighth"; we count blocks, as q4_k_m does;
- *   - ud_q3_k_xl, ud_q2_k_xl, ud_iq2_m, ud_iq2_xxs: UD-style recipes after Unsloth's "Dynamic"
+ *   - ud_q3_k_xl, ud_q2_k_xl, ud_iq2_m, ud_iq2_xxs, ud_iq1_m: UD-style recipes after Unsloth's "Dynamic"
  *     files (routed experts at 2-3 bits, everything else kept higher), one type a role
  *     (ts_mix_role_of; the recipes are in mix.c): routed experts' gate/up and down projections get
  *     the recipe's low types, one step higher in the first and last eighth of the blocks; shared
@@ -28,7 +28,8 @@
  *     hyper-connections (Q8_0), PLE key/value projections, PLE tables, token_embd and output get
  *     their own higher types (docs/DECISIONS.md has the table, bits per weight and the released
  *     model's bytes: `turbospark synth --released --type MIX --sizes`). ud_iq2_xxs puts experts at
- *     IQ2_XXS / IQ2_XS, which need an importance matrix (quantize --imatrix);
+ *     IQ2_XXS / IQ2_XS and ud_iq1_m at IQ1_M / IQ2_XXS, which need an importance matrix
+ *     (quantize --imatrix);
  *   - a type whose block does not divide the row (ne0 = 160 PLE table, 320 HC up, 640 expert down)
  *     falls back as llama.cpp does (spec §9): Q2_K/Q3_K→Q4_0, Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, the
  *     i-quants (IQ1_S .. IQ4_XS)→IQ4_NL, anything else→Q8_0, and F16 when even 32 does not divide the row
@@ -83,7 +84,7 @@ enum {
 };
 
 /* The mix of a name (case-insensitive: f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl iq3_s
- * iq3_xxs ud_q3_k_xl ud_q2_k_xl ud_iq2_m ud_iq2_xxs), or NULL. */
+ * iq3_xxs ud_q3_k_xl ud_q2_k_xl ud_iq2_m ud_iq2_xxs ud_iq1_m), or NULL. */
 const ts_mix *ts_mix_from_name(const char *name);
 
 /* The role of a tensor (spec->role 'v'/'f' tensors are TS_ROLE_VECTOR), and its name for reports. */

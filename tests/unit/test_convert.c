@@ -463,6 +463,13 @@ static void test_mix_policy(void **state) {
     assert_true(ts_mix_needs_imatrix(xxs, &hp, (ts_layout){0}, name, sizeof name, &type));
     assert_string_equal(name, "blk.6.ffn_gate_exps.weight"); /* blocks 0..5: IQ3_XXS; downs: IQ4_NL */
     assert_int_equal(type, TS_TYPE_IQ2_XXS);
+    const ts_mix *iq1m = ts_mix_from_name("ud_iq1_m");
+    assert_non_null(iq1m);
+    assert_int_equal(TYPE(iq1m, "blk.20.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_IQ1_M);
+    assert_int_equal(TYPE(iq1m, "blk.3.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_IQ2_XXS);
+    assert_true(ts_mix_needs_imatrix(iq1m, &hp, (ts_layout){0}, name, sizeof name, &type));
+    assert_string_equal(name, "blk.0.ffn_gate_exps.weight");
+    assert_int_equal(type, TS_TYPE_IQ2_XXS);
     assert_false(ts_mix_needs_imatrix(q2xl, &hp, (ts_layout){0}, name, sizeof name, &type));
     assert_false(ts_mix_needs_imatrix(ts_mix_from_name("ud_iq2_m"), &hp, (ts_layout){0}, name, sizeof name, &type));
 #undef TYPE
