@@ -9,7 +9,8 @@
 # Checked: bounds about 1.5x those, the imatrix lowers KL for ud_q2_k_xl and ud_iq2_m, the files
 # shrink in the order of the recipes, ud_iq2_xxs / ud_iq1_m hold IQ2_XXS / IQ1_M tensors; ud_iq2_xxs without an
 # importance matrix is refused by quantize and convert with a sentence saying how to make one;
-# `synth --released --sizes` prints a table whose roles add up to its total.
+# convert --type ud_q2_k_xl gives quantize's logits; `synth --released --sizes` prints a table whose
+# roles add up to its total.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ts_find_python
@@ -31,6 +32,10 @@ for m in ud_q2_k_xl ud_iq2_m; do
   "$TS_BIN" quantize f32.gguf ${m}_plain.gguf $m --quiet 2>/dev/null
   "$TS_BIN" logits -m ${m}_plain.gguf --tokens-npy eval.npy -o ${m}_plain.npy 2>/dev/null
 done
+# convert --type takes the recipes too: from the checkpoint, the same logits as quantize from f32
+"$TS_BIN" convert "$repo/models/demo" -o conv.gguf --type ud_q2_k_xl --quiet 2>/dev/null
+"$TS_BIN" logits -m conv.gguf --tokens-npy eval.npy -o conv.npy 2>/dev/null
+cmp -s conv.npy ud_q2_k_xl_plain.npy || fail "convert --type ud_q2_k_xl differs from quantize ... ud_q2_k_xl"
 $PY - <<'PY'
 import numpy as np
 def log_softmax(x):
