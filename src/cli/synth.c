@@ -23,9 +23,12 @@ static void synth_usage(FILE *f) {
                "  --mid            an 8-layer config for CPU benchmarks (hidden 1024, 64 experts, vocab 32768)\n"
                "  --config FILE    any config of the family, from a transformers qwen4_exp config.json\n"
                "  --type TYPE      matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K iq4_nl\n"
-               "                   iq3_xxs iq3_s, or a mix as convert/quantize make it: q4_k_m q5_k_m\n"
+               "                   iq3_xxs iq3_s iq2_s iq2_xs iq2_xxs iq1_s iq1_m, or a mix as convert/quantize make it\n"
+               "                   (q4_k_m q5_k_m ud_q3_k_xl ...; IQ1_S, IQ2_XXS/XS with equal importance weights)\n"
                "                   (default q8_0; 256-block types fall back on narrow rows as llama.cpp does)\n"
                "  --sparse         leave tensor data unwritten: a sparse file that takes no disk space\n"
+               "  --sizes          write nothing: print the bytes and bits per weight of each tensor role\n"
+               "                   with --type MIX (a mix name: q4_k_m, ud_q2_k_xl, ...; no -o needed)\n"
                "  --seed N         random seed (default 1)\n"
                "  --layers N       trunk layers (default: the config's)\n"
                "  --mtp            add one MTP block (blk.L.*, nextn_predict_layers = 1)\n"
@@ -37,6 +40,27 @@ static void synth_usage(FILE *f) {
                "                   vocabulary, --released and --config keep theirs and pad the token list with\n"
                "                   [PAD<id>] tokens of type UNUSED (a longer list is refused); the PLE's\n"
                "                   end-of-sequence id becomes the tokenizer's\n");
+}
+
+/* --sizes: the table of a mix at these shapes (docs/DECISIONS.md shows the released model's). */
+static int print_sizes(const ts_mix *mix, const ts_hparams *hp, ts_layout layout) {
+    ts_mix_sizes z;
+    if (ts_mix_sizes_of(mix, hp, layout, &z)) {
+        fprintf(stderr, "turbospark synth: cannot list the tensors of this config\n");
+        return 1;
+    }
+    printf("%s: %u layers, %.3f G parameters, %" PRIu64 " bytes (%.2f GiB), %.3f bits per weight\n", mix->name,
+           hp->n_layer, z.total_elements / 1e9, z.total_bytes, z.total_bytes / 1073741824.0,
+           8.0 * (double)z.total_bytes / (double)z.total_elements);
+    printf("  %-24s %12s %16s %9s  %s\n", "role", "params (G)", "bytes", "bits/w", "types");
+    for (int r = 0; r < TS_ROLE_COUNT; r++) {
+        if (!z.elements[r]) continue;
+        printf("  %-24s %12.4f %16" PRIu64 " %9.3f ", ts_mix_role_name((ts_mix_role)r), z.elements[r] / 1e9,
+               z.bytes[r], 8.0 * (double)z.bytes[r] / (double)z.elements[r]);
+        for (int i = 0; i < z.n_types[r]; i++) printf(" %s", ts_type_name(z.types[r][i]));
+        printf("\n");
+    }
+    return 0;
 }
 
 /* --type with a mix name (q4_k_m, q5_k_m, ...): each matrix gets the type `convert` and `quantize`
@@ -104,6 +128,8 @@ int ts_cmd_synth(int argc, char **argv) {
     int mtp = 0;
     ts_synth_opts o = {.type = TS_TYPE_Q8_0, .seed = 1};
     mix_edit_ctx mix = {0};
+    const char *type_name = NULL;
+    bool sizes = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -114,6 +140,7 @@ int ts_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--mid")) config = 2;
         else if (!strcmp(a, "--config") && has_val) config = 3, config_json = argv[++i];
         else if (!strcmp(a, "--sparse")) o.sparse = true;
+        else if (!strcmp(a, "--sizes")) sizes = true;
         else if (!strcmp(a, "--mtp")) mtp = 1;
         else if (!strcmp(a, "--ple-split")) o.layout.ple_split = true;
         else if (!strcmp(a, "--fused-experts")) o.layout.fused_experts = true;
@@ -127,13 +154,13 @@ int ts_cmd_synth(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--type") && has_val) {
-            int t = ts_type_from_name(argv[++i]);
+            int t = ts_type_from_name(type_name = argv[++i]);
             mix.mix = t < 0 ? ts_mix_from_name(argv[i]) : NULL;
             if (mix.mix) {
                 o.type = mix.mix->base, o.edit = mix_edit, o.edit_ctx = &mix;
                 continue;
             }
-            if (t < 0 || !ts_can_quantize((uint32_t)t)) {
+            if (t < 0 || !(ts_can_quantize((uint32_t)t) || ts_quantize_needs_imatrix((uint32_t)t))) {
                 fprintf(stderr, "turbospark synth: unknown or unsupported type '%s'\n", argv[i]);
                 return 2;
             }
@@ -144,7 +171,12 @@ int ts_cmd_synth(int argc, char **argv) {
             return 2;
         }
     }
-    if (!out) {
+    const ts_mix *sizes_mix = sizes && type_name ? ts_mix_from_name(type_name) : NULL;
+    if (sizes && !sizes_mix) {
+        fprintf(stderr, "turbospark synth: --sizes needs --type with a mix name (one of: %s)\n", ts_mix_names());
+        return 2;
+    }
+    if (!out && !sizes) {
         fprintf(stderr, "turbospark synth: no output file given (-o OUT.gguf)\n");
         synth_usage(stderr);
         return 2;
@@ -163,6 +195,12 @@ int ts_cmd_synth(int argc, char **argv) {
                            : ts_hparams_released(&hp, err, sizeof err);
     }
     mix.hp = &hp;
+    if (!rc && sizes &&
+        !ts_hparams_set_layers(&hp, layers > 0 ? (uint32_t)layers : hp.n_layer, (uint32_t)mtp, err, sizeof err)) {
+        rc = print_sizes(sizes_mix, &hp, o.layout);
+        ts_hparams_free(&hp);
+        return rc;
+    }
     ts_gguf *tok_file = NULL;
     char note[1024] = "";
     if (rc ||

@@ -59,7 +59,7 @@ typedef struct synth_ctx {
     ts_gguf_writer *w;
     int pass; /* 0: declare, 1: data */
     uint64_t seed;
-    float *row;
+    float *row, *ones; /* ones: equal importance weights for the types that need some */
     uint8_t *qrow;
     int64_t row_cap;
     char *err;
@@ -98,22 +98,25 @@ static int synth_tensor(void *ctx, const ts_tensor_spec *orig) {
         return 0;
     }
     if (ne0 > c->row_cap) {
-        free(c->row), free(c->qrow);
+        free(c->row), free(c->qrow), free(c->ones);
         c->row = malloc((size_t)ne0 * sizeof *c->row);
+        c->ones = malloc((size_t)ne0 * sizeof *c->ones);
         c->qrow = malloc((size_t)ne0 * 8);
         c->row_cap = ne0;
-        if (!c->row || !c->qrow) return ts_errf(c->err, c->errlen, "out of memory for a row of %" PRId64, ne0);
+        for (int64_t i = 0; c->ones && i < ne0; i++) c->ones[i] = 1.0f;
+        if (!c->row || !c->qrow || !c->ones) return ts_errf(c->err, c->errlen, "out of memory for a row of %" PRId64, ne0);
     }
     for (int64_t r = 0; r < rows; r++) {
         fill_row(s, &c->seed, c->row, ne0);
-        if (ts_quantize_row(type, c->row, c->qrow, ne0, c->err, c->errlen)) return -1;
+        const float *qw = ts_quantize_needs_imatrix(type) ? c->ones : NULL; /* random data: equal weights */
+        if (ts_quantize_row_imatrix(type, c->row, c->qrow, ne0, qw, c->err, c->errlen)) return -1;
         if (ts_gguf_writer_write(c->w, c->qrow, rb)) return ts_errf(c->err, c->errlen, "%s", ts_gguf_writer_error(c->w));
     }
     return 0;
 }
 
 int ts_synth_write(const ts_hparams *hp, const ts_synth_opts *o, const char *path, char *err, size_t errlen) {
-    if (!ts_can_quantize(o->type))
+    if (!ts_can_quantize(o->type) && !ts_quantize_needs_imatrix(o->type))
         return ts_errf(err, errlen, "synth: cannot write matrices of type %s (no quantizer for it)", ts_type_name(o->type));
     ts_gguf_writer *w = ts_gguf_writer_new(TS_GGUF_DEFAULT_ALIGNMENT, err, errlen);
     if (!w) return -1;
@@ -129,6 +132,7 @@ int ts_synth_write(const ts_hparams *hp, const ts_synth_opts *o, const char *pat
     if (!rc) rc = ts_qwen4exp_visit_tensors(hp, o->layout, NULL, synth_tensor, &c);
     if (!rc && ts_gguf_writer_finish(w)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     free(c.row);
+    free(c.ones);
     free(c.qrow);
     ts_gguf_writer_free(w);
     return rc ? -1 : 0;
