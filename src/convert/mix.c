@@ -10,27 +10,57 @@
 
 /* The UD-style recipes (see mix.h). Routed down projections 640 wide (the released shapes) fall
  * back to a 32-element type (ts_synth_fallback_type). */
-static const ts_ud_recipe k_ud_q3_k_xl = {
-    .experts = {TS_TYPE_Q3_K, TS_TYPE_Q4_K}, .down = {TS_TYPE_Q4_K, TS_TYPE_Q5_K}, .shared = TS_TYPE_Q6_K,
-    .attention = TS_TYPE_Q5_K, .attn_v = TS_TYPE_Q6_K, .hc = TS_TYPE_Q8_0, .ple = TS_TYPE_Q6_K,
-    .ple_table = TS_TYPE_Q4_0, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
-static const ts_ud_recipe k_ud_q2_k_xl = {
-    .experts = {TS_TYPE_Q2_K, TS_TYPE_Q3_K}, .down = {TS_TYPE_Q3_K, TS_TYPE_Q4_K}, .shared = TS_TYPE_Q5_K,
-    .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0, .ple = TS_TYPE_Q6_K,
-    .ple_table = TS_TYPE_Q4_0, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
-static const ts_ud_recipe k_ud_iq2_m = {
-    .experts = {TS_TYPE_IQ2_S, TS_TYPE_IQ3_S}, .down = {TS_TYPE_IQ3_S, TS_TYPE_IQ4_XS}, .shared = TS_TYPE_Q5_K,
-    .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0, .ple = TS_TYPE_Q6_K,
-    .ple_table = TS_TYPE_IQ4_NL, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
-static const ts_ud_recipe k_ud_iq2_xxs = {
-    .experts = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ3_XXS}, .down = {TS_TYPE_IQ2_XS, TS_TYPE_IQ3_XXS},
-    .shared = TS_TYPE_Q4_K, .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0,
-    .ple = TS_TYPE_Q6_K, .ple_table = TS_TYPE_IQ4_NL, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
+static const ts_ud_recipe k_ud_q3_k_xl = {.experts = {TS_TYPE_Q3_K, TS_TYPE_Q4_K},
+                                          .down = {TS_TYPE_Q4_K, TS_TYPE_Q5_K},
+                                          .shared = TS_TYPE_Q6_K,
+                                          .attention = TS_TYPE_Q5_K,
+                                          .attn_v = TS_TYPE_Q6_K,
+                                          .hc = TS_TYPE_Q8_0,
+                                          .ple = TS_TYPE_Q6_K,
+                                          .ple_table = TS_TYPE_Q4_0,
+                                          .token_embd = TS_TYPE_Q4_K,
+                                          .output = TS_TYPE_Q6_K};
+static const ts_ud_recipe k_ud_q2_k_xl = {.experts = {TS_TYPE_Q2_K, TS_TYPE_Q3_K},
+                                          .down = {TS_TYPE_Q3_K, TS_TYPE_Q4_K},
+                                          .shared = TS_TYPE_Q5_K,
+                                          .attention = TS_TYPE_Q4_K,
+                                          .attn_v = TS_TYPE_Q5_K,
+                                          .hc = TS_TYPE_Q8_0,
+                                          .ple = TS_TYPE_Q6_K,
+                                          .ple_table = TS_TYPE_Q4_0,
+                                          .token_embd = TS_TYPE_Q4_K,
+                                          .output = TS_TYPE_Q6_K};
+static const ts_ud_recipe k_ud_iq2_m = {.experts = {TS_TYPE_IQ2_S, TS_TYPE_IQ3_S},
+                                        .down = {TS_TYPE_IQ3_S, TS_TYPE_IQ4_XS},
+                                        .shared = TS_TYPE_Q5_K,
+                                        .attention = TS_TYPE_Q4_K,
+                                        .attn_v = TS_TYPE_Q5_K,
+                                        .hc = TS_TYPE_Q8_0,
+                                        .ple = TS_TYPE_Q6_K,
+                                        .ple_table = TS_TYPE_IQ4_NL,
+                                        .token_embd = TS_TYPE_Q4_K,
+                                        .output = TS_TYPE_Q6_K};
+static const ts_ud_recipe k_ud_iq2_xxs = {.experts = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ3_XXS},
+                                          .down = {TS_TYPE_IQ2_XS, TS_TYPE_IQ3_XXS},
+                                          .shared = TS_TYPE_Q4_K,
+                                          .attention = TS_TYPE_Q4_K,
+                                          .attn_v = TS_TYPE_Q5_K,
+                                          .hc = TS_TYPE_Q8_0,
+                                          .ple = TS_TYPE_Q6_K,
+                                          .ple_table = TS_TYPE_IQ4_NL,
+                                          .token_embd = TS_TYPE_Q4_K,
+                                          .output = TS_TYPE_Q6_K};
 
-static const ts_ud_recipe k_ud_iq1_m = {
-    .experts = {TS_TYPE_IQ1_M, TS_TYPE_IQ2_XXS}, .down = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ3_XXS},
-    .shared = TS_TYPE_Q4_K, .attention = TS_TYPE_Q4_K, .attn_v = TS_TYPE_Q5_K, .hc = TS_TYPE_Q8_0,
-    .ple = TS_TYPE_Q6_K, .ple_table = TS_TYPE_IQ4_NL, .token_embd = TS_TYPE_Q4_K, .output = TS_TYPE_Q6_K};
+static const ts_ud_recipe k_ud_iq1_m = {.experts = {TS_TYPE_IQ1_M, TS_TYPE_IQ2_XXS},
+                                        .down = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ3_XXS},
+                                        .shared = TS_TYPE_Q4_K,
+                                        .attention = TS_TYPE_Q4_K,
+                                        .attn_v = TS_TYPE_Q5_K,
+                                        .hc = TS_TYPE_Q8_0,
+                                        .ple = TS_TYPE_Q6_K,
+                                        .ple_table = TS_TYPE_IQ4_NL,
+                                        .token_embd = TS_TYPE_Q4_K,
+                                        .output = TS_TYPE_Q6_K};
 
 /* llama.cpp's LLAMA_FTYPE_* values for general.file_type (the UD recipes: the nearest llama.cpp mix) */
 static const ts_mix k_mixes[] = {
@@ -60,7 +90,8 @@ const ts_mix *ts_mix_from_name(const char *name) {
 }
 
 const char *ts_mix_names(void) {
-    return "f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl iq3_s iq3_xxs ud_q3_k_xl ud_q2_k_xl ud_iq2_m "
+    return "f32 f16 bf16 q8_0 q6_k q5_k_m q4_k_m q5_0 q4_0 iq4_nl iq3_s iq3_xxs ud_q3_k_xl ud_q2_k_xl "
+           "ud_iq2_m "
            "ud_iq2_xxs ud_iq1_m";
 }
 

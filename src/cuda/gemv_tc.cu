@@ -35,8 +35,8 @@ namespace ts_cu {
 
 namespace {
 
-constexpr int kTile = 8;       // output rows a chunk
-constexpr int kMaxStages = 8;  // stages of the weight ring
+constexpr int kTile = 8;      // output rows a chunk
+constexpr int kMaxStages = 8; // stages of the weight ring
 constexpr size_t kSmemPerSm = 227 * 1024;
 
 // ---- PTX -----------------------------------------------------------------------------------------
@@ -69,10 +69,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
 }
 // bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned; completes on bar.
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
 }
 // C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
@@ -101,7 +102,12 @@ struct dense_chunks {
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
     __device__ chunk_t at(int c) const {
-        return {w + static_cast<size_t>(c) * kTile * rb, min(kTile, n_out - c * kTile), 0, T, y + c * kTile, n_out,
+        return {w + static_cast<size_t>(c) * kTile * rb,
+                min(kTile, n_out - c * kTile),
+                0,
+                T,
+                y + c * kTile,
+                n_out,
                 false};
     }
 };
@@ -109,7 +115,7 @@ struct dense_chunks {
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1.
 struct expert_chunks {
     tc_expert_job j;
-    int cpp; // chunks per part
+    int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts * cpp, i = c / per_item, r = c % per_item, part = r / cpp, cc = r % cpp;
@@ -117,8 +123,13 @@ struct expert_chunks {
         const bool bad = e < 0 || e > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : e) * static_cast<size_t>(j.rows_per_expert) +
                            static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * kTile;
-        return {(part ? j.w1 : j.w0) + row * j.rb, min(kTile, j.n_part - cc * kTile), i / j.x_div, 1,
-                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile, 0, bad};
+        return {(part ? j.w1 : j.w0) + row * j.rb,
+                min(kTile, j.n_part - cc * kTile),
+                i / j.x_div,
+                1,
+                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile,
+                0,
+                bad};
     }
 };
 
@@ -128,10 +139,10 @@ struct expert_chunks {
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
     __host__ __device__ tc_layout(int nw, int nx, int nsb, int ns, int row_stride) {
-        red = 128;                                                      // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float2);                       // 2 × nw × 32 float2
+        red = 128;                                                       // kMaxStages barriers
+        xsc = red + 2 * nw * 32 * sizeof(float2);                        // 2 × nw × 32 float2
         xsum = xsc + ((static_cast<size_t>(nx) * nsb * 4 + 15) & ~15ul); // nx·nsb floats
-        xs = xsum + static_cast<size_t>(nx) * nsb * 4 * sizeof(uint2);  // nx·nsb·4 uint2
+        xs = xsum + static_cast<size_t>(nx) * nsb * 4 * sizeof(uint2);   // nx·nsb·4 uint2
         stages = (xs + static_cast<size_t>(nx) * nsb * kTcXsSuper * 4 + 127) & ~127ul;
         total = stages + static_cast<size_t>(ns) * kTile * row_stride;
     }
@@ -147,8 +158,8 @@ int stage_row_stride(size_t rb) {
 
 template <int TYPE, class Chunks, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
-                       int ns, int row_stride, uint32_t rb) {
+    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
+                   int64_t x_stride, int ns, int row_stride, uint32_t rb) {
     extern __shared__ __align__(128) uint8_t sm[];
     constexpr int BS = tc_kquant<TYPE>::BS;
     const int nsb = ne0 / kTcSuper;
@@ -178,7 +189,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
         uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
-        for (int r = 0; r < k.nr; r++) bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
+        for (int r = 0; r < k.nr; r++)
+            bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
     };
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
@@ -198,8 +210,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         float v[16] = {};
         float amax = 0.0f;
         if (ok) {
-            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
-                                                               (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
+            const float4 *p =
+                reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
+                                                 (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float4 f = __ldg(p + i);
@@ -213,13 +226,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float scale = tc_x_scale(amax, inv);
         uint32_t a[8];
         float sum = tc_x_quarter(v, scale, a);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);                  // the sub-block's sum (quarters j = 0, 1)
-        const float other = __shfl_xor_sync(0xffffffffu, sum, 2);     // the other sub-block's
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
         if (ok) {
             uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
 #pragma unroll
-            for (int ii = 0; ii < 4; ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
-                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) = make_uint2(a[2 * ii], a[2 * ii + 1]);
+            for (int ii = 0; ii < 4;
+                 ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                    make_uint2(a[2 * ii], a[2 * ii + 1]);
             if (q == 0) {
                 uint2 hl;
                 tc_x_sums(sum, other, hl.x, hl.y);
@@ -242,10 +257,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int sb = (warp + j) % kWarps; sb < nsb; sb += kWarps) {
             uint32_t B[16][2], Bmin;
             kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
-            const uint4 *xa = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper +
-                                                              t * kTcXsLane);
+            const uint4 *xa = reinterpret_cast<const uint4 *>(
+                xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
             // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+                  cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
@@ -315,7 +331,8 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     const int nsb = ne0 / kTcSuper;
     p.warps = tc_warps();
     p.row_stride = stage_row_stride(rb);
-    const size_t fixed = tc_layout(p.warps, nx, nsb, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
+    const size_t fixed = tc_layout(p.warps, nx, nsb, 0, p.row_stride).total,
+                 slot = static_cast<size_t>(kTile) * p.row_stride;
     for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
         if (fixed + slot > budget) continue;
@@ -332,8 +349,9 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     return false;
 }
 
-template <int TYPE, class Chunks, int NW> int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
-                                                   int64_t x_stride, size_t rb, const tc_plan &p, cudaStream_t s) {
+template <int TYPE, class Chunks, int NW>
+int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
+                const tc_plan &p, cudaStream_t s) {
     const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
@@ -342,14 +360,15 @@ template <int TYPE, class Chunks, int NW> int launch_tc_w(const Chunks &ch, int 
             return -1;
         opted_in = true;
     }
-    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0, x, nx,
-                  x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
+    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0,
+                  x, nx, x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
                ? 0
                : -1;
 }
 
-template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
-                                      size_t rb, cudaStream_t s) {
+template <int TYPE, class Chunks>
+int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
+              cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
@@ -372,7 +391,8 @@ int tc_gemv_min_tokens() {
 }
 
 bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
-    if ((type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K) || ne0 <= 0 || ne0 % kTcSuper != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
+    if ((type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K) || ne0 <= 0 || ne0 % kTcSuper != 0 ||
+        ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
         return false;
     if (row_bytes != ts_row_size(type, ne0) || row_bytes % 16 != 0) return false;
     tc_plan p;
@@ -385,9 +405,12 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     const dense_chunks ch = {w, rb, n_out, T, y};
     const int n_chunks = (n_out + kTile - 1) / kTile;
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    default: return -1;
+    case TS_TYPE_Q4_K:
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_K:
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    default:
+        return -1;
     }
 }
 
@@ -397,9 +420,12 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
     ch.cpp = (job.n_part + kTile - 1) / kTile;
     const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    default: return -1;
+    case TS_TYPE_Q4_K:
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_K:
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    default:
+        return -1;
     }
 }
 

@@ -59,7 +59,7 @@ typedef enum ts_type {
 } ts_type;
 
 typedef struct ts_type_traits {
-    const char *name;  /* ggml's name, e.g. "q4_K" */
+    const char *name;   /* ggml's name, e.g. "q4_K" */
     int64_t block_size; /* elements per block (1 for plain types) */
     size_t type_size;   /* bytes per block */
 } ts_type_traits;

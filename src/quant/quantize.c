@@ -218,20 +218,13 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
 
 /* Types whose quantizer uses importance weights (ggml's quantize_<type> with quant_weights). */
 static const ts_quant_w_fn k_quant_w[TS_TYPE_COUNT] = {
-    [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,
-    [TS_TYPE_Q3_K] = ts_quantize_q3_K_w,
-    [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,
-    [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
-    [TS_TYPE_Q6_K] = ts_quantize_q6_K_w,
-    [TS_TYPE_IQ4_NL] = ts_quantize_iq4_nl_w,
-    [TS_TYPE_IQ4_XS] = ts_quantize_iq4_xs_w,
-    [TS_TYPE_IQ1_S] = ts_quantize_iq1_s_w,
-    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m_w,
-    [TS_TYPE_IQ2_XXS] = ts_quantize_iq2_xxs_w,
-    [TS_TYPE_IQ2_XS] = ts_quantize_iq2_xs_w,
-    [TS_TYPE_IQ2_S] = ts_quantize_iq2_s_w,
-    [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs_w,
-    [TS_TYPE_IQ3_S] = ts_quantize_iq3_s_w,
+    [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,       [TS_TYPE_Q3_K] = ts_quantize_q3_K_w,
+    [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,       [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
+    [TS_TYPE_Q6_K] = ts_quantize_q6_K_w,       [TS_TYPE_IQ4_NL] = ts_quantize_iq4_nl_w,
+    [TS_TYPE_IQ4_XS] = ts_quantize_iq4_xs_w,   [TS_TYPE_IQ1_S] = ts_quantize_iq1_s_w,
+    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m_w,     [TS_TYPE_IQ2_XXS] = ts_quantize_iq2_xxs_w,
+    [TS_TYPE_IQ2_XS] = ts_quantize_iq2_xs_w,   [TS_TYPE_IQ2_S] = ts_quantize_iq2_s_w,
+    [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs_w, [TS_TYPE_IQ3_S] = ts_quantize_iq3_s_w,
 };
 
 bool ts_can_quantize_imatrix(uint32_t type) {
@@ -296,12 +289,13 @@ int ts_quantize_row_imatrix(uint32_t type, const float *src, void *dst, int64_t 
                             size_t errlen) {
     if (!qw) return ts_quantize_row(type, src, dst, n, err, errlen);
     if (!ts_can_quantize_imatrix(type))
-        return ts_errf(err, errlen, "cannot quantize to %s with importance weights: not supported for this type",
+        return ts_errf(err, errlen,
+                       "cannot quantize to %s with importance weights: not supported for this type",
                        ts_type_name(type));
     for (int64_t i = 0; i < n; i++)
         if (!(qw[i] >= 0 && isfinite(qw[i])))
-            return ts_errf(err, errlen, "importance weight %lld is %g (weights are finite and >= 0)", (long long)i,
-                           (double)qw[i]);
+            return ts_errf(err, errlen, "importance weight %lld is %g (weights are finite and >= 0)",
+                           (long long)i, (double)qw[i]);
     if (check_row(type, src, dst, n, true, err, errlen)) return -1;
     k_quant_w[type](src, dst, n / ts_type_get(type)->block_size, qw);
     return 0;

@@ -278,7 +278,8 @@ static void q2_K_finish(const float *x, ts_block_q2_K *y, uint8_t L[TS_QK_K]) {
         const float d = ts_ld_half(y->d) * (y->scales[j] & 0xf);
         if (!d) continue;
         const float dm = ts_ld_half(y->dmin) * (y->scales[j] >> 4);
-        for (int k = 0; k < 16; k++) L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
+        for (int k = 0; k < 16; k++)
+            L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
     }
     pack_2bit(L, y->qs);
 }
@@ -354,7 +355,8 @@ static void q3_K_finish(const float *x, ts_block_q3_K *y, int8_t L[TS_QK_K]) {
     for (int j = 0; j < 16; j++) {
         const float d = ts_ld_half(y->d) * q3_K_get_scale(y->scales, j);
         if (!d) continue;
-        for (int k = 0; k < 16; k++) L[16 * j + k] = (int8_t)(clampi(ts_nearest_int(x[16 * j + k] / d), -4, 3) + 4);
+        for (int k = 0; k < 16; k++)
+            L[16 * j + k] = (int8_t)(clampi(ts_nearest_int(x[16 * j + k] / d), -4, 3) + 4);
     }
     uint8_t low[TS_QK_K];
     memset(y->hmask, 0, 32);
@@ -429,8 +431,8 @@ static void k4_put_scale_min(uint8_t sc[12], int j, uint8_t ls, uint8_t lm) {
 }
 
 /* Step 3 of Q4_K / Q5_K: every element against its sub-block's stored scale and min. */
-static void k4_requantize(const float *x, int nmax, const uint8_t d[2], const uint8_t dmin[2], const uint8_t sc[12],
-                          uint8_t L[TS_QK_K]) {
+static void k4_requantize(const float *x, int nmax, const uint8_t d[2], const uint8_t dmin[2],
+                          const uint8_t sc[12], uint8_t L[TS_QK_K]) {
     for (int j = 0; j < 8; j++) {
         uint8_t s, m;
         ts_scale_min_k4(j, sc, &s, &m);
@@ -492,7 +494,8 @@ void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
     ts_block_q4_K *y = dst;
     for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, qw, y[i].d, y[i].dmin, y[i].scales,
+                           L);
         /* Sub-blocks 2p and 2p+1 share bytes 32p..32p+31: low and high nibble. */
         for (int p = 0; p < 4; p++)
             for (int l = 0; l < 32; l++)
@@ -508,7 +511,8 @@ void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
     ts_block_q5_K *y = dst;
     for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, qw, y[i].d, y[i].dmin, y[i].scales,
+                           L);
         /* Low nibbles as Q4_K; the fifth bit of element l of sub-block sb goes to bit sb of qh[l]. */
         memset(y[i].qh, 0, 32);
         for (int p = 0; p < 4; p++)

@@ -429,7 +429,8 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(q2xl, "blk.41.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_Q2_K);
     assert_int_equal(TYPE(q2xl, "blk.5.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_Q3_K);
     assert_int_equal(TYPE(q2xl, "blk.42.ffn_gate_up_exps.weight", 'm', 2560, 1280), TS_TYPE_Q3_K);
-    assert_int_equal(TYPE(q2xl, "blk.6.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q4_0); /* Q3_K, 640 wide */
+    assert_int_equal(TYPE(q2xl, "blk.6.ffn_down_exps.weight", 'm', 640, 2560),
+                     TS_TYPE_Q4_0); /* Q3_K, 640 wide */
     assert_int_equal(TYPE(q2xl, "blk.0.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q5_0); /* Q4_K */
     assert_int_equal(TYPE(q2xl, "blk.9.ffn_up_shexp.weight", 'm', 2560, 1024), TS_TYPE_Q5_K);
     assert_int_equal(TYPE(q2xl, "blk.9.attn_gate.weight", 'm', 2560, 6144), TS_TYPE_Q4_K);
@@ -471,7 +472,8 @@ static void test_mix_policy(void **state) {
     assert_string_equal(name, "blk.0.ffn_gate_exps.weight");
     assert_int_equal(type, TS_TYPE_IQ2_XXS);
     assert_false(ts_mix_needs_imatrix(q2xl, &hp, (ts_layout){0}, name, sizeof name, &type));
-    assert_false(ts_mix_needs_imatrix(ts_mix_from_name("ud_iq2_m"), &hp, (ts_layout){0}, name, sizeof name, &type));
+    assert_false(
+        ts_mix_needs_imatrix(ts_mix_from_name("ud_iq2_m"), &hp, (ts_layout){0}, name, sizeof name, &type));
 #undef TYPE
     ts_hparams_free(&hp);
 }

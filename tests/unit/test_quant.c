@@ -821,8 +821,8 @@ static void test_capabilities(void **state) {
     (void)state;
     static const uint32_t dq[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16,
                                   17, 18, 19, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
-    static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13,
-                                  14, 18, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
+    static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14,
+                                  18, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
     for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
         bool want_dq = false, want_qz = false;
         for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) want_dq |= dq[i] == t;
@@ -1106,11 +1106,13 @@ static void test_against_ggml(void **state) {
         for (int i = 0; i < N; i++) x[i] = gaussian() * scale + (rep % 5 == 2 ? scale : 0);
         q1m(x, qa, 1, N, NULL);
         quant_ok(TS_TYPE_IQ1_M, x, qb, N);
-        if (memcmp(qa, qb, ts_row_size(TS_TYPE_IQ1_M, N)) != 0) fail_msg("iq1_m: quantized bytes differ from ggml (rep %d)", rep);
+        if (memcmp(qa, qb, ts_row_size(TS_TYPE_IQ1_M, N)) != 0)
+            fail_msg("iq1_m: quantized bytes differ from ggml (rep %d)", rep);
     }
     q1m(xg, ga, 1, GOLDEN_N, NULL);
     quant_ok(TS_TYPE_IQ1_M, xg, gb, GOLDEN_N);
-    if (memcmp(ga, gb, ts_row_size(TS_TYPE_IQ1_M, GOLDEN_N)) != 0) fail_msg("iq1_m: golden row differs from ggml");
+    if (memcmp(ga, gb, ts_row_size(TS_TYPE_IQ1_M, GOLDEN_N)) != 0)
+        fail_msg("iq1_m: golden row differs from ggml");
     /* the lattice i-quants (dequantization only here; tests/unit/test_iq.c holds ggml fixtures) */
     static const char *iq_names[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"};
     for (size_t t = 0; t < sizeof iq_names / sizeof iq_names[0]; t++) {

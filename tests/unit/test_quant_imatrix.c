@@ -30,8 +30,8 @@ static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static const char *k_types[] = {"q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq2_xxs", "iq2_xs",
-                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq1_s", "iq1_m"};
+static const char *k_types[] = {"q2_K",  "q3_K",    "q4_K",  "q5_K",   "q6_K",   "iq2_xxs", "iq2_xs",
+                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq1_s",   "iq1_m"};
 
 static void test_equal_to_ggml(void **state) {
     (void)state;
