@@ -34,6 +34,25 @@ static double half_at(uint32_t w, int hi) {
     return ts_fp16_to_fp32((uint16_t)(hi ? w >> 16 : w & 0xFFFFu));
 }
 
+// rows quantized rows of K random weights (a per-row scale, and an offset on every third row so that
+// the K-quants' mins matter) into W, and their dequantized values into wf. 0, or 1 (printed) on failure.
+static int random_rows(uint32_t type, int rows, int K, std::vector<uint8_t> &W, std::vector<float> &wf) {
+    const size_t rb = ts_row_size(type, K);
+    std::vector<float> src(K);
+    char err[256];
+    W.assign(rows * rb, 0), wf.assign((size_t)rows * K, 0.0f);
+    for (int r = 0; r < rows; r++) {
+        const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
+        for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
+        if (ts_quantize_row(type, src.data(), W.data() + r * rb, K, err, sizeof err) ||
+            ts_dequantize_row(type, W.data() + r * rb, wf.data() + (size_t)r * K, K, err, sizeof err)) {
+            printf("quantize: %s\n", err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 // C[lane][0..3] += A·B of one warp (rows g + 8 of A are zero, as in the kernel), in double.
 static void mma_emul(double c[32][4], const uint32_t a0[32], const uint32_t a2[32], const uint32_t b0[32],
                      const uint32_t b1[32]) {
@@ -62,19 +81,9 @@ template <int TYPE> static int run_type(void) {
     double worst = 0, worst_raw = 0;
     for (int trial = 0; trial < 40; trial++) {
         const int T = 1 + trial % 8;
-        // weights: a per-row scale and offset so the mins matter
-        std::vector<uint8_t> W(ROWS * rb);
-        std::vector<float> wf(ROWS * K), src(K);
-        char err[256];
-        for (int r = 0; r < ROWS; r++) {
-            const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
-            for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
-            if (ts_quantize_row(TYPE, src.data(), W.data() + r * rb, K, err, sizeof err) ||
-                ts_dequantize_row(TYPE, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
-                printf("quantize: %s\n", err);
-                return 1;
-            }
-        }
+        std::vector<uint8_t> W;
+        std::vector<float> wf;
+        if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
         // x: each (token, super-block) at its own magnitude; some all zero
         std::vector<float> x(T * K);
         for (int t = 0; t < T; t++)
@@ -194,18 +203,9 @@ template <int TYPE> static int run_inorder(int K, int G) {
     double worst = 0;
     for (int trial = 0; trial < 40; trial++) {
         const int T = 1 + trial % 8;
-        std::vector<uint8_t> W(ROWS * rb);
-        std::vector<float> wf(ROWS * K), src(K);
-        char err[256];
-        for (int r = 0; r < ROWS; r++) {
-            const double sc = 0.05 + urand(), off = (r % 3 == 0) ? sc : 0.0;
-            for (int i = 0; i < K; i++) src[i] = (float)(sc * gauss() + off);
-            if (ts_quantize_row(TYPE, src.data(), W.data() + r * rb, K, err, sizeof err) ||
-                ts_dequantize_row(TYPE, W.data() + r * rb, wf.data() + r * K, K, err, sizeof err)) {
-                printf("quantize: %s\n", err);
-                return 1;
-            }
-        }
+        std::vector<uint8_t> W;
+        std::vector<float> wf;
+        if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
         std::vector<float> x(T * K), xr(T * K), scale(T * NG), inv(T * NG);
         for (int t = 0; t < T; t++)
             for (int gi = 0; gi < NG; gi++) {
