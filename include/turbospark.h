@@ -54,24 +54,24 @@ typedef enum ts_ple_placement {
 } ts_ple_placement;
 
 typedef struct ts_cuda_params {
-    int device;            /* CUDA device index */
-    ts_ple_placement ple;  /* where the n-gram PLE table lives */
-    int64_t plan_ctx;      /* context per sequence the memory plan reserves for; ≥ 1 */
-    int plan_seqs;         /* sequences the plan reserves for; ≥ 1 */
-    int64_t max_rows;      /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
-    bool progress;         /* an upload progress bar on stderr */
-    bool random_weights;   /* benchmarks on synthetic files: every weight filled with random valid
+    int device;           /* CUDA device index */
+    ts_ple_placement ple; /* where the n-gram PLE table lives */
+    int64_t plan_ctx;     /* context per sequence the memory plan reserves for; ≥ 1 */
+    int plan_seqs;        /* sequences the plan reserves for; ≥ 1 */
+    int64_t max_rows;     /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
+    bool progress;        /* an upload progress bar on stderr */
+    bool random_weights;  /* benchmarks on synthetic files: every weight filled with random valid
                               blocks on the GPU instead of the file's bytes */
 } ts_cuda_params;
 
 /* What a backend of a model holds, once set up (by ts_model_cuda_init or its first session). */
 typedef struct ts_backend_info {
     ts_backend backend;
-    char device[128];      /* "CPU", or the GPU's name */
-    uint64_t weight_bytes; /* device bytes of the weights (0 on the CPU: read in place from the file) */
-    uint64_t table_bytes;  /* bytes of the PLE n-gram table on the device or pinned (0 on the CPU) */
-    bool table_on_host;    /* the table is in pinned host memory */
-    uint64_t work_bytes;   /* workspaces the backend's sequences share (0 on the CPU: per session) */
+    char device[128];         /* "CPU", or the GPU's name */
+    uint64_t weight_bytes;    /* device bytes of the weights (0 on the CPU: read in place from the file) */
+    uint64_t table_bytes;     /* bytes of the PLE n-gram table on the device or pinned (0 on the CPU) */
+    bool table_on_host;       /* the table is in pinned host memory */
+    uint64_t work_bytes;      /* workspaces the backend's sequences share (0 on the CPU: per session) */
     uint64_t seq_state_bytes; /* one sequence's state at the planned context (0 on the CPU) */
     uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
 } ts_backend_info;
@@ -115,8 +115,8 @@ typedef struct ts_session_params {
 
 int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, char *err, size_t errlen);
 void ts_session_free(ts_session *s);
-void ts_session_reset(ts_session *s);              /* back to an empty sequence */
-int64_t ts_session_pos(const ts_session *s);       /* tokens consumed so far */
+void ts_session_reset(ts_session *s);               /* back to an empty sequence */
+int64_t ts_session_pos(const ts_session *s);        /* tokens consumed so far */
 ts_backend ts_session_backend(const ts_session *s); /* where its state lives and its forward runs */
 int64_t ts_session_n_ctx(const ts_session *s);      /* tokens it can hold */
 size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed at creation */
@@ -142,7 +142,8 @@ void ts_snapshot_free(ts_snapshot *snap);
  * tensors: names, types and shapes) and the state. */
 int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char *err, size_t errlen);
 /* The inverse, for model m: refuses, with a sentence, bytes of another format, model or size. */
-int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err, size_t errlen);
+int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err,
+                       size_t errlen);
 /* The session's state to a file (written whole to path.tmp, then renamed), and back. */
 int ts_session_save_file(const ts_session *s, const char *path, char *err, size_t errlen);
 int ts_session_load_file(ts_session *s, const char *path, char *err, size_t errlen);
@@ -150,7 +151,8 @@ int ts_session_load_file(ts_session *s, const char *path, char *err, size_t errl
 /* Feeds n tokens (any n ≥ 1: longer inputs are split into ubatch chunks) and writes the logits of
  * the last token into logits[n_vocab] (or of every token into logits[n × n_vocab] when all is
  * true; logits may be NULL). Refuses ids outside the vocabulary and inputs past n_ctx. */
-int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err, size_t errlen);
+int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err,
+                    size_t errlen);
 
 /* One batched step over several sessions of the same model: session i consumes ids[i][0..n[i])
  * and gets the logits of its last token in logits[i][n_vocab] (logits or logits[i] may be NULL).
@@ -161,8 +163,8 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
  * run in the workspaces of the session with the largest n_ctx (the first such), and U is its
  * ubatch. Sessions of a batch share one backend and appear once each. Everything is checked before
  * anything runs: a refused batch leaves every session as it was. */
-int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
-                  char *err, size_t errlen);
+int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits,
+                  int n_seq, char *err, size_t errlen);
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
@@ -204,8 +206,8 @@ const char *ts_tokenizer_chat_template(const ts_tokenizer *t);
  * number of tokens, which may exceed cap (then only the first cap are written: call again with a
  * larger array), or −1 with err. parse_special: "<|im_start|>" written in the text becomes its id.
  * No BOS is added (the Qwen files have none). */
-int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t *ids,
-                            int64_t cap, char *err, size_t errlen);
+int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special,
+                            int32_t *ids, int64_t cap, char *err, size_t errlen);
 /* The bytes of one token (*len of them; possibly part of a UTF-8 character); special: render
  * control tokens' text. NULL with *len 0 for an id out of range. Valid while t lives. */
 const char *ts_token_bytes(const ts_tokenizer *t, int32_t id, bool special, size_t *len);
@@ -230,8 +232,8 @@ int ts_tokens_push(ts_tokens *v, int32_t id); /* 0 or −1 (out of memory) */
 void ts_tokens_free(ts_tokens *v);
 
 /* ts_tokenizer_encode into a growable list: APPENDS the ids of text[0..len) to out. */
-int ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, ts_tokens *out, char *err,
-                size_t errlen);
+int ts_tokenize(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, ts_tokens *out,
+                char *err, size_t errlen);
 /* APPENDS the bytes of ids (raw: a cut inside a character leaves a partial UTF-8 sequence; text
  * shown to people goes through ts_detok). Fails on an id out of range. */
 int ts_detokenize(const ts_tokenizer *t, const int32_t *ids, size_t n, bool special, ts_text *out, char *err,
@@ -275,20 +277,21 @@ const char *ts_chat_name(const ts_chat *c); /* "jinja", or the built-in renderin
  * (enable_thinking, and any other a Jinja template reads). *out gets the malloc'd NUL-terminated
  * text (the caller frees it), *len its bytes (len may be NULL). A ts_chat may render for several
  * threads at once. */
-int ts_chat_apply(const ts_chat *c, const char *messages_json, const char *tools_json, const char *kwargs_json,
-                  bool add_generation_prompt, char **out, size_t *len, char *err, size_t errlen);
+int ts_chat_apply(const ts_chat *c, const char *messages_json, const char *tools_json,
+                  const char *kwargs_json, bool add_generation_prompt, char **out, size_t *len, char *err,
+                  size_t errlen);
 
 /* ---- sampler ------------------------------------------------------------------------------ */
 
 /* llama.cpp's order and meaning: penalties, temperature, top-k, top-p, min-p, then a seeded draw. */
 typedef struct ts_sampler_params {
-    float temperature;       /* ≤ 0: greedy */
-    int32_t top_k;           /* ≤ 0: off */
-    float top_p;             /* ≥ 1: off */
-    float min_p;             /* ≤ 0: off */
-    float repeat_penalty;    /* 1: off */
-    int32_t penalty_last_n;  /* tokens of history the penalties look at (0: off, −1: all kept, up to 4096) */
-    float presence_penalty;  /* 0: off */
+    float temperature;      /* ≤ 0: greedy */
+    int32_t top_k;          /* ≤ 0: off */
+    float top_p;            /* ≥ 1: off */
+    float min_p;            /* ≤ 0: off */
+    float repeat_penalty;   /* 1: off */
+    int32_t penalty_last_n; /* tokens of history the penalties look at (0: off, −1: all kept, up to 4096) */
+    float presence_penalty; /* 0: off */
     float frequency_penalty; /* 0: off */
     uint64_t seed;           /* a fixed seed reproduces a run exactly */
 } ts_sampler_params;
@@ -330,7 +333,8 @@ typedef struct ts_token_logprobs {
  * (before penalties, temperature, truncation or a grammar's mask), in double precision. Returns the
  * log-probability of `chosen`; top_ids/top_lp[0 .. k) get the k most likely tokens, most likely
  * first (lowest id on ties), k ≤ TS_LOGPROBS_MAX_TOP. */
-float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids, float *top_lp);
+float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids,
+                  float *top_lp);
 
 /* The fields a model file may recommend, as indexes of ts_model_sampling's given[]. */
 enum { TS_SAMPLING_TEMP, TS_SAMPLING_TOP_K, TS_SAMPLING_TOP_P, TS_SAMPLING_MIN_P, TS_SAMPLING_N_KEYS };
@@ -356,7 +360,8 @@ typedef struct ts_textgen {
     bool finished;
 } ts_textgen;
 
-void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops, ts_text *out);
+void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *stops, int n_stops,
+                     ts_text *out);
 /* Appends one token's text: 1 when the text now holds a stop string (out is cut before it, all of it
  * final), 0 when generation may go on, −1 with err (an id outside the vocabulary, out of memory). */
 int ts_textgen_push(ts_textgen *g, int32_t id, char *err, size_t errlen);
@@ -376,15 +381,16 @@ typedef enum ts_reasoning_format {
 int ts_reasoning_format_from_name(const char *name, ts_reasoning_format *f, char *err, size_t errlen);
 
 typedef struct ts_think_split { /* the fields are its own */
-    int state;     /* where the next byte goes */
-    ts_text hold;  /* bytes not decided yet */
-    bool answered; /* content has started */
+    int state;                  /* where the next byte goes */
+    ts_text hold;               /* bytes not decided yet */
+    bool answered;              /* content has started */
 } ts_think_split;
 
 void ts_think_init(ts_think_split *t, bool opened); /* opened: the prompt already opened the block */
 void ts_think_free(ts_think_split *t);
-int ts_think_push(ts_think_split *t, const char *s, size_t n, ts_text *reasoning, ts_text *content); /* 0 or −1 */
-int ts_think_finish(ts_think_split *t, ts_text *reasoning, ts_text *content);                        /* 0 or −1 */
+int ts_think_push(ts_think_split *t, const char *s, size_t n, ts_text *reasoning,
+                  ts_text *content);                                          /* 0 or −1 */
+int ts_think_finish(ts_think_split *t, ts_text *reasoning, ts_text *content); /* 0 or −1 */
 bool ts_think_inside(const ts_think_split *t); /* inside the block now (for callers that count thinking) */
 /* Whether a rendered prompt ends inside an open <think> block (its last "<think>" is not closed). */
 bool ts_prompt_opens_think(const char *prompt, size_t n);
@@ -431,7 +437,8 @@ void ts_grammar_free(ts_grammar *g);
 int ts_grammar_vocab_new(const ts_tokenizer *t, ts_grammar_vocab **out, char *err, size_t errlen);
 void ts_grammar_vocab_free(ts_grammar_vocab *v);
 
-int ts_matcher_new(const ts_grammar *g, const ts_grammar_vocab *v, ts_matcher **out, char *err, size_t errlen);
+int ts_matcher_new(const ts_grammar *g, const ts_grammar_vocab *v, ts_matcher **out, char *err,
+                   size_t errlen);
 void ts_matcher_free(ts_matcher *m);
 /* The tokens that may come next: allow[n_vocab / 32 + 1] bits. 0, or −1 with a sentence. */
 int ts_matcher_mask(ts_matcher *m, uint32_t *allow, char *err, size_t errlen);

@@ -15,6 +15,7 @@ packages=(
   curl             # server tests: raw HTTP requests (malformed-request suite)
   libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
   clang            # libFuzzer target and sanitizer builds
+  clang-format     # the tree's formatting, checked by tests/cli/format.sh (`make format` applies it)
   python3          # fixture and broken-file generators, oracle
   python3-numpy    # oracle and .npy checks in tests
 )

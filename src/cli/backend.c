@@ -11,7 +11,8 @@ int ts_cli_backend(const char *name, ts_backend *out) {
     }
     if (!strcmp(name, "cuda")) {
         if (!ts_have_cuda()) {
-            fprintf(stderr, "backend 'cuda' is not in this build (nvcc was not found when it was built); use --backend cpu\n");
+            fprintf(stderr, "backend 'cuda' is not in this build (nvcc was not found when it was built); use "
+                            "--backend cpu\n");
             return -1;
         }
         *out = TS_BACKEND_CUDA;

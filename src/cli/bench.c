@@ -42,21 +42,27 @@ static int cmp_double(const void *a, const void *b) {
 
 /* CPU read bandwidth in bytes/s: sum a 1 GiB buffer with all threads, best of 3. */
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d N]\n"
-               "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] [--random-weights]\n"
-               "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
-               "  -n, --n-gen N         tokens decoded per sequence\n"
-               "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
-               "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
-               "                        --ctx); the -r runs follow each other (the context grows)\n"
-               "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
-               "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
-               "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
-               "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
-               "                        reading the file (for synthetic files: turbospark synth --released --sparse)\n");
+    fprintf(
+        f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d "
+           "N]\n"
+           "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
+           "[--random-weights]\n"
+           "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
+           "  -n, --n-gen N         tokens decoded per sequence\n"
+           "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
+           "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
+           "                        --ctx); the -r runs follow each other (the context grows)\n"
+           "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
+           "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
+           "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
+           "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
+           "                        reading the file (for synthetic files: turbospark synth --released "
+           "--sparse)\n");
     ts_cli_args_help(f, TS_ARGS_UBATCH);
-    fprintf(f, "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
-               "fraction of it; with md on CUDA also the GPU time of each block kind in one batch-1 decode step.\n");
+    fprintf(
+        f,
+        "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
+        "fraction of it; with md on CUDA also the GPU time of each block kind in one batch-1 decode step.\n");
 }
 
 static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
@@ -67,8 +73,10 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
         long v = strtol(s, &end, 10);
         if (errno || end == s || v < lo || v > hi || *n == MAX_LIST) return -1;
         out[(*n)++] = v;
-        if (*end == ',') end++;
-        else if (*end) return -1;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return -1;
         s = end;
     }
     return *n ? 0 : -1;
@@ -103,24 +111,44 @@ static int bench_option(void *ctx, int id, const char *v) {
     bench_opts *o = ctx;
     int bad = 0;
     switch (id) {
-    case 'p': bad = parse_list(v, o->pl, &o->np, 0, 1 << 20); break;
-    case 'b': bad = parse_list(v, o->bl, &o->nb, 1, 4096); break;
-    case 'n': bad = ts_cli_long(v, 1, 1 << 20, &o->n); break;
-    case 'r': bad = ts_cli_long(v, 1, 1000, &o->reps); break;
-    case 'd':
-    case OPT_DEPTH: bad = ts_cli_long(v, 1, 1 << 24, &o->ctx); break;
-    case OPT_PLE: o->ple = v; break;
-    case OPT_RANDOM_WEIGHTS: o->random_weights = true; break;
-    case 'o':
-        if (!strcmp(v, "md")) o->out = OUT_MD;
-        else if (!strcmp(v, "json")) o->out = OUT_JSON;
-        else if (!strcmp(v, "csv")) o->out = OUT_CSV;
-        else bad = 1;
+    case 'p':
+        bad = parse_list(v, o->pl, &o->np, 0, 1 << 20);
         break;
-    default: return -1;
+    case 'b':
+        bad = parse_list(v, o->bl, &o->nb, 1, 4096);
+        break;
+    case 'n':
+        bad = ts_cli_long(v, 1, 1 << 20, &o->n);
+        break;
+    case 'r':
+        bad = ts_cli_long(v, 1, 1000, &o->reps);
+        break;
+    case 'd':
+    case OPT_DEPTH:
+        bad = ts_cli_long(v, 1, 1 << 24, &o->ctx);
+        break;
+    case OPT_PLE:
+        o->ple = v;
+        break;
+    case OPT_RANDOM_WEIGHTS:
+        o->random_weights = true;
+        break;
+    case 'o':
+        if (!strcmp(v, "md"))
+            o->out = OUT_MD;
+        else if (!strcmp(v, "json"))
+            o->out = OUT_JSON;
+        else if (!strcmp(v, "csv"))
+            o->out = OUT_CSV;
+        else
+            bad = 1;
+        break;
+    default:
+        return -1;
     }
-    if (bad) fprintf(stderr, "turbospark bench: '%s' is not a valid value for -%c%s\n", v, id < 128 ? id : '-',
-                     id == 'o' ? " (md, json or csv)" : "");
+    if (bad)
+        fprintf(stderr, "turbospark bench: '%s' is not a valid value for -%c%s\n", v, id < 128 ? id : '-',
+                id == 'o' ? " (md, json or csv)" : "");
     return bad ? -1 : 0;
 }
 
@@ -128,9 +156,12 @@ static int bench_option(void *ctx, int id, const char *v) {
 static void json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
     }
     fputc('"', f);
 }
@@ -154,25 +185,36 @@ static void print_row(FILE *f, int fmt, bool *first, const bench_row *r, double 
     const double med = median(t, n);
     if (fmt == OUT_MD) {
         char size[32], floor_s[32] = "", of[32] = "";
-        if (r->size >= (1ull << 30)) snprintf(size, sizeof size, "%.2f GiB", r->size / 1073741824.0);
-        else snprintf(size, sizeof size, "%.2f MiB", r->size / 1048576.0);
-        if (r->floor_tps > 0) snprintf(floor_s, sizeof floor_s, "%.1f", r->floor_tps), snprintf(of, sizeof of, "%.0f%%", 100 * med / r->floor_tps);
+        if (r->size >= (1ull << 30))
+            snprintf(size, sizeof size, "%.2f GiB", r->size / 1073741824.0);
+        else
+            snprintf(size, sizeof size, "%.2f MiB", r->size / 1048576.0);
+        if (r->floor_tps > 0)
+            snprintf(floor_s, sizeof floor_s, "%.1f", r->floor_tps),
+                snprintf(of, sizeof of, "%.0f%%", 100 * med / r->floor_tps);
         fprintf(f, "| %s | %s | %.2f %s | %s | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r->model, size,
-                r->params >= 1000000000 ? r->params / 1e9 : r->params / 1e6, r->params >= 1000000000 ? "B" : "M", r->backend,
-                r->device, r->threads, r->test, med, sd, floor_s, of);
+                r->params >= 1000000000 ? r->params / 1e9 : r->params / 1e6,
+                r->params >= 1000000000 ? "B" : "M", r->backend, r->device, r->threads, r->test, med, sd,
+                floor_s, of);
     } else if (fmt == OUT_CSV) {
-        fprintf(f, "\"%s\",%" PRIu64 ",%" PRIu64 ",%s,\"%s\",%d,%s,%ld,%ld,%ld,%ld,%.3f,%.3f,%.3f,%.3f\n", r->model, r->size,
-                r->params, r->backend, r->device, r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd,
-                med, r->floor_tps);
+        fprintf(f, "\"%s\",%" PRIu64 ",%" PRIu64 ",%s,\"%s\",%d,%s,%ld,%ld,%ld,%ld,%.3f,%.3f,%.3f,%.3f\n",
+                r->model, r->size, r->params, r->backend, r->device, r->threads, r->test, r->n_prompt,
+                r->n_gen, r->n_batch, r->n_depth, mean, sd, med, r->floor_tps);
     } else {
         fprintf(f, "%s  {\"model_filename\": ", *first ? "" : ",\n");
         json_str(f, r->model);
-        fprintf(f, ", \"model_size\": %" PRIu64 ", \"model_n_params\": %" PRIu64 ", \"backend\": \"%s\", \"device\": ",
+        fprintf(f,
+                ", \"model_size\": %" PRIu64 ", \"model_n_params\": %" PRIu64
+                ", \"backend\": \"%s\", \"device\": ",
                 r->size, r->params, r->backend);
         json_str(f, r->device);
-        fprintf(f, ", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %ld, \"n_gen\": %ld, \"n_batch\": %ld, \"n_depth\": %ld,"
-                   " \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"median_ts\": %.3f, \"floor_ts\": %.3f, \"samples_ts\": [",
-                r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd, med, r->floor_tps);
+        fprintf(f,
+                ", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %ld, \"n_gen\": %ld, \"n_batch\": %ld, "
+                "\"n_depth\": %ld,"
+                " \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"median_ts\": %.3f, \"floor_ts\": %.3f, "
+                "\"samples_ts\": [",
+                r->threads, r->test, r->n_prompt, r->n_gen, r->n_batch, r->n_depth, mean, sd, med,
+                r->floor_tps);
         for (int i = 0; i < n; i++) fprintf(f, "%s%.3f", i ? ", " : "", samples[i]);
         fprintf(f, "]}");
     }
@@ -195,9 +237,21 @@ static double median(double *v, int n) {
 int ts_cmd_bench(int argc, char **argv) {
     ts_cli_args a;
     ts_cli_args_init(&a);
-    bench_opts o = {.ple = "auto", .pl = {512}, .bl = {1}, .n = 128, .reps = 3, .ctx = 128, .np = 1, .nb = 1, .out = OUT_MD};
-    ts_cli_spec spec = {.cmd = "bench", .groups = TS_ARGS_UBATCH, .own = k_bench_opts, .own_short = "p:n:b:r:d:o:",
-                        .own_cb = bench_option, .ctx = &o};
+    bench_opts o = {.ple = "auto",
+                    .pl = {512},
+                    .bl = {1},
+                    .n = 128,
+                    .reps = 3,
+                    .ctx = 128,
+                    .np = 1,
+                    .nb = 1,
+                    .out = OUT_MD};
+    ts_cli_spec spec = {.cmd = "bench",
+                        .groups = TS_ARGS_UBATCH,
+                        .own = k_bench_opts,
+                        .own_short = "p:n:b:r:d:o:",
+                        .own_cb = bench_option,
+                        .ctx = &o};
     int pr = ts_cli_parse(argc, argv, &spec, &a);
     if (pr) {
         pr < 0 ? bench_usage(stderr) : bench_usage(stdout);
@@ -208,12 +262,24 @@ int ts_cmd_bench(int argc, char **argv) {
     const long n = o.n, reps = o.reps, ctx = o.ctx, ub = a.ubatch;
     const int np = o.np, nb = o.nb;
     const bool random_weights = o.random_weights;
-    if (!path) { fprintf(stderr, "turbospark bench: no model given (-m FILE.gguf)\n"); bench_usage(stderr); return 2; }
+    if (!path) {
+        fprintf(stderr, "turbospark bench: no model given (-m FILE.gguf)\n");
+        bench_usage(stderr);
+        return 2;
+    }
     const ts_backend be = a.backend;
-    ts_ple_placement placement = !strcmp(ple, "auto") ? TS_PLE_AUTO : !strcmp(ple, "gpu") ? TS_PLE_DEVICE
-                                 : !strcmp(ple, "host") ? TS_PLE_HOST : (ts_ple_placement)-1;
-    if ((int)placement < 0) { fprintf(stderr, "turbospark bench: --ple is auto, gpu or host (got '%s')\n", ple); return 2; }
-    if (random_weights && be != TS_BACKEND_CUDA) { fprintf(stderr, "turbospark bench: --random-weights needs --backend cuda\n"); return 2; }
+    ts_ple_placement placement = !strcmp(ple, "auto")   ? TS_PLE_AUTO
+                                 : !strcmp(ple, "gpu")  ? TS_PLE_DEVICE
+                                 : !strcmp(ple, "host") ? TS_PLE_HOST
+                                                        : (ts_ple_placement)-1;
+    if ((int)placement < 0) {
+        fprintf(stderr, "turbospark bench: --ple is auto, gpu or host (got '%s')\n", ple);
+        return 2;
+    }
+    if (random_weights && be != TS_BACKEND_CUDA) {
+        fprintf(stderr, "turbospark bench: --random-weights needs --backend cuda\n");
+        return 2;
+    }
 #ifdef _OPENMP
     int nt = omp_get_max_threads();
 #else
@@ -225,13 +291,20 @@ int ts_cmd_bench(int argc, char **argv) {
     const int64_t seq_ctx = (pmax > ctx + (reps + 1) * n ? pmax : ctx + (reps + 1) * n) + 1;
     char err[1024] = "";
     ts_model *m;
-    if (ts_model_load(path, &m, err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); return 1; }
+    if (ts_model_load(path, &m, err, sizeof err)) {
+        fprintf(stderr, "turbospark bench: %s\n", err);
+        return 1;
+    }
     double bw = 0;
     char device_name[128];
     const char *device = "CPU";
     if (be == TS_BACKEND_CUDA) {
-        ts_cuda_params cp = {.ple = placement, .plan_ctx = seq_ctx, .plan_seqs = (int)bmax,
-                             .max_rows = ub > bmax ? ub : bmax, .progress = true, .random_weights = random_weights};
+        ts_cuda_params cp = {.ple = placement,
+                             .plan_ctx = seq_ctx,
+                             .plan_seqs = (int)bmax,
+                             .max_rows = ub > bmax ? ub : bmax,
+                             .progress = true,
+                             .random_weights = random_weights};
         if (ts_model_cuda_init(m, &cp, err, sizeof err)) {
             fprintf(stderr, "turbospark bench: %s\n", err);
             ts_model_free(m);
@@ -245,7 +318,8 @@ int ts_cmd_bench(int argc, char **argv) {
         }
         snprintf(device_name, sizeof device_name, "%s", P.device);
         device = device_name;
-        fprintf(stderr, "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence\n",
+        fprintf(stderr,
+                "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence\n",
                 device, P.weight_bytes / 1073741824.0, P.table_bytes / 1073741824.0,
                 P.table_on_host ? "in pinned host memory" : "on the GPU", P.seq_state_bytes / 1048576.0);
     }
@@ -265,20 +339,33 @@ int ts_cmd_bench(int argc, char **argv) {
     int32_t *step = malloc((size_t)bmax * sizeof *step);
     float *logits = malloc((size_t)V * sizeof *logits);
     float **lp = calloc((size_t)bmax, sizeof *lp);
-    if (!ids || !t || !ss || !idp || !cnt || !step || !logits || !lp) { fprintf(stderr, "turbospark bench: out of memory\n"); rc = 1; }
+    if (!ids || !t || !ss || !idp || !cnt || !step || !logits || !lp) {
+        fprintf(stderr, "turbospark bench: out of memory\n");
+        rc = 1;
+    }
     ts_session_params sp = {.n_ctx = seq_ctx, .ubatch = ub, .backend = be};
     for (long i = 0; !rc && i < bmax; i++)
-        if (ts_session_new(m, &sp, &ss[i], err, sizeof err)) { fprintf(stderr, "turbospark bench: %s\n", err); rc = 1; }
+        if (ts_session_new(m, &sp, &ss[i], err, sizeof err)) {
+            fprintf(stderr, "turbospark bench: %s\n", err);
+            rc = 1;
+        }
 
     bool first = true;
     char test[64];
-    bench_row row = {.model = path, .backend = backend, .device = device, .test = test, .size = ts_model_size_bytes(m),
-                     .params = ts_model_n_params(m), .threads = nt};
+    bench_row row = {.model = path,
+                     .backend = backend,
+                     .device = device,
+                     .test = test,
+                     .size = ts_model_size_bytes(m),
+                     .params = ts_model_n_params(m),
+                     .threads = nt};
     if (o.out == OUT_MD)
-        printf("| model | size | params | backend | device | threads | test | t/s (median ± sd) | floor t/s | of floor |\n"
+        printf("| model | size | params | backend | device | threads | test | t/s (median ± sd) | floor t/s "
+               "| of floor |\n"
                "|---|---|---|---|---|---|---|---|---|---|\n");
     else if (o.out == OUT_CSV)
-        printf("model_filename,model_size,model_n_params,backend,device,n_threads,test,n_prompt,n_gen,n_batch,n_depth,avg_ts,"
+        printf("model_filename,model_size,model_n_params,backend,device,n_threads,test,n_prompt,n_gen,n_"
+               "batch,n_depth,avg_ts,"
                "stddev_ts,median_ts,floor_ts\n");
     else
         printf("[\n");
@@ -296,7 +383,8 @@ int ts_cmd_bench(int argc, char **argv) {
         row.n_prompt = p, row.n_gen = 0, row.n_batch = 1, row.n_depth = 0, row.floor_tps = 0;
         if (!rc) print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
     }
-    for (int bi = 0; !rc && bi < nb; bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
+    for (int bi = 0; !rc && bi < nb;
+         bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
         const long b = bl[bi];
         random_ids(ids, ctx, V, &rng);
         for (long i = 0; i < b; i++) {
@@ -315,20 +403,27 @@ int ts_cmd_bench(int argc, char **argv) {
         }
         if (rc) break;
         ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
-        const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes), floor_tps = bw / bytes * b;
+        const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes),
+                     floor_tps = bw / bytes * b;
         snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);
         row.n_prompt = 0, row.n_gen = n, row.n_batch = b, row.n_depth = ctx, row.floor_tps = floor_tps;
         print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
-        fprintf(stderr, "bench: batch %ld reads %.1f MiB a step (weights %.1f, state %.1f, K/V %.1f); bandwidth %.1f GB/s\n", b,
-                bytes / 1048576, c.weight_bytes / 1048576.0, c.state_bytes / 1048576.0, c.kv_bytes / 1048576.0, bw / 1e9);
+        fprintf(stderr,
+                "bench: batch %ld reads %.1f MiB a step (weights %.1f, state %.1f, K/V %.1f); bandwidth %.1f "
+                "GB/s\n",
+                b, bytes / 1048576, c.weight_bytes / 1048576.0, c.state_bytes / 1048576.0,
+                c.kv_bytes / 1048576.0, bw / 1e9);
     }
     if (o.out == OUT_JSON) printf("%s]\n", first ? "" : "\n");
     if (rc) fprintf(stderr, "turbospark bench: %s\n", *err ? err : "failed");
-    if (!rc && be == TS_BACKEND_CUDA && o.out == OUT_MD) { /* where the time of one batch-1 decode step goes */
+    if (!rc && be == TS_BACKEND_CUDA &&
+        o.out == OUT_MD) { /* where the time of one batch-1 decode step goes */
         const char *names[TS_PROFILE_MAX_KINDS];
         double ms[TS_PROFILE_MAX_KINDS], total = 0;
         random_ids(step, 1, V, &rng); /* session 0's state, one more token */
-        const int kinds = ts_session_pos(ss[0]) < seq_ctx ? ts_session_profile_step(ss[0], step[0], names, ms, err, sizeof err) : -1;
+        const int kinds = ts_session_pos(ss[0]) < seq_ctx
+                              ? ts_session_profile_step(ss[0], step[0], names, ms, err, sizeof err)
+                              : -1;
         if (kinds > 0) {
             for (int k = 0; k < kinds; k++) total += ms[k];
             printf("\n| block (batch 1, one decode step) | GPU ms | share |\n|---|---|---|\n");

@@ -24,15 +24,16 @@ int ts_cmd_serve(int argc, char **argv);
 #include "turbospark.h"
 
 /* The ids of a text file under a GGUF's tokenizer (tokenize.c); *ids is malloc'd. 0 or -1 + err. */
-int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids, int64_t *n,
-                         char *err, size_t errlen);
+int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids,
+                         int64_t *n, char *err, size_t errlen);
 /* The ids of text[0..len) (tokenize.c); *ids is malloc'd (the caller frees it). 0 or -1 + err. */
-int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids, int64_t *n,
-                  char *err, size_t errlen);
+int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                  int64_t *n, char *err, size_t errlen);
 
 /* --backend NAME of the commands that run the model (backend.c): "cpu" or "cuda"; -1 with a
  * message on stderr for an unknown name or cuda in a build without it. */
 int ts_cli_backend(const char *name, ts_backend *out);
-#define TS_CLI_BACKEND_HELP "  --backend cpu|cuda  where the forward runs (cuda: the first GPU; weights are uploaded once)\n"
+#define TS_CLI_BACKEND_HELP                                                                                  \
+    "  --backend cpu|cuda  where the forward runs (cuda: the first GPU; weights are uploaded once)\n"
 
 #endif

@@ -66,16 +66,18 @@ int ts_cmd_convert(int argc, char **argv) {
 }
 
 static void quantize_usage(FILE *f) {
-    fprintf(f,
-            "usage: turbospark quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--quiet]\n"
-            "\n"
-            "Re-encodes every matrix of a qwen4exp GGUF (dequantize, then quantize each row) with the\n"
-            "mix TYPE: %s.\n"
-            "Vectors and all metadata are kept; a tensor already of its target type is copied as it is.\n"
-            "  --imatrix FILE  importance matrix (turbospark imatrix or llama-imatrix, .gguf or .dat): its\n"
-            "                  weights steer the fits of the tensors it covers whose type is q2_K, q4_K or\n"
-            "                  q5_K, as llama-quantize does (bit-identical to ggml)\n",
-            ts_mix_names());
+    fprintf(
+        f,
+        "usage: turbospark quantize IN.gguf OUT.gguf TYPE [--imatrix FILE] [--quiet]\n"
+        "\n"
+        "Re-encodes every matrix of a qwen4exp GGUF (dequantize, then quantize each row) with the\n"
+        "mix TYPE: %s.\n"
+        "Vectors and all metadata are kept; a tensor already of its target type is copied as it is.\n"
+        "  --imatrix FILE  importance matrix (turbospark imatrix or llama-imatrix, .gguf or .dat): its\n"
+        "                  weights steer the fits of the tensors it covers whose type is a K-quant,\n"
+        "                  iq4_nl, iq4_xs or a lattice i-quant, as llama-quantize does (bit-identical to\n"
+        "                  ggml); iq2_xxs and iq2_xs (mix ud_iq2_xxs) are quantized only with one\n",
+        ts_mix_names());
 }
 
 int ts_cmd_quantize(int argc, char **argv) {

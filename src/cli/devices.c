@@ -10,7 +10,8 @@
 
 int ts_cmd_devices(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: turbospark devices\n\nLists the backends of this build and the CUDA devices it can see.\n");
+        printf("usage: turbospark devices\n\nLists the backends of this build and the CUDA devices it can "
+               "see.\n");
         return 0;
     }
     printf("cpu: available\n");

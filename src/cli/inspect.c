@@ -15,24 +15,29 @@
 #include <string.h>
 
 static void inspect_usage(FILE *f) {
-    fprintf(f, "usage: turbospark inspect FILE.gguf [--tensors] [--dump NAME -o OUT.npy]\n"
-               "\n"
-               "Prints the file's architecture, metadata (hyperparameters, tokenizer summary), tensor count,\n"
-               "a histogram of tensor types and the total bytes.\n"
-               "  --tensors          also list every tensor: name, type, shape (ggml ne order), bytes\n"
-               "  --dump NAME -o F   write tensor NAME dequantized to float32 as a .npy file\n"
-               "                     (numpy shape = ggml ne reversed)\n"
-               "Exit status: 0 for a valid GGUF, 1 with one sentence on stderr otherwise, 2 for bad usage.\n");
+    fprintf(f,
+            "usage: turbospark inspect FILE.gguf [--tensors] [--dump NAME -o OUT.npy]\n"
+            "\n"
+            "Prints the file's architecture, metadata (hyperparameters, tokenizer summary), tensor count,\n"
+            "a histogram of tensor types and the total bytes.\n"
+            "  --tensors          also list every tensor: name, type, shape (ggml ne order), bytes\n"
+            "  --dump NAME -o F   write tensor NAME dequantized to float32 as a .npy file\n"
+            "                     (numpy shape = ggml ne reversed)\n"
+            "Exit status: 0 for a valid GGUF, 1 with one sentence on stderr otherwise, 2 for bad usage.\n");
 }
 
 static void print_str(FILE *f, ts_gguf_str s, size_t max) {
     fputc('"', f);
     for (uint64_t i = 0; i < s.len && i < max; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
     if (s.len > max) fprintf(f, "... (%" PRIu64 " bytes)", s.len);
@@ -40,11 +45,28 @@ static void print_str(FILE *f, ts_gguf_str s, size_t max) {
 
 static void print_value(FILE *f, const ts_gguf_value *v, int depth) {
     switch (v->type) {
-    case TS_GGUF_U8: case TS_GGUF_U16: case TS_GGUF_U32: case TS_GGUF_U64: fprintf(f, "%" PRIu64, v->u64); break;
-    case TS_GGUF_I8: case TS_GGUF_I16: case TS_GGUF_I32: case TS_GGUF_I64: fprintf(f, "%" PRId64, v->i64); break;
-    case TS_GGUF_F32: case TS_GGUF_F64: fprintf(f, "%.9g", v->f64); break;
-    case TS_GGUF_BOOL: fputs(v->u64 ? "true" : "false", f); break;
-    case TS_GGUF_STRING: print_str(f, v->str, depth ? 24 : 72); break;
+    case TS_GGUF_U8:
+    case TS_GGUF_U16:
+    case TS_GGUF_U32:
+    case TS_GGUF_U64:
+        fprintf(f, "%" PRIu64, v->u64);
+        break;
+    case TS_GGUF_I8:
+    case TS_GGUF_I16:
+    case TS_GGUF_I32:
+    case TS_GGUF_I64:
+        fprintf(f, "%" PRId64, v->i64);
+        break;
+    case TS_GGUF_F32:
+    case TS_GGUF_F64:
+        fprintf(f, "%.9g", v->f64);
+        break;
+    case TS_GGUF_BOOL:
+        fputs(v->u64 ? "true" : "false", f);
+        break;
+    case TS_GGUF_STRING:
+        print_str(f, v->str, depth ? 24 : 72);
+        break;
     case TS_GGUF_ARRAY: {
         uint32_t et = v->arr.elem_type;
         const uint64_t show = depth ? 3 : 8;
@@ -53,12 +75,16 @@ static void print_value(FILE *f, const ts_gguf_value *v, int depth) {
         fputs(" ", f);
         for (uint64_t i = 0; i < v->arr.count && i < show; i++) {
             if (i) fputs(", ", f);
-            if (et == TS_GGUF_STRING || et == TS_GGUF_ARRAY) print_value(f, &v->arr.items[i], depth + 1);
-            else if (et == TS_GGUF_F32 || et == TS_GGUF_F64) fprintf(f, "%.9g", ts_gguf_arr_f64(v, i));
-            else if (et == TS_GGUF_BOOL) fputs(ts_gguf_arr_u64(v, i) ? "true" : "false", f);
+            if (et == TS_GGUF_STRING || et == TS_GGUF_ARRAY)
+                print_value(f, &v->arr.items[i], depth + 1);
+            else if (et == TS_GGUF_F32 || et == TS_GGUF_F64)
+                fprintf(f, "%.9g", ts_gguf_arr_f64(v, i));
+            else if (et == TS_GGUF_BOOL)
+                fputs(ts_gguf_arr_u64(v, i) ? "true" : "false", f);
             else if (et == TS_GGUF_I8 || et == TS_GGUF_I16 || et == TS_GGUF_I32 || et == TS_GGUF_I64)
                 fprintf(f, "%" PRId64, ts_gguf_arr_i64(v, i));
-            else fprintf(f, "%" PRIu64, ts_gguf_arr_u64(v, i));
+            else
+                fprintf(f, "%" PRIu64, ts_gguf_arr_u64(v, i));
         }
         if (v->arr.count > show) fputs(", ...", f);
         break;
@@ -67,10 +93,14 @@ static void print_value(FILE *f, const ts_gguf_value *v, int depth) {
 }
 
 static void print_bytes(FILE *f, uint64_t b) {
-    if (b >= (UINT64_C(1) << 30)) fprintf(f, "%.2f GiB", b / 1073741824.0);
-    else if (b >= (UINT64_C(1) << 20)) fprintf(f, "%.2f MiB", b / 1048576.0);
-    else if (b >= 1024) fprintf(f, "%.2f KiB", b / 1024.0);
-    else fprintf(f, "%" PRIu64 " B", b);
+    if (b >= (UINT64_C(1) << 30))
+        fprintf(f, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (UINT64_C(1) << 20))
+        fprintf(f, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024)
+        fprintf(f, "%.2f KiB", b / 1024.0);
+    else
+        fprintf(f, "%" PRIu64 " B", b);
 }
 
 static void print_shape(FILE *f, const ts_gguf_tensor *t) {
@@ -121,7 +151,8 @@ static void print_summary(const ts_gguf *g) {
 /* For a qwen4exp file: whether the engine can bind it, and its shape in a line. */
 static void print_binding(const ts_gguf *g) {
     char arch[64] = "", err[1024];
-    if (ts_gguf_get_str(g, "general.architecture", arch, sizeof arch, NULL, 0) || strcmp(arch, TS_ARCH) != 0) return;
+    if (ts_gguf_get_str(g, "general.architecture", arch, sizeof arch, NULL, 0) || strcmp(arch, TS_ARCH) != 0)
+        return;
     ts_model *m;
     if (ts_model_load(ts_gguf_path(g), &m, err, sizeof err)) {
         printf("model         does NOT bind as qwen4exp: %s\n", err);
@@ -130,12 +161,15 @@ static void print_binding(const ts_gguf *g) {
     const ts_hparams *hp = &m->hp;
     uint32_t qsa = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) qsa += hp->kind[l] == TS_LAYER_QSA;
-    printf("model         qwen4exp binds: %" PRIu32 " layers (%" PRIu32 " GDN, %" PRIu32 " QSA)%s, hidden %" PRIu32
-           " x %" PRIu32 " streams, vocab %" PRIu32 ", %" PRIu32 " experts top-%" PRIu32, hp->n_layer,
-           hp->n_layer - qsa, qsa, hp->n_mtp ? " + MTP" : "", hp->n_embd, hp->hc_count, hp->n_vocab, hp->n_expert,
-           hp->n_expert_used);
+    printf("model         qwen4exp binds: %" PRIu32 " layers (%" PRIu32 " GDN, %" PRIu32
+           " QSA)%s, hidden %" PRIu32 " x %" PRIu32 " streams, vocab %" PRIu32 ", %" PRIu32
+           " experts top-%" PRIu32,
+           hp->n_layer, hp->n_layer - qsa, qsa, hp->n_mtp ? " + MTP" : "", hp->n_embd, hp->hc_count,
+           hp->n_vocab, hp->n_expert, hp->n_expert_used);
     if (qsa) printf(", QSA budget %" PRIu32 " tokens in blocks of %" PRIu32, hp->idx_top_k, hp->compress);
-    if (hp->ple_layer >= 0) printf(", PLE on layer %" PRId32 " (%" PRIu32 "-grams, %" PRIu32 " heads)", hp->ple_layer, hp->ple_n, hp->ple_nh);
+    if (hp->ple_layer >= 0)
+        printf(", PLE on layer %" PRId32 " (%" PRIu32 "-grams, %" PRIu32 " heads)", hp->ple_layer, hp->ple_n,
+               hp->ple_nh);
     printf("\n");
     ts_model_free(m);
 }
@@ -160,7 +194,8 @@ static int dump_tensor(const ts_gguf *g, const char *name, const char *out) {
         return 1;
     }
     if (!ts_can_dequantize(t->type)) {
-        fprintf(stderr, "turbospark inspect: tensor '%s' has type %s, which turbospark cannot dequantize yet\n", name,
+        fprintf(stderr,
+                "turbospark inspect: tensor '%s' has type %s, which turbospark cannot dequantize yet\n", name,
                 ts_type_name(t->type));
         return 1;
     }
@@ -177,7 +212,8 @@ static int dump_tensor(const ts_gguf *g, const char *name, const char *out) {
     float *row = malloc((size_t)ne0 * sizeof *row);
     if (!row) rc = -1, snprintf(err, sizeof err, "out of memory for a row of %" PRId64 " floats", ne0);
     for (int64_t r = 0; rc == 0 && r < rows; r++) {
-        rc = ts_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * row_bytes, row, ne0, err, sizeof err);
+        rc = ts_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * row_bytes, row, ne0, err,
+                               sizeof err);
         if (rc == 0 && fwrite(row, sizeof *row, (size_t)ne0, f) != (size_t)ne0)
             rc = -1, snprintf(err, sizeof err, "cannot write %s (disk full?)", out);
     }
@@ -219,7 +255,8 @@ int ts_cmd_inspect(int argc, char **argv) {
         }
     }
     if (!path || (dump && !out) || (out && !dump)) {
-        fprintf(stderr, "turbospark inspect: %s\n", !path ? "no file given" : "--dump NAME and -o OUT.npy go together");
+        fprintf(stderr, "turbospark inspect: %s\n",
+                !path ? "no file given" : "--dump NAME and -o OUT.npy go together");
         inspect_usage(stderr);
         return 2;
     }

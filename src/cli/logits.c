@@ -20,17 +20,22 @@ typedef struct run_opts {
 
 static void usage(FILE *f, bool generate) {
     if (generate)
-        fprintf(f, "usage: turbospark generate -m FILE.gguf --tokens-npy IN.npy -n N -o OUT.npy [--backend cpu|cuda]\n"
-                   "                           [--ubatch N] [-c CTX]\n"
-                   "Greedy decoding of N tokens after the prompt (int32 1-D .npy); writes the N ids as int32 .npy.\n"
-                   "Ties in the argmax go to the lowest token id.\n");
+        fprintf(
+            f,
+            "usage: turbospark generate -m FILE.gguf --tokens-npy IN.npy -n N -o OUT.npy [--backend "
+            "cpu|cuda]\n"
+            "                           [--ubatch N] [-c CTX]\n"
+            "Greedy decoding of N tokens after the prompt (int32 1-D .npy); writes the N ids as int32 .npy.\n"
+            "Ties in the argmax go to the lowest token id.\n");
     else
-        fprintf(f, "usage: turbospark logits -m FILE.gguf --tokens-npy IN.npy -o OUT.npy [--backend cpu|cuda] [--ubatch N]\n"
+        fprintf(f, "usage: turbospark logits -m FILE.gguf --tokens-npy IN.npy -o OUT.npy [--backend "
+                   "cpu|cuda] [--ubatch N]\n"
                    "                         [-c CTX]\n"
-                   "Runs the prompt (int32 1-D .npy) in chunks of --ubatch tokens (default 512) and writes the float32\n"
+                   "Runs the prompt (int32 1-D .npy) in chunks of --ubatch tokens (default 512) and writes "
+                   "the float32\n"
                    "logits of every position, shape [T, vocab].\n");
     fprintf(f, TS_CLI_BACKEND_HELP
-               "  -c CTX           context size (default: the prompt plus the tokens to generate)\n");
+            "  -c CTX           context size (default: the prompt plus the tokens to generate)\n");
 }
 
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v) {
@@ -47,24 +52,43 @@ static int parse(int argc, char **argv, bool generate, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout, generate); exit(0); }
-        else if (!strcmp(a, "-m") && v) o->model = argv[++i];
-        else if (!strcmp(a, "--tokens-npy") && v) o->tokens = argv[++i];
-        else if (!strcmp(a, "-o") && v) o->out = argv[++i];
-        else if (!strcmp(a, "--backend") && v) o->backend = argv[++i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, generate);
+            exit(0);
+        } else if (!strcmp(a, "-m") && v)
+            o->model = argv[++i];
+        else if (!strcmp(a, "--tokens-npy") && v)
+            o->tokens = argv[++i];
+        else if (!strcmp(a, "-o") && v)
+            o->out = argv[++i];
+        else if (!strcmp(a, "--backend") && v)
+            o->backend = argv[++i];
         else if ((!strcmp(a, "--ubatch") || !strcmp(a, "-ub")) && v) {
-            if (parse_i64(argv[++i], 1, 1 << 20, &o->ubatch)) { fprintf(stderr, "--ubatch must be 1 to 1048576\n"); return -1; }
+            if (parse_i64(argv[++i], 1, 1 << 20, &o->ubatch)) {
+                fprintf(stderr, "--ubatch must be 1 to 1048576\n");
+                return -1;
+            }
         } else if (!strcmp(a, "-c") && v) {
-            if (parse_i64(argv[++i], 1, INT32_MAX, &o->n_ctx)) { fprintf(stderr, "-c must be a positive number\n"); return -1; }
+            if (parse_i64(argv[++i], 1, INT32_MAX, &o->n_ctx)) {
+                fprintf(stderr, "-c must be a positive number\n");
+                return -1;
+            }
         } else if (generate && !strcmp(a, "-n") && v) {
-            if (parse_i64(argv[++i], 0, 1 << 24, &o->n_predict)) { fprintf(stderr, "-n must be 0 to 16777216\n"); return -1; }
+            if (parse_i64(argv[++i], 0, 1 << 24, &o->n_predict)) {
+                fprintf(stderr, "-n must be 0 to 16777216\n");
+                return -1;
+            }
         } else {
             fprintf(stderr, "unknown or incomplete option '%s'\n", a);
             return -1;
         }
     }
     if (!o->model || !o->tokens || !o->out || (generate && o->n_predict < 0)) {
-        fprintf(stderr, "missing %s\n", !o->model ? "-m FILE.gguf" : !o->tokens ? "--tokens-npy IN.npy" : !o->out ? "-o OUT.npy" : "-n N");
+        fprintf(stderr, "missing %s\n",
+                !o->model    ? "-m FILE.gguf"
+                : !o->tokens ? "--tokens-npy IN.npy"
+                : !o->out    ? "-o OUT.npy"
+                             : "-n N");
         return -1;
     }
     if (ts_cli_backend(o->backend, &o->be)) return -1;
@@ -103,14 +127,18 @@ static int runner_init(runner *r, const run_opts *o, int64_t extra, const char *
     clock_gettime(CLOCK_MONOTONIC, &t1);
     int64_t n_ctx = o->n_ctx ? o->n_ctx : r->T + extra;
     if (r->T + extra > n_ctx) {
-        snprintf(err, sizeof err, "the prompt (%" PRId64 " tokens) and %" PRId64 " generated tokens do not fit a context of %" PRId64,
+        snprintf(err, sizeof err,
+                 "the prompt (%" PRId64 " tokens) and %" PRId64
+                 " generated tokens do not fit a context of %" PRId64,
                  r->T, extra, n_ctx);
         goto fail;
     }
     r->ub = o->ubatch < r->T ? o->ubatch : r->T;
     ts_session_params sp = {.n_ctx = n_ctx, .ubatch = r->ub, .backend = o->be};
     if (ts_session_new(r->m, &sp, &r->s, err, sizeof err)) goto fail;
-    fprintf(stderr, "%s: loaded %s in %.2f s; session state and workspaces %.2f MiB for %" PRId64 " tokens (micro-batch %" PRId64 ")\n",
+    fprintf(stderr,
+            "%s: loaded %s in %.2f s; session state and workspaces %.2f MiB for %" PRId64
+            " tokens (micro-batch %" PRId64 ")\n",
             cmd, o->model, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,
             ts_session_state_bytes(r->s) / 1048576.0, n_ctx, r->ub);
     return 0;
@@ -122,14 +150,18 @@ fail:
 
 int ts_cmd_logits(int argc, char **argv) {
     run_opts o;
-    if (parse(argc, argv, false, &o)) { usage(stderr, false); return 2; }
+    if (parse(argc, argv, false, &o)) {
+        usage(stderr, false);
+        return 2;
+    }
     runner r;
     if (runner_init(&r, &o, 0, "logits")) return 1;
     const int64_t V = ts_model_n_vocab(r.m);
     float *logits = malloc((size_t)(r.ub * V) * sizeof(float));
     FILE *f = fopen(o.out, "wb");
     char err[1024] = "";
-    int rc = !logits || !f ? (snprintf(err, sizeof err, "cannot create %s or allocate the logits", o.out), -1) : 0;
+    int rc =
+        !logits || !f ? (snprintf(err, sizeof err, "cannot create %s or allocate the logits", o.out), -1) : 0;
     int64_t shape[2] = {r.T, V};
     if (!rc) rc = ts_npy_write_header(f, "<f4", 2, shape, err, sizeof err);
     for (int64_t t0 = 0; !rc && t0 < r.T; t0 += r.ub) {
@@ -157,7 +189,10 @@ static int32_t argmax(const float *x, int64_t n) {
 
 int ts_cmd_generate(int argc, char **argv) {
     run_opts o;
-    if (parse(argc, argv, true, &o)) { usage(stderr, true); return 2; }
+    if (parse(argc, argv, true, &o)) {
+        usage(stderr, true);
+        return 2;
+    }
     runner r;
     if (runner_init(&r, &o, o.n_predict, "generate")) return 1;
     const int64_t V = ts_model_n_vocab(r.m);
@@ -173,7 +208,8 @@ int ts_cmd_generate(int argc, char **argv) {
     if (!rc) {
         FILE *f = fopen(o.out, "wb");
         int64_t shape[1] = {o.n_predict};
-        rc = !f ? (snprintf(err, sizeof err, "cannot create %s", o.out), -1) : ts_npy_write_header(f, "<i4", 1, shape, err, sizeof err);
+        rc = !f ? (snprintf(err, sizeof err, "cannot create %s", o.out), -1)
+                : ts_npy_write_header(f, "<i4", 1, shape, err, sizeof err);
         if (!rc && fwrite(out, sizeof(int32_t), (size_t)o.n_predict, f) != (size_t)o.n_predict)
             rc = -1, snprintf(err, sizeof err, "cannot write %s", o.out);
         if (f && fclose(f) && !rc) rc = -1, snprintf(err, sizeof err, "cannot write %s", o.out);

@@ -22,9 +22,11 @@ static const command k_commands[] = {
     {"tokenize", ts_cmd_tokenize, "text to token ids with a model's tokenizer (or a Hugging Face folder's)"},
     {"perplexity", ts_cmd_perplexity, "perplexity of a token file in llama.cpp's convention"},
     {"bench", ts_cmd_bench, "prompt and generation tokens/s against the memory-bandwidth floor"},
-    {"synth", ts_cmd_synth, "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
+    {"synth", ts_cmd_synth,
+     "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
     {"convert", ts_cmd_convert, "convert a transformers qwen4_exp checkpoint to GGUF"},
-    {"imatrix", ts_cmd_imatrix, "importance matrix of a text for quantization (llama.cpp's method and files)"},
+    {"imatrix", ts_cmd_imatrix,
+     "importance matrix of a text for quantization (llama.cpp's method and files)"},
     {"quantize", ts_cmd_quantize, "re-encode a qwen4exp GGUF with a quantization mix (q8_0, q4_k_m, ...)"},
     {"devices", ts_cmd_devices, "list the backends of this build and the CUDA devices it sees"},
 };
@@ -38,7 +40,8 @@ static void usage(FILE *f) {
 
 /* turbospark --version: the version, the commit built and the backends compiled in. */
 static int version(void) {
-    printf("turbospark %s (commit %s)\nbackends: cpu%s\n", ts_version(), ts_build_commit(), ts_have_cuda() ? " cuda" : "");
+    printf("turbospark %s (commit %s)\nbackends: cpu%s\n", ts_version(), ts_build_commit(),
+           ts_have_cuda() ? " cuda" : "");
     return 0;
 }
 

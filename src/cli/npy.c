@@ -7,17 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ts_npy_write_header(FILE *f, const char *descr, int n_dims, const int64_t *shape, char *err, size_t errlen) {
+int ts_npy_write_header(FILE *f, const char *descr, int n_dims, const int64_t *shape, char *err,
+                        size_t errlen) {
     char dict[256];
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < n_dims; i++)
-        n += snprintf(dict + n, sizeof dict - (size_t)n, "%" PRId64 "%s", shape[i], n_dims == 1 ? "," : i + 1 < n_dims ? ", " : "");
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "%" PRId64 "%s", shape[i],
+                      n_dims == 1      ? ","
+                      : i + 1 < n_dims ? ", "
+                                       : "");
     n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
     /* magic (6) + version (2) + header length (2) + dict padded with spaces and a newline to 64 bytes */
     int total = 10 + n + 1;
     int pad = (64 - total % 64) % 64;
     uint16_t hlen = (uint16_t)(n + pad + 1);
-    if (fwrite("\x93NUMPY\x01\x00", 1, 8, f) != 8 || fwrite(&hlen, 2, 1, f) != 1 || fwrite(dict, 1, (size_t)n, f) != (size_t)n)
+    if (fwrite("\x93NUMPY\x01\x00", 1, 8, f) != 8 || fwrite(&hlen, 2, 1, f) != 1 ||
+        fwrite(dict, 1, (size_t)n, f) != (size_t)n)
         return ts_errf(err, errlen, "cannot write .npy header: %s", strerror(errno));
     for (int i = 0; i < pad; i++) fputc(' ', f);
     fputc('\n', f);
@@ -32,7 +37,8 @@ static int parse_dict(const char *d, const char *path, char descr[8], int *n_dim
         return ts_errf(err, errlen, "%s: .npy header has no readable 'descr'", path);
     memcpy(descr, p + 1, 3);
     descr[3] = 0;
-    if (strstr(d, "'fortran_order': True")) return ts_errf(err, errlen, "%s: Fortran-order .npy arrays are not supported", path);
+    if (strstr(d, "'fortran_order': True"))
+        return ts_errf(err, errlen, "%s: Fortran-order .npy arrays are not supported", path);
     p = strstr(d, "'shape'");
     if (!p || !(p = strchr(p, '('))) return ts_errf(err, errlen, "%s: .npy header has no 'shape'", path);
     p++;
@@ -44,7 +50,8 @@ static int parse_dict(const char *d, const char *path, char descr[8], int *n_dim
         errno = 0;
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0) return ts_errf(err, errlen, "%s: .npy shape is malformed", path);
-        if (*n_dims == TS_NPY_MAX_DIMS) return ts_errf(err, errlen, "%s: .npy array has more than %d dims", path, TS_NPY_MAX_DIMS);
+        if (*n_dims == TS_NPY_MAX_DIMS)
+            return ts_errf(err, errlen, "%s: .npy array has more than %d dims", path, TS_NPY_MAX_DIMS);
         shape[(*n_dims)++] = v;
         p = end;
     }
@@ -52,8 +59,8 @@ static int parse_dict(const char *d, const char *path, char descr[8], int *n_dim
     return 0;
 }
 
-int ts_npy_read(const char *path, char want, void **data, int *n_dims, int64_t shape[TS_NPY_MAX_DIMS], char *err,
-                size_t errlen) {
+int ts_npy_read(const char *path, char want, void **data, int *n_dims, int64_t shape[TS_NPY_MAX_DIMS],
+                char *err, size_t errlen) {
     *data = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return ts_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
@@ -65,10 +72,14 @@ int ts_npy_read(const char *path, char want, void **data, int *n_dims, int64_t s
         goto out;
     }
     size_t hlen;
-    if (pre[6] == 1) hlen = pre[8] | (size_t)pre[9] << 8;
+    if (pre[6] == 1)
+        hlen = pre[8] | (size_t)pre[9] << 8;
     else {
         unsigned char b[2];
-        if (fread(b, 1, 2, f) != 2) { ts_errf(err, errlen, "%s: truncated .npy header", path); goto out; }
+        if (fread(b, 1, 2, f) != 2) {
+            ts_errf(err, errlen, "%s: truncated .npy header", path);
+            goto out;
+        }
         hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)b[0] << 16 | (size_t)b[1] << 24;
     }
     if (hlen >= sizeof dict || fread(dict, 1, hlen, f) != hlen) {
@@ -84,13 +95,18 @@ int ts_npy_read(const char *path, char want, void **data, int *n_dims, int64_t s
             goto out;
         }
     size_t esz = strcmp(descr, "<i8") == 0 ? 8 : 4;
-    bool ok_type = want == 'f' ? strcmp(descr, "<f4") == 0 : (strcmp(descr, "<i4") == 0 || strcmp(descr, "<i8") == 0);
+    bool ok_type =
+        want == 'f' ? strcmp(descr, "<f4") == 0 : (strcmp(descr, "<i4") == 0 || strcmp(descr, "<i8") == 0);
     if (!ok_type) {
-        ts_errf(err, errlen, "%s: .npy dtype is '%s', expected %s", path, descr, want == 'f' ? "'<f4' (float32)" : "'<i4' (int32) or '<i8'");
+        ts_errf(err, errlen, "%s: .npy dtype is '%s', expected %s", path, descr,
+                want == 'f' ? "'<f4' (float32)" : "'<i4' (int32) or '<i8'");
         goto out;
     }
     void *raw = malloc((size_t)(count ? count : 1) * esz);
-    if (!raw) { ts_errf(err, errlen, "%s: out of memory", path); goto out; }
+    if (!raw) {
+        ts_errf(err, errlen, "%s: out of memory", path);
+        goto out;
+    }
     if (fread(raw, esz, (size_t)count, f) != (size_t)count) {
         free(raw);
         ts_errf(err, errlen, "%s: .npy data is truncated (expected %" PRId64 " elements)", path, count);
@@ -103,7 +119,8 @@ int ts_npy_read(const char *path, char want, void **data, int *n_dims, int64_t s
             memcpy(&v, (char *)raw + 8 * i, 8);
             if (v < INT32_MIN || v > INT32_MAX) {
                 free(raw);
-                ts_errf(err, errlen, "%s: element %" PRId64 " (%" PRId64 ") does not fit in int32", path, i, v);
+                ts_errf(err, errlen, "%s: element %" PRId64 " (%" PRId64 ") does not fit in int32", path, i,
+                        v);
                 goto out;
             }
             o[i] = (int32_t)v;

@@ -22,11 +22,14 @@
 #define PPL_GROUPS (TS_ARGS_FILE | TS_ARGS_CONTEXT | TS_ARGS_UBATCH | TS_ARGS_BATCH)
 
 static void ppl_usage(FILE *f) {
-    fprintf(f, "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks N]\n"
-               "llama.cpp's convention: windows of -c tokens (default 512), the second half of each window scored.\n"
-               "-f: a text file (- for standard input), tokenized with the model's tokenizer (no BOS, special\n"
-               "tokens not parsed); --tokens-npy: its token ids as an int32 1-D .npy instead.\n"
-               "  --chunks N            score only the first N windows\n");
+    fprintf(
+        f,
+        "usage: turbospark perplexity -m FILE.gguf (-f TEXT | --tokens-npy TOKENS.npy) [-c 512] [--chunks "
+        "N]\n"
+        "llama.cpp's convention: windows of -c tokens (default 512), the second half of each window scored.\n"
+        "-f: a text file (- for standard input), tokenized with the model's tokenizer (no BOS, special\n"
+        "tokens not parsed); --tokens-npy: its token ids as an int32 1-D .npy instead.\n"
+        "  --chunks N            score only the first N windows\n");
     ts_cli_args_help(f, PPL_GROUPS);
 }
 
@@ -64,7 +67,8 @@ int ts_cmd_perplexity(int argc, char **argv) {
     ts_cli_args_init(&a);
     a.n_ctx = 512;
     ppl_opts po = {.tokens = NULL, .chunks = -1};
-    ts_cli_spec spec = {.cmd = "perplexity", .groups = PPL_GROUPS, .own = k_ppl_opts, .own_cb = ppl_option, .ctx = &po};
+    ts_cli_spec spec = {
+        .cmd = "perplexity", .groups = PPL_GROUPS, .own = k_ppl_opts, .own_cb = ppl_option, .ctx = &po};
     int pr = ts_cli_parse(argc, argv, &spec, &a);
     if (pr) {
         pr < 0 ? ppl_usage(stderr) : ppl_usage(stdout);
@@ -74,7 +78,11 @@ int ts_cmd_perplexity(int argc, char **argv) {
     const ts_backend be = a.backend;
     long ctx = a.n_ctx, ub = a.ubatch;
     const long chunks = po.chunks;
-    if (!path || !tokens == !text) { fprintf(stderr, "turbospark perplexity: -m and one of -f / --tokens-npy are required\n"); ppl_usage(stderr); return 2; }
+    if (!path || !tokens == !text) {
+        fprintf(stderr, "turbospark perplexity: -m and one of -f / --tokens-npy are required\n");
+        ppl_usage(stderr);
+        return 2;
+    }
     char err[1024];
     int32_t *ids = NULL;
     int n_dims;
@@ -88,7 +96,10 @@ int ts_cmd_perplexity(int argc, char **argv) {
     int64_t n = n_dims == 1 ? shape[0] : 0, n_chunks = n / ctx;
     if (chunks >= 0 && chunks < n_chunks) n_chunks = chunks;
     if (n_chunks < 1) {
-        fprintf(stderr, "turbospark perplexity: %" PRId64 " tokens do not fill one window of %ld (use a smaller -c)\n", n, ctx);
+        fprintf(stderr,
+                "turbospark perplexity: %" PRId64
+                " tokens do not fill one window of %ld (use a smaller -c)\n",
+                n, ctx);
         free(ids);
         return 1;
     }
@@ -101,12 +112,18 @@ int ts_cmd_perplexity(int argc, char **argv) {
     }
     const int64_t V = ts_model_n_vocab(m);
     if (ctx > ts_model_n_ctx_train(m))
-        fprintf(stderr, "turbospark perplexity: warning: -c %ld is more than the %" PRId64 " tokens the model was trained on\n", ctx,
-                ts_model_n_ctx_train(m));
-    if (a.batch_given) ts_cli_cap("perplexity", "-ub", &ub, a.batch, "the batch size -b");
-    else if (ub > a.batch) ub = a.batch;
-    if (a.ubatch_given || a.batch_given) ts_cli_cap("perplexity", a.ubatch_given ? "-ub" : "-b", &ub, ctx, "the window -c");
-    else if (ub > ctx) ub = ctx;
+        fprintf(stderr,
+                "turbospark perplexity: warning: -c %ld is more than the %" PRId64
+                " tokens the model was trained on\n",
+                ctx, ts_model_n_ctx_train(m));
+    if (a.batch_given)
+        ts_cli_cap("perplexity", "-ub", &ub, a.batch, "the batch size -b");
+    else if (ub > a.batch)
+        ub = a.batch;
+    if (a.ubatch_given || a.batch_given)
+        ts_cli_cap("perplexity", a.ubatch_given ? "-ub" : "-b", &ub, ctx, "the window -c");
+    else if (ub > ctx)
+        ub = ctx;
     ts_session_params sp = {.n_ctx = ctx, .ubatch = ub, .backend = be};
     float *logits = malloc((size_t)(ctx * V) * sizeof(float));
     int rc = !logits ? (snprintf(err, sizeof err, "out of memory for %ld x %" PRId64 " logits", ctx, V), -1)
@@ -132,12 +149,15 @@ int ts_cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "turbospark perplexity: %s\n", err);
     } else {
         double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        printf("perplexity: %.6f over %" PRId64 " scored tokens (%" PRId64 " windows of %ld; mean NLL %.6f); %.1f tokens/s\n",
+        printf("perplexity: %.6f over %" PRId64 " scored tokens (%" PRId64
+               " windows of %ld; mean NLL %.6f); %.1f tokens/s\n",
                exp(total / count), count, n_chunks, ctx, total / count, n_chunks * ctx / secs);
         /* llama.cpp's estimate: the standard error of the mean NLL, carried through exp */
         const double mean = total / count, var = total2 / count - mean * mean, ppl = exp(mean);
-        if (count > 1 && var > 0) printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * sqrt(var / (count - 1)));
-        else printf("Final estimate: PPL = %.4f +/- nan\n", ppl);
+        if (count > 1 && var > 0)
+            printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * sqrt(var / (count - 1)));
+        else
+            printf("Final estimate: PPL = %.4f +/- nan\n", ppl);
     }
     free(logits);
     free(ids);

@@ -26,7 +26,7 @@
 #endif
 
 typedef struct gen_opts {
-    ts_cli_args a;           /* the shared flags: model, prompt, -n, -c, sampling, ... */
+    ts_cli_args a; /* the shared flags: model, prompt, -n, -c, sampling, ... */
     const char *chat_template, *chat_template_file, *system;
     bool no_jinja;            /* --no-jinja: the built-in chat templates only */
     const char *json_schema;  /* a schema file, or "" for any JSON object (--json); NULL: free text */
@@ -38,7 +38,9 @@ typedef struct gen_opts {
 } gen_opts;
 
 static volatile sig_atomic_t g_interrupted;
-static void on_sigint(int sig) { (void)sig, g_interrupted = 1; }
+static void on_sigint(int sig) {
+    (void)sig, g_interrupted = 1;
+}
 
 static double now(void) {
     struct timespec t;
@@ -52,23 +54,26 @@ static void usage(FILE *f, bool chat) {
     fprintf(f, "usage: turbospark %s -m FILE.gguf %s[options]\n", chat ? "chat" : "run",
             chat ? "" : "(-p PROMPT | -f FILE) ");
     ts_cli_args_help(f, GEN_GROUPS | (chat ? 0 : TS_ARGS_PROMPT));
-    fprintf(f, "  (-n defaults to %s, -c to 4096)\n"
-               "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
-               "                     after the reasoning when the prompt opens <think>)\n"
-               "  --json             the output is a JSON object\n"
-               "  --grammar-file F   the output follows these GBNF rules (llama.cpp's grammar syntax)\n"
-               "  --reasoning-format F  deepseek: <think> reasoning goes to stderr, the answer to stdout;\n"
-               "                     none: the text as generated (default: none for run, deepseek for chat)\n"
-               "  --reasoning-budget N  thinking tokens before </think> is forced (default -1: no limit)\n",
+    fprintf(f,
+            "  (-n defaults to %s, -c to 4096)\n"
+            "  --json-schema FILE the output is JSON valid for this schema (constrained decoding;\n"
+            "                     after the reasoning when the prompt opens <think>)\n"
+            "  --json             the output is a JSON object\n"
+            "  --grammar-file F   the output follows these GBNF rules (llama.cpp's grammar syntax)\n"
+            "  --reasoning-format F  deepseek: <think> reasoning goes to stderr, the answer to stdout;\n"
+            "                     none: the text as generated (default: none for run, deepseek for chat)\n"
+            "  --reasoning-budget N  thinking tokens before </think> is forced (default -1: no limit)\n",
             chat ? "512 per reply" : "128");
     if (chat)
-        fprintf(f, "  -sys, --system-prompt TEXT  system message\n"
-                   "  --chat-template K  a built-in template: chatml | qwen3 | qwen3-thinking (default: the\n"
-                   "                     file's own Jinja template, or the built-in one recognised from it)\n"
-                   "  --chat-template-file F  a Jinja chat template to use instead of the file's\n"
-                   "  --jinja / --no-jinja   render the template with the Jinja engine (default) / built-in only\n"
-                   "  --think / --no-think   enable_thinking for Qwen3 templates\n"
-                   "In the conversation: /exit quits; Ctrl-C stops the reply being written.\n");
+        fprintf(
+            f,
+            "  -sys, --system-prompt TEXT  system message\n"
+            "  --chat-template K  a built-in template: chatml | qwen3 | qwen3-thinking (default: the\n"
+            "                     file's own Jinja template, or the built-in one recognised from it)\n"
+            "  --chat-template-file F  a Jinja chat template to use instead of the file's\n"
+            "  --jinja / --no-jinja   render the template with the Jinja engine (default) / built-in only\n"
+            "  --think / --no-think   enable_thinking for Qwen3 templates\n"
+            "In the conversation: /exit quits; Ctrl-C stops the reply being written.\n");
     else
         fprintf(f, "  --no-special       treat <|...|> markers in the prompt as plain text\n");
 }
@@ -119,17 +124,39 @@ static const struct option k_chat_opts[] = {
 static int own_option(void *ctx, int id, const char *v) {
     gen_opts *o = ctx;
     switch (id) {
-    case OPT_NO_SPECIAL: o->no_special = true; return 0;
-    case OPT_THINK: o->enable_thinking = 1; return 0;
-    case OPT_NO_THINK: o->enable_thinking = 0; return 0;
-    case OPT_JSON: o->json_schema = ""; return 0;
-    case OPT_SYSTEM: o->system = v; return 0;
-    case OPT_CHAT_TEMPLATE: o->chat_template = v; return 0;
-    case OPT_CHAT_TEMPLATE_FILE: o->chat_template_file = v; return 0;
-    case OPT_JINJA: o->no_jinja = false; return 0;
-    case OPT_NO_JINJA: o->no_jinja = true; return 0;
-    case OPT_JSON_SCHEMA: o->json_schema = v; return 0;
-    case OPT_GRAMMAR_FILE: o->grammar_file = v; return 0;
+    case OPT_NO_SPECIAL:
+        o->no_special = true;
+        return 0;
+    case OPT_THINK:
+        o->enable_thinking = 1;
+        return 0;
+    case OPT_NO_THINK:
+        o->enable_thinking = 0;
+        return 0;
+    case OPT_JSON:
+        o->json_schema = "";
+        return 0;
+    case OPT_SYSTEM:
+        o->system = v;
+        return 0;
+    case OPT_CHAT_TEMPLATE:
+        o->chat_template = v;
+        return 0;
+    case OPT_CHAT_TEMPLATE_FILE:
+        o->chat_template_file = v;
+        return 0;
+    case OPT_JINJA:
+        o->no_jinja = false;
+        return 0;
+    case OPT_NO_JINJA:
+        o->no_jinja = true;
+        return 0;
+    case OPT_JSON_SCHEMA:
+        o->json_schema = v;
+        return 0;
+    case OPT_GRAMMAR_FILE:
+        o->grammar_file = v;
+        return 0;
     case OPT_REASONING_BUDGET:
         if (ts_cli_long(v, -1, 1L << 30, &o->reasoning_budget) == 0) return 0;
         fprintf(stderr, "'--reasoning-budget %s' is not a valid value\n", v);
@@ -137,7 +164,10 @@ static int own_option(void *ctx, int id, const char *v) {
     case OPT_REASONING_FORMAT: {
         ts_reasoning_format f;
         char e2[128];
-        if (ts_reasoning_format_from_name(v, &f, e2, sizeof e2)) { fprintf(stderr, "%s\n", e2); return -1; }
+        if (ts_reasoning_format_from_name(v, &f, e2, sizeof e2)) {
+            fprintf(stderr, "%s\n", e2);
+            return -1;
+        }
         o->reasoning_format = (int)f;
         return 0;
     }
@@ -152,13 +182,26 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
     o->a.n_predict = chat ? 512 : 128;
     o->enable_thinking = -1;
     o->reasoning_format = chat ? TS_REASONING_DEEPSEEK : TS_REASONING_NONE, o->reasoning_budget = -1;
-    ts_cli_spec spec = {.cmd = chat ? "chat" : "run", .groups = GEN_GROUPS | (chat ? 0 : TS_ARGS_PROMPT),
-                        .own = chat ? k_chat_opts : k_run_opts, .own_short = "", .own_cb = own_option, .ctx = o};
+    ts_cli_spec spec = {.cmd = chat ? "chat" : "run",
+                        .groups = GEN_GROUPS | (chat ? 0 : TS_ARGS_PROMPT),
+                        .own = chat ? k_chat_opts : k_run_opts,
+                        .own_short = "",
+                        .own_cb = own_option,
+                        .ctx = o};
     int r = ts_cli_parse(argc, argv, &spec, &o->a);
-    if (r == 1) { usage(stdout, chat); return 1; }
+    if (r == 1) {
+        usage(stdout, chat);
+        return 1;
+    }
     if (r) return -1;
-    if (!o->a.model) { fprintf(stderr, "no model given (-m FILE.gguf)\n"); return -1; }
-    if (!chat && !o->a.prompt == !o->a.file) { fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n"); return -1; }
+    if (!o->a.model) {
+        fprintf(stderr, "no model given (-m FILE.gguf)\n");
+        return -1;
+    }
+    if (!chat && !o->a.prompt == !o->a.file) {
+        fprintf(stderr, "give exactly one of -p PROMPT and -f FILE\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -171,7 +214,7 @@ typedef struct engine {
     float *logits;
     int32_t V;
     uint64_t seed;
-    ts_tokens ctx; /* the ids the session holds, in order */
+    ts_tokens ctx;          /* the ids the session holds, in order */
     ts_grammar *grammar;    /* --json-schema / --json, or NULL */
     ts_grammar_vocab *gvoc; /* with a grammar */
     uint32_t *allow;        /* [V / 32 + 1] */
@@ -202,21 +245,32 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     ts_model_sampling(e->m, &o->a.sp, o->a.sp_given); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     ts_cli_cap(cmd, "-c", &o->a.n_ctx, (long)ts_model_n_ctx_train(e->m), "the model's trained context");
-    if (o->a.batch_given) ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");
-    else if (o->a.ubatch > o->a.batch) o->a.ubatch = o->a.batch;
+    if (o->a.batch_given)
+        ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");
+    else if (o->a.ubatch > o->a.batch)
+        o->a.ubatch = o->a.batch;
     const int64_t n_ctx = o->a.n_ctx;
     ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->a.ubatch, .backend = o->a.backend};
     if (ts_session_new(e->m, &sp, &e->s, err, sizeof err)) goto fail;
     if (ts_sampler_new(&o->a.sp, e->V, &e->smp, err, sizeof err)) goto fail;
-    if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
     e->seed = o->a.sp.seed;
     if (o->a.ignore_eos) { /* end-of-generation tokens are never sampled */
-        if (!(e->no_eog = malloc(((size_t)e->V / 32 + 1) * sizeof *e->no_eog))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+        if (!(e->no_eog = malloc(((size_t)e->V / 32 + 1) * sizeof *e->no_eog))) {
+            snprintf(err, sizeof err, "out of memory");
+            goto fail;
+        }
         memset(e->no_eog, 0, ((size_t)e->V / 32 + 1) * sizeof *e->no_eog);
         for (int32_t id = 0; id < e->V; id++)
             if (!ts_tokenizer_is_eog(e->tok, id)) e->no_eog[id / 32] |= 1u << (id % 32);
     }
-    if (o->json_schema && o->grammar_file) { snprintf(err, sizeof err, "give --json-schema (or --json) or --grammar-file, not both"); goto fail; }
+    if (o->json_schema && o->grammar_file) {
+        snprintf(err, sizeof err, "give --json-schema (or --json) or --grammar-file, not both");
+        goto fail;
+    }
     if (o->json_schema || o->grammar_file) {
         const char *path = o->grammar_file ? o->grammar_file : o->json_schema;
         char *text = *path ? read_file(path, err, sizeof err) : NULL;
@@ -226,11 +280,17 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
         if (!bad) bad = ts_grammar_vocab_new(e->tok, &e->gvoc, err, sizeof err);
         free(text);
         if (bad) goto fail;
-        if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+        if (!(e->allow = malloc(((size_t)e->V / 32 + 1) * sizeof *e->allow))) {
+            snprintf(err, sizeof err, "out of memory");
+            goto fail;
+        }
     }
-    fprintf(stderr, "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64 " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "%s\n",
-            cmd, o->a.model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->a.sp.temperature, o->a.sp.top_k,
-            o->a.sp.top_p, o->a.sp.min_p, o->a.sp.seed, o->a.seed_random ? " (random; -s repeats it)" : "");
+    fprintf(stderr,
+            "%s: loaded %s in %.2f s (%.1f MiB of state for %" PRId64
+            " tokens); sampling: temp %.2f top-k %d top-p %.2f min-p %.2f seed %" PRIu64 "%s\n",
+            cmd, o->a.model, now() - t0, ts_session_state_bytes(e->s) / 1048576.0, n_ctx, o->a.sp.temperature,
+            o->a.sp.top_k, o->a.sp.top_p, o->a.sp.min_p, o->a.sp.seed,
+            o->a.seed_random ? " (random; -s repeats it)" : "");
     return 0;
 fail:
     fprintf(stderr, "turbospark %s: %s\n", cmd, err);
@@ -292,13 +352,15 @@ static int next_token(engine *e, ts_matcher *mt, bool thinking, int32_t *id, cha
         *id = ts_sampler_sample_masked(e->smp, e->logits, e->allow);
         return ts_tokenizer_is_eog(e->tok, *id) ? 0 : ts_matcher_accept(mt, *id, err, errlen);
     }
-    *id = e->no_eog ? ts_sampler_sample_masked(e->smp, e->logits, e->no_eog) : ts_sampler_sample(e->smp, e->logits);
+    *id = e->no_eog ? ts_sampler_sample_masked(e->smp, e->logits, e->no_eog)
+                    : ts_sampler_sample(e->smp, e->logits);
     return 0;
 }
 
 /* Samples until an end-of-generation token, a stop string, n_predict, the context end or Ctrl-C,
  * streaming text to stdout. `reply` receives the whole reply (without a stop string). */
-static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *reply, gen_stats *st, char *err, size_t errlen) {
+static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *reply, gen_stats *st, char *err,
+                    size_t errlen) {
     ts_textgen g;
     ts_textgen_init(&g, e->tok, o->a.stops, o->a.n_stops, reply);
     size_t printed = 0; /* bytes of reply already shown */
@@ -317,7 +379,10 @@ static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *repl
     bool reasoned = false; /* reasoning was shown (on stderr) */
     int rc = 0;
     for (long i = 0; (o->a.n_predict < 0 || i < o->a.n_predict) && !rc; i++) {
-        if (g_interrupted) { st->why = "interrupted"; break; }
+        if (g_interrupted) {
+            st->why = "interrupted";
+            break;
+        }
         if (thinking && !forced.n && o->reasoning_budget >= 0 && n_think >= o->reasoning_budget)
             rc = ts_tokenize(e->tok, "\n</think>\n\n", strlen("\n</think>\n\n"), true, &forced, err, errlen);
         int32_t id;
@@ -328,20 +393,37 @@ static int generate(engine *e, const gen_opts *o, bool think_open, ts_text *repl
         } else if ((rc = next_token(e, mt, thinking, &id, err, errlen))) {
             break;
         }
-        if (thinking) n_think++, thinking = id != close_id || n_forced < forced.n;
-        else if (id == open_id && i == 0 && !mt) thinking = true;
-        if (ts_tokenizer_is_eog(e->tok, id)) { st->why = "end of generation"; break; }
+        if (thinking)
+            n_think++, thinking = id != close_id || n_forced < forced.n;
+        else if (id == open_id && i == 0 && !mt)
+            thinking = true;
+        if (ts_tokenizer_is_eog(e->tok, id)) {
+            st->why = "end of generation";
+            break;
+        }
         int r = ts_textgen_push(&g, id, err, errlen);
-        if (r < 0) { rc = -1; break; }
+        if (r < 0) {
+            rc = -1;
+            break;
+        }
         st->n_gen++;
         size_t safe = ts_textgen_safe(&g);
-        if (safe > printed) rc = show(&ts, split, reply->s + printed, safe - printed, false, &reasoned), printed = safe;
+        if (safe > printed)
+            rc = show(&ts, split, reply->s + printed, safe - printed, false, &reasoned), printed = safe;
         fflush(stdout);
-        if (r == 1) { st->why = "stop string"; break; }
-        if (ts_session_pos(e->s) >= o->a.n_ctx) { st->why = "context full"; break; }
+        if (r == 1) {
+            st->why = "stop string";
+            break;
+        }
+        if (ts_session_pos(e->s) >= o->a.n_ctx) {
+            st->why = "context full";
+            break;
+        }
         ts_sampler_accept(e->smp, id);
-        if (ts_tokens_push(&e->ctx, id)) rc = ts_errf(err, errlen, "out of memory");
-        else if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen)) rc = -1;
+        if (ts_tokens_push(&e->ctx, id))
+            rc = ts_errf(err, errlen, "out of memory");
+        else if (ts_session_eval(e->s, &id, 1, e->logits, false, err, errlen))
+            rc = -1;
     }
     ts_matcher_free(mt);
     ts_tokens_free(&forced);
@@ -361,9 +443,16 @@ static char *read_file(const char *path, char *err, size_t errlen) {
     char buf[65536];
     size_t k;
     while ((k = fread(buf, 1, sizeof buf, f)) > 0)
-        if (ts_text_append(&t, buf, k)) { fclose(f); ts_text_free(&t); return ts_errf(err, errlen, "out of memory"), NULL; }
+        if (ts_text_append(&t, buf, k)) {
+            fclose(f);
+            ts_text_free(&t);
+            return ts_errf(err, errlen, "out of memory"), NULL;
+        }
     fclose(f);
-    if (ts_text_append(&t, "", 1)) { ts_text_free(&t); return NULL; }
+    if (ts_text_append(&t, "", 1)) {
+        ts_text_free(&t);
+        return NULL;
+    }
     return t.s;
 }
 
@@ -384,7 +473,11 @@ int ts_cmd_run(int argc, char **argv) {
         return 1;
     }
     engine e;
-    if (engine_init(&e, &o, "run")) { free(file_text); ts_cli_args_free(&o.a); return 1; }
+    if (engine_init(&e, &o, "run")) {
+        free(file_text);
+        ts_cli_args_free(&o.a);
+        return 1;
+    }
     const char *text = o.a.prompt ? o.a.prompt : file_text;
     ts_tokens prompt = {0};
     ts_text reply = {0};
@@ -392,7 +485,9 @@ int ts_cmd_run(int argc, char **argv) {
     int rc = ts_tokenize(e.tok, text, strlen(text), !o.no_special, &prompt, err, sizeof err);
     if (!rc && prompt.n == 0) rc = ts_errf(err, sizeof err, "the prompt is empty");
     if (!rc && (int64_t)prompt.n >= o.a.n_ctx)
-        rc = ts_errf(err, sizeof err, "the prompt has %zu tokens, more than the context of %ld allows (use -c)", prompt.n, o.a.n_ctx);
+        rc = ts_errf(err, sizeof err,
+                     "the prompt has %zu tokens, more than the context of %ld allows (use -c)", prompt.n,
+                     o.a.n_ctx);
     double t0 = now();
     if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
     double t_prompt = now() - t0;
@@ -405,8 +500,11 @@ int ts_cmd_run(int argc, char **argv) {
     } else {
         printf("\n");
         fflush(stdout);
-        fprintf(stderr, "prompt: %zu tokens in %.2f s (%.1f tokens/s); generation: %" PRId64 " tokens in %.2f s (%.1f tokens/s); stopped by %s\n",
-                prompt.n, t_prompt, prompt.n / t_prompt, st.n_gen, st.t_gen, st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
+        fprintf(stderr,
+                "prompt: %zu tokens in %.2f s (%.1f tokens/s); generation: %" PRId64
+                " tokens in %.2f s (%.1f tokens/s); stopped by %s\n",
+                prompt.n, t_prompt, prompt.n / t_prompt, st.n_gen, st.t_gen,
+                st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
     }
     ts_tokens_free(&prompt);
     ts_text_free(&reply);
@@ -451,7 +549,10 @@ int ts_cmd_chat(int argc, char **argv) {
     }
     char err[1024];
     engine e;
-    if (engine_init(&e, &o, "chat")) { ts_cli_args_free(&o.a); return 1; }
+    if (engine_init(&e, &o, "chat")) {
+        ts_cli_args_free(&o.a);
+        return 1;
+    }
     ts_chat *chat;
     char note[700];
     if (ts_chat_new(e.tok, o.chat_template, o.chat_template_file, !o.no_jinja, &chat, note, sizeof note, err,
@@ -461,9 +562,12 @@ int ts_cmd_chat(int argc, char **argv) {
         return 1;
     }
     if (note[0]) fprintf(stderr, "note: %s\n", note);
-    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n", ts_chat_name(chat));
+    fprintf(stderr, "chat template: %s. Type a message; /exit to quit; Ctrl-C stops a reply.\n",
+            ts_chat_name(chat));
     cJSON *h = cJSON_CreateArray();
-    int rc = !h || (o.system && history_add(h, "system", o.system)) ? ts_errf(err, sizeof err, "out of memory") : 0;
+    int rc = !h || (o.system && history_add(h, "system", o.system))
+                 ? ts_errf(err, sizeof err, "out of memory")
+                 : 0;
     char line[16384];
     while (!rc) {
         fprintf(stderr, "\n> ");
@@ -474,7 +578,10 @@ int ts_cmd_chat(int argc, char **argv) {
         while (L && (line[L - 1] == '\n' || line[L - 1] == '\r')) line[--L] = 0;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!L) continue;
-        if (history_add(h, "user", line)) { rc = ts_errf(err, sizeof err, "out of memory"); break; }
+        if (history_add(h, "user", line)) {
+            rc = ts_errf(err, sizeof err, "out of memory");
+            break;
+        }
         ts_text reply = {0};
         ts_tokens prompt = {0};
         char *prompt_text = NULL;
@@ -483,16 +590,23 @@ int ts_cmd_chat(int argc, char **argv) {
         rc = render(chat, &o, h, &prompt_text, &prompt_len, err, sizeof err);
         if (!rc) rc = ts_tokenize(e.tok, prompt_text, prompt_len, true, &prompt, err, sizeof err);
         if (!rc && (int64_t)prompt.n + 1 >= o.a.n_ctx)
-            rc = ts_errf(err, sizeof err, "the conversation (%zu tokens) no longer fits the context of %ld tokens; start again with a larger -c", prompt.n, o.a.n_ctx);
+            rc = ts_errf(err, sizeof err,
+                         "the conversation (%zu tokens) no longer fits the context of %ld tokens; start "
+                         "again with a larger -c",
+                         prompt.n, o.a.n_ctx);
         if (!rc) rc = feed(&e, prompt.ids, prompt.n, err, sizeof err);
         signal(SIGINT, on_sigint);
-        if (!rc) rc = generate(&e, &o, ts_prompt_opens_think(prompt_text, prompt_len), &reply, &st, err, sizeof err);
+        if (!rc)
+            rc = generate(&e, &o, ts_prompt_opens_think(prompt_text, prompt_len), &reply, &st, err,
+                          sizeof err);
         signal(SIGINT, SIG_DFL);
         if (!rc) {
             printf("\n");
             fflush(stdout);
-            fprintf(stderr, "[%" PRId64 " tokens, %.1f tokens/s, %s]\n", st.n_gen, st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
-            if (history_add(h, "assistant", reply.n ? reply.s : "")) rc = ts_errf(err, sizeof err, "out of memory");
+            fprintf(stderr, "[%" PRId64 " tokens, %.1f tokens/s, %s]\n", st.n_gen,
+                    st.n_gen / (st.t_gen > 0 ? st.t_gen : 1), st.why);
+            if (history_add(h, "assistant", reply.n ? reply.s : ""))
+                rc = ts_errf(err, sizeof err, "out of memory");
         }
         free(prompt_text), ts_text_free(&reply), ts_tokens_free(&prompt);
     }

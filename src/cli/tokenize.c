@@ -28,12 +28,14 @@ static void usage(FILE *f) {
 }
 
 /* The tokenizer of -m FILE.gguf or --hf HF_DIR. */
-static int load_tokenizer(const char *gguf_path, const char *hf_dir, ts_tokenizer **t, char *err, size_t errlen) {
-    return gguf_path ? ts_tokenizer_load_gguf(gguf_path, t, err, errlen) : ts_tokenizer_load_hf(hf_dir, t, err, errlen);
+static int load_tokenizer(const char *gguf_path, const char *hf_dir, ts_tokenizer **t, char *err,
+                          size_t errlen) {
+    return gguf_path ? ts_tokenizer_load_gguf(gguf_path, t, err, errlen)
+                     : ts_tokenizer_load_hf(hf_dir, t, err, errlen);
 }
 
-int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids, int64_t *n,
-                  char *err, size_t errlen) {
+int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,
+                  int64_t *n, char *err, size_t errlen) {
     *ids = NULL, *n = 0;
     int64_t cap = (int64_t)len + 16, k = -1; /* enough but for invalid UTF-8 (a byte becomes U+FFFD) */
     for (int pass = 0; pass < 2; pass++) {

@@ -693,7 +693,8 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
     c.st = st;
     for (uint32_t f = 0; f < ts_st_file_count(st); f++) /* writing over a mapped input would crash */
         if (same_file(out_path, ts_st_file_path(st, f))) {
-            rc = ts_errf(err, errlen, "the output %s is one of the checkpoint's files; write to another path", out_path);
+            rc = ts_errf(err, errlen, "the output %s is one of the checkpoint's files; write to another path",
+                         out_path);
             goto done;
         }
     uint32_t mtp_layers = 0;
@@ -715,9 +716,21 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
         rc = ts_errf(err, errlen, "out of memory");
         goto done;
     }
+    ts_layout lay = {0};
+    char needs[64];
+    uint32_t needs_type;
+    if (ts_mix_needs_imatrix(o->mix, &cfg.hp, lay, needs, sizeof needs, &needs_type)) {
+        rc = ts_errf(
+            err, errlen,
+            "the mix %s puts %s at %s, which ggml quantizes only with importance weights: convert to bf16 "
+            "first, make an importance matrix with `turbospark imatrix`, then run `turbospark quantize "
+            "IN.gguf "
+            "OUT.gguf %s --imatrix FILE`",
+            o->mix->name, needs, ts_type_name(needs_type), o->mix->name);
+        goto done;
+    }
     rc = resolve_embeddings(&c);
     if (!rc && cfg.hp.ple_layer >= 0) rc = check_ple_buffers(&c);
-    ts_layout lay = {0};
     if (!rc) rc = ts_qwen4exp_visit_tensors(&cfg.hp, lay, NULL, plan_one, &c);
     if (rc) goto done;
     size_t n_unexpected = 0;

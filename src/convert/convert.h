@@ -25,7 +25,7 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
  * importance matrix file (.gguf or .dat, src/convert/imatrix.h) or NULL; its weights are used for
  * the tensors it covers whose target type has a weighted quantizer (ts_can_quantize_imatrix), as
  * llama-quantize does, and the file is named in quantize.imatrix.* metadata. */
-int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mix, const char *imatrix, bool quiet,
-                     char *err, size_t errlen);
+int ts_quantize_gguf(const char *in_path, const char *out_path, const ts_mix *mix, const char *imatrix,
+                     bool quiet, char *err, size_t errlen);
 
 #endif

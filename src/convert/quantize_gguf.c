@@ -57,6 +57,20 @@ static int q_plan(void *ctx, const ts_tensor_spec *s) {
                        "the importance matrix of %s has %" PRId64 " x %" PRId64 " values, the tensor %" PRId64
                        " columns x %" PRId64 " matrices (another model?)",
                        s->name, e->n_in, e->n_mat, t->ne[0], n_mat);
+    if (!e && j->type != t->type && ts_quantize_needs_imatrix(j->type)) {
+        const char *tn = ts_type_name(j->type);
+        if (q->im)
+            return ts_errf(
+                q->err, q->errlen,
+                "the importance matrix has no entry for %s, which the mix puts at %s: ggml quantizes %s "
+                "only with importance weights (make the matrix with this model)",
+                s->name, tn, tn);
+        return ts_errf(
+            q->err, q->errlen,
+            "the mix puts %s at %s, which ggml quantizes only with importance weights: make them with "
+            "`turbospark imatrix -m MODEL.gguf -f TEXT` and pass --imatrix FILE",
+            s->name, tn);
+    }
     if (e) {
         j->qw = malloc((size_t)(t->ne[0] * n_mat) * sizeof(float));
         if (!j->qw)

@@ -32,7 +32,8 @@ void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, co
 /* Importance matrices (turbospark imatrix): when set, fn sees the input x (T × ne0) of every
  * ts_cpu_matmul / ts_cpu_matmul_each with W and row0, on the calling thread, before the product.
  * Process-wide, like ts_cpu_set_trace; NULL turns it off (the normal path pays one test a product). */
-typedef void (*ts_cpu_matmul_hook)(void *ctx, const ts_gguf_tensor *W, int64_t row0, const float *x, int64_t T);
+typedef void (*ts_cpu_matmul_hook)(void *ctx, const ts_gguf_tensor *W, int64_t row0, const float *x,
+                                   int64_t T);
 void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx);
 
 /* Row r of any tensor, dequantized: out[ne0]. */
@@ -50,9 +51,15 @@ const float *ts_cpu_f32(const ts_gguf_tensor *t, float *scratch);
  * pairs (d, d + n_rot/2), inv_d = θ^(−2d/n_rot). */
 void ts_cpu_rope(float *x, int64_t n_rot, float theta, int64_t pos);
 
-static inline float ts_sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
-static inline float ts_silu(float x) { return x * ts_sigmoid(x); }
+static inline float ts_sigmoid(float x) {
+    return 1.0f / (1.0f + __builtin_expf(-x));
+}
+static inline float ts_silu(float x) {
+    return x * ts_sigmoid(x);
+}
 /* softplus as the reference computes it (linear above 20) */
-static inline float ts_softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
+static inline float ts_softplus(float x) {
+    return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x));
+}
 
 #endif

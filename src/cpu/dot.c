@@ -72,16 +72,17 @@ static void dot_scalar(uint32_t type, const uint8_t *w, size_t rb, int64_t nr, i
             }
             for (int64_t t = 0; t < tg; t++) {
                 const float *a = acc[t];
-                y[(t0 + t) * ldy + r] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + tail[t];
+                y[(t0 + t) * ldy + r] =
+                    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + tail[t];
             }
         }
     }
 }
 
-#define SCALAR_KERNEL(name, id)                                                                                    \
-    static void name##_scalar(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x, int64_t ldx,     \
-                              int64_t T, float *y, int64_t ldy) {                                                  \
-        dot_scalar(id, w, rb, nr, n, x, ldx, T, y, ldy);                                                           \
+#define SCALAR_KERNEL(name, id)                                                                              \
+    static void name##_scalar(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x,            \
+                              int64_t ldx, int64_t T, float *y, int64_t ldy) {                               \
+        dot_scalar(id, w, rb, nr, n, x, ldx, T, y, ldy);                                                     \
     }
 SCALAR_KERNEL(f32, TS_TYPE_F32)
 SCALAR_KERNEL(f16, TS_TYPE_F16)
@@ -112,15 +113,15 @@ SCALAR_KERNEL(iq1_s, TS_TYPE_IQ1_S)
 SCALAR_KERNEL(iq1_m, TS_TYPE_IQ1_M)
 
 static const ts_dot_kernel k_scalar[TS_TYPE_COUNT] = {
-    [TS_TYPE_F32] = f32_scalar,       [TS_TYPE_F16] = f16_scalar,       [TS_TYPE_BF16] = bf16_scalar,
-    [TS_TYPE_Q4_0] = q4_0_scalar,     [TS_TYPE_Q4_1] = q4_1_scalar,     [TS_TYPE_Q5_0] = q5_0_scalar,
-    [TS_TYPE_Q5_1] = q5_1_scalar,     [TS_TYPE_Q8_0] = q8_0_scalar,     [TS_TYPE_Q2_K] = q2_K_scalar,
-    [TS_TYPE_Q3_K] = q3_K_scalar,     [TS_TYPE_Q4_K] = q4_K_scalar,     [TS_TYPE_Q5_K] = q5_K_scalar,
-    [TS_TYPE_Q6_K] = q6_K_scalar,     [TS_TYPE_Q8_K] = q8_K_scalar,     [TS_TYPE_IQ4_NL] = iq4_nl_scalar,
-    [TS_TYPE_IQ4_XS] = iq4_xs_scalar, [TS_TYPE_MXFP4] = mxfp4_scalar,   [TS_TYPE_NVFP4] = nvfp4_scalar,
-    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,     [TS_TYPE_IQ2_XXS] = iq2_xxs_scalar,
-    [TS_TYPE_IQ2_XS] = iq2_xs_scalar, [TS_TYPE_IQ2_S] = iq2_s_scalar,   [TS_TYPE_IQ3_XXS] = iq3_xxs_scalar,
-    [TS_TYPE_IQ3_S] = iq3_s_scalar,   [TS_TYPE_IQ1_S] = iq1_s_scalar,   [TS_TYPE_IQ1_M] = iq1_m_scalar,
+    [TS_TYPE_F32] = f32_scalar,       [TS_TYPE_F16] = f16_scalar,     [TS_TYPE_BF16] = bf16_scalar,
+    [TS_TYPE_Q4_0] = q4_0_scalar,     [TS_TYPE_Q4_1] = q4_1_scalar,   [TS_TYPE_Q5_0] = q5_0_scalar,
+    [TS_TYPE_Q5_1] = q5_1_scalar,     [TS_TYPE_Q8_0] = q8_0_scalar,   [TS_TYPE_Q2_K] = q2_K_scalar,
+    [TS_TYPE_Q3_K] = q3_K_scalar,     [TS_TYPE_Q4_K] = q4_K_scalar,   [TS_TYPE_Q5_K] = q5_K_scalar,
+    [TS_TYPE_Q6_K] = q6_K_scalar,     [TS_TYPE_Q8_K] = q8_K_scalar,   [TS_TYPE_IQ4_NL] = iq4_nl_scalar,
+    [TS_TYPE_IQ4_XS] = iq4_xs_scalar, [TS_TYPE_MXFP4] = mxfp4_scalar, [TS_TYPE_NVFP4] = nvfp4_scalar,
+    [TS_TYPE_Q1_0] = q1_0_scalar,     [TS_TYPE_Q2_0] = q2_0_scalar,   [TS_TYPE_IQ2_XXS] = iq2_xxs_scalar,
+    [TS_TYPE_IQ2_XS] = iq2_xs_scalar, [TS_TYPE_IQ2_S] = iq2_s_scalar, [TS_TYPE_IQ3_XXS] = iq3_xxs_scalar,
+    [TS_TYPE_IQ3_S] = iq3_s_scalar,   [TS_TYPE_IQ1_S] = iq1_s_scalar, [TS_TYPE_IQ1_M] = iq1_m_scalar,
 };
 
 /* ---- 2. x86 SIMD ------------------------------------------------------------------------------ */
@@ -144,9 +145,12 @@ static float tail_plain(uint32_t type, const uint8_t *row, int64_t i0, int64_t n
     float s = 0;
     for (int64_t i = i0; i < n; i++) {
         float v;
-        if (type == TS_TYPE_F32) memcpy(&v, row + 4 * i, 4);
-        else if (type == TS_TYPE_F16) v = ts_fp16_to_fp32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
-        else v = ts_bf16_to_fp32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
+        if (type == TS_TYPE_F32)
+            memcpy(&v, row + 4 * i, 4);
+        else if (type == TS_TYPE_F16)
+            v = ts_fp16_to_fp32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
+        else
+            v = ts_bf16_to_fp32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
         s += v * x[i];
     }
     return s;
@@ -187,13 +191,16 @@ AI TGT2 __m256i bits_at(const uint8_t *p, int shift, int mask) {
  * block at b -> q (32 × int8), s0/s1 (scale of elements 0-15 / 16-31), o (offset; used only where
  * the type has one). Weight = fp32(q)·s (+ o). */
 #define PREP(name) AI TGT2 void prep_##name(const uint8_t *b, cx_##name *cx)
-#define DEC(name)                                                                                                  \
-    AI TGT2 void dec_##name(const uint8_t *b, const cx_##name *cx, int c, __m256i *q, float *s0, float *s1, float *o)
-#define NO_CX(name)                                                                                                \
-    typedef struct {                                                                                               \
-        char unused;                                                                                               \
-    } cx_##name;                                                                                                   \
-    PREP(name) { (void)b, (void)cx; }
+#define DEC(name)                                                                                            \
+    AI TGT2 void dec_##name(const uint8_t *b, const cx_##name *cx, int c, __m256i *q, float *s0, float *s1,  \
+                            float *o)
+#define NO_CX(name)                                                                                          \
+    typedef struct {                                                                                         \
+        char unused;                                                                                         \
+    } cx_##name;                                                                                             \
+    PREP(name) {                                                                                             \
+        (void)b, (void)cx;                                                                                   \
+    }
 
 NO_CX(q8_0)
 DEC(q8_0) { /* y = q·d */
@@ -252,8 +259,8 @@ AI TGT2 void prep_k4(const uint8_t *scales, float d, float dmin, cx_k4 *cx) {
     uint32_t u[4];
     memcpy(u, scales, 12);
     u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4); /* mins 4-7 */
-    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;                              /* mins 0-3 */
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);         /* scales 4-7 */
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3f;                            /* mins 0-3 */
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);        /* scales 4-7 */
     u[2] = mins_lo;
     u[0] &= 0x3f3f3f3f; /* scales 0-3 */
     const __m128i v = _mm_loadu_si128((const __m128i *)u);
@@ -296,7 +303,8 @@ PREP(q6_K) {
     const __m128i sc = _mm_loadu_si128((const __m128i *)B->scales);
     const __m256 d = _mm256_set1_ps(h2f(B->d));
     _mm256_storeu_ps(cx->s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-    _mm256_storeu_ps(cx->s + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    _mm256_storeu_ps(cx->s + 8,
+                     _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
 }
 DEC(q6_K) { /* chunk c = 4h + s: low nibble from ql[64h + 32(s%2) + l] (high nibble if s ≥ 2), high 2
              * bits from qh[32h + l] bits 2s; y = (d·scale[e/16])·(q − 32) */
@@ -316,8 +324,10 @@ DEC(q6_K) { /* chunk c = 4h + s: low nibble from ql[64h + 32(s%2) + l] (high nib
 /* -- 2b. chunk -> fp32 vectors ---------------------------------------------------------------- */
 
 AI TGT512 void cvt512(__m256i q, float s0, float s1, float o, int has_o, __m512 *w) {
-    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), _mm512_set1_ps(s0));
-    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), _mm512_set1_ps(s1));
+    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))),
+                         _mm512_set1_ps(s0));
+    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))),
+                         _mm512_set1_ps(s1));
     if (has_o) {
         w[0] = _mm512_add_ps(w[0], _mm512_set1_ps(o));
         w[1] = _mm512_add_ps(w[1], _mm512_set1_ps(o));
@@ -337,19 +347,19 @@ AI TGT2 void cvt256(__m256i q, float s0, float s1, float o, int has_o, __m256 *w
     }
 }
 
-#define CK512_CVT(name, has_o)                                                                                    \
-    AI TGT512 void ck512_##name(const uint8_t *b, const cx_##name *cx, int c, __m512 *w) {                         \
-        __m256i q;                                                                                                 \
-        float s0, s1, o = 0;                                                                                       \
-        dec_##name(b, cx, c, &q, &s0, &s1, &o);                                                                    \
-        cvt512(q, s0, s1, o, has_o, w);                                                                            \
+#define CK512_CVT(name, has_o)                                                                               \
+    AI TGT512 void ck512_##name(const uint8_t *b, const cx_##name *cx, int c, __m512 *w) {                   \
+        __m256i q;                                                                                           \
+        float s0, s1, o = 0;                                                                                 \
+        dec_##name(b, cx, c, &q, &s0, &s1, &o);                                                              \
+        cvt512(q, s0, s1, o, has_o, w);                                                                      \
     }
-#define CK256_CVT(name, has_o)                                                                                     \
-    AI TGT2 void ck256_##name(const uint8_t *b, const cx_##name *cx, int c, __m256 *w) {                           \
-        __m256i q;                                                                                                 \
-        float s0, s1, o = 0;                                                                                       \
-        dec_##name(b, cx, c, &q, &s0, &s1, &o);                                                                    \
-        cvt256(q, s0, s1, o, has_o, w);                                                                            \
+#define CK256_CVT(name, has_o)                                                                               \
+    AI TGT2 void ck256_##name(const uint8_t *b, const cx_##name *cx, int c, __m256 *w) {                     \
+        __m256i q;                                                                                           \
+        float s0, s1, o = 0;                                                                                 \
+        dec_##name(b, cx, c, &q, &s0, &s1, &o);                                                              \
+        cvt256(q, s0, s1, o, has_o, w);                                                                      \
     }
 CK512_CVT(q8_0, 0)
 CK512_CVT(q5_0, 0)
@@ -400,18 +410,21 @@ AI TGT512 void ck512_q4_0(const uint8_t *b, const cx_q4_0 *cx, int c, __m512 *w)
 AI TGT512 void ck512_q4_1(const uint8_t *b, const cx_q4_1 *cx, int c, __m512 *w) { /* q·d + m */
     const ts_block_q4_1 *B = (const void *)b;
     (void)cx, (void)c;
-    const __m512 tab = _mm512_add_ps(_mm512_mul_ps(iota16(), _mm512_set1_ps(h2f(B->d))), _mm512_set1_ps(h2f(B->m)));
+    const __m512 tab =
+        _mm512_add_ps(_mm512_mul_ps(iota16(), _mm512_set1_ps(h2f(B->d))), _mm512_set1_ps(h2f(B->m)));
     lut16_nibbles(B->qs, tab, w);
 }
 AI TGT512 void ck512_iq4_nl(const uint8_t *b, const cx_iq4_nl *cx, int c, __m512 *w) { /* d·kv[q] */
     const ts_block_iq4_nl *B = (const void *)b;
     (void)cx, (void)c;
-    const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)ts_kvalues_iq4nl)));
+    const __m512 kv =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)ts_kvalues_iq4nl)));
     lut16_nibbles(B->qs, _mm512_mul_ps(kv, _mm512_set1_ps(h2f(B->d))), w);
 }
 AI TGT512 void ck512_q4_K(const uint8_t *b, const cx_q4_K *cx, int c, __m512 *w) { /* (d·sc)·q − dmin·m */
     const ts_block_q4_K *B = (const void *)b;
-    const __m512 tab = _mm512_add_ps(_mm512_mul_ps(iota16(), _mm512_set1_ps(cx->s[c])), _mm512_set1_ps(cx->o[c]));
+    const __m512 tab =
+        _mm512_add_ps(_mm512_mul_ps(iota16(), _mm512_set1_ps(cx->s[c])), _mm512_set1_ps(cx->o[c]));
     const uint8_t *q = B->qs + 32 * (c >> 1); /* 32 bytes: elements 0-31 of sub-block c, nibble c%2 */
     __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
     __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
@@ -436,7 +449,8 @@ AI TGT512 void ck512_f16(const uint8_t *b, const cx_f16 *cx, int c, __m512 *w) {
 }
 AI TGT512 void ck512_bf16(const uint8_t *b, const cx_bf16 *cx, int c, __m512 *w) {
     (void)cx, (void)c;
-    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b)), 16));
+    w[0] = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b)), 16));
     w[1] = _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b + 1)), 16));
 }
@@ -469,89 +483,91 @@ AI TGT2 float hsum256(__m256 v) {
  * (one when R·TG > 8: 16 accumulators + 8 weight vectors fill the 32 registers), and for tiles of
  * one or two dot products (decode) two sets of them, alternating by chunk, so that four FMA chains
  * hide the FMA latency. */
-#define TILE512(name, QK, BB, id)                                                                                  \
-    AI TGT512 void blk512_##name(const uint8_t *w, size_t rb, const int R, const int TG, const int NS, int64_t ib,  \
-                                 const int set0, const float *x, int64_t ldx, __m512 acc[2][4][4][2]) {            \
-        cx_##name cx[4];                                                                                           \
-        const int NA = R * TG > 8 ? 1 : 2;                                                                         \
-        UNROLL for (int r = 0; r < R; r++) prep_##name(w + r * rb + (size_t)ib * (BB), &cx[r]);                    \
-        UNROLL for (int c = 0; c < (QK) / 32; c++) {                                                               \
-            const int set = NS == 2 && (QK) > 32 ? (c & 1) : set0;                                                 \
-            __m512 wv[4][2];                                                                                       \
-            UNROLL for (int r = 0; r < R; r++) ck512_##name(w + r * rb + (size_t)ib * (BB), &cx[r], c, wv[r]);    \
-            const float *xc = x + ib * (QK) + c * 32;                                                              \
-            UNROLL for (int t = 0; t < TG; t++) {                                                                  \
-                const __m512 x0 = _mm512_loadu_ps(xc + t * ldx), x1 = _mm512_loadu_ps(xc + t * ldx + 16);          \
-                UNROLL for (int r = 0; r < R; r++) {                                                               \
-                    acc[set][r][t][0] = _mm512_fmadd_ps(wv[r][0], x0, acc[set][r][t][0]);                          \
-                    acc[set][r][t][NA - 1] = _mm512_fmadd_ps(wv[r][1], x1, acc[set][r][t][NA - 1]);                \
-                }                                                                                                  \
-            }                                                                                                      \
-        }                                                                                                          \
-    }                                                                                                              \
-    AI TGT512 void tile512_##name(const uint8_t *w, size_t rb, const int R, const int TG, int64_t n,               \
-                                  const float *x, int64_t ldx, float *y, int64_t ldy) {                            \
-        const int64_t nb = n / (QK);                                                                               \
-        const int NS = R * TG <= 2 ? 2 : 1;                                                                        \
-        __m512 acc[2][4][4][2];                                                                                    \
-        UNROLL for (int s = 0; s < 2; s++) UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < TG; t++)  \
-            acc[s][r][t][0] = acc[s][r][t][1] = _mm512_setzero_ps();                                               \
-        int64_t ib = 0;                                                                                            \
-        if (NS == 2 && (QK) == 32)                                                                                 \
-            for (; ib + 2 <= nb; ib += 2) {                                                                        \
-                blk512_##name(w, rb, R, TG, NS, ib, 0, x, ldx, acc);                                               \
-                blk512_##name(w, rb, R, TG, NS, ib + 1, 1, x, ldx, acc);                                           \
-            }                                                                                                      \
-        for (; ib < nb; ib++) blk512_##name(w, rb, R, TG, NS, ib, 0, x, ldx, acc);                                 \
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < TG; t++) {                                   \
-            __m512 v = R * TG > 8 ? acc[0][r][t][0] : _mm512_add_ps(acc[0][r][t][0], acc[0][r][t][1]);            \
-            if (NS == 2) v = _mm512_add_ps(v, _mm512_add_ps(acc[1][r][t][0], acc[1][r][t][1]));                    \
-            float s = _mm512_reduce_add_ps(v);                                                                     \
-            if (nb * (QK) < n) s += tail_plain(id, w + r * rb, nb * (QK), n, x + t * ldx);                         \
-            y[t * ldy + r] = s;                                                                                    \
-        }                                                                                                          \
+#define TILE512(name, QK, BB, id)                                                                            \
+    AI TGT512 void blk512_##name(const uint8_t *w, size_t rb, const int R, const int TG, const int NS,       \
+                                 int64_t ib, const int set0, const float *x, int64_t ldx,                    \
+                                 __m512 acc[2][4][4][2]) {                                                   \
+        cx_##name cx[4];                                                                                     \
+        const int NA = R * TG > 8 ? 1 : 2;                                                                   \
+        UNROLL for (int r = 0; r < R; r++) prep_##name(w + r * rb + (size_t)ib * (BB), &cx[r]);              \
+        UNROLL for (int c = 0; c < (QK) / 32; c++) {                                                         \
+            const int set = NS == 2 && (QK) > 32 ? (c & 1) : set0;                                           \
+            __m512 wv[4][2];                                                                                 \
+            UNROLL for (int r = 0; r < R; r++)                                                               \
+                ck512_##name(w + r * rb + (size_t)ib * (BB), &cx[r], c, wv[r]);                              \
+            const float *xc = x + ib * (QK) + c * 32;                                                        \
+            UNROLL for (int t = 0; t < TG; t++) {                                                            \
+                const __m512 x0 = _mm512_loadu_ps(xc + t * ldx), x1 = _mm512_loadu_ps(xc + t * ldx + 16);    \
+                UNROLL for (int r = 0; r < R; r++) {                                                         \
+                    acc[set][r][t][0] = _mm512_fmadd_ps(wv[r][0], x0, acc[set][r][t][0]);                    \
+                    acc[set][r][t][NA - 1] = _mm512_fmadd_ps(wv[r][1], x1, acc[set][r][t][NA - 1]);          \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+    AI TGT512 void tile512_##name(const uint8_t *w, size_t rb, const int R, const int TG, int64_t n,         \
+                                  const float *x, int64_t ldx, float *y, int64_t ldy) {                      \
+        const int64_t nb = n / (QK);                                                                         \
+        const int NS = R * TG <= 2 ? 2 : 1;                                                                  \
+        __m512 acc[2][4][4][2];                                                                              \
+        UNROLL for (int s = 0; s < 2; s++) UNROLL for (int r = 0; r < R; r++)                                \
+            UNROLL for (int t = 0; t < TG; t++) acc[s][r][t][0] = acc[s][r][t][1] = _mm512_setzero_ps();     \
+        int64_t ib = 0;                                                                                      \
+        if (NS == 2 && (QK) == 32)                                                                           \
+            for (; ib + 2 <= nb; ib += 2) {                                                                  \
+                blk512_##name(w, rb, R, TG, NS, ib, 0, x, ldx, acc);                                         \
+                blk512_##name(w, rb, R, TG, NS, ib + 1, 1, x, ldx, acc);                                     \
+            }                                                                                                \
+        for (; ib < nb; ib++) blk512_##name(w, rb, R, TG, NS, ib, 0, x, ldx, acc);                           \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < TG; t++) {                             \
+            __m512 v = R * TG > 8 ? acc[0][r][t][0] : _mm512_add_ps(acc[0][r][t][0], acc[0][r][t][1]);       \
+            if (NS == 2) v = _mm512_add_ps(v, _mm512_add_ps(acc[1][r][t][0], acc[1][r][t][1]));              \
+            float s = _mm512_reduce_add_ps(v);                                                               \
+            if (nb * (QK) < n) s += tail_plain(id, w + r * rb, nb * (QK), n, x + t * ldx);                   \
+            y[t * ldy + r] = s;                                                                              \
+        }                                                                                                    \
     }
 
-#define TILE256(name, QK, BB, id)                                                                                  \
-    AI TGT2 void blk256_##name(const uint8_t *w, const int TG, const int NS, int64_t ib, const int set0,           \
-                               const float *x, int64_t ldx, __m256 acc[2][4][2]) {                                 \
-        cx_##name cx;                                                                                              \
-        prep_##name(w + (size_t)ib * (BB), &cx);                                                                   \
-        UNROLL for (int c = 0; c < (QK) / 32; c++) {                                                               \
-            const int set = NS == 2 && (QK) > 32 ? (c & 1) : set0;                                                 \
-            __m256 wv[4];                                                                                          \
-            ck256_##name(w + (size_t)ib * (BB), &cx, c, wv);                                                       \
-            const float *xc = x + ib * (QK) + c * 32;                                                              \
-            UNROLL for (int t = 0; t < TG; t++) {                                                                  \
-                const float *xt = xc + t * ldx;                                                                    \
-                acc[set][t][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xt), acc[set][t][0]);                      \
-                acc[set][t][1] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xt + 8), acc[set][t][1]);                  \
-                acc[set][t][0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xt + 16), acc[set][t][0]);                 \
-                acc[set][t][1] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xt + 24), acc[set][t][1]);                 \
-            }                                                                                                      \
-        }                                                                                                          \
-    }                                                                                                              \
-    AI TGT2 void tile256_##name(const uint8_t *w, const int TG, int64_t n, const float *x, int64_t ldx, float *y,   \
-                                int64_t ldy) {                                                                     \
-        const int64_t nb = n / (QK);                                                                               \
-        const int NS = TG <= 2 ? 2 : 1;                                                                            \
-        __m256 acc[2][4][2];                                                                                       \
-        UNROLL for (int s = 0; s < 2; s++) UNROLL for (int t = 0; t < TG; t++) acc[s][t][0] = acc[s][t][1] =       \
-            _mm256_setzero_ps();                                                                                   \
-        int64_t ib = 0;                                                                                            \
-        if (NS == 2 && (QK) == 32)                                                                                 \
-            for (; ib + 2 <= nb; ib += 2) {                                                                        \
-                blk256_##name(w, TG, NS, ib, 0, x, ldx, acc);                                                      \
-                blk256_##name(w, TG, NS, ib + 1, 1, x, ldx, acc);                                                  \
-            }                                                                                                      \
-        for (; ib < nb; ib++) blk256_##name(w, TG, NS, ib, 0, x, ldx, acc);                                        \
-        UNROLL for (int t = 0; t < TG; t++) {                                                                      \
-            __m256 v = _mm256_add_ps(acc[0][t][0], acc[0][t][1]);                                                  \
-            if (NS == 2) v = _mm256_add_ps(v, _mm256_add_ps(acc[1][t][0], acc[1][t][1]));                          \
-            float s = hsum256(v);                                                                                  \
-            if (nb * (QK) < n) s += tail_plain(id, w, nb * (QK), n, x + t * ldx);                                  \
-            y[t * ldy] = s;                                                                                        \
-        }                                                                                                          \
+#define TILE256(name, QK, BB, id)                                                                            \
+    AI TGT2 void blk256_##name(const uint8_t *w, const int TG, const int NS, int64_t ib, const int set0,     \
+                               const float *x, int64_t ldx, __m256 acc[2][4][2]) {                           \
+        cx_##name cx;                                                                                        \
+        prep_##name(w + (size_t)ib * (BB), &cx);                                                             \
+        UNROLL for (int c = 0; c < (QK) / 32; c++) {                                                         \
+            const int set = NS == 2 && (QK) > 32 ? (c & 1) : set0;                                           \
+            __m256 wv[4];                                                                                    \
+            ck256_##name(w + (size_t)ib * (BB), &cx, c, wv);                                                 \
+            const float *xc = x + ib * (QK) + c * 32;                                                        \
+            UNROLL for (int t = 0; t < TG; t++) {                                                            \
+                const float *xt = xc + t * ldx;                                                              \
+                acc[set][t][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xt), acc[set][t][0]);                \
+                acc[set][t][1] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xt + 8), acc[set][t][1]);            \
+                acc[set][t][0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xt + 16), acc[set][t][0]);           \
+                acc[set][t][1] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xt + 24), acc[set][t][1]);           \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+    AI TGT2 void tile256_##name(const uint8_t *w, const int TG, int64_t n, const float *x, int64_t ldx,      \
+                                float *y, int64_t ldy) {                                                     \
+        const int64_t nb = n / (QK);                                                                         \
+        const int NS = TG <= 2 ? 2 : 1;                                                                      \
+        __m256 acc[2][4][2];                                                                                 \
+        UNROLL for (int s = 0; s < 2; s++) UNROLL for (int t = 0; t < TG; t++) acc[s][t][0] = acc[s][t][1] = \
+            _mm256_setzero_ps();                                                                             \
+        int64_t ib = 0;                                                                                      \
+        if (NS == 2 && (QK) == 32)                                                                           \
+            for (; ib + 2 <= nb; ib += 2) {                                                                  \
+                blk256_##name(w, TG, NS, ib, 0, x, ldx, acc);                                                \
+                blk256_##name(w, TG, NS, ib + 1, 1, x, ldx, acc);                                            \
+            }                                                                                                \
+        for (; ib < nb; ib++) blk256_##name(w, TG, NS, ib, 0, x, ldx, acc);                                  \
+        UNROLL for (int t = 0; t < TG; t++) {                                                                \
+            __m256 v = _mm256_add_ps(acc[0][t][0], acc[0][t][1]);                                            \
+            if (NS == 2) v = _mm256_add_ps(v, _mm256_add_ps(acc[1][t][0], acc[1][t][1]));                    \
+            float s = hsum256(v);                                                                            \
+            if (nb * (QK) < n) s += tail_plain(id, w, nb * (QK), n, x + t * ldx);                            \
+            y[t * ldy] = s;                                                                                  \
+        }                                                                                                    \
     }
 
 /* Kernels: token blocks (L2), then rows, then token groups of 4, 2, 1. AVX-512 takes 4 rows at a
@@ -560,58 +576,62 @@ AI TGT2 float hsum256(__m256 v) {
  * but split the weight read into short interleaved streams that the hardware prefetcher follows
  * worse than one contiguous stream (memory-bound decode: 2 rows measured 2x slower at T = 1). */
 enum { MULTI_ROW_MIN_T = 8 };
-#define KERNELS(name, QK, BB, id)                                                                                  \
-    TILE512(name, QK, BB, id)                                                                                      \
-    TILE256(name, QK, BB, id)                                                                                      \
-    static TGT512 void name##_avx512(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x,           \
-                                     int64_t ldx, int64_t T, float *y, int64_t ldy) {                              \
-        const int64_t tb = token_block(n, T);                                                                      \
-        for (int64_t t0 = 0; t0 < T; t0 += tb) {                                                                   \
-            const int64_t tn = T - t0 < tb ? T - t0 : tb;                                                          \
-            const float *xb = x + t0 * ldx;                                                                        \
-            float *yb = y + t0 * ldy;                                                                              \
-            int64_t r = 0;                                                                                         \
-            for (; tn >= MULTI_ROW_MIN_T && r + 4 <= nr; r += 4) {                                                       \
-                const uint8_t *wr = w + (size_t)r * rb;                                                            \
-                int64_t t = 0;                                                                                     \
-                for (; t + 4 <= tn; t += 4)                                                                        \
-                    tile512_##name(wr, rb, 4, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);                     \
-                if (tn - t >= 2) tile512_##name(wr, rb, 4, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2; \
-                if (t < tn) tile512_##name(wr, rb, 4, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);              \
-            }                                                                                                      \
-            for (; tn >= MULTI_ROW_MIN_T && r + 2 <= nr; r += 2) {                                                       \
-                const uint8_t *wr = w + (size_t)r * rb;                                                            \
-                int64_t t = 0;                                                                                     \
-                for (; t + 4 <= tn; t += 4)                                                                        \
-                    tile512_##name(wr, rb, 2, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);                     \
-                if (tn - t >= 2) tile512_##name(wr, rb, 2, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2; \
-                if (t < tn) tile512_##name(wr, rb, 2, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);              \
-            }                                                                                                      \
-            for (; r < nr; r++) {                                                                                  \
-                const uint8_t *wr = w + (size_t)r * rb;                                                            \
-                int64_t t = 0;                                                                                     \
-                for (; t + 4 <= tn; t += 4)                                                                        \
-                    tile512_##name(wr, rb, 1, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);                     \
-                if (tn - t >= 2) tile512_##name(wr, rb, 1, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2; \
-                if (t < tn) tile512_##name(wr, rb, 1, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);              \
-            }                                                                                                      \
-        }                                                                                                          \
-    }                                                                                                              \
-    static TGT2 void name##_avx2(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x, int64_t ldx,  \
-                                 int64_t T, float *y, int64_t ldy) {                                               \
-        const int64_t tb = token_block(n, T);                                                                      \
-        for (int64_t t0 = 0; t0 < T; t0 += tb) {                                                                   \
-            const int64_t tn = T - t0 < tb ? T - t0 : tb;                                                          \
-            const float *xb = x + t0 * ldx;                                                                        \
-            float *yb = y + t0 * ldy;                                                                              \
-            for (int64_t r = 0; r < nr; r++) {                                                                     \
-                const uint8_t *wr = w + (size_t)r * rb;                                                            \
-                int64_t t = 0;                                                                                     \
-                for (; t + 4 <= tn; t += 4) tile256_##name(wr, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);     \
-                if (tn - t >= 2) tile256_##name(wr, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2;        \
-                if (t < tn) tile256_##name(wr, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);                    \
-            }                                                                                                      \
-        }                                                                                                          \
+#define KERNELS(name, QK, BB, id)                                                                            \
+    TILE512(name, QK, BB, id)                                                                                \
+    TILE256(name, QK, BB, id)                                                                                \
+    static TGT512 void name##_avx512(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x,     \
+                                     int64_t ldx, int64_t T, float *y, int64_t ldy) {                        \
+        const int64_t tb = token_block(n, T);                                                                \
+        for (int64_t t0 = 0; t0 < T; t0 += tb) {                                                             \
+            const int64_t tn = T - t0 < tb ? T - t0 : tb;                                                    \
+            const float *xb = x + t0 * ldx;                                                                  \
+            float *yb = y + t0 * ldy;                                                                        \
+            int64_t r = 0;                                                                                   \
+            for (; tn >= MULTI_ROW_MIN_T && r + 4 <= nr; r += 4) {                                           \
+                const uint8_t *wr = w + (size_t)r * rb;                                                      \
+                int64_t t = 0;                                                                               \
+                for (; t + 4 <= tn; t += 4)                                                                  \
+                    tile512_##name(wr, rb, 4, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);               \
+                if (tn - t >= 2)                                                                             \
+                    tile512_##name(wr, rb, 4, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2;       \
+                if (t < tn) tile512_##name(wr, rb, 4, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);       \
+            }                                                                                                \
+            for (; tn >= MULTI_ROW_MIN_T && r + 2 <= nr; r += 2) {                                           \
+                const uint8_t *wr = w + (size_t)r * rb;                                                      \
+                int64_t t = 0;                                                                               \
+                for (; t + 4 <= tn; t += 4)                                                                  \
+                    tile512_##name(wr, rb, 2, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);               \
+                if (tn - t >= 2)                                                                             \
+                    tile512_##name(wr, rb, 2, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2;       \
+                if (t < tn) tile512_##name(wr, rb, 2, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);       \
+            }                                                                                                \
+            for (; r < nr; r++) {                                                                            \
+                const uint8_t *wr = w + (size_t)r * rb;                                                      \
+                int64_t t = 0;                                                                               \
+                for (; t + 4 <= tn; t += 4)                                                                  \
+                    tile512_##name(wr, rb, 1, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);               \
+                if (tn - t >= 2)                                                                             \
+                    tile512_##name(wr, rb, 1, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2;       \
+                if (t < tn) tile512_##name(wr, rb, 1, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);       \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+    static TGT2 void name##_avx2(const uint8_t *w, size_t rb, int64_t nr, int64_t n, const float *x,         \
+                                 int64_t ldx, int64_t T, float *y, int64_t ldy) {                            \
+        const int64_t tb = token_block(n, T);                                                                \
+        for (int64_t t0 = 0; t0 < T; t0 += tb) {                                                             \
+            const int64_t tn = T - t0 < tb ? T - t0 : tb;                                                    \
+            const float *xb = x + t0 * ldx;                                                                  \
+            float *yb = y + t0 * ldy;                                                                        \
+            for (int64_t r = 0; r < nr; r++) {                                                               \
+                const uint8_t *wr = w + (size_t)r * rb;                                                      \
+                int64_t t = 0;                                                                               \
+                for (; t + 4 <= tn; t += 4)                                                                  \
+                    tile256_##name(wr, 4, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);                      \
+                if (tn - t >= 2) tile256_##name(wr, 2, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy), t += 2; \
+                if (t < tn) tile256_##name(wr, 1, n, xb + t * ldx, ldx, yb + t * ldy + r, ldy);              \
+            }                                                                                                \
+        }                                                                                                    \
     }
 
 KERNELS(f32, 32, 128, TS_TYPE_F32)
@@ -634,15 +654,15 @@ KERNELS(iq3_s, TS_QK_K, sizeof(ts_block_iq3_s), TS_TYPE_IQ3_S)
 KERNELS(iq1_s, TS_QK_K, sizeof(ts_block_iq1_s), TS_TYPE_IQ1_S)
 KERNELS(iq1_m, TS_QK_K, sizeof(ts_block_iq1_m), TS_TYPE_IQ1_M)
 
-#define SIMD_TABLE(isa)                                                                                            \
-    static const ts_dot_kernel k_##isa[TS_TYPE_COUNT] = {                                                          \
-        [TS_TYPE_F32] = f32_##isa,   [TS_TYPE_F16] = f16_##isa,   [TS_TYPE_BF16] = bf16_##isa,                     \
-        [TS_TYPE_Q8_0] = q8_0_##isa, [TS_TYPE_Q4_0] = q4_0_##isa, [TS_TYPE_Q4_1] = q4_1_##isa,                     \
-        [TS_TYPE_Q5_0] = q5_0_##isa, [TS_TYPE_Q5_1] = q5_1_##isa, [TS_TYPE_IQ4_NL] = iq4_nl_##isa,                 \
-        [TS_TYPE_Q4_K] = q4_K_##isa, [TS_TYPE_Q5_K] = q5_K_##isa, [TS_TYPE_Q6_K] = q6_K_##isa,                     \
-        [TS_TYPE_IQ2_XXS] = iq2_xxs_##isa, [TS_TYPE_IQ2_XS] = iq2_xs_##isa, [TS_TYPE_IQ2_S] = iq2_s_##isa,         \
-        [TS_TYPE_IQ3_XXS] = iq3_xxs_##isa, [TS_TYPE_IQ3_S] = iq3_s_##isa, [TS_TYPE_IQ1_S] = iq1_s_##isa,           \
-        [TS_TYPE_IQ1_M] = iq1_m_##isa,                                                                             \
+#define SIMD_TABLE(isa)                                                                                      \
+    static const ts_dot_kernel k_##isa[TS_TYPE_COUNT] = {                                                    \
+        [TS_TYPE_F32] = f32_##isa,         [TS_TYPE_F16] = f16_##isa,       [TS_TYPE_BF16] = bf16_##isa,     \
+        [TS_TYPE_Q8_0] = q8_0_##isa,       [TS_TYPE_Q4_0] = q4_0_##isa,     [TS_TYPE_Q4_1] = q4_1_##isa,     \
+        [TS_TYPE_Q5_0] = q5_0_##isa,       [TS_TYPE_Q5_1] = q5_1_##isa,     [TS_TYPE_IQ4_NL] = iq4_nl_##isa, \
+        [TS_TYPE_Q4_K] = q4_K_##isa,       [TS_TYPE_Q5_K] = q5_K_##isa,     [TS_TYPE_Q6_K] = q6_K_##isa,     \
+        [TS_TYPE_IQ2_XXS] = iq2_xxs_##isa, [TS_TYPE_IQ2_XS] = iq2_xs_##isa, [TS_TYPE_IQ2_S] = iq2_s_##isa,   \
+        [TS_TYPE_IQ3_XXS] = iq3_xxs_##isa, [TS_TYPE_IQ3_S] = iq3_s_##isa,   [TS_TYPE_IQ1_S] = iq1_s_##isa,   \
+        [TS_TYPE_IQ1_M] = iq1_m_##isa,                                                                       \
     };
 SIMD_TABLE(avx512)
 SIMD_TABLE(avx2)
@@ -695,8 +715,10 @@ static ts_dot_path choose(void) {
 }
 
 int ts_cpu_dot_force(ts_dot_path p) {
-    if (p == TS_DOT_AUTO) p = choose();
-    else if (p < 0 || p >= TS_DOT_PATH_COUNT || !ts_cpu_dot_supported(p)) return -1;
+    if (p == TS_DOT_AUTO)
+        p = choose();
+    else if (p < 0 || p >= TS_DOT_PATH_COUNT || !ts_cpu_dot_supported(p))
+        return -1;
     atomic_store_explicit(&g_path, (int)p, memory_order_relaxed);
     return 0;
 }
@@ -721,5 +743,6 @@ ts_dot_kernel ts_cpu_dot_kernel(uint32_t type) {
 }
 
 bool ts_cpu_dot_fused(ts_dot_path p, uint32_t type) {
-    return p != TS_DOT_SCALAR && type < TS_TYPE_COUNT && p >= 0 && p < TS_DOT_PATH_COUNT && path_table(p)[type];
+    return p != TS_DOT_SCALAR && type < TS_TYPE_COUNT && p >= 0 && p < TS_DOT_PATH_COUNT &&
+           path_table(p)[type];
 }

@@ -28,7 +28,8 @@ static float *state_alloc(ts_seq_state *st, size_t n) {
 int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen) {
     const ts_hparams *hp = &m->hp;
     memset(st, 0, sizeof *st);
-    if (n_ctx < 1) return ts_errf(err, errlen, "the context must hold at least one token (got %" PRId64 ")", n_ctx);
+    if (n_ctx < 1)
+        return ts_errf(err, errlen, "the context must hold at least one token (got %" PRId64 ")", n_ctx);
     st->n_ctx = n_ctx;
     st->n_layer = hp->n_layer;
     const int64_t L = hp->n_layer, kvw = ts_qsa_kv_width(hp);
@@ -38,9 +39,11 @@ int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *
     bool ok = st->k && st->v && st->idx_raw && st->idx_blk && st->conv && st->S;
     for (int64_t l = 0; ok && l < L; l++) {
         if (hp->kind[l] == TS_LAYER_QSA) {
-            ok = (st->k[l] = state_alloc(st, (size_t)(n_ctx * kvw))) && (st->v[l] = state_alloc(st, (size_t)(n_ctx * kvw))) &&
-                 (st->idx_raw[l] = state_alloc(st, (size_t)(n_ctx * hp->idx_head_dim))) &&
-                 (st->idx_blk[l] = state_alloc(st, (size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim)));
+            ok =
+                (st->k[l] = state_alloc(st, (size_t)(n_ctx * kvw))) &&
+                (st->v[l] = state_alloc(st, (size_t)(n_ctx * kvw))) &&
+                (st->idx_raw[l] = state_alloc(st, (size_t)(n_ctx * hp->idx_head_dim))) &&
+                (st->idx_blk[l] = state_alloc(st, (size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim)));
         } else {
             ok = (st->conv[l] = state_alloc(st, (size_t)ts_gdn_conv_floats(hp))) &&
                  (st->S[l] = state_alloc(st, (size_t)ts_gdn_state_floats(hp)));
@@ -51,8 +54,9 @@ int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *
     if (!ok) {
         size_t asked = st->bytes;
         ts_seq_state_free(st);
-        return ts_errf(err, errlen, "out of memory allocating the sequence state for %" PRId64 " tokens (%.1f MiB)",
-                       n_ctx, asked / 1048576.0);
+        return ts_errf(err, errlen,
+                       "out of memory allocating the sequence state for %" PRId64 " tokens (%.1f MiB)", n_ctx,
+                       asked / 1048576.0);
     }
     ts_seq_state_reset(st, m);
     return 0;
@@ -114,7 +118,8 @@ void ts_seq_state_free(ts_seq_state *st) {
         if (st->conv) free(st->conv[l]);
         if (st->S) free(st->S[l]);
     }
-    free(st->k), free(st->v), free(st->idx_raw), free(st->idx_blk), free(st->conv), free(st->S), free(st->ple_conv);
+    free(st->k), free(st->v), free(st->idx_raw), free(st->idx_blk), free(st->conv), free(st->S),
+        free(st->ple_conv);
     memset(st, 0, sizeof *st);
 }
 
@@ -125,16 +130,20 @@ static float *work_alloc(ts_cpu_work *w, int64_t n) {
     return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, char *err, size_t errlen) {
     const ts_hparams *hp = &m->hp;
     if (ubatch < 1 || n_ctx < 1) {
-        ts_errf(err, errlen, "micro-batch and context must be at least 1 (got %" PRId64 " and %" PRId64 ")", ubatch, n_ctx);
+        ts_errf(err, errlen, "micro-batch and context must be at least 1 (got %" PRId64 " and %" PRId64 ")",
+                ubatch, n_ctx);
         return NULL;
     }
     if (hp->ssm_dk > 512 || hp->ssm_dv > 512 || hp->n_expert_used > 64) {
-        ts_errf(err, errlen, "this CPU backend supports GDN head dims up to 512 and up to 64 experts per token");
+        ts_errf(err, errlen,
+                "this CPU backend supports GDN head dims up to 512 and up to 64 experts per token");
         return NULL;
     }
     ts_cpu_work *w = calloc(1, sizeof *w);
@@ -163,9 +172,11 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     w->z = work_alloc(w, T * vdim), w->o = work_alloc(w, T * vdim), w->ba = work_alloc(w, 2 * T * hp->ssm_nv);
     w->qg = work_alloc(w, T * nh * 2 * hd), w->kv = work_alloc(w, 2 * T * kvw);
     w->ik = work_alloc(w, T * hp->idx_head_dim);
-    w->iq = work_alloc(w, T * (int64_t)hp->idx_n_head * hp->idx_head_dim), w->att = work_alloc(w, T * nh * hd);
+    w->iq = work_alloc(w, T * (int64_t)hp->idx_n_head * hp->idx_head_dim),
+    w->att = work_alloc(w, T * nh * hd);
     w->scores = work_alloc(w, n_ctx), w->probs = work_alloc(w, n_ctx);
-    w->order = malloc((size_t)n_ctx * sizeof *w->order), w->allowed = malloc((size_t)n_ctx * sizeof *w->allowed);
+    w->order = malloc((size_t)n_ctx * sizeof *w->order),
+    w->allowed = malloc((size_t)n_ctx * sizeof *w->allowed);
     w->bytes += 2 * (size_t)n_ctx * sizeof(int64_t);
     const int64_t G = T < MOE_GROUP ? T : MOE_GROUP, Gk = G * hp->n_expert_used;
     w->router = work_alloc(w, G * E), w->moe_w = work_alloc(w, Gk), w->xg = work_alloc(w, G * H);
@@ -176,13 +187,16 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     w->hist = malloc((size_t)(conv_hist + T) * sizeof *w->hist);
     w->bytes += (size_t)(conv_hist + T) * sizeof *w->hist;
     w->n_lg = T * (hp->n_vocab < LOGIT_SLICE ? hp->n_vocab : LOGIT_SLICE), w->lg = work_alloc(w, w->n_lg);
-    void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
-                   w->ba, w->qg, w->kv, w->ik, w->iq, w->att, w->scores, w->probs, w->order, w->allowed,
-                   w->router, w->moe_w, w->moe_idx, w->xg, w->gu, w->eo, w->emb, w->pv, w->pn, (void *)w->hist,
-                   w->lg};
+    void *all[] = {w->R,     w->xn,      w->mix,          w->lr,    w->x,       w->y,
+                   w->inj,   w->vec,     w->vec2,         w->qkv,   w->u,       w->z,
+                   w->o,     w->ba,      w->qg,           w->kv,    w->ik,      w->iq,
+                   w->att,   w->scores,  w->probs,        w->order, w->allowed, w->router,
+                   w->moe_w, w->moe_idx, w->xg,           w->gu,    w->eo,      w->emb,
+                   w->pv,    w->pn,      (void *)w->hist, w->lg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (!all[i]) {
-            ts_errf(err, errlen, "out of memory allocating CPU workspaces (%.1f MiB for micro-batches of %" PRId64 ")",
+            ts_errf(err, errlen,
+                    "out of memory allocating CPU workspaces (%.1f MiB for micro-batches of %" PRId64 ")",
                     w->bytes / 1048576.0, ubatch);
             ts_cpu_work_free(w);
             return NULL;
@@ -192,22 +206,28 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
 
 void ts_cpu_work_free(ts_cpu_work *w) {
     if (!w) return;
-    void *all[] = {w->R, w->xn, w->mix, w->lr, w->x, w->y, w->inj, w->vec, w->vec2, w->qkv, w->u, w->z, w->o,
-                   w->ba, w->qg, w->kv, w->ik, w->iq, w->att, w->scores, w->probs, w->order, w->allowed,
-                   w->router, w->moe_w, w->moe_idx, w->xg, w->gu, w->eo, w->emb, w->pv, w->pn, (void *)w->hist,
-                   w->lg};
+    void *all[] = {w->R,     w->xn,      w->mix,          w->lr,    w->x,       w->y,
+                   w->inj,   w->vec,     w->vec2,         w->qkv,   w->u,       w->z,
+                   w->o,     w->ba,      w->qg,           w->kv,    w->ik,      w->iq,
+                   w->att,   w->scores,  w->probs,        w->order, w->allowed, w->router,
+                   w->moe_w, w->moe_idx, w->xg,           w->gu,    w->eo,      w->emb,
+                   w->pv,    w->pn,      (void *)w->hist, w->lg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(w);
 }
 
-size_t ts_cpu_work_bytes(const ts_cpu_work *w) { return w->bytes; }
+size_t ts_cpu_work_bytes(const ts_cpu_work *w) {
+    return w->bytes;
+}
 
 /* ---- the forward --------------------------------------------------------------------------- */
 
 static ts_cpu_trace_fn g_trace;
 static void *g_trace_ctx;
 
-void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx) { g_trace = fn, g_trace_ctx = ctx; }
+void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx) {
+    g_trace = fn, g_trace_ctx = ctx;
+}
 
 /* After the embedding (layer −1) and after each block of each layer: the trace hook, and with
  * TURBOSPARK_CHECK_FINITE the debug check that finds where a NaN or infinity first appears. */
@@ -226,13 +246,17 @@ static int finite_error(const ts_cpu_work *w, char *err, size_t errlen) {
     if (w->bad_layer == -2) return 0;
     const ts_hparams *hp = &w->m->hp;
     if (w->bad_layer < 0)
-        return ts_errf(err, errlen, "a non-finite value (NaN or infinity) first appears in the token embedding "
+        return ts_errf(err, errlen,
+                       "a non-finite value (NaN or infinity) first appears in the token embedding "
                        "(token_embd.weight)");
     const char *mixer = hp->kind[w->bad_layer] == TS_LAYER_GDN ? "GDN" : "QSA";
-    return ts_errf(err, errlen, "a non-finite value (NaN or infinity) first appears in layer %d, after its %s block "
-                   "(blk.%d.%s)", w->bad_layer, w->bad_block == 0 ? mixer : "MoE", w->bad_layer,
-                   w->bad_block == 0 ? (w->bad_layer == hp->ple_layer ? "ple_* / hc_attn / attn_* / ssm_*" :
-                                        "hc_attn / attn_* / ssm_*") : "hc_ffn / ffn_*");
+    return ts_errf(err, errlen,
+                   "a non-finite value (NaN or infinity) first appears in layer %d, after its %s block "
+                   "(blk.%d.%s)",
+                   w->bad_layer, w->bad_block == 0 ? mixer : "MoE", w->bad_layer,
+                   w->bad_block == 0 ? (w->bad_layer == hp->ple_layer ? "ple_* / hc_attn / attn_* / ssm_*"
+                                                                      : "hc_attn / attn_* / ssm_*")
+                                     : "hc_ffn / ffn_*");
 }
 
 /* Refuses, before anything runs, a micro-batch the workspaces or a state cannot take. */
@@ -245,8 +269,9 @@ static int check_batch(const ts_cpu_work *w, const ts_cpu_batch *b, char *err, s
         char pre[48] = "";
         if (b->n_seq > 1) snprintf(pre, sizeof pre, "batch sequence %d: ", s);
         if (T < 1 || T > w->ubatch - N)
-            return ts_errf(err, errlen, "%sa micro-batch holds 1 to %" PRId64 " tokens in all (got %" PRId64 "%s)",
-                           pre, w->ubatch, N + T, T < 1 ? " with an empty sequence" : "");
+            return ts_errf(err, errlen,
+                           "%sa micro-batch holds 1 to %" PRId64 " tokens in all (got %" PRId64 "%s)", pre,
+                           w->ubatch, N + T, T < 1 ? " with an empty sequence" : "");
         N += T;
         if (st->pos + T > n_ctx)
             return ts_errf(err, errlen,
@@ -256,8 +281,8 @@ static int check_batch(const ts_cpu_work *w, const ts_cpu_batch *b, char *err, s
         for (int64_t t = 0; t < T; t++)
             if (b->ids[s][t] < 0 || (uint32_t)b->ids[s][t] >= hp->n_vocab)
                 return ts_errf(err, errlen,
-                               "%stoken id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRIu32
-                               ")",
+                               "%stoken id %" PRId32 " at position %" PRId64
+                               " is outside the vocabulary (0 to %" PRIu32 ")",
                                pre, b->ids[s][t], st->pos + t, hp->n_vocab - 1);
         for (int q = 0; q < s; q++)
             if (b->st[q] == st)
@@ -287,8 +312,10 @@ static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
         if ((int32_t)l == hp->ple_layer) ts_cpu_ple(w, L, b, w->R);
 
         ts_cpu_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj);
-        if (L->kind == TS_LAYER_GDN) ts_cpu_gdn(w, L, l, b, w->x, w->y);
-        else ts_cpu_qsa(w, L, l, b, w->x, w->y);
+        if (L->kind == TS_LAYER_GDN)
+            ts_cpu_gdn(w, L, l, b, w->x, w->y);
+        else
+            ts_cpu_qsa(w, L, l, b, w->x, w->y);
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
         trace(w, (int)l, 0, w->R, N);
 
@@ -306,8 +333,8 @@ static void output_rows(ts_cpu_work *w, const float *R, int64_t n, float *logits
     ts_cpu_matmul(w->m->output, 0, w->m->hp.n_vocab, w->x, n, logits);
 }
 
-int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
-                   char *err, size_t errlen) {
+int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits,
+                   bool all_logits, char *err, size_t errlen) {
     const ts_cpu_batch b = {.n_seq = 1, .N = T, .st = &st, .ids = &ids, .T = &T};
     if (check_batch(w, &b, err, errlen)) return -1;
     forward_rows(w, &b);

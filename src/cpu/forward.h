@@ -26,7 +26,7 @@ typedef struct ts_seq_state {
     float **S;       /* GDN: [nv, dk, dv] fp32 recurrent state */
     float *ple_conv; /* PLE: [(Kp − 1)·n, W] last normalised gated rows, oldest first */
     int32_t ple_ctx[TS_MAX_NGRAM]; /* PLE: last n − 1 ids, most recent last (starts all EOS) */
-    size_t bytes;    /* total state bytes */
+    size_t bytes;                  /* total state bytes */
 } ts_seq_state;
 
 int ts_seq_state_init(ts_seq_state *st, const ts_model *m, int64_t n_ctx, char *err, size_t errlen);
@@ -49,8 +49,8 @@ size_t ts_cpu_work_bytes(const ts_cpu_work *w);
 /* Runs ids[0..T) (T ≤ ubatch) at positions st->pos … st->pos+T−1 and advances st. Writes logits
  * for every token (all_logits: T × V) or for the last one only (V), or none if logits is NULL.
  * Refuses, with a sentence, token ids ≥ V and a chunk that would pass n_ctx. */
-int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits, bool all_logits,
-                   char *err, size_t errlen);
+int ts_cpu_forward(ts_cpu_work *w, ts_seq_state *st, const int32_t *ids, int64_t T, float *logits,
+                   bool all_logits, char *err, size_t errlen);
 
 /* One forward over several sequences together (continuous batching): sequence s runs ids[s][0..T[s])
  * at positions st[s]->pos … and advances; its rows follow those of sequence s − 1, Σ T[s] ≤ ubatch.

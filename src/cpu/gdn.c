@@ -132,7 +132,8 @@ static void gdn_seq(ts_cpu_work *w, const ts_layer_weights *L, float *conv, floa
             float *q = u + kappa * dk, *k = u + key_dim + kappa * dk;
             float qq = 0, kk = 0;
             for (int64_t i = 0; i < dk; i++) qq += q[i] * q[i], kk += k[i] * k[i];
-            const float rq = qscale / sqrtf(qq + 1e-6f), rk = 1.0f / sqrtf(kk + 1e-6f); /* eps inside the sum */
+            const float rq = qscale / sqrtf(qq + 1e-6f),
+                        rk = 1.0f / sqrtf(kk + 1e-6f); /* eps inside the sum */
             for (int64_t i = 0; i < dk; i++) q[i] *= rq, k[i] *= rk;
         }
         for (int64_t j = 0; j < nv; j++) {
@@ -143,9 +144,19 @@ static void gdn_seq(ts_cpu_work *w, const ts_layer_weights *L, float *conv, floa
     for (int64_t j = 0; j < nv; j++) {
         const int64_t kappa = j % nk;
         const float *u = w->u + r0 * cd;
-        const ts_gdn_head h = {.T = T, .dk = dk, .dv = dv, .q = u + kappa * dk, .k = u + key_dim + kappa * dk,
-                               .qs = cd, .v = u + 2 * key_dim + j * dv, .vs = cd, .beta = b + j, .lg = a + j,
-                               .gs = nv, .o = w->o + r0 * vdim + j * dv, .os = vdim};
+        const ts_gdn_head h = {.T = T,
+                               .dk = dk,
+                               .dv = dv,
+                               .q = u + kappa * dk,
+                               .k = u + key_dim + kappa * dk,
+                               .qs = cd,
+                               .v = u + 2 * key_dim + j * dv,
+                               .vs = cd,
+                               .beta = b + j,
+                               .lg = a + j,
+                               .gs = nv,
+                               .o = w->o + r0 * vdim + j * dv,
+                               .os = vdim};
         ts_cpu_gdn_recur(&h, S + j * dk * dv, delta);
     }
     for (int64_t t = 0; t < T; t++) /* gated norm: rmsnorm(o)·γ·σ(z) */

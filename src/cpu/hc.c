@@ -4,7 +4,8 @@
 
 /* Per token: Xn = grouped_rmsnorm(R; g); d = silu(Dn·Xn / C); M = σ(Up·d);
  * x = mean_s(M_s ⊙ Xn_s); inj_s = 2σ((Inj·Xn)_s / C). inj may be NULL (final mixer). */
-void ts_cpu_hc_read(ts_cpu_work *w, const ts_hc_weights *hc, const float *R, int64_t T, float *x, float *inj) {
+void ts_cpu_hc_read(ts_cpu_work *w, const ts_hc_weights *hc, const float *R, int64_t T, float *x,
+                    float *inj) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
     const float *g = ts_cpu_f32(hc->norm, w->vec);

@@ -24,44 +24,44 @@ struct ts_cpu_work {
     const ts_model *m;
     int64_t ubatch, n_ctx;
     size_t bytes;
-    float *R;       /* T × W   wide residual */
-    float *xn;      /* T × W   normalised streams (HC read, PLE query) */
-    float *mix;     /* T × W   HC mix weights / PLE keys */
-    float *lr;      /* T × r   HC low-rank */
-    float *x, *y;   /* T × H   block input / output */
-    float *inj;     /* T × C   HC inject weights */
-    float *vec;     /* scratch for one dequantized weight vector (max over vectors) */
-    float *vec2;    /* a second one */
+    float *R;     /* T × W   wide residual */
+    float *xn;    /* T × W   normalised streams (HC read, PLE query) */
+    float *mix;   /* T × W   HC mix weights / PLE keys */
+    float *lr;    /* T × r   HC low-rank */
+    float *x, *y; /* T × H   block input / output */
+    float *inj;   /* T × C   HC inject weights */
+    float *vec;   /* scratch for one dequantized weight vector (max over vectors) */
+    float *vec2;  /* a second one */
     /* GDN */
-    float *qkv;     /* T × conv_dim raw projections */
-    float *u;       /* T × conv_dim after conv + SiLU */
-    float *z, *o;   /* T × nv·dv */
-    float *ba;      /* T × 2·nv: β logits then α logits */
+    float *qkv;   /* T × conv_dim raw projections */
+    float *u;     /* T × conv_dim after conv + SiLU */
+    float *z, *o; /* T × nv·dv */
+    float *ba;    /* T × 2·nv: β logits then α logits */
     /* QSA */
-    float *qg;      /* T × nh·2·hd */
-    float *kv;      /* T × 2·nkv·hd: the k rows of all tokens, then their v rows */
-    float *ik;      /* T × di raw indexer keys (copied into each sequence's cache) */
-    float *iq;      /* T × ni·di */
-    float *att;     /* T × nh·hd */
-    float *scores;  /* n_ctx / B block scores, then n_ctx attention weights */
-    float *probs;   /* n_ctx */
-    int64_t *order; /* n_ctx / B block order; n_ctx selected positions */
+    float *qg;        /* T × nh·2·hd */
+    float *kv;        /* T × 2·nkv·hd: the k rows of all tokens, then their v rows */
+    float *ik;        /* T × di raw indexer keys (copied into each sequence's cache) */
+    float *iq;        /* T × ni·di */
+    float *att;       /* T × nh·hd */
+    float *scores;    /* n_ctx / B block scores, then n_ctx attention weights */
+    float *probs;     /* n_ctx */
+    int64_t *order;   /* n_ctx / B block order; n_ctx selected positions */
     int64_t *allowed; /* n_ctx */
     /* MoE: the routed experts run for groups of G = min(T, MOE_GROUP) tokens */
-    float *router;  /* G × E */
-    float *moe_w;   /* G × k routing weights */
+    float *router; /* G × E */
+    float *moe_w;  /* G × k routing weights */
     int64_t *moe_idx; /* 3·G·k + E + 1: chosen experts, (token, rank) → pair, pair → token, expert offsets */
-    float *xg;      /* G × H inputs of one expert's tokens */
-    float *gu;      /* 2·max(F, Fs) × T */
-    float *eo;      /* G·k × H expert outputs, by pair (sorted by expert) */
+    float *xg;        /* G × H inputs of one expert's tokens */
+    float *gu;        /* 2·max(F, Fs) × T */
+    float *eo;        /* G·k × H expert outputs, by pair (sorted by expert) */
     /* PLE */
-    float *emb;     /* T × NH·dh gathered n-gram rows */
-    float *pv;      /* T × H PLE value */
-    float *pn;      /* T × W normalised gated rows */
+    float *emb; /* T × NH·dh gathered n-gram rows */
+    float *pv;  /* T × H PLE value */
+    float *pn;  /* T × W normalised gated rows */
     /* causal convs (GDN, PLE): one sequence's input rows, its carried history first */
     const float **hist; /* max(Kc − 1, (Kp − 1)·n) + T row pointers */
     /* logits of several sequences (ts_cpu_forward_batch), a slice of the vocabulary at a time */
-    float *lg;      /* n_lg = T × min(V, LOGIT_SLICE) */
+    float *lg; /* n_lg = T × min(V, LOGIT_SLICE) */
     int64_t n_lg;
     /* TURBOSPARK_CHECK_FINITE=1: the residual is checked after every block of the forward */
     bool check_finite;

@@ -22,8 +22,9 @@ static void top_k(const float *p, int64_t E, int64_t k, int64_t *idx) {
 /* One SwiGLU MLP on T tokens: down(silu(gate·x) ⊙ up·x). gate/up rows start at row0 (an expert's
  * slice of a 3-D tensor); a fused gate_up tensor holds gate rows then up rows per expert. each: every
  * token as its own product (ts_cpu_matmul_each), bit-identical to T calls of one token. */
-static void swiglu(ts_cpu_work *w, const ts_gguf_tensor *gate, const ts_gguf_tensor *up, const ts_gguf_tensor *down,
-                   int64_t e, int64_t F, const float *x, int64_t T, bool each, float *out) {
+static void swiglu(ts_cpu_work *w, const ts_gguf_tensor *gate, const ts_gguf_tensor *up,
+                   const ts_gguf_tensor *down, int64_t e, int64_t F, const float *x, int64_t T, bool each,
+                   float *out) {
     const int64_t H = w->m->hp.n_embd;
     float *g = w->gu, *u = w->gu + T * F;
     const ts_gguf_tensor *um = up ? up : gate; /* fused [H, 2F, E]: expert e's rows 2F·e … gate first */
@@ -36,14 +37,17 @@ static void swiglu(ts_cpu_work *w, const ts_gguf_tensor *gate, const ts_gguf_ten
         ts_cpu_matmul(um, u0, F, x, T, u);
     }
     for (int64_t i = 0; i < T * F; i++) g[i] = ts_silu(g[i]) * u[i];
-    if (each) ts_cpu_matmul_each(down, e * H, H, g, T, out);
-    else ts_cpu_matmul(down, e * H, H, g, T, out);
+    if (each)
+        ts_cpu_matmul_each(down, e * H, H, g, T, out);
+    else
+        ts_cpu_matmul(down, e * H, H, g, T, out);
 }
 
 /* The routed experts of tokens x[0..T) (T ≤ MOE_GROUP), added to y. Every expert runs once for all
  * the tokens that chose it (its weights read once), each token as its own product; a token's k
  * outputs are then added in its routing order: the numbers of one token at a time. */
-static void experts(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T, float *y) {
+static void experts(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T,
+                    float *y) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp[l];
     const ts_gguf_tensor *gate = L->ffn_gate_exps ? L->ffn_gate_exps : L->ffn_gate_up_exps;

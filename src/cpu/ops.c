@@ -108,7 +108,9 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_slot slots[RING];
-} g_pool = {.once = PTHREAD_ONCE_INIT, .busy = ATOMIC_FLAG_INIT, .mu = PTHREAD_MUTEX_INITIALIZER,
+} g_pool = {.once = PTHREAD_ONCE_INIT,
+            .busy = ATOMIC_FLAG_INIT,
+            .mu = PTHREAD_MUTEX_INITIALIZER,
             .cv = PTHREAD_COND_INITIALIZER};
 
 static void cpu_relax(void) {
@@ -128,12 +130,12 @@ static double now_us(void) {
 static job read_slot(uint32_t gen) {
     job_slot *s = &g_pool.slots[gen % RING];
     const memory_order r = memory_order_relaxed;
-    return (job){atomic_load_explicit(&s->k, r),         atomic_load_explicit(&s->w, r),
-                 atomic_load_explicit(&s->x, r),         atomic_load_explicit(&s->y, r),
-                 atomic_load_explicit(&s->each, r),      atomic_load_explicit(&s->rb, r),
-                 atomic_load_explicit(&s->n_out, r),     atomic_load_explicit(&s->n_in, r),
-                 atomic_load_explicit(&s->T, r),         atomic_load_explicit(&s->rows_per_chunk, r),
-                 atomic_load_explicit(&s->nchunks, r),   atomic_load_explicit(&s->nworkers, r)};
+    return (job){atomic_load_explicit(&s->k, r),       atomic_load_explicit(&s->w, r),
+                 atomic_load_explicit(&s->x, r),       atomic_load_explicit(&s->y, r),
+                 atomic_load_explicit(&s->each, r),    atomic_load_explicit(&s->rb, r),
+                 atomic_load_explicit(&s->n_out, r),   atomic_load_explicit(&s->n_in, r),
+                 atomic_load_explicit(&s->T, r),       atomic_load_explicit(&s->rows_per_chunk, r),
+                 atomic_load_explicit(&s->nchunks, r), atomic_load_explicit(&s->nworkers, r)};
 }
 
 static void write_slot(uint32_t gen, const job *j) {
@@ -232,7 +234,9 @@ static void run_alone(const job *j) {
 static ts_cpu_matmul_hook g_matmul_hook;
 static void *g_matmul_hook_ctx;
 
-void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx) { g_matmul_hook = fn, g_matmul_hook_ctx = ctx; }
+void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx) {
+    g_matmul_hook = fn, g_matmul_hook_ctx = ctx;
+}
 
 /* ts_cpu_matmul and ts_cpu_matmul_each. */
 static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, bool each,
@@ -307,7 +311,8 @@ static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
     atomic_flag_clear(&g_pool.busy);
 }
 
-void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, float *y) {
+void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
+                   float *y) {
     matmul(W, row0, n_out, x, T, false, y);
 }
 

@@ -9,7 +9,8 @@
 /* The n-gram context of a token: ctx[0] = the token, ctx[s] = the token s back, or EOS once an
  * EOS has been passed (a token still sees an EOS right before it, but nothing before that EOS).
  * hist holds the n−1 ids before `ids` (oldest first); positions before the sequence read EOS. */
-static void ngram_context(const ts_hparams *hp, const int32_t *hist, const int32_t *ids, int64_t t, uint64_t *ctx) {
+static void ngram_context(const ts_hparams *hp, const int32_t *hist, const int32_t *ids, int64_t t,
+                          uint64_t *ctx) {
     const int64_t n1 = hp->ple_n - 1;
     ctx[0] = (uint64_t)ids[t];
     bool cut = false;
@@ -34,8 +35,11 @@ static void gather(const ts_model *m, const uint64_t *ctx, float *e) {
     const ts_hparams *hp = &m->hp;
     for (uint32_t h = 0; h < hp->ple_nh; h++) {
         uint64_t row = ngram_row(hp, ctx, h);
-        if (m->ple_table) ts_cpu_get_row(m->ple_table, (int64_t)row, e + (size_t)h * hp->ple_dh);
-        else ts_cpu_get_row(m->ple_head_tables[h], (int64_t)(row - hp->ple_offsets[h]), e + (size_t)h * hp->ple_dh);
+        if (m->ple_table)
+            ts_cpu_get_row(m->ple_table, (int64_t)row, e + (size_t)h * hp->ple_dh);
+        else
+            ts_cpu_get_row(m->ple_head_tables[h], (int64_t)(row - hp->ple_offsets[h]),
+                           e + (size_t)h * hp->ple_dh);
     }
 }
 

@@ -38,7 +38,8 @@ static int by_index(const void *a, const void *b) {
 }
 
 /* Fills allowed[] with the positions query p attends to (ascending); returns their count. */
-static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t l, const float *iq, int64_t p) {
+static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t l, const float *iq,
+                                int64_t p) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t B = hp->compress, nb = (p + 1) / B, Kb = hp->idx_top_blocks, ni = hp->idx_n_head,
                   di = hp->idx_head_dim;
@@ -68,7 +69,8 @@ static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t
 
 /* Pools, norms and ropes the key of block b once its last token is cached. Its norm weights go to
  * vec2: vec holds the q/k norm weights that the tokens after this one still use. */
-static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weights *L, uint32_t l, int64_t b) {
+static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weights *L, uint32_t l,
+                           int64_t b) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t B = hp->compress, di = hp->idx_head_dim;
     float *K = st->idx_blk[l] + b * di;
@@ -83,8 +85,8 @@ static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weig
 
 /* Norms, rope and cache writes, then selection and attention, for the T rows of one sequence
  * (from row r0 of the micro-batch's N); writes w->att's rows. */
-static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, int64_t r0, int64_t T,
-                    int64_t N) {
+static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, int64_t r0,
+                    int64_t T, int64_t N) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, G = nh / nkv;
     const int64_t ni = hp->idx_n_head, di = hp->idx_head_dim, B = hp->compress, p0 = st->pos;

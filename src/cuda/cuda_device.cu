@@ -25,8 +25,9 @@ extern "C" int ts_cuda_list_devices(FILE *out, char *err, size_t errlen) {
         size_t free_b = 0, total_b = 0;
         cudaSetDevice(i);
         cudaMemGetInfo(&free_b, &total_b);
-        fprintf(out, "  %d: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f GiB free), L2 %.0f MiB\n", i, p.name, p.major, p.minor,
-                p.multiProcessorCount, total_b / 1073741824.0, free_b / 1073741824.0, p.l2CacheSize / 1048576.0);
+        fprintf(out, "  %d: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f GiB free), L2 %.0f MiB\n", i, p.name, p.major,
+                p.minor, p.multiProcessorCount, total_b / 1073741824.0, free_b / 1073741824.0,
+                p.l2CacheSize / 1048576.0);
     }
     return 0;
 }

@@ -21,28 +21,32 @@ extern "C" {
 
 namespace {
 
-constexpr size_t kAlign = 256;           // every sub-allocation
-constexpr size_t kStage = 64u << 20;     // pinned staging buffer for uploads (two of them)
-constexpr size_t kMargin = 1ull << 30;   // kept free on the GPU by the plan (cuBLAS-free, but the
-                                         // driver, graphs and fragmentation need some)
-constexpr int kMaxLogitRows = 256;       // rows of logits computed per output launch
+constexpr size_t kAlign = 256;         // every sub-allocation
+constexpr size_t kStage = 64u << 20;   // pinned staging buffer for uploads (two of them)
+constexpr size_t kMargin = 1ull << 30; // kept free on the GPU by the plan (cuBLAS-free, but the
+                                       // driver, graphs and fragmentation need some)
+constexpr int kMaxLogitRows = 256;     // rows of logits computed per output launch
 
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-
-int cuda_err(char *err, size_t errlen, const char *what, cudaError_t e) {
-    return ts_errf(err, errlen, "%s failed on the GPU: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+size_t align_up(size_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-double gib(size_t b) { return b / 1073741824.0; }
+int cuda_err(char *err, size_t errlen, const char *what, cudaError_t e) {
+    return ts_errf(err, errlen, "%s failed on the GPU: %s (%s)", what, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+}
+
+double gib(size_t b) {
+    return b / 1073741824.0;
+}
 
 // ---- uploader: plans (dry) or copies every tensor into one device arena ----------------------
 
 struct uploader {
-    bool dry;                // plan: only count bytes
-    bool random;             // fill with random valid blocks instead of the file's bytes
-    uint8_t *base = nullptr; // device arena (not dry)
-    size_t used = 0;         // bytes assigned so far
+    bool dry;                   // plan: only count bytes
+    bool random;                // fill with random valid blocks instead of the file's bytes
+    uint8_t *base = nullptr;    // device arena (not dry)
+    size_t used = 0;            // bytes assigned so far
     size_t done = 0, total = 0; // progress (bytes copied / to copy)
     bool progress = false;
     int last_pct = -1;
@@ -65,8 +69,8 @@ struct uploader {
         int pct = (int)(100.0 * (double)done / (double)total);
         if (pct != last_pct) {
             last_pct = pct;
-            fprintf(stderr, "\rturbospark: uploading weights to the GPU %3d%% (%.1f of %.1f GiB)", pct, gib(done),
-                    gib(total));
+            fprintf(stderr, "\rturbospark: uploading weights to the GPU %3d%% (%.1f of %.1f GiB)", pct,
+                    gib(done), gib(total));
             if (done >= total) fputc('\n', stderr);
             fflush(stderr);
         }
@@ -134,9 +138,11 @@ void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
     if (!t || u.rc) return;
     char nb[128];
     if (!ts_cuda_matmul_supports(t->type)) {
-        u.rc = ts_errf(u.err, u.errlen, "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
-                       "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K): requantize the file",
-                       tname(t, nb, sizeof nb), ts_type_name(t->type));
+        u.rc =
+            ts_errf(u.err, u.errlen,
+                    "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
+                    "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K): requantize the file",
+                    tname(t, nb, sizeof nb), ts_type_name(t->type));
         return;
     }
     const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
@@ -170,8 +176,8 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
     } else {
         const size_t rb = ts_row_size(t->type, t->ne[0]);
         for (int64_t r = 0; r < t->nelements / t->ne[0] && !u.rc; r++)
-            if (ts_dequantize_row(t->type, (const uint8_t *)t->data + rb * (size_t)r, h + r * t->ne[0], t->ne[0], u.err,
-                                  u.errlen))
+            if (ts_dequantize_row(t->type, (const uint8_t *)t->data + rb * (size_t)r, h + r * t->ne[0],
+                                  t->ne[0], u.err, u.errlen))
                 u.rc = -1;
     }
     cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
@@ -184,10 +190,12 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
 // views[i] addresses tensor i's rows inside the region, *joined all of them. False, uploading
 // nothing, when a tensor is missing, their types or row lengths differ, or rows are not 16-byte
 // multiples (the kernels need each view 16-byte aligned).
-bool up_joined(uploader &u, const ts_gguf_tensor *const *t, int n, ts_cuda_tensor *const *views, ts_cuda_tensor *joined) {
+bool up_joined(uploader &u, const ts_gguf_tensor *const *t, int n, ts_cuda_tensor *const *views,
+               ts_cuda_tensor *joined) {
     memset(joined, 0, sizeof *joined);
     for (int i = 0; i < n; i++)
-        if (!t[i] || t[i]->type != t[0]->type || t[i]->ne[0] != t[0]->ne[0] || t[i]->ne[2] != 1 || t[i]->ne[3] != 1)
+        if (!t[i] || t[i]->type != t[0]->type || t[i]->ne[0] != t[0]->ne[0] || t[i]->ne[2] != 1 ||
+            t[i]->ne[3] != 1)
             return false;
     const size_t rb = ts_row_size(t[0]->type, t[0]->ne[0]);
     if (rb % 16 != 0 || !ts_cuda_matmul_supports(t[0]->type)) return false;
@@ -196,7 +204,8 @@ bool up_joined(uploader &u, const ts_gguf_tensor *const *t, int n, ts_cuda_tenso
     uint8_t *base = (uint8_t *)u.take(rb * (size_t)total + 16);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        *views[i] = ts_cuda_tensor{t[0]->type, t[0]->ne[0], t[i]->ne[1], rb, base ? base + off : nullptr, nullptr};
+        *views[i] =
+            ts_cuda_tensor{t[0]->type, t[0]->ne[0], t[i]->ne[1], rb, base ? base + off : nullptr, nullptr};
         if (!u.dry && !u.random) u.copy(base + off, t[i]->data, rb * (size_t)t[i]->ne[1]);
         off += rb * (size_t)t[i]->ne[1];
     }
@@ -226,18 +235,21 @@ void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
     const ts_gguf_tensor *zba[3] = {L->attn_gate, L->ssm_beta, L->ssm_alpha};
     ts_cuda_tensor *zbv[3] = {&o->attn_gate, &o->ssm_beta, &o->ssm_alpha};
     if (!up_joined(u, zba, 3, zbv, &o->gate_beta_alpha))
-        up_mat(u, L->attn_gate, &o->attn_gate), up_mat(u, L->ssm_beta, &o->ssm_beta), up_mat(u, L->ssm_alpha, &o->ssm_alpha);
+        up_mat(u, L->attn_gate, &o->attn_gate), up_mat(u, L->ssm_beta, &o->ssm_beta),
+            up_mat(u, L->ssm_alpha, &o->ssm_alpha);
     up_vec(u, L->ssm_a, &o->ssm_a, true), up_vec(u, L->ssm_dt, &o->ssm_dt);
     up_vec(u, L->ssm_conv1d, &o->ssm_conv1d), up_vec(u, L->ssm_norm, &o->ssm_norm);
     up_mat(u, L->attn_q, &o->attn_q), up_mat(u, L->attn_k, &o->attn_k), up_mat(u, L->attn_v, &o->attn_v);
-    up_mat(u, L->attn_output, &o->attn_output), up_mat(u, L->idx_q, &o->idx_q), up_mat(u, L->idx_k, &o->idx_k);
+    up_mat(u, L->attn_output, &o->attn_output), up_mat(u, L->idx_q, &o->idx_q),
+        up_mat(u, L->idx_k, &o->idx_k);
     up_vec(u, L->attn_q_norm, &o->attn_q_norm), up_vec(u, L->attn_k_norm, &o->attn_k_norm);
     up_vec(u, L->idx_q_norm, &o->idx_q_norm), up_vec(u, L->idx_k_norm, &o->idx_k_norm);
     up_mat(u, L->ffn_gate_inp, &o->ffn_gate_inp);
     up_mat(u, L->ffn_gate_exps, &o->ffn_gate_exps), up_mat(u, L->ffn_up_exps, &o->ffn_up_exps);
     up_mat(u, L->ffn_gate_up_exps, &o->ffn_gate_up_exps), up_mat(u, L->ffn_down_exps, &o->ffn_down_exps);
     up_mat(u, L->ffn_gate_shexp, &o->ffn_gate_shexp), up_mat(u, L->ffn_up_shexp, &o->ffn_up_shexp);
-    up_mat(u, L->ffn_down_shexp, &o->ffn_down_shexp), up_vec(u, L->ffn_gate_inp_shexp, &o->ffn_gate_inp_shexp);
+    up_mat(u, L->ffn_down_shexp, &o->ffn_down_shexp),
+        up_vec(u, L->ffn_gate_inp_shexp, &o->ffn_gate_inp_shexp);
     up_mat(u, L->ple_key, &o->ple_key), up_mat(u, L->ple_value, &o->ple_value);
     up_vec(u, L->ple_norm_key, &o->ple_norm_key), up_vec(u, L->ple_norm_query, &o->ple_norm_query);
     up_vec(u, L->ple_norm_conv, &o->ple_norm_conv), up_vec(u, L->ple_conv1d, &o->ple_conv1d);
@@ -246,8 +258,10 @@ void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
 // The trunk weights without the PLE table.
 void up_trunk(uploader &u, const ts_model *m, ts_cuda_model *cm) {
     up_mat(u, m->token_embd, &cm->token_embd);
-    if (m->output == m->token_embd) cm->output = cm->token_embd;
-    else up_mat(u, m->output, &cm->output);
+    if (m->output == m->token_embd)
+        cm->output = cm->token_embd;
+    else
+        up_mat(u, m->output, &cm->output);
     up_hc(u, &m->output_hc, &cm->output_hc);
     for (uint32_t l = 0; l < m->hp.n_layer; l++) up_layer(u, &m->layers[l], &cm->layers[l]);
 }
@@ -256,7 +270,8 @@ void up_trunk(uploader &u, const ts_model *m, ts_cuda_model *cm) {
 void up_table(uploader &u, const ts_model *m, ts_cuda_model *cm) {
     const ts_hparams *hp = &m->hp;
     if (hp->ple_layer < 0) return;
-    if (m->ple_table) up_mat(u, m->ple_table, &cm->ple.joined);
+    if (m->ple_table)
+        up_mat(u, m->ple_table, &cm->ple.joined);
     else
         for (uint32_t h = 0; h < hp->ple_nh; h++) up_mat(u, m->ple_head_tables[h], &cm->ple.heads[h]);
 }
@@ -273,7 +288,8 @@ __global__ void gather_rows_kernel(const float *__restrict__ R, const int32_t *_
 
 __global__ void read_bw_kernel(const float4 *__restrict__ p, size_t n, float *sink) {
     float acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         float4 v = __ldcs(p + i);
         acc += v.x + v.y + v.z + v.w;
     }
@@ -287,9 +303,9 @@ __global__ void read_bw_kernel(const float4 *__restrict__ p, size_t n, float *si
 struct ts_cuda_seq {
     ts_cuda_ctx *c;
     int64_t n_ctx, pos;
-    void *mem;      // one device allocation
+    void *mem; // one device allocation
     size_t bytes;
-    void **ptr;     // [L · TS_CUDA_STATE_KINDS] host copy of the state pointers
+    void **ptr; // [L · TS_CUDA_STATE_KINDS] host copy of the state pointers
 };
 
 struct ts_cuda_ctx {
@@ -298,15 +314,15 @@ struct ts_cuda_ctx {
     ts_cuda_plan plan;
     char device_name[256];
     ts_cuda_model cm;
-    void *weights = nullptr;      // device arena of the weights (and the table when on the GPU)
-    void *table_host = nullptr;   // pinned host table
-    void *consts = nullptr;       // device hash constants and per-head table descriptors
+    void *weights = nullptr;    // device arena of the weights (and the table when on the GPU)
+    void *table_host = nullptr; // pinned host table
+    void *consts = nullptr;     // device hash constants and per-head table descriptors
     cudaStream_t stream = nullptr;
     pthread_mutex_t mu;
     // workspaces
     ts_cuda_work w;
     void *work_mem = nullptr;
-    int64_t scratch_ctx = 0;      // the context the scratch is sized for
+    int64_t scratch_ctx = 0;                                   // the context the scratch is sized for
     float *Rsel = nullptr, *xsel = nullptr, *logits = nullptr; // logit rows: N × W, N × H, kMaxLogitRows × V
     // micro-batch tables: device and pinned host mirrors of the same layout
     ts_cuda_batch b;
@@ -319,16 +335,19 @@ struct ts_cuda_ctx {
     bool use_graphs = true;
     ts_cuda_trace_fn trace = nullptr;
     void *trace_ctx = nullptr;
-    double *prof = nullptr;            // profile accumulation (ms per kind) when set
+    double *prof = nullptr; // profile accumulation (ms per kind) when set
     cudaEvent_t prof_ev[2];
 };
 
-extern "C" const char *const ts_cuda_prof_names[TS_PROF_KINDS] = {"embed", "hc", "ple", "gdn", "qsa", "moe", "output"};
+extern "C" const char *const ts_cuda_prof_names[TS_PROF_KINDS] = {"embed", "hc",  "ple",   "gdn",
+                                                                  "qsa",   "moe", "output"};
 
 namespace {
 
 // table layout (ints): ids[N] pos[N] row_seq[N] seq_row0[N+1] lrows[N]
-size_t tab_ints(int64_t N) { return (size_t)(5 * N + 1); }
+size_t tab_ints(int64_t N) {
+    return (size_t)(5 * N + 1);
+}
 
 size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
@@ -338,11 +357,35 @@ size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
     int64_t F = hp->n_ff_shexp;
     for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
     const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
-    const int64_t gu = N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
-    const int64_t floats[] = {N * W, N * W, N * W, N * r, N * H, N * H, N * C, N * cd, N * cd, N * vd, N * vd,
-                              2 * N * hp->ssm_nv, N * nh * 2 * hd, 2 * N * kvw, N * (int64_t)hp->idx_n_head * hp->idx_head_dim,
-                              N * hp->idx_head_dim, N * nh * hd, N * E, N * k, N * k, gu, N * k * H, N, N * NE, N * H,
-                              /* Rsel, xsel, logits */ N * W, N * H,
+    const int64_t gu =
+        N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
+    const int64_t floats[] = {N * W,
+                              N * W,
+                              N * W,
+                              N * r,
+                              N * H,
+                              N * H,
+                              N * C,
+                              N * cd,
+                              N * cd,
+                              N * vd,
+                              N * vd,
+                              2 * N * hp->ssm_nv,
+                              N * nh * 2 * hd,
+                              2 * N * kvw,
+                              N * (int64_t)hp->idx_n_head * hp->idx_head_dim,
+                              N * hp->idx_head_dim,
+                              N * nh * hd,
+                              N * E,
+                              N * k,
+                              N * k,
+                              gu,
+                              N * k * H,
+                              N,
+                              N * NE,
+                              N * H,
+                              /* Rsel, xsel, logits */ N * W,
+                              N * H,
                               (N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab};
     size_t total = 0;
     for (int64_t f : floats) total += align_up((size_t)f * 4);
@@ -380,8 +423,10 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
         cudaGetLastError();
         size_t fr = 0, to = 0;
         cudaMemGetInfo(&fr, &to);
-        return ts_errf(err, errlen, "out of GPU memory for the workspaces: %.2f GiB asked for micro-batches of %" PRId64
-                       " rows at context %" PRId64 ", %.2f GiB free", gib(bytes), N, ctx, gib(fr));
+        return ts_errf(err, errlen,
+                       "out of GPU memory for the workspaces: %.2f GiB asked for micro-batches of %" PRId64
+                       " rows at context %" PRId64 ", %.2f GiB free",
+                       gib(bytes), N, ctx, gib(fr));
     }
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
     const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
@@ -390,7 +435,8 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     int64_t F = hp->n_ff_shexp;
     for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
     const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
-    const int64_t gu = N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
+    const int64_t gu =
+        N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
     uint8_t *p = (uint8_t *)c->work_mem;
     auto take = [&](int64_t nfloats) {
         void *q = p;
@@ -400,12 +446,17 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     ts_cuda_work &w = c->w;
     w.cm = &c->cm, w.hp = hp, w.max_rows = N;
     w.R = (float *)take(N * W), w.xn = (float *)take(N * W), w.mix = (float *)take(N * W);
-    w.lr = (float *)take(N * r), w.x = (float *)take(N * H), w.y = (float *)take(N * H), w.inj = (float *)take(N * C);
-    w.qkv = (float *)take(N * cd), w.u = (float *)take(N * cd), w.z = (float *)take(N * vd), w.o = (float *)take(N * vd);
-    w.ba = (float *)take(2 * N * hp->ssm_nv), w.qg = (float *)take(N * nh * 2 * hd), w.kv = (float *)take(2 * N * kvw);
-    w.iq = (float *)take(N * (int64_t)hp->idx_n_head * hp->idx_head_dim), w.ik = (float *)take(N * hp->idx_head_dim);
+    w.lr = (float *)take(N * r), w.x = (float *)take(N * H), w.y = (float *)take(N * H),
+    w.inj = (float *)take(N * C);
+    w.qkv = (float *)take(N * cd), w.u = (float *)take(N * cd), w.z = (float *)take(N * vd),
+    w.o = (float *)take(N * vd);
+    w.ba = (float *)take(2 * N * hp->ssm_nv), w.qg = (float *)take(N * nh * 2 * hd),
+    w.kv = (float *)take(2 * N * kvw);
+    w.iq = (float *)take(N * (int64_t)hp->idx_n_head * hp->idx_head_dim),
+    w.ik = (float *)take(N * hp->idx_head_dim);
     w.att = (float *)take(N * nh * hd), w.router = (float *)take(N * E), w.topk_id = (int32_t *)take(N * k);
-    w.topk_w = (float *)take(N * k), w.gu = (float *)take(gu), w.eo = (float *)take(N * k * H), w.sg = (float *)take(N);
+    w.topk_w = (float *)take(N * k), w.gu = (float *)take(gu), w.eo = (float *)take(N * k * H),
+    w.sg = (float *)take(N);
     w.emb = (float *)take(N * NE), w.pv = (float *)take(N * H);
     c->Rsel = (float *)take(N * W), c->xsel = (float *)take(N * H);
     c->logits = (float *)take((N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab);
@@ -486,7 +537,8 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, L->hc_ffn.norm, s)) return "a hyper-connection write";
+            if (ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, L->hc_ffn.norm, s))
+                return "a hyper-connection write";
         }
         trace(c, (int)l, 0);
         {
@@ -504,8 +556,9 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (normed ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
-                       : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
+            if (normed
+                    ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
+                    : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
                 return "a hyper-connection write";
         }
         trace(c, (int)l, 1);
@@ -515,8 +568,10 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         const int W = (int)(hp->hc_count * hp->n_embd);
         gather_rows_kernel<<<n_logit, 256, 0, s>>>(w->R, c->tab_dev + 4 * c->o.max_rows + 1, W, c->Rsel);
         if (cudaPeekAtLastError() != cudaSuccess) return "gathering the logit rows";
-        if (ts_cuda_hc_read(w, &c->cm.output_hc, c->Rsel, n_logit, c->xsel, nullptr, s)) return "the final mixer";
-        if (ts_cuda_matmul(&c->cm.output, 0, hp->n_vocab, c->xsel, n_logit, c->logits, s)) return "the output matrix";
+        if (ts_cuda_hc_read(w, &c->cm.output_hc, c->Rsel, n_logit, c->xsel, nullptr, s))
+            return "the final mixer";
+        if (ts_cuda_matmul(&c->cm.output, 0, hp->n_vocab, c->xsel, n_logit, c->logits, s))
+            return "the output matrix";
     }
     return nullptr;
 }
@@ -538,12 +593,15 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
                        e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     if (o->device < 0 || o->device >= ndev)
         return ts_errf(err, errlen, "CUDA device %d does not exist (this machine has %d)", o->device, ndev);
-    if ((e = cudaSetDevice(o->device)) != cudaSuccess) return cuda_err(err, errlen, "selecting the device", e);
+    if ((e = cudaSetDevice(o->device)) != cudaSuccess)
+        return cuda_err(err, errlen, "selecting the device", e);
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, o->device);
     if (prop.major < 9)
-        return ts_errf(err, errlen, "CUDA device %d (%s, compute capability %d.%d) is not supported: this build targets "
-                       "Hopper (sm_90)", o->device, prop.name, prop.major, prop.minor);
+        return ts_errf(err, errlen,
+                       "CUDA device %d (%s, compute capability %d.%d) is not supported: this build targets "
+                       "Hopper (sm_90)",
+                       o->device, prop.name, prop.major, prop.minor);
 
     ts_cuda_ctx *c = new (std::nothrow) ts_cuda_ctx();
     if (!c) return ts_errf(err, errlen, "out of memory");
@@ -552,7 +610,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     pthread_mutex_init(&c->mu, nullptr);
     c->cm.m = m;
     c->cm.layers = (ts_cuda_layer *)calloc(hp->n_layer, sizeof(ts_cuda_layer));
-    if (hp->ple_layer >= 0 && !m->ple_table) c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
+    if (hp->ple_layer >= 0 && !m->ple_table)
+        c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
     c->graphs = (cudaGraphExec_t *)calloc((size_t)o->max_rows + 1, sizeof(cudaGraphExec_t));
     c->warm = (bool *)calloc((size_t)o->max_rows + 1, sizeof(bool));
     const char *g = getenv("TURBOSPARK_CUDA_GRAPH");
@@ -581,11 +640,15 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         P.table_on_host = o->ple == TS_PLE_HOST || (o->ple == TS_PLE_AUTO && need + P.table > P.free_bytes);
         const size_t dev_need = need + (P.table_on_host ? 0 : P.table);
         if (dev_need > P.free_bytes)
-            rc = ts_errf(err, errlen, "the model does not fit on %s: it needs %.2f GiB (weights %.2f, PLE table %.2f%s, "
-                         "state %.2f for %d sequence(s) of %" PRId64 " tokens, workspaces %.2f, margin %.2f) and %.2f GiB "
-                         "are free of %.2f", c->device_name, gib(dev_need), gib(P.weights), gib(P.table),
-                         P.table_on_host ? " in host memory" : "", gib(P.seq_state * (size_t)o->plan_seqs), o->plan_seqs,
-                         o->plan_ctx, gib(P.work), gib(kMargin), gib(P.free_bytes), gib(P.total_bytes));
+            rc = ts_errf(err, errlen,
+                         "the model does not fit on %s: it needs %.2f GiB (weights %.2f, PLE table %.2f%s, "
+                         "state %.2f for %d sequence(s) of %" PRId64
+                         " tokens, workspaces %.2f, margin %.2f) and %.2f GiB "
+                         "are free of %.2f",
+                         c->device_name, gib(dev_need), gib(P.weights), gib(P.table),
+                         P.table_on_host ? " in host memory" : "", gib(P.seq_state * (size_t)o->plan_seqs),
+                         o->plan_seqs, o->plan_ctx, gib(P.work), gib(kMargin), gib(P.free_bytes),
+                         gib(P.total_bytes));
     }
 
     // the upload
@@ -594,7 +657,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     if (!rc) {
         u.total = P.weights + P.table;
         const size_t arena = P.weights + (P.table_on_host ? 0 : P.table);
-        if ((e = cudaMalloc(&c->weights, arena)) != cudaSuccess) rc = cuda_err(err, errlen, "allocating the weights", e);
+        if ((e = cudaMalloc(&c->weights, arena)) != cudaSuccess)
+            rc = cuda_err(err, errlen, "allocating the weights", e);
         else if ((e = cudaMallocHost(&u.stage[0], kStage)) != cudaSuccess ||
                  (e = cudaMallocHost(&u.stage[1], kStage)) != cudaSuccess)
             rc = cuda_err(err, errlen, "allocating pinned staging buffers", e);
@@ -610,8 +674,10 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
             up_table(u, m, &c->cm);
         } else if (!u.rc && P.table) {
             // pinned host memory, mapped into the device's address space
-            if ((e = cudaHostAlloc(&c->table_host, P.table, cudaHostAllocMapped | cudaHostAllocPortable)) != cudaSuccess) {
-                u.rc = ts_errf(err, errlen, "the PLE table (%.2f GiB) could not be placed in pinned host memory: %s",
+            if ((e = cudaHostAlloc(&c->table_host, P.table, cudaHostAllocMapped | cudaHostAllocPortable)) !=
+                cudaSuccess) {
+                u.rc = ts_errf(err, errlen,
+                               "the PLE table (%.2f GiB) could not be placed in pinned host memory: %s",
                                gib(P.table), cudaGetErrorString(e));
             } else {
                 uploader h{true, o->random_weights}; // lays out only: data = host pointers (replaced below)
@@ -630,7 +696,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
                         float *row = (float *)malloc((size_t)ts[i].ne0 * 4);
                         for (int64_t r = 0; r < ts[i].rows && r < 61 && row; r++) {
                             for (int64_t j = 0; j < ts[i].ne0; j++) row[j] = 2.0f * u.frand() - 1.0f;
-                            ts_quantize_row(ts[i].type, row, dst + r * ts[i].row_bytes, ts[i].ne0, nullptr, 0);
+                            ts_quantize_row(ts[i].type, row, dst + r * ts[i].row_bytes, ts[i].ne0, nullptr,
+                                            0);
                         }
                         free(row);
                         const size_t pool = ts[i].row_bytes * (size_t)(ts[i].rows < 61 ? ts[i].rows : 61);
@@ -670,13 +737,15 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
             memcpy(h, hp->ple_sizes, nh * 8);
             memcpy(h + nh * 8, hp->ple_offsets, nh * 8);
             memcpy(h + 2 * nh * 8, hp->ple_mult, TS_MAX_NGRAM * 8);
-            if (c->cm.ple.heads) memcpy(h + 2 * nh * 8 + TS_MAX_NGRAM * 8, c->cm.ple.heads, nh * sizeof(ts_cuda_tensor));
+            if (c->cm.ple.heads)
+                memcpy(h + 2 * nh * 8 + TS_MAX_NGRAM * 8, c->cm.ple.heads, nh * sizeof(ts_cuda_tensor));
             cudaMemcpy(c->consts, h, bytes, cudaMemcpyHostToDevice);
             uint8_t *d = (uint8_t *)c->consts;
             c->cm.ple.sizes_dev = (const uint64_t *)d;
             c->cm.ple.offsets_dev = (const uint64_t *)(d + nh * 8);
             c->cm.ple.mult_dev = (const uint64_t *)(d + 2 * nh * 8);
-            if (c->cm.ple.heads) c->cm.ple.heads_dev = (const ts_cuda_tensor *)(d + 2 * nh * 8 + TS_MAX_NGRAM * 8);
+            if (c->cm.ple.heads)
+                c->cm.ple.heads_dev = (const ts_cuda_tensor *)(d + 2 * nh * 8 + TS_MAX_NGRAM * 8);
         }
         free(h);
     }
@@ -687,16 +756,18 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         rc = cuda_err(err, errlen, "creating a stream", e);
     if (!rc) rc = alloc_work(c, o->plan_ctx, err, errlen);
     const size_t tab = tab_ints(N) * 4, st = (size_t)N * hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *);
-    if (!rc && ((e = cudaMalloc(&c->tab_dev, tab)) != cudaSuccess || (e = cudaMalloc(&c->state_dev, st)) != cudaSuccess ||
+    if (!rc && ((e = cudaMalloc(&c->tab_dev, tab)) != cudaSuccess ||
+                (e = cudaMalloc(&c->state_dev, st)) != cudaSuccess ||
                 (e = cudaMallocHost(&c->tab_host, tab)) != cudaSuccess ||
                 (e = cudaMallocHost(&c->state_host, st)) != cudaSuccess ||
-                (e = cudaMallocHost(&c->logits_host, (size_t)(N < kMaxLogitRows ? N : kMaxLogitRows) * hp->n_vocab * 4)) !=
-                    cudaSuccess))
+                (e = cudaMallocHost(&c->logits_host, (size_t)(N < kMaxLogitRows ? N : kMaxLogitRows) *
+                                                         hp->n_vocab * 4)) != cudaSuccess))
         rc = cuda_err(err, errlen, "allocating the micro-batch tables", e);
     if (!rc) {
         cudaEventCreate(&c->prof_ev[0]), cudaEventCreate(&c->prof_ev[1]);
         ts_cuda_batch &b = c->b;
-        b.ids = c->tab_dev, b.pos = c->tab_dev + N, b.row_seq = c->tab_dev + 2 * N, b.seq_row0 = c->tab_dev + 3 * N;
+        b.ids = c->tab_dev, b.pos = c->tab_dev + N, b.row_seq = c->tab_dev + 2 * N,
+        b.seq_row0 = c->tab_dev + 3 * N;
         b.state = c->state_dev, b.n_layer = (int)hp->n_layer, b.max_ctx = c->scratch_ctx;
     }
     if (rc) {
@@ -713,7 +784,8 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
     for (int64_t i = 0; c->graphs && i <= c->o.max_rows; i++)
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
     if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]), cudaEventDestroy(c->prof_ev[1]);
-    cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev), cudaFree(c->state_dev);
+    cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev),
+        cudaFree(c->state_dev);
     if (c->table_host) cudaFreeHost(c->table_host);
     if (c->tab_host) cudaFreeHost(c->tab_host);
     if (c->state_host) cudaFreeHost(c->state_host);
@@ -724,9 +796,15 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
     delete c;
 }
 
-extern "C" const ts_cuda_plan *ts_cuda_ctx_plan(const ts_cuda_ctx *c) { return &c->plan; }
-extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) { return c->device_name; }
-extern "C" int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c) { return c->o.max_rows; }
+extern "C" const ts_cuda_plan *ts_cuda_ctx_plan(const ts_cuda_ctx *c) {
+    return &c->plan;
+}
+extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) {
+    return c->device_name;
+}
+extern "C" int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c) {
+    return c->o.max_rows;
+}
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;
 }
@@ -737,7 +815,8 @@ extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out,
     *out = nullptr;
     const ts_hparams *hp = &c->m->hp;
     if (n_ctx < 1 || n_ctx > INT32_MAX / 2)
-        return ts_errf(err, errlen, "a CUDA sequence holds 1 to %d tokens (asked %" PRId64 ")", INT32_MAX / 2, n_ctx);
+        return ts_errf(err, errlen, "a CUDA sequence holds 1 to %d tokens (asked %" PRId64 ")", INT32_MAX / 2,
+                       n_ctx);
     ts_cuda_seq *q = (ts_cuda_seq *)calloc(1, sizeof *q);
     if (!q) return ts_errf(err, errlen, "out of memory");
     q->c = c, q->n_ctx = n_ctx, q->bytes = seq_bytes(hp, n_ctx);
@@ -748,7 +827,9 @@ extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out,
         size_t fr = 0, to = 0;
         cudaMemGetInfo(&fr, &to);
         free(q->ptr), free(q);
-        return ts_errf(err, errlen, "out of GPU memory for a sequence of %" PRId64 " tokens: %.2f GiB asked, %.2f GiB free",
+        return ts_errf(err, errlen,
+                       "out of GPU memory for a sequence of %" PRId64
+                       " tokens: %.2f GiB asked, %.2f GiB free",
                        n_ctx, gib(seq_bytes(hp, n_ctx)), gib(fr));
     }
     const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -801,12 +882,13 @@ extern "C" int ts_cuda_seq_reset(ts_cuda_seq *q, char *err, size_t errlen) {
     const ts_hparams *hp = &q->c->m->hp;
     ts_cuda_ctx *c = q->c;
     pthread_mutex_lock(&c->mu);
-    cudaError_t e = cudaMemsetAsync(q->mem, 0, q->bytes, c->stream); // zero states (caches are position-indexed)
+    cudaError_t e =
+        cudaMemsetAsync(q->mem, 0, q->bytes, c->stream); // zero states (caches are position-indexed)
     if (e == cudaSuccess && hp->ple_layer >= 0) {
         int32_t eos[TS_MAX_NGRAM];
         for (int i = 0; i < TS_MAX_NGRAM; i++) eos[i] = (int32_t)hp->ple_eos;
-        e = cudaMemcpyAsync(q->ptr[(size_t)hp->ple_layer * TS_CUDA_STATE_KINDS + TS_CUDA_PLE_CTX], eos, sizeof eos,
-                            cudaMemcpyHostToDevice, c->stream);
+        e = cudaMemcpyAsync(q->ptr[(size_t)hp->ple_layer * TS_CUDA_STATE_KINDS + TS_CUDA_PLE_CTX], eos,
+                            sizeof eos, cudaMemcpyHostToDevice, c->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); // eos is on this stack
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
@@ -815,9 +897,15 @@ extern "C" int ts_cuda_seq_reset(ts_cuda_seq *q, char *err, size_t errlen) {
     return e == cudaSuccess ? 0 : cuda_err(err, errlen, "resetting a sequence", e);
 }
 
-extern "C" int64_t ts_cuda_seq_pos(const ts_cuda_seq *q) { return q->pos; }
-extern "C" int64_t ts_cuda_seq_n_ctx(const ts_cuda_seq *q) { return q->n_ctx; }
-extern "C" size_t ts_cuda_seq_bytes(const ts_cuda_seq *q) { return q->bytes; }
+extern "C" int64_t ts_cuda_seq_pos(const ts_cuda_seq *q) {
+    return q->pos;
+}
+extern "C" int64_t ts_cuda_seq_n_ctx(const ts_cuda_seq *q) {
+    return q->n_ctx;
+}
+extern "C" size_t ts_cuda_seq_bytes(const ts_cuda_seq *q) {
+    return q->bytes;
+}
 
 // ---- the forward --------------------------------------------------------------------------------
 
@@ -825,14 +913,16 @@ namespace {
 
 // Runs the micro-batch whose host tables are filled (n_rows rows of n_seq sequences, the first
 // n_logit entries of lrows), then copies the logits of those rows into c->logits_host.
-int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool decode, char *err, size_t errlen) {
+int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool decode, char *err,
+                    size_t errlen) {
     const ts_hparams *hp = &c->m->hp;
     const int64_t N = c->o.max_rows;
     c->b.n_rows = n_rows, c->b.n_seq = n_seq;
     cudaStream_t s = c->stream;
     cudaError_t e = cudaMemcpyAsync(c->tab_dev, c->tab_host, tab_ints(N) * 4, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess)
-        e = cudaMemcpyAsync(c->state_dev, c->state_host, (size_t)n_seq * hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *),
+        e = cudaMemcpyAsync(c->state_dev, c->state_host,
+                            (size_t)n_seq * hp->n_layer * TS_CUDA_STATE_KINDS * sizeof(void *),
                             cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess) return cuda_err(err, errlen, "copying the micro-batch tables", e);
 
@@ -865,7 +955,8 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
         if (decode) c->warm[n_rows] = true;
     }
     if (n_logit > 0) {
-        e = cudaMemcpyAsync(c->logits_host, c->logits, (size_t)n_logit * hp->n_vocab * 4, cudaMemcpyDeviceToHost, s);
+        e = cudaMemcpyAsync(c->logits_host, c->logits, (size_t)n_logit * hp->n_vocab * 4,
+                            cudaMemcpyDeviceToHost, s);
         if (e != cudaSuccess) return cuda_err(err, errlen, "copying the logits", e);
     }
     e = cudaStreamSynchronize(s);
@@ -875,21 +966,27 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
 
 } // namespace
 
-extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const *ids, const int64_t *n,
-                               int n_seq, float *const *logits, bool all_logits, char *err, size_t errlen) {
+extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const *ids,
+                               const int64_t *n, int n_seq, float *const *logits, bool all_logits, char *err,
+                               size_t errlen) {
     const ts_hparams *hp = &c->m->hp;
     const int64_t V = hp->n_vocab, N = c->o.max_rows, LR = N < kMaxLogitRows ? N : kMaxLogitRows;
     // check everything first: a refused call changes nothing
     for (int i = 0; i < n_seq; i++) {
         if (q[i]->c != c) return ts_errf(err, errlen, "batch entry %d belongs to another model or device", i);
         for (int j = 0; j < i; j++)
-            if (q[j] == q[i]) return ts_errf(err, errlen, "batch entries %d and %d are the same sequence", j, i);
+            if (q[j] == q[i])
+                return ts_errf(err, errlen, "batch entries %d and %d are the same sequence", j, i);
         if (n[i] < 0 || q[i]->pos + n[i] > q[i]->n_ctx)
-            return ts_errf(err, errlen, "batch entry %d: %" PRId64 " more tokens do not fit its sequence (%" PRId64 " of %" PRId64
-                           " used)", i, n[i], q[i]->pos, q[i]->n_ctx);
+            return ts_errf(err, errlen,
+                           "batch entry %d: %" PRId64 " more tokens do not fit its sequence (%" PRId64
+                           " of %" PRId64 " used)",
+                           i, n[i], q[i]->pos, q[i]->n_ctx);
         for (int64_t t = 0; t < n[i]; t++)
             if (ids[i][t] < 0 || ids[i][t] >= (int32_t)V)
-                return ts_errf(err, errlen, "token id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRId64 ")",
+                return ts_errf(err, errlen,
+                               "token id %" PRId32 " at position %" PRId64
+                               " is outside the vocabulary (0 to %" PRId64 ")",
                                ids[i][t], q[i]->pos + t, V - 1);
     }
     pthread_mutex_lock(&c->mu);
@@ -899,7 +996,8 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
     // where each logit row goes: (sequence, token) of lrows[k]
     int *l_seq = (int *)malloc((size_t)N * sizeof(int));
     int64_t *l_tok = (int64_t *)malloc((size_t)N * sizeof(int64_t));
-    int64_t *done = (int64_t *)calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof(int64_t)); // tokens consumed per entry
+    int64_t *done =
+        (int64_t *)calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof(int64_t)); // tokens consumed per entry
     if (!l_seq || !l_tok || !done) rc = ts_errf(err, errlen, "out of memory");
     int next = 0; // first entry with tokens left
     while (!rc) {
@@ -935,7 +1033,8 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
             const int cnt = nl - g0 < LR ? nl - g0 : (int)LR;
             if (cnt <= 0) break;
             if (g0 > 0) { // a later group: gather, mix and project again for these rows
-                cudaMemcpyAsync(c->tab_dev + 4 * N + 1, t_lrows + g0, (size_t)cnt * 4, cudaMemcpyHostToDevice, c->stream);
+                cudaMemcpyAsync(c->tab_dev + 4 * N + 1, t_lrows + g0, (size_t)cnt * 4, cudaMemcpyHostToDevice,
+                                c->stream);
                 const int W = (int)(hp->hc_count * hp->n_embd);
                 gather_rows_kernel<<<cnt, 256, 0, c->stream>>>(c->w.R, c->tab_dev + 4 * N + 1, W, c->Rsel);
                 if (ts_cuda_hc_read(&c->w, &c->cm.output_hc, c->Rsel, cnt, c->xsel, nullptr, c->stream) ||
@@ -943,7 +1042,8 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
                     rc = ts_errf(err, errlen, "a CUDA launch failed computing logits");
                     break;
                 }
-                cudaMemcpyAsync(c->logits_host, c->logits, (size_t)cnt * V * 4, cudaMemcpyDeviceToHost, c->stream);
+                cudaMemcpyAsync(c->logits_host, c->logits, (size_t)cnt * V * 4, cudaMemcpyDeviceToHost,
+                                c->stream);
                 cudaError_t e = cudaStreamSynchronize(c->stream);
                 if (e != cudaSuccess) {
                     rc = cuda_err(err, errlen, "computing logits", e);
@@ -984,10 +1084,12 @@ extern "C" int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const
     // logits for every sequence, as a decode step computes them
     float **lp = (float **)calloc((size_t)n_seq, sizeof *lp);
     float *lbuf = (float *)malloc((size_t)n_seq * c->m->hp.n_vocab * sizeof(float));
-    for (int i = 0; i < n_seq && lp && lbuf; i++) idp[i] = ids + i, n[i] = 1, lp[i] = lbuf + (size_t)i * c->m->hp.n_vocab;
+    for (int i = 0; i < n_seq && lp && lbuf; i++)
+        idp[i] = ids + i, n[i] = 1, lp[i] = lbuf + (size_t)i * c->m->hp.n_vocab;
     c->prof = times_ms;
     cudaProfilerStart(); // a range for `ncu --profile-from-start off` (no effect without a profiler)
-    int rc = lp && lbuf ? ts_cuda_forward(c, q, idp, n, n_seq, lp, false, err, errlen) : ts_errf(err, errlen, "out of memory");
+    int rc = lp && lbuf ? ts_cuda_forward(c, q, idp, n, n_seq, lp, false, err, errlen)
+                        : ts_errf(err, errlen, "out of memory");
     cudaProfilerStop();
     c->prof = nullptr;
     free(idp), free(n), free(lp), free(lbuf);

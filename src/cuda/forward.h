@@ -61,8 +61,8 @@ size_t ts_cuda_seq_bytes(const ts_cuda_seq *q);
 /* One batched step: sequence i consumes ids[i][0..n[i]) at its next positions. logits[i] (may be
  * NULL, and logits itself may be NULL) receives the last token's V logits, or n[i] × V when
  * all_logits. Checks everything before running: a refused call leaves every sequence as it was. */
-int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const *ids, const int64_t *n, int n_seq,
-                    float *const *logits, bool all_logits, char *err, size_t errlen);
+int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const *ids, const int64_t *n,
+                    int n_seq, float *const *logits, bool all_logits, char *err, size_t errlen);
 
 /* Tests: after the embedding (layer −1) and after each block (block 0 attention/GDN incl. PLE,
  * 1 MoE) of every eager micro-batch, fn gets the wide residual R (N × W, host copy). Graphs are
@@ -73,10 +73,19 @@ void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx);
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds
  * {embed, hc, ple, gdn, qsa, moe, output}; returns 0 or −1 with err. */
-enum { TS_PROF_EMBED, TS_PROF_HC, TS_PROF_PLE, TS_PROF_GDN, TS_PROF_QSA, TS_PROF_MOE, TS_PROF_OUTPUT, TS_PROF_KINDS };
+enum {
+    TS_PROF_EMBED,
+    TS_PROF_HC,
+    TS_PROF_PLE,
+    TS_PROF_GDN,
+    TS_PROF_QSA,
+    TS_PROF_MOE,
+    TS_PROF_OUTPUT,
+    TS_PROF_KINDS
+};
 extern const char *const ts_cuda_prof_names[TS_PROF_KINDS];
-int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *ids, int n_seq, double *times_ms,
-                         char *err, size_t errlen);
+int ts_cuda_profile_step(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *ids, int n_seq,
+                         double *times_ms, char *err, size_t errlen);
 
 /* The ts_cuda_seq of a CUDA session, NULL on the CPU backend (src/cuda/backend.c; benchmarks). */
 ts_cuda_seq *ts_session_cuda_seq(ts_session *s);

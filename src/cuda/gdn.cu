@@ -77,7 +77,7 @@ struct GdnDims {
     int nk, nv, dk, dv, Kc;
     int64_t key_dim, vdim, cd;
     float eps;
-    int one_row; // every sequence has exactly one row (decode): kernel 2 also shifts the conv history
+    int one_row;       // every sequence has exactly one row (decode): kernel 2 also shifts the conv history
     int64_t chunk_min; // sequences with at least this many rows run the chunked form (kernel 4b)
 };
 
@@ -111,8 +111,8 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
 // Causal depthwise conv of channel c at row r (the t-th row of its sequence, r0 its first row) and
 // SiLU. Extended index t + k over [Kc−1 history rows ; the sequence's rows]; tap Kc−1 = row r.
 __device__ __forceinline__ float conv_silu(const float *__restrict__ qkv, const float *hist,
-                                           const float *__restrict__ cw, const GdnDims &d, int64_t r, int64_t t,
-                                           int64_t c) {
+                                           const float *__restrict__ cw, const GdnDims &d, int64_t r,
+                                           int64_t t, int64_t c) {
     float acc = 0.0f;
     for (int k = 0; k < d.Kc; k++) {
         const int64_t e = t + k; // extended index
@@ -124,17 +124,17 @@ __device__ __forceinline__ float conv_silu(const float *__restrict__ qkv, const 
 
 // Decode (one row per sequence): the thread that convolved channel c of row r moves the history
 // up one row and appends the row's input, as kernel 3 would (it read the old history already).
-__device__ __forceinline__ void shift_history(const float *__restrict__ qkv, float *hist, const GdnDims &d, int64_t r,
-                                              int64_t c) {
+__device__ __forceinline__ void shift_history(const float *__restrict__ qkv, float *hist, const GdnDims &d,
+                                              int64_t r, int64_t c) {
     for (int h = 0; h + 1 < d.Kc - 1; h++) hist[h * d.cd + c] = hist[(h + 1) * d.cd + c];
     if (d.Kc > 1) hist[(d.Kc - 2) * d.cd + c] = qkv[r * d.cd + c];
 }
 
 // grid (N, 2·nk + ⌈vdim/kConvThreads⌉ + 1), block kConvThreads. See the header, launch 2.
 __global__ void __launch_bounds__(kConvThreads)
-gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
-                float *__restrict__ lg, const float *__restrict__ cw, const float *__restrict__ A,
-                const float *__restrict__ dt, const ts_cuda_batch b, int l, GdnDims d) {
+    gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__restrict__ beta,
+                    float *__restrict__ lg, const float *__restrict__ cw, const float *__restrict__ A,
+                    const float *__restrict__ dt, const ts_cuda_batch b, int l, GdnDims d) {
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
     __shared__ float red[32];
@@ -167,7 +167,8 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
         }
         const float ss = block_sum(sq, red);
         // as the CPU: rq = (1/√dk) / √(qq + 1e-6), rk = 1 / √(kk + 1e-6) (eps inside the sum)
-        const float scale = g < d.nk ? (1.0f / sqrtf((float)d.dk)) / sqrtf(ss + 1e-6f) : 1.0f / sqrtf(ss + 1e-6f);
+        const float scale =
+            g < d.nk ? (1.0f / sqrtf((float)d.dk)) / sqrtf(ss + 1e-6f) : 1.0f / sqrtf(ss + 1e-6f);
         for (int i = tid; i < d.dk; i += blockDim.x) urow[c0 + i] = urow[c0 + i] * scale; // own writes
         return;
     }
@@ -184,7 +185,8 @@ gdn_conv_kernel(const float *__restrict__ qkv, float *__restrict__ u, float *__r
 // grid ⌈cd/kStateThreads⌉·n_seq, block kStateThreads: thread (s, c) sets history rows h = 0 .. Kc−2
 // of sequence s to extended row n + h of [history ; its n rows].
 __global__ void __launch_bounds__(kStateThreads)
-gdn_conv_state_kernel(const float *__restrict__ qkv, const ts_cuda_batch b, int l, GdnDims d, int chunks) {
+    gdn_conv_state_kernel(const float *__restrict__ qkv, const ts_cuda_batch b, int l, GdnDims d,
+                          int chunks) {
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
     const int s = blockIdx.x / chunks;
@@ -213,8 +215,7 @@ struct RecArgs {
 // Register variant. grid n_seq·nv, block round_up(dv·P, 32) ≤ 512. Thread t: column e = t / P,
 // key slice p = t % P, keys i = p + P·m for m < M (P·M ≥ dk).
 template <int P, int M>
-__global__ void __launch_bounds__(kRecMaxThreads)
-gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+__global__ void __launch_bounds__(kRecMaxThreads) gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     static_assert(32 % P == 0, "the P lanes of a column must share a warp");
     constexpr int K = P * M;
     __shared__ float qs[2][K], ks[2][K]; // q̂, k̂ of the current / next row, zero beyond dk
@@ -230,7 +231,8 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     }
     const bool col = e < d.dv;
     float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv;
-    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff, voff = 2 * d.key_dim + (int64_t)j * d.dv;
+    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff,
+                  voff = 2 * d.key_dim + (int64_t)j * d.dv;
     const int64_t zoff = (int64_t)j * d.dv + e;
 
     // this thread's keys (its own state: no kernel of this step writes it before this one, so it is
@@ -320,7 +322,7 @@ gdn_recur_reg(RecArgs a, const ts_cuda_batch b, GdnDims d) {
 // memory 2·dk floats (q̂ then k̂). Thread t owns columns e = t, t + blockDim, ...; S is updated in
 // place in global memory.
 __global__ void __launch_bounds__(kRecMaxThreads, 1)
-gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     extern __shared__ float sh[];
     __shared__ float red[32];
     float *qs = sh, *ks = sh + d.dk;
@@ -361,7 +363,8 @@ gdn_recur_global(RecArgs a, const ts_cuda_batch b, GdnDims d) {
         const float ss = block_sum(sq, red);
         const float rn = 1.0f / sqrtf(ss / (float)dv + d.eps);
         const float *z = a.z + r * d.vdim + (int64_t)j * dv;
-        for (int64_t e = tid; e < dv; e += blockDim.x) orow[e] = orow[e] * rn * a.gamma[e] * ts_dsigmoid(z[e]);
+        for (int64_t e = tid; e < dv; e += blockDim.x)
+            orow[e] = orow[e] * rn * a.gamma[e] * ts_dsigmoid(z[e]);
     }
 }
 
@@ -386,21 +389,24 @@ struct ChunkSmem { // offsets in floats into dynamic shared memory; ks = dk + 1 
     __host__ __device__ explicit ChunkSmem(int dk) {
         ks = dk + 1;
         K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * (kChunk + 1);
-        D = P + kChunk * (kChunk + 1), S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk, E = B + kChunk;
+        D = P + kChunk * (kChunk + 1), S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk,
+        E = B + kChunk;
     }
     __host__ __device__ int floats() const { return E + kChunk; }
 };
 
-__global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+__global__ void __launch_bounds__(kChunkThreads, 1)
+    gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     extern __shared__ float sm[];
     const ChunkSmem L(d.dk);
     float *Ks = sm + L.K, *Qs = sm + L.Q, *As = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
     float *Gs = sm + L.G, *Bs = sm + L.B, *Es = sm + L.E; // G_t, β_t, e^(G_{n−1}−G_t)
-    constexpr int CP = kChunk + 1; // row stride of A, P
+    constexpr int CP = kChunk + 1;                        // row stride of A, P
 
     ts_cu::pdl_trigger();
     const int slices = (d.dv + kSlice - 1) / kSlice;
-    const int s = blockIdx.x / (d.nv * slices), j = (blockIdx.x / slices) % d.nv, e0 = (blockIdx.x % slices) * kSlice;
+    const int s = blockIdx.x / (d.nv * slices), j = (blockIdx.x / slices) % d.nv,
+              e0 = (blockIdx.x % slices) * kSlice;
     const int kappa = j % d.nk, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int ncol = min(kSlice, d.dv - e0);
     const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
@@ -409,7 +415,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_kernel(RecArgs a, 
         return;
     }
     float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv + e0;
-    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff, voff = 2 * d.key_dim + (int64_t)j * d.dv + e0;
+    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff,
+                  voff = 2 * d.key_dim + (int64_t)j * d.dv + e0;
     ts_cu::pdl_wait();
     for (int i = tid; i < d.dk * kSlice; i += kChunkThreads) {
         const int k = i / kSlice, e = i % kSlice;
@@ -452,7 +459,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_kernel(RecArgs a, 
 #pragma unroll
                 for (int x = 0; x < 4; x++)
 #pragma unroll
-                    for (int y = 0; y < 4; y++) kk[x][y] = fmaf(kt[x], kc[y], kk[x][y]), qk[x][y] = fmaf(qt[x], kc[y], qk[x][y]);
+                    for (int y = 0; y < 4; y++)
+                        kk[x][y] = fmaf(kt[x], kc[y], kk[x][y]), qk[x][y] = fmaf(qt[x], kc[y], qk[x][y]);
             }
 #pragma unroll
             for (int x = 0; x < 4; x++)
@@ -533,7 +541,8 @@ __global__ void __launch_bounds__(kChunkThreads, 1) gdn_chunk_kernel(RecArgs a, 
 }
 
 // 4c. The gated norm of the chunked sequences' rows: grid (N, nv), block kConvThreads; o in place.
-__global__ void __launch_bounds__(kConvThreads) gdn_gate_norm_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+__global__ void __launch_bounds__(kConvThreads)
+    gdn_gate_norm_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
     __shared__ float red[32];
@@ -573,8 +582,8 @@ extern "C" size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_ro
     return a > z ? a : z;
 }
 
-extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
-                           float *y, cudaStream_t s) {
+extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l,
+                           const float *x, float *y, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t N = b->n_rows;
     if (N <= 0) return 0;
@@ -584,13 +593,14 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     d.nk = (int)hp->ssm_nk, d.nv = (int)hp->ssm_nv, d.dk = (int)hp->ssm_dk, d.dv = (int)hp->ssm_dv;
     d.Kc = (int)hp->ssm_conv, d.eps = hp->eps;
     d.one_row = b->n_rows == b->n_seq; // every packed sequence has at least one row
-    d.chunk_min = INT64_MAX;            // set below when the chunked form runs
+    d.chunk_min = INT64_MAX;           // set below when the chunked form runs
     d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = 2 * d.key_dim + d.vdim;
     if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
     if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
     const int64_t vseg = (d.vdim + kConvThreads - 1) / kConvThreads, segs = 2 * (int64_t)d.nk + vseg + 1;
     const int64_t chunks = (d.cd + kStateThreads - 1) / kStateThreads;
-    if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX || (int64_t)b->n_seq * d.nv > INT32_MAX)
+    if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX ||
+        (int64_t)b->n_seq * d.nv > INT32_MAX)
         return -1;
 
     float *z = w->z, *beta = w->ba, *lg = static_cast<float *>(w->scratch);
@@ -609,7 +619,8 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
 
     // 2. conv + SiLU, q/k norms, gates
     ts_cu::launch(gdn_conv_kernel, dim3((unsigned)N, (unsigned)segs), dim3(kConvThreads), 0, s,
-                  static_cast<const float *>(w->qkv), w->u, beta, lg, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b, l, d);
+                  static_cast<const float *>(w->qkv), w->u, beta, lg, L->ssm_conv1d, L->ssm_a, L->ssm_dt, *b,
+                  l, d);
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
 
     // 3. conv history (decode: done by kernel 2)
@@ -632,21 +643,27 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         thread_local size_t opted = 0; // the shared-memory opt-in already made (it depends on dk only)
         if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX) return -1;
         if (shm > opted) {
-            if (cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) !=
-                cudaSuccess)
+            if (cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shm) != cudaSuccess)
                 return -1;
             opted = shm;
         }
-        ts_cu::launch(gdn_chunk_kernel, dim3((unsigned)(b->n_seq * d.nv * slices)), dim3(kChunkThreads), shm, s, a, *b, d);
+        ts_cu::launch(gdn_chunk_kernel, dim3((unsigned)(b->n_seq * d.nv * slices)), dim3(kChunkThreads), shm,
+                      s, a, *b, d);
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }
     if (d.dk <= 128 && d.dv <= 128) {
-        if (d.dk <= 32) launch_reg<4, 8>(a, *b, d, s);
-        else if (d.dk <= 64) launch_reg<4, 16>(a, *b, d, s);
-        else launch_reg<4, 32>(a, *b, d, s);
+        if (d.dk <= 32)
+            launch_reg<4, 8>(a, *b, d, s);
+        else if (d.dk <= 64)
+            launch_reg<4, 16>(a, *b, d, s);
+        else
+            launch_reg<4, 32>(a, *b, d, s);
     } else if (d.dk <= 128 && d.dv <= 256) {
-        if (d.dk <= 64) launch_reg<2, 32>(a, *b, d, s);
-        else launch_reg<2, 64>(a, *b, d, s);
+        if (d.dk <= 64)
+            launch_reg<2, 32>(a, *b, d, s);
+        else
+            launch_reg<2, 64>(a, *b, d, s);
     } else {
         const size_t shm = 2 * (size_t)d.dk * sizeof(float);
         if (shm > 48 * 1024) return -1; // dk > 6144
@@ -655,7 +672,8 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     }
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
     if (chunked) {
-        ts_cu::launch(gdn_gate_norm_kernel, dim3((unsigned)N, (unsigned)d.nv), dim3(kConvThreads), 0, s, a, *b, d);
+        ts_cu::launch(gdn_gate_norm_kernel, dim3((unsigned)N, (unsigned)d.nv), dim3(kConvThreads), 0, s, a,
+                      *b, d);
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }
 

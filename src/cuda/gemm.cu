@@ -264,8 +264,16 @@ template <int TYPE> int resident_type(int cfg) {
 
 #define TS_GEMM_TYPES(X)                                                                                     \
     X(TS_TYPE_F32)                                                                                           \
-    X(TS_TYPE_F16) X(TS_TYPE_BF16) X(TS_TYPE_Q8_0) X(TS_TYPE_Q4_0) X(TS_TYPE_Q5_0) X(TS_TYPE_Q5_1)           \
-        X(TS_TYPE_IQ4_NL) X(TS_TYPE_Q4_K) X(TS_TYPE_Q5_K) X(TS_TYPE_Q6_K)
+    X(TS_TYPE_F16)                                                                                           \
+    X(TS_TYPE_BF16)                                                                                          \
+    X(TS_TYPE_Q8_0)                                                                                          \
+    X(TS_TYPE_Q4_0)                                                                                          \
+    X(TS_TYPE_Q5_0)                                                                                          \
+    X(TS_TYPE_Q5_1)                                                                                          \
+    X(TS_TYPE_IQ4_NL)                                                                                        \
+    X(TS_TYPE_Q4_K)                                                                                          \
+    X(TS_TYPE_Q5_K)                                                                                          \
+    X(TS_TYPE_Q6_K)
 
 int launch(uint32_t type, int cfg, const gemm_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
     switch (type) {

@@ -36,8 +36,8 @@ namespace ts_cu {
 
 namespace {
 
-constexpr int kTile = 8;       // output rows a chunk
-constexpr int kMaxStages = 8;  // stages of the weight ring
+constexpr int kTile = 8;      // output rows a chunk
+constexpr int kMaxStages = 8; // stages of the weight ring
 constexpr size_t kSmemPerSm = 227 * 1024;
 
 // ---- PTX -----------------------------------------------------------------------------------------
@@ -70,10 +70,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
 }
 // bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned; completes on bar.
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
 }
 // C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
@@ -102,7 +103,12 @@ struct dense_chunks {
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
     __device__ chunk_t at(int c) const {
-        return {w + static_cast<size_t>(c) * kTile * rb, min(kTile, n_out - c * kTile), 0, T, y + c * kTile, n_out,
+        return {w + static_cast<size_t>(c) * kTile * rb,
+                min(kTile, n_out - c * kTile),
+                0,
+                T,
+                y + c * kTile,
+                n_out,
                 false};
     }
 };
@@ -110,7 +116,7 @@ struct dense_chunks {
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1.
 struct expert_chunks {
     tc_expert_job j;
-    int cpp; // chunks per part
+    int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts * cpp, i = c / per_item, r = c % per_item, part = r / cpp, cc = r % cpp;
@@ -118,8 +124,13 @@ struct expert_chunks {
         const bool bad = e < 0 || e > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : e) * static_cast<size_t>(j.rows_per_expert) +
                            static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * kTile;
-        return {(part ? j.w1 : j.w0) + row * j.rb, min(kTile, j.n_part - cc * kTile), i / j.x_div, 1,
-                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile, 0, bad};
+        return {(part ? j.w1 : j.w0) + row * j.rb,
+                min(kTile, j.n_part - cc * kTile),
+                i / j.x_div,
+                1,
+                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile,
+                0,
+                bad};
     }
 };
 
@@ -131,7 +142,8 @@ struct expert_chunks {
 // in input order, each scaled after the fact (inorder_b_frag); x staged per group of G inputs.
 template <int TYPE> struct tc_kind {
     static constexpr bool kInorder = TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 || TYPE == TS_TYPE_Q6_K;
-    static constexpr int G = TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 ? 128 : kTcSuper; // inputs a scale of x
+    static constexpr int G =
+        TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 ? 128 : kTcSuper; // inputs a scale of x
 };
 
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
@@ -140,11 +152,12 @@ template <int TYPE> struct tc_kind {
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
     __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride) {
-        const size_t groups = static_cast<size_t>(nx) * (ne0 / 128), supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
-        red = 128;                                                      // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float2);                       // 2 × nw × 32 float2
-        xsum = xsc + ((groups * 4 + 15) & ~15ul);                       // up to one float a group
-        xs = xsum + supers * 4 * sizeof(uint2);                         // 4 uint2 a super-block
+        const size_t groups = static_cast<size_t>(nx) * (ne0 / 128),
+                     supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
+        red = 128;                                // kMaxStages barriers
+        xsc = red + 2 * nw * 32 * sizeof(float2); // 2 × nw × 32 float2
+        xsum = xsc + ((groups * 4 + 15) & ~15ul); // up to one float a group
+        xs = xsum + supers * 4 * sizeof(uint2);   // 4 uint2 a super-block
         stages = (xs + static_cast<size_t>(nx) * ne0 * 2 + 127) & ~127ul;
         total = stages + static_cast<size_t>(ns) * kTile * row_stride;
     }
@@ -160,54 +173,58 @@ int stage_row_stride(size_t rb) {
 
 // x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
 // the 16 units of a (row, super-block) are neighbouring lanes and share its max.
-__device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride, uint32_t *xs, uint2 *xsum,
-                               float *xsc) {
-const int units = nx * nsb * 16;
-for (int u0 = 0; u0 < units; u0 += blockDim.x) {
-    const int u = u0 + static_cast<int>(threadIdx.x);
-    const bool ok = u < units;
-    const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-    const int h = q >> 1, j = q & 1;
-    float v[16] = {};
-    float amax = 0.0f;
-    if (ok) {
-        const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
-                                                           (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
+__device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride, uint32_t *xs,
+                               uint2 *xsum, float *xsc) {
+    const int units = nx * nsb * 16;
+    for (int u0 = 0; u0 < units; u0 += blockDim.x) {
+        const int u = u0 + static_cast<int>(threadIdx.x);
+        const bool ok = u < units;
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+        const int h = q >> 1, j = q & 1;
+        float v[16] = {};
+        float amax = 0.0f;
+        if (ok) {
+            const float4 *p =
+                reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
+                                                 (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 f = __ldg(p + i);
-            v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+            for (int i = 0; i < 4; i++) {
+                const float4 f = __ldg(p + i);
+                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        uint32_t a[8];
+        float sum = tc_x_quarter(v, scale, a);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+        if (ok) {
+            uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+#pragma unroll
+            for (int ii = 0; ii < 4;
+                 ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                    make_uint2(a[2 * ii], a[2 * ii + 1]);
+            if (q == 0) {
+                uint2 hl;
+                tc_x_sums(sum, other, hl.x, hl.y);
+                xsum[rs * 4 + t] = hl;
+                if (t == 0) xsc[rs] = inv;
+            }
         }
     }
-#pragma unroll
-    for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    float inv;
-    const float scale = tc_x_scale(amax, inv);
-    uint32_t a[8];
-    float sum = tc_x_quarter(v, scale, a);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);                  // the sub-block's sum (quarters j = 0, 1)
-    const float other = __shfl_xor_sync(0xffffffffu, sum, 2);     // the other sub-block's
-    if (ok) {
-        uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
-#pragma unroll
-        for (int ii = 0; ii < 4; ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
-            *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) = make_uint2(a[2 * ii], a[2 * ii + 1]);
-        if (q == 0) {
-            uint2 hl;
-            tc_x_sums(sum, other, hl.x, hl.y);
-            xsum[rs * 4 + t] = hl;
-            if (t == 0) xsc[rs] = inv;
-        }
-    }
-}
 }
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max.
 template <int G>
-__device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride, uint32_t *xs, float *xsc) {
+__device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride, uint32_t *xs,
+                                float *xsc) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
     const int ng = ne0 / G, units = nx * ng * UPG;
     for (int u0 = 0; u0 < units; u0 += blockDim.x) {
@@ -217,7 +234,8 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
         float v[16] = {};
         float amax = 0.0f;
         if (ok) {
-            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * m);
+            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rg / ng) * x_stride +
+                                                               (rg % ng) * G + 16 * m);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float4 f = __ldg(p + i);
@@ -241,17 +259,18 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
 // One chunk's partial sums for lane (g, t), K-quants: the super-blocks first, first + step, ... of row g
 // (token xr) into rows 2t, 2t + 1.
 template <int TYPE>
-__device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs, const uint2 *xsum,
-                                           const float *xsc, int nsb, int xr, bool tok, int first, int step, int g,
-                                           int t, float &acc0, float &acc1) {
+__device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                           const uint2 *xsum, const float *xsc, int nsb, int xr, bool tok,
+                                           int first, int step, int g, int t, float &acc0, float &acc1) {
     constexpr int BS = tc_kquant<TYPE>::BS;
     for (int sb = first; sb < nsb; sb += step) {
         uint32_t B[16][2], Bmin;
         kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
-        const uint4 *xa = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper +
-                                                          t * kTcXsLane);
+        const uint4 *xa = reinterpret_cast<const uint4 *>(
+            xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
         // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+              cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
@@ -275,16 +294,20 @@ __device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, co
 // The same for the in-order types: groups first, first + step, ...; per MMA (Q6_K: sub-block) or pair of
 // MMAs (Q8_0, Q5_0: block) its scale in fp32, per group the x scale.
 template <int TYPE>
-__device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, const uint32_t *xs, const float *xsc,
-                                            int ne0, int xr, bool tok, int first, int step, int g, int t, float &acc0,
-                                            float &acc1) {
+__device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                            const float *xsc, int ne0, int xr, bool tok, int first, int step,
+                                            int g, int t, float &acc0, float &acc1) {
     using Q = tc_inorder<TYPE>;
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
-    const uint8_t *r0 = st + (2 * t) * row_stride, *r1 = st + (2 * t + 1) * row_stride, *rg = st + g * row_stride;
-    auto half_at = [](const uint8_t *p) { return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8))); };
+    const uint8_t *r0 = st + (2 * t) * row_stride, *r1 = st + (2 * t + 1) * row_stride,
+                  *rg = st + g * row_stride;
+    auto half_at = [](const uint8_t *p) {
+        return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
+    };
     for (int gi = first; gi < ng; gi += step) {
-        const uint2 *xa = reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
+        const uint2 *xa =
+            reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
         float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
         for (int b = 0; b < BPG; b++) {
@@ -326,8 +349,8 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 
 template <int TYPE, class Chunks, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx, int64_t x_stride,
-                       int ns, int row_stride, uint32_t rb) {
+    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
+                   int64_t x_stride, int ns, int row_stride, uint32_t rb) {
     extern __shared__ __align__(128) uint8_t sm[];
     const int nsb = ne0 / kTcSuper;
     const tc_layout L(kWarps, nx, ne0, ns, row_stride);
@@ -356,10 +379,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
         uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
-        if (row_stride == static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (8 rows) at once
+        if (row_stride ==
+            static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (8 rows) at once
             bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
         else
-            for (int r = 0; r < k.nr; r++) bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
+            for (int r = 0; r < k.nr; r++)
+                bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
     };
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
@@ -384,9 +409,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int xr = k.xrow + (tok ? g : 0);
         float acc0 = 0.0f, acc1 = 0.0f;
         if constexpr (tc_kind<TYPE>::kInorder)
-            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0, acc1);
+            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0,
+                              acc1);
         else
-            dot_kquant<TYPE>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0, acc1);
+            dot_kquant<TYPE>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps, g, t,
+                             acc0, acc1);
         float2 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = make_float2(acc0, acc1);
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
@@ -439,7 +466,8 @@ int tc_max_per_sm() {
 bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     p.warps = tc_warps();
     p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
-    const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride).total, slot = static_cast<size_t>(kTile) * p.row_stride;
+    const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride).total,
+                 slot = static_cast<size_t>(kTile) * p.row_stride;
     for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
         if (fixed + slot > budget) continue;
@@ -456,8 +484,9 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     return false;
 }
 
-template <int TYPE, class Chunks, int NW> int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
-                                                   int64_t x_stride, size_t rb, const tc_plan &p, cudaStream_t s) {
+template <int TYPE, class Chunks, int NW>
+int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
+                const tc_plan &p, cudaStream_t s) {
     const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
@@ -466,14 +495,15 @@ template <int TYPE, class Chunks, int NW> int launch_tc_w(const Chunks &ch, int 
             return -1;
         opted_in = true;
     }
-    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0, x, nx,
-                  x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
+    return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0,
+                  x, nx, x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
                ? 0
                : -1;
 }
 
-template <int TYPE, class Chunks> int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
-                                      size_t rb, cudaStream_t s) {
+template <int TYPE, class Chunks>
+int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
+              cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
@@ -499,10 +529,13 @@ int tc_gemv_group(uint32_t type) {
     switch (type) {
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K: return kTcSuper;
+    case TS_TYPE_Q6_K:
+        return kTcSuper;
     case TS_TYPE_Q8_0:
-    case TS_TYPE_Q5_0: return 128;
-    default: return 0;
+    case TS_TYPE_Q5_0:
+        return 128;
+    default:
+        return 0;
     }
 }
 
@@ -521,12 +554,18 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     const dense_chunks ch = {w, rb, n_out, T, y};
     const int n_chunks = (n_out + kTile - 1) / kTile;
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    case TS_TYPE_Q6_K: return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    case TS_TYPE_Q8_0: return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    case TS_TYPE_Q5_0: return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
-    default: return -1;
+    case TS_TYPE_Q4_K:
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_K:
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q6_K:
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q8_0:
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_0:
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    default:
+        return -1;
     }
 }
 
@@ -536,12 +575,18 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
     ch.cpp = (job.n_part + kTile - 1) / kTile;
     const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    case TS_TYPE_Q5_K: return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    case TS_TYPE_Q6_K: return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    case TS_TYPE_Q8_0: return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    case TS_TYPE_Q5_0: return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
-    default: return -1;
+    case TS_TYPE_Q4_K:
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_K:
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q6_K:
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q8_0:
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_0:
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    default:
+        return -1;
     }
 }
 

@@ -35,8 +35,8 @@
 
 namespace ts_cu {
 
-constexpr int kTcSuper = 256;    // inputs a super-block
-constexpr int kTcXsLane = 32;    // u32 of staged x per (token, super-block, lane t): 16 MMAs × a0a1, a4a5
+constexpr int kTcSuper = 256; // inputs a super-block
+constexpr int kTcXsLane = 32; // u32 of staged x per (token, super-block, lane t): 16 MMAs × a0a1, a4a5
 constexpr int kTcXsSuper = 4 * kTcXsLane; // u32 per (token, super-block)
 
 // ---- fp16 pairs (a u32 holds two fp16: low half first) ---------------------------------------------
@@ -61,8 +61,12 @@ TS_HD uint32_t h2_pack(float lo, float hi) {
 #else
 // Host emulation: the operations the kernel uses are exact or round once; double then fp16 rounding is
 // the same single rounding for the magnitudes involved (the tests use it on exact integers and on x).
-static inline float h_lo(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a & 0xFFFFu)); }
-static inline float h_hi(uint32_t a) { return ts_fp16_to_fp32((uint16_t)(a >> 16)); }
+static inline float h_lo(uint32_t a) {
+    return ts_fp16_to_fp32((uint16_t)(a & 0xFFFFu));
+}
+static inline float h_hi(uint32_t a) {
+    return ts_fp16_to_fp32((uint16_t)(a >> 16));
+}
 static inline uint32_t h_pair(double lo, double hi) {
     return (uint32_t)ts_fp32_to_fp16((float)lo) | ((uint32_t)ts_fp32_to_fp16((float)hi) << 16);
 }
@@ -98,7 +102,8 @@ template <> struct tc_kquant<TS_TYPE_Q5_K> {
 
 // sb: the super-block of row g, 16-byte aligned. B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h);
 // Bmin: b0b1 (= b2b3) of the min MMA.
-template <int TYPE> TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+template <int TYPE>
+TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
     using Q = tc_kquant<TYPE>;
     const uint4 *v = reinterpret_cast<const uint4 *>(sb);
     const uint4 hdr = v[0];
@@ -139,8 +144,8 @@ template <int TYPE> TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t
         const uint32_t lo13 = (q8 & 0x000F000Fu) | ((h8 << 4) & 0x00100010u) | k1024;
         const uint32_t hi02 = (q & 0x00F000F0u) | ((h << 7) & 0x01000100u) | k1024;
         const uint32_t hi13 = (q8 & 0x00F000F0u) | ((h8 << 7) & 0x01000100u) | k1024;
-        B[2 * i][0] = h2_fma(lo02, sca, ka);      // elements 4i, 4i+2 of sub-block 2t
-        B[2 * i][1] = h2_fma(lo13, sca, ka);      // 4i+1, 4i+3
+        B[2 * i][0] = h2_fma(lo02, sca, ka);       // elements 4i, 4i+2 of sub-block 2t
+        B[2 * i][1] = h2_fma(lo13, sca, ka);       // 4i+1, 4i+3
         B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1
         B[2 * i + 1][1] = h2_fma(hi13, scb16, kb);
     }
@@ -236,7 +241,8 @@ template <> struct tc_inorder<TS_TYPE_Q6_K> {
 
 // B words of lane t for MMA m of the block at blk (Q8_0, Q5_0: m = 0, 1, the block's halves; Q6_K:
 // m = 0 .. 15, its sub-blocks): the quants of inputs 16m + 2t, +1 (b01) and 16m + 2t + 8, +9 (b23).
-template <int TYPE> TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint32_t &b23) {
+template <int TYPE>
+TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint32_t &b23) {
     const int j = 2 * t; // inputs j, j + 1, j + 8, j + 9 of the MMA
     if (TYPE == TS_TYPE_Q8_0) {
         const uint8_t *q = blk + 2 + 16 * m + j; // int8 q → 128 + q as a byte: (1024 + 128 + q) − 1152

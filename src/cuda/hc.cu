@@ -43,22 +43,29 @@ unsigned blocks_for(int64_t n) {
 }
 
 // lr[i] = silu(lr[i] / C) for i < n_lr; inj[j] = 2σ(inj[j] / C) for j < n_inj (n_inj = 0 without inject).
-__global__ void hc_act_kernel(float *__restrict__ lr, int64_t n_lr, float *__restrict__ inj, int64_t n_inj, float C) {
+__global__ void hc_act_kernel(float *__restrict__ lr, int64_t n_lr, float *__restrict__ inj, int64_t n_inj,
+                              float C) {
     const int64_t n = n_lr + n_inj;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        if (e < n_lr) lr[e] = ts_dsilu(lr[e] / C);
-        else inj[e - n_lr] = 2.0f * ts_dsigmoid(inj[e - n_lr] / C);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        if (e < n_lr)
+            lr[e] = ts_dsilu(lr[e] / C);
+        else
+            inj[e - n_lr] = 2.0f * ts_dsigmoid(inj[e - n_lr] / C);
     }
 }
 
 // The combined down|inject product P (N × (r + C)) split: lr = silu(P[:, :r] / C), inj = 2σ(P[:, r:] / C).
-__global__ void hc_act_split_kernel(const float *__restrict__ P, int64_t N, int64_t r, int64_t C, float *__restrict__ lr,
-                                    float *__restrict__ inj) {
+__global__ void hc_act_split_kernel(const float *__restrict__ P, int64_t N, int64_t r, int64_t C,
+                                    float *__restrict__ lr, float *__restrict__ inj) {
     const int64_t w = r + C, n = N * w;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / w, j = e % w;
-        if (j < r) lr[t * r + j] = ts_dsilu(P[e] / (float)C);
-        else inj[t * C + (j - r)] = 2.0f * ts_dsigmoid(P[e] / (float)C);
+        if (j < r)
+            lr[t * r + j] = ts_dsilu(P[e] / (float)C);
+        else
+            inj[t * C + (j - r)] = 2.0f * ts_dsigmoid(P[e] / (float)C);
     }
 }
 
@@ -69,9 +76,10 @@ struct moe_parts {
     int k;
 };
 
-__global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restrict__ y, const float *__restrict__ inj,
-                                     int64_t H, int64_t C, const float *__restrict__ g, float eps,
-                                     float *__restrict__ xn, moe_parts m) {
+__global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restrict__ y,
+                                     const float *__restrict__ inj, int64_t H, int64_t C,
+                                     const float *__restrict__ g, float eps, float *__restrict__ xn,
+                                     moe_parts m) {
     pdl_trigger();
     pdl_wait();
     const int64_t t = blockIdx.x, c = blockIdx.y, W = C * H;
@@ -80,7 +88,8 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
     const float k = inj[t * C + c];
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-        const float yv = m.eo ? ts_dmoe_combine(yt[i], m.sg[t], m.eo + t * m.k * H + i, H, m.tw + t * m.k, m.k) : yt[i];
+        const float yv =
+            m.eo ? ts_dmoe_combine(yt[i], m.sg[t], m.eo + t * m.k * H + i, H, m.tw + t * m.k, m.k) : yt[i];
         const float v = Rs[i] + yv * k;
         Rs[i] = v;
         ss += v * v;
@@ -103,7 +112,8 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
 __global__ void hc_mix_kernel(const float *__restrict__ M, const float *__restrict__ Xn, int64_t N, int64_t H,
                               int64_t C, float *__restrict__ x) {
     const int64_t n = N * H, W = C * H;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / H, i = e % H;
         const float *Mt = M + t * W + i, *Xt = Xn + t * W + i;
         float s = 0.0f;
@@ -113,15 +123,15 @@ __global__ void hc_mix_kernel(const float *__restrict__ M, const float *__restri
 }
 
 // R[t, c·H + i] += y[t, i] · inj[t, c], one thread per element of R.
-__global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__ y, const float *__restrict__ inj,
-                                int64_t N, int64_t H, int64_t C) {
+__global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__ y,
+                                const float *__restrict__ inj, int64_t N, int64_t H, int64_t C) {
     const int64_t W = C * H, n = N * W;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / W, j = e % W, c = j / H, i = j % H;
         R[e] += y[t * H + i] * inj[t * C + c];
     }
 }
-
 
 // ---- decode: the fused read --------------------------------------------------------------------
 //
@@ -153,8 +163,8 @@ inline size_t up_mix_smem(int64_t r, int64_t C, int IB, size_t rb, int upr) {
 template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
     hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
-                     const float *__restrict__ P, int np, int N, const float *__restrict__ xn, float *__restrict__ x,
-                     float *__restrict__ inj) {
+                     const float *__restrict__ P, int np, int N, const float *__restrict__ xn,
+                     float *__restrict__ x, float *__restrict__ inj) {
     using Q = qtype<TYPE>;
     extern __shared__ __align__(16) uint8_t smem[];
     const int t = static_cast<int>(blockIdx.y), i0 = static_cast<int>(blockIdx.x) * IB, ni = min(IB, H - i0);
@@ -204,7 +214,8 @@ __global__ void __launch_bounds__(kThreads)
         const int u = idx / rows, row = idx - u * rows, c = row / ni, il = row - c * ni;
         const int b = u / Q::UPB, k = u - b * Q::UPB;
         const uint8_t *start = up + (static_cast<size_t>(c) * H + i0) * rb;
-        const uint8_t *blk[1] = {wb + c * range + (reinterpret_cast<uintptr_t>(start) & 15u) + il * rb + b * Q::BS};
+        const uint8_t *blk[1] = {wb + c * range + (reinterpret_cast<uintptr_t>(start) & 15u) + il * rb +
+                                 b * Q::BS};
         float acc[1][1] = {{0.0f}};
         unit_dot<Q, 1, 1, true>(blk, k, nullptr, xs, b * Q::QK, r, acc);
         part[row * upr + u] = acc[0][0];
@@ -231,10 +242,12 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
     const ts_cuda_tensor *D = inj ? &hc->down_inject : &hc->down;
     const ts_cuda_tensor &U = hc->up;
     const int64_t np = inj ? r + C : r;
-    if (N > kFusedMaxRows || !D->data || D->ne0 != W || D->rows < np || !U.data || U.ne0 != r || U.rows < W || r % 4 != 0 || C * np > W)
+    if (N > kFusedMaxRows || !D->data || D->ne0 != W || D->rows < np || !U.data || U.ne0 != r || U.rows < W ||
+        r % 4 != 0 || C * np > W)
         return 1;
     const ts_type_traits *tr = ts_type_get(U.type);
-    if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r)) return 1;
+    if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r))
+        return 1;
     const int nb = static_cast<int>(r / tr->block_size);
     const int upr = nb * (tr->block_size / 32);
     int IB = kFusedMaxIB;
@@ -242,27 +255,44 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
     const size_t smem = up_mix_smem(r, C, IB, U.row_bytes, upr);
     if (smem > kFusedSmemBudget) return 1;
 
-    void (*kernel)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int, const float *, float *,
-                   float *) = nullptr;
+    void (*kernel)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int, const float *,
+                   float *, float *) = nullptr;
     switch (U.type) {
-    case TS_TYPE_Q8_0: kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>; break;
-    case TS_TYPE_Q4_0: kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>; break;
-    case TS_TYPE_Q5_0: kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>; break;
-    case TS_TYPE_Q5_1: kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>; break;
-    case TS_TYPE_IQ4_NL: kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>; break;
-    case TS_TYPE_Q4_K: kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>; break;
-    case TS_TYPE_Q5_K: kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>; break;
-    case TS_TYPE_Q6_K: kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>; break;
-    default: return 1;
+    case TS_TYPE_Q8_0:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>;
+        break;
+    case TS_TYPE_Q4_0:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>;
+        break;
+    case TS_TYPE_Q5_0:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>;
+        break;
+    case TS_TYPE_Q5_1:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>;
+        break;
+    case TS_TYPE_IQ4_NL:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>;
+        break;
+    case TS_TYPE_Q4_K:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>;
+        break;
+    case TS_TYPE_Q5_K:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>;
+        break;
+    case TS_TYPE_Q6_K:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
+        break;
+    default:
+        return 1;
     }
     const int rc = ts_cuda_matmul_split(D, np, static_cast<int>(C), w->xn, N, W, w->mix, s);
     if (rc != 0) return rc;
 
     const dim3 grid(static_cast<unsigned>((H + IB - 1) / IB), static_cast<unsigned>(N));
-    const cudaError_t e = launch(kernel, grid, dim3(kThreads), smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes, nb,
-                                 static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), IB,
-                                 static_cast<const float *>(w->mix), static_cast<int>(np), static_cast<int>(N),
-                                 static_cast<const float *>(w->xn), x, inj);
+    const cudaError_t e = launch(
+        kernel, grid, dim3(kThreads), smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes, nb,
+        static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), IB, static_cast<const float *>(w->mix),
+        static_cast<int>(np), static_cast<int>(N), static_cast<const float *>(w->xn), x, inj);
     return e == cudaSuccess ? 0 : -1;
 }
 
@@ -285,7 +315,8 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
         if (ts_cuda_matmul(&hc->down, 0, r, w->xn, N, w->lr, s)) return -1;
         if (with_inj && ts_cuda_matmul(&hc->inject, 0, C, w->xn, N, inj, s)) return -1;
         const int64_t n_lr = N * r, n_inj = with_inj ? N * C : 0;
-        hc_act_kernel<<<blocks_for(n_lr + n_inj), kThreads, 0, s>>>(w->lr, n_lr, inj, n_inj, static_cast<float>(C));
+        hc_act_kernel<<<blocks_for(n_lr + n_inj), kThreads, 0, s>>>(w->lr, n_lr, inj, n_inj,
+                                                                    static_cast<float>(C));
     }
     if (cudaGetLastError() != cudaSuccess) return -1;
 
@@ -294,8 +325,8 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
-extern "C" int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const float *R, int64_t N, float *x, float *inj,
-                               cudaStream_t s) {
+extern "C" int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const float *R, int64_t N, float *x,
+                               float *inj, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, W = (int64_t)hp->hc_count * H;
     if (N <= 0) return 0;
@@ -312,8 +343,8 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
     if (N <= 0) return 0;
     const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
-    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn, m) ==
-                   cudaSuccess
+    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn,
+                  m) == cudaSuccess
                ? 0
                : -1;
 }
@@ -325,11 +356,11 @@ extern "C" int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, 
     return write_norm(w, R, y, inj, N, g_next, moe_parts{nullptr, nullptr, nullptr, 0}, s);
 }
 
-extern "C" int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
-                                         const float *g_next, cudaStream_t s) {
+extern "C" int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj,
+                                         int64_t N, const float *g_next, cudaStream_t s) {
     if (!w->sg || !w->eo || !w->topk_w) return -1;
-    return write_norm(w, R, y, inj, N, g_next, moe_parts{w->sg, w->eo, w->topk_w, static_cast<int>(w->hp->n_expert_used)},
-                      s);
+    return write_norm(w, R, y, inj, N, g_next,
+                      moe_parts{w->sg, w->eo, w->topk_w, static_cast<int>(w->hp->n_expert_used)}, s);
 }
 
 extern "C" int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t N,

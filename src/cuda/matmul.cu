@@ -115,7 +115,6 @@ struct expert_rows {
     }
 };
 
-
 // The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of kWarps·R
 // consecutive rows (of n_out), each warp R rows of a group. nb: blocks per row. x (T·ne0 floats)
 // is read from xs when XS (staged by the caller), else from global memory through L1.
@@ -225,8 +224,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     pdl_wait();
     stage_x<qtype<TYPE>, T>(xs, x + static_cast<size_t>(q) * ne0, ne0, xstride, kWarps * 32);
     __syncthreads();
-    blocks_product<TYPE, 1, T, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs, y + q * ysplit,
-                                     static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+    blocks_product<TYPE, 1, T, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs,
+                                     y + q * ysplit, static_cast<int>(blockIdx.x),
+                                     static_cast<int>(gridDim.x));
 }
 
 // ---- plain types -----------------------------------------------------------------------------
@@ -277,8 +277,8 @@ template <> struct ptype<TS_TYPE_BF16> {
 // ne0 % 8 == 0: lane handles 8 consecutive elements per iteration with one or two 16-byte loads.
 // The thread block computes row group g (kWarps·R rows) of n_out.
 template <int TYPE, int R, int T, class Rows>
-__device__ __forceinline__ void plain_product(const Rows &rows, int n_out, int ne0, const float *__restrict__ x,
-                                              float *__restrict__ y, int g) {
+__device__ __forceinline__ void plain_product(const Rows &rows, int n_out, int ne0,
+                                              const float *__restrict__ x, float *__restrict__ y, int g) {
     using P = ptype<TYPE>;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int o0 = (g * kWarps + warp) * R;
@@ -344,8 +344,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Any row length: one warp a row, element by element, any T (the slow path; rare shapes only).
 // The thread block computes rows g·kWarps .. g·kWarps + kWarps − 1.
 template <int TYPE, class Rows>
-__device__ __forceinline__ void plain_any_product(const Rows &rows, int n_out, int ne0, const float *__restrict__ x,
-                                                  int T, float *__restrict__ y, int g) {
+__device__ __forceinline__ void plain_any_product(const Rows &rows, int n_out, int ne0,
+                                                  const float *__restrict__ x, int T, float *__restrict__ y,
+                                                  int g) {
     using P = ptype<TYPE>;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int o = g * kWarps + warp;
@@ -408,8 +409,9 @@ __device__ __forceinline__ bool bind_item(const expert_args &a, int i, expert_ro
         rows.p0 = rows.p1 = nullptr;
         return false;
     }
-    const size_t r0 = (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) +
-                       static_cast<size_t>(a.row_off)) * a.rb;
+    const size_t r0 =
+        (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) + static_cast<size_t>(a.row_off)) *
+        a.rb;
     rows.p0 = a.w0 + r0;
     rows.p1 = a.w1 ? a.w1 + r0 : rows.p0;
     return true;
@@ -420,15 +422,17 @@ __device__ __forceinline__ bool bind_item(const expert_args &a, int i, expert_ro
 __device__ __forceinline__ void fill_nan(float *y, int n_out, int rows_per_group, int g0, int gstep) {
     const float nan = __int_as_float(0x7fffffff);
     for (int g = g0; static_cast<int64_t>(g) * rows_per_group < n_out; g += gstep) {
-        const int o1 = static_cast<int>(min(static_cast<int64_t>(n_out), static_cast<int64_t>(g + 1) * rows_per_group));
+        const int o1 =
+            static_cast<int>(min(static_cast<int64_t>(n_out), static_cast<int64_t>(g + 1) * rows_per_group));
         for (int o = g * rows_per_group + static_cast<int>(threadIdx.x); o < o1; o += kWarps * 32) y[o] = nan;
     }
 }
 
 template <int TYPE, int R, bool XS>
-__global__ void __launch_bounds__(kWarps * 32) matmul_experts_blocks_kernel(const expert_args a, int nb, int ne0) {
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_experts_blocks_kernel(const expert_args a, int nb, int ne0) {
     pdl_trigger();
-    pdl_wait(); // the expert ids come from the router kernel
+    pdl_wait();                    // the expert ids come from the router kernel
     extern __shared__ float4 xs[]; // XS: ne0/4 float4s, the current item's x row
     for (int i = blockIdx.y; i < a.n_items; i += gridDim.y) {
         expert_rows rows;
@@ -466,7 +470,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) matmul_experts_mma_kernel(cons
         __syncthreads();
         if (ok)
             mma_tile<TYPE>(rows, a.n_out, ne0, m.dg, m.xsc, m.xsum, y, static_cast<int>(blockIdx.x));
-        else if (threadIdx.x < 16 && static_cast<int>(blockIdx.x) * 16 + static_cast<int>(threadIdx.x) < a.n_out)
+        else if (threadIdx.x < 16 &&
+                 static_cast<int>(blockIdx.x) * 16 + static_cast<int>(threadIdx.x) < a.n_out)
             y[blockIdx.x * 16 + threadIdx.x] = __int_as_float(0x7fffffff);
     }
 }
@@ -550,7 +555,8 @@ template <typename K> int resident_blocks(K kernel, size_t dyn_smem, bool needs_
 
 template <int TYPE, int R, int T> void launch_one(const launch_args &a) {
     if constexpr (TYPE == TS_TYPE_F32 || TYPE == TS_TYPE_F16 || TYPE == TS_TYPE_BF16) {
-        launch(matmul_plain_kernel<TYPE, R, T>, blocks_for(a.n_out, R), kWarps * 32, 0, a.s, a.w, a.rb, a.n_out, a.ne0, a.x, a.y);
+        launch(matmul_plain_kernel<TYPE, R, T>, blocks_for(a.n_out, R), kWarps * 32, 0, a.s, a.w, a.rb,
+               a.n_out, a.ne0, a.x, a.y);
     } else {
         const int nb = a.ne0 / qtype<TYPE>::QK;
         const size_t xbytes = static_cast<size_t>(T) * a.ne0 * sizeof(float);
@@ -639,7 +645,8 @@ struct occupancy_cache_set {
     int next = 0;
 };
 
-template <typename K> int resident_blocks_keyed(K kernel, size_t dyn_smem, bool needs_opt_in, occupancy_cache_set &c) {
+template <typename K>
+int resident_blocks_keyed(K kernel, size_t dyn_smem, bool needs_opt_in, occupancy_cache_set &c) {
     for (occupancy_cache &sl : c.slot)
         if (sl.dyn == dyn_smem) return resident_blocks(kernel, dyn_smem, needs_opt_in, sl);
     occupancy_cache &sl = c.slot[c.next];
@@ -698,15 +705,17 @@ bool mma_type(uint32_t type) {
 // all types share one function-pointer type K).
 template <int TYPE, typename K> void mma_opt_in(K kernel) {
     thread_local bool done = false; // one flag per kernel instantiation and thread
-    if (!done) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes), done = true;
+    if (!done)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsBudgetBytes),
+            done = true;
 }
 
 template <int TYPE>
 int launch_mma_t(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, float *y, cudaStream_t s) {
     const auto kernel = matmul_mma_kernel<TYPE>;
     mma_opt_in<TYPE>(kernel);
-    return launch(kernel, dim3(static_cast<unsigned>((n_out + 15) / 16)), dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s,
-                  w, rb, n_out, ne0, x, y) == cudaSuccess
+    return launch(kernel, dim3(static_cast<unsigned>((n_out + 15) / 16)), dim3(kMmaWarps * 32),
+                  mma_smem_bytes(ne0), s, w, rb, n_out, ne0, x, y) == cudaSuccess
                ? 0
                : -1;
 }
@@ -714,28 +723,39 @@ int launch_mma_t(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x
 int launch_mma(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, float *y,
                cudaStream_t s) {
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_mma_t<TS_TYPE_Q4_K>(w, rb, n_out, ne0, x, y, s);
-    case TS_TYPE_Q5_K: return launch_mma_t<TS_TYPE_Q5_K>(w, rb, n_out, ne0, x, y, s);
-    case TS_TYPE_Q8_0: return launch_mma_t<TS_TYPE_Q8_0>(w, rb, n_out, ne0, x, y, s);
-    case TS_TYPE_Q5_0: return launch_mma_t<TS_TYPE_Q5_0>(w, rb, n_out, ne0, x, y, s);
-    default: return launch_mma_t<TS_TYPE_Q4_0>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q4_K:
+        return launch_mma_t<TS_TYPE_Q4_K>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q5_K:
+        return launch_mma_t<TS_TYPE_Q5_K>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q8_0:
+        return launch_mma_t<TS_TYPE_Q8_0>(w, rb, n_out, ne0, x, y, s);
+    case TS_TYPE_Q5_0:
+        return launch_mma_t<TS_TYPE_Q5_0>(w, rb, n_out, ne0, x, y, s);
+    default:
+        return launch_mma_t<TS_TYPE_Q4_0>(w, rb, n_out, ne0, x, y, s);
     }
 }
 
 template <int TYPE> int launch_mma_experts_t(const expert_args &a, int ne0, cudaStream_t s) {
     const auto kernel = matmul_experts_mma_kernel<TYPE>;
     mma_opt_in<TYPE>(kernel);
-    const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16), a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
+    const dim3 grid(static_cast<unsigned>((a.n_out + 15) / 16),
+                    a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
     return launch(kernel, grid, dim3(kMmaWarps * 32), mma_smem_bytes(ne0), s, a, ne0) == cudaSuccess ? 0 : -1;
 }
 
 int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_t s) {
     switch (type) {
-    case TS_TYPE_Q4_K: return launch_mma_experts_t<TS_TYPE_Q4_K>(a, ne0, s);
-    case TS_TYPE_Q5_K: return launch_mma_experts_t<TS_TYPE_Q5_K>(a, ne0, s);
-    case TS_TYPE_Q8_0: return launch_mma_experts_t<TS_TYPE_Q8_0>(a, ne0, s);
-    case TS_TYPE_Q5_0: return launch_mma_experts_t<TS_TYPE_Q5_0>(a, ne0, s);
-    default: return launch_mma_experts_t<TS_TYPE_Q4_0>(a, ne0, s);
+    case TS_TYPE_Q4_K:
+        return launch_mma_experts_t<TS_TYPE_Q4_K>(a, ne0, s);
+    case TS_TYPE_Q5_K:
+        return launch_mma_experts_t<TS_TYPE_Q5_K>(a, ne0, s);
+    case TS_TYPE_Q8_0:
+        return launch_mma_experts_t<TS_TYPE_Q8_0>(a, ne0, s);
+    case TS_TYPE_Q5_0:
+        return launch_mma_experts_t<TS_TYPE_Q5_0>(a, ne0, s);
+    default:
+        return launch_mma_experts_t<TS_TYPE_Q4_0>(a, ne0, s);
     }
 }
 
@@ -756,15 +776,18 @@ bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out
 
 } // namespace
 
-extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0, int64_t n_out) {
-    const bool tc = T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() &&
-                    tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0), dense_whole_chunks(row0, n_out));
+extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0,
+                                           int64_t n_out) {
+    const bool tc =
+        T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() &&
+        tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0), dense_whole_chunks(row0, n_out));
     return tc ? tc_gemv_group(type) : 0;
 }
 
-extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows, int64_t rows_per_expert,
-                                                  int64_t row_off, int64_t n_out) {
-    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0), expert_whole_chunks(rows_per_expert, row_off, n_out))
+extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows,
+                                                   int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
+    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0),
+                      expert_whole_chunks(rows_per_expert, row_off, n_out))
                ? tc_gemv_group(type)
                : 0;
 }
@@ -860,26 +883,32 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
     if (T >= tc_gemv_min_tokens() &&
-        tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes, dense_whole_chunks(row0, n_out))) { // tensor cores, x in fp16 (gemv_tc.h)
+        tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes,
+                   dense_whole_chunks(row0, n_out))) { // tensor cores, x in fp16 (gemv_tc.h)
         for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
             const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
-            if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s)) return -1;
+            if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s))
+                return -1;
         }
         return 0;
     }
-    if (T == 1 && mma_enabled() && mma_type(W->type) && mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
+    if (T == 1 && mma_enabled() && mma_type(W->type) &&
+        mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
         return launch_mma(W->type, w, W->row_bytes, no, ne0, x_dev, y_dev, s); // integer MMA (matvec_mma.cuh)
     if (is_plain(W->type) && ne0 % 8 != 0) {
         const int blocks = (no + kWarps - 1) / kWarps;
         switch (W->type) {
         case TS_TYPE_F32:
-            launch(matmul_plain_any_kernel<TS_TYPE_F32>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_F32>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
+                   x_dev, static_cast<int>(T), y_dev);
             break;
         case TS_TYPE_F16:
-            launch(matmul_plain_any_kernel<TS_TYPE_F16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_F16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
+                   x_dev, static_cast<int>(T), y_dev);
             break;
         default:
-            launch(matmul_plain_any_kernel<TS_TYPE_BF16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0, x_dev, static_cast<int>(T), y_dev);
+            launch(matmul_plain_any_kernel<TS_TYPE_BF16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
+                   x_dev, static_cast<int>(T), y_dev);
             break;
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
@@ -929,12 +958,13 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }
 
-extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
-                                      int64_t n_items, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
-                                      const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
-                                      int64_t y_stride, cudaStream_t s) {
+extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                      const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
+                                      int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
+                                      int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s) {
     if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
-    if (n_items < 0 || n_items > INT_MAX || rows_per_expert < 0 || row_off < 0 || n_out < 0 || x_div < 1) return -1;
+    if (n_items < 0 || n_items > INT_MAX || rows_per_expert < 0 || row_off < 0 || n_out < 0 || x_div < 1)
+        return -1;
     if (W->ne0 <= 0 || W->ne0 > INT_MAX / kMaxT) return -1;
     const ts_type_traits *tr = ts_type_get(W->type);
     if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
@@ -956,7 +986,8 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         if (e_max > INT_MAX) e_max = INT_MAX;
     }
     if (n_out == 0 || n_items == 0) return 0;
-    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) || (reinterpret_cast<uintptr_t>(y_dev) & 15u))
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(y_dev) & 15u))
         return -1;
     if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out || y_stride % 4 != 0) return -1;
 
@@ -994,10 +1025,17 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
     const int64_t x_rows = (a.n_items + a.x_div - 1) / a.x_div;
-    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes, expert_whole_chunks(ids_dev ? rows_per_expert : 8, row_off, n_out))) {
+    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes,
+                   expert_whole_chunks(ids_dev ? rows_per_expert : 8, row_off, n_out))) {
         // tensor cores, x in fp16 (gemv_tc.h)
-        const tc_expert_job j = {a.w0, a.w1, a.rb, a.ids, a.n_items, a.rows_per_expert, a.row_off, a.e_max,
-                                 a.n_part, static_cast<int>(parts), a.x_div, a.x_stride, a.y_stride, a.x, a.y};
+        const tc_expert_job j = {a.w0,       a.w1,
+                                 a.rb,       a.ids,
+                                 a.n_items,  a.rows_per_expert,
+                                 a.row_off,  a.e_max,
+                                 a.n_part,   static_cast<int>(parts),
+                                 a.x_div,    a.x_stride,
+                                 a.y_stride, a.x,
+                                 a.y};
         return tc_gemv_experts(W->type, j, L.ne0, s);
     }
     if (mma_enabled() && mma_type(W->type) && mma_smem_bytes(L.ne0) <= static_cast<size_t>(kXsBudgetBytes))
@@ -1067,7 +1105,7 @@ template <int TYPE, int T> void launch_split_T(const split_args &a) {
     const int gx = max(1, min(blocks_for(a.n_out, 1), res / a.splits));
     const int nb = a.ne0 / qtype<TYPE>::QK;
     launch(kernel, dim3(gx, a.splits), kWarps * 32, xbytes, a.s, a.w, a.rb, a.wsplit, a.n_out, nb, a.ne0, a.x,
-                                                               a.xstride, a.y, a.ysplit);
+           a.xstride, a.y, a.ysplit);
 }
 
 template <int TYPE> void launch_split(int T, const split_args &a) {
@@ -1089,25 +1127,34 @@ template <int TYPE> void launch_split(int T, const split_args &a) {
 
 } // namespace
 
-extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
-                                    int64_t x_stride, float *y_dev, cudaStream_t s) {
+extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev,
+                                    int64_t T, int64_t x_stride, float *y_dev, cudaStream_t s) {
     if (!W || !W->data || n_out < 0 || n_out > W->rows || n_out > INT_MAX || T < 0 || splits < 1) return -1;
     if (n_out == 0 || T == 0) return 0;
-    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) || (reinterpret_cast<uintptr_t>(y_dev) & 15u))
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(y_dev) & 15u))
         return -1;
     const ts_type_traits *tr = ts_type_get(W->type);
     if (!tr || is_plain(W->type) || !ts_cuda_matmul_supports(W->type) || !g_x_shared) return 1;
-    if (W->ne0 % splits != 0 || (W->ne0 / splits) % tr->block_size != 0 || x_stride < W->ne0 || x_stride % 4 != 0 ||
-        x_stride > INT_MAX || T > kMaxSplitT || W->row_bytes != ts_row_size(W->type, W->ne0) ||
-        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+    if (W->ne0 % splits != 0 || (W->ne0 / splits) % tr->block_size != 0 || x_stride < W->ne0 ||
+        x_stride % 4 != 0 || x_stride > INT_MAX || T > kMaxSplitT ||
+        W->row_bytes != ts_row_size(W->type, W->ne0) || (reinterpret_cast<uintptr_t>(W->data) & 15u))
         return 1;
     const int ne0 = static_cast<int>(W->ne0 / splits);
     if (T * ne0 * sizeof(float) > static_cast<size_t>(kXsBudgetBytes)) return 1;
     const size_t wsplit = ts_row_size(W->type, ne0);
     if (wsplit % 16 != 0 && (W->type == TS_TYPE_Q4_K || W->type == TS_TYPE_Q5_K)) return 1; // A16 blocks
-    const split_args a = {static_cast<const uint8_t *>(W->data), W->row_bytes, wsplit, static_cast<int>(n_out), ne0,
-                          splits, static_cast<int>(x_stride), x_dev, y_dev,
-                          static_cast<size_t>(T) * static_cast<size_t>(n_out), s};
+    const split_args a = {static_cast<const uint8_t *>(W->data),
+                          W->row_bytes,
+                          wsplit,
+                          static_cast<int>(n_out),
+                          ne0,
+                          splits,
+                          static_cast<int>(x_stride),
+                          x_dev,
+                          y_dev,
+                          static_cast<size_t>(T) * static_cast<size_t>(n_out),
+                          s};
     const int t = static_cast<int>(T);
     switch (W->type) {
     case TS_TYPE_Q8_0:

@@ -81,8 +81,8 @@ int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const f
  * arguments. */
 int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
                            int64_t n_items, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
-                           const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
-                           cudaStream_t s);
+                           const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
+                           int64_t y_stride, cudaStream_t s);
 
 /* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
  * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):

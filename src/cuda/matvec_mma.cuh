@@ -34,10 +34,11 @@ constexpr int kMmaWarps = 4;
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
 
@@ -89,7 +90,8 @@ template <int TYPE> struct mma_frag;
 // nibble) and of 2p + 1 (high).
 template <> struct mma_frag<TS_TYPE_Q4_K> {
     static constexpr int QK = 256, BS = 144;
-    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale, float &mn) {
+    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale,
+                          float &mn) {
         const uint8_t *blk = row + static_cast<size_t>(sb >> 3) * BS;
         const int j = sb & 7, p = j >> 1, sh = 4 * (j & 1);
         w0 = (mma_ld32(blk + 16 + 32 * p + 4 * t) >> sh) & 0x0F0F0F0Fu;
@@ -102,7 +104,8 @@ template <> struct mma_frag<TS_TYPE_Q4_K> {
 // (qh at 16).
 template <> struct mma_frag<TS_TYPE_Q5_K> {
     static constexpr int QK = 256, BS = 176;
-    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale, float &mn) {
+    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale,
+                          float &mn) {
         const uint8_t *blk = row + static_cast<size_t>(sb >> 3) * BS;
         const int j = sb & 7, p = j >> 1, sh = 4 * (j & 1);
         w0 = ((mma_ld32(blk + 48 + 32 * p + 4 * t) >> sh) & 0x0F0F0F0Fu) |
@@ -116,7 +119,8 @@ template <> struct mma_frag<TS_TYPE_Q5_K> {
 // Q8_0: fp16 d, 32 int8 quants.
 template <> struct mma_frag<TS_TYPE_Q8_0> {
     static constexpr int QK = 32, BS = 34;
-    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale, float &mn) {
+    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale,
+                          float &mn) {
         const uint8_t *blk = row + static_cast<size_t>(sb) * BS;
         w0 = mma_ld32(blk + 2 + 4 * t);
         w1 = mma_ld32(blk + 2 + 16 + 4 * t);
@@ -128,7 +132,8 @@ template <> struct mma_frag<TS_TYPE_Q8_0> {
 // of qh, element j + 16 the high nibble with bit j + 16; w = d·(q − 16).
 template <> struct mma_frag<TS_TYPE_Q5_0> {
     static constexpr int QK = 32, BS = 22;
-    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale, float &mn) {
+    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale,
+                          float &mn) {
         const uint8_t *blk = row + static_cast<size_t>(sb) * BS;
         const uint32_t qh = mma_ld32(blk + 2), v = mma_ld32(blk + 6 + 4 * t);
         w0 = sub_bias4((v & 0x0F0F0F0Fu) | spread4_to_bit4(qh >> (4 * t)), 16);
@@ -140,7 +145,8 @@ template <> struct mma_frag<TS_TYPE_Q5_0> {
 // Q4_0: fp16 d, qs[16] at 2 (element j low nibble, j + 16 high); w = d·(q − 8).
 template <> struct mma_frag<TS_TYPE_Q4_0> {
     static constexpr int QK = 32, BS = 18;
-    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale, float &mn) {
+    static TS_HD void get(const uint8_t *row, int sb, int t, uint32_t &w0, uint32_t &w1, float &scale,
+                          float &mn) {
         const uint8_t *blk = row + static_cast<size_t>(sb) * BS;
         const uint32_t v = mma_ld32(blk + 2 + 4 * t);
         w0 = sub_bias4(v & 0x0F0F0F0Fu, 8);
@@ -204,8 +210,9 @@ __device__ __forceinline__ void mma_stage_digits(const float *__restrict__ x, in
 // writes y[o]. Warp w takes sub-blocks w, w + kMmaWarps, ...; every thread of the block calls it (it
 // syncs once).
 template <int TYPE, class Rows>
-__device__ __forceinline__ void mma_tile(const Rows &rows, int n_out, int ne0, const int8_t *dg, const float *xsc,
-                                         const float *xsum, float *__restrict__ y, int tile) {
+__device__ __forceinline__ void mma_tile(const Rows &rows, int n_out, int ne0, const int8_t *dg,
+                                         const float *xsc, const float *xsum, float *__restrict__ y,
+                                         int tile) {
     using F = mma_frag<TYPE>;
     __shared__ float part[kMmaWarps][16];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -247,8 +254,8 @@ struct mma_smem {
     int8_t *dg;
     float *xsc, *xsum;
     __device__ __forceinline__ mma_smem(uint8_t *sm, int ne0)
-        : dg(reinterpret_cast<int8_t *>(sm)), xsc(reinterpret_cast<float *>(sm + 4 * static_cast<size_t>(ne0))),
-          xsum(xsc + ne0 / 32) {}
+        : dg(reinterpret_cast<int8_t *>(sm)),
+          xsc(reinterpret_cast<float *>(sm + 4 * static_cast<size_t>(ne0))), xsum(xsc + ne0 / 32) {}
 };
 
 struct mma_dense_rows {
@@ -260,8 +267,8 @@ struct mma_dense_rows {
 // grid ⌈n_out / 16⌉ blocks of kMmaWarps·32 threads; ne0 a multiple of the type's block; T = 1.
 template <int TYPE>
 __global__ void __launch_bounds__(kMmaWarps * 32)
-    matmul_mma_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0, const float *__restrict__ x,
-                      float *__restrict__ y) {
+    matmul_mma_kernel(const uint8_t *__restrict__ W, size_t rb, int n_out, int ne0,
+                      const float *__restrict__ x, float *__restrict__ y) {
     extern __shared__ __align__(16) uint8_t sm[];
     const mma_smem m(sm, ne0);
     pdl_trigger();

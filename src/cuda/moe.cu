@@ -123,7 +123,8 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 // The k picks of the router, in rank order (p desc, id asc), by warp 0: sel_p/sel_e[r] for r < k.
 // NaN probabilities are never candidates; a round with no candidate left takes the lowest id not
 // chosen yet (as the CPU's top_k). Every lane ends with the same picks.
-__device__ __forceinline__ void topk_registers(const float *p, int E, int k, int lane, float *sel_p, int *sel_e) {
+__device__ __forceinline__ void topk_registers(const float *p, int E, int k, int lane, float *sel_p,
+                                               int *sel_e) {
     float v[kLaneSlots]; // v[i]: expert lane + 32·i
     uint32_t taken = 0;  // bit i: expert lane + 32·i chosen (or absent: ≥ E)
 #pragma unroll
@@ -171,7 +172,8 @@ __device__ __forceinline__ void topk_registers(const float *p, int E, int k, int
 }
 
 // The same picks with p read from memory every round (E > 32·kLaneSlots).
-__device__ __forceinline__ void topk_shared(const float *p, int E, int k, int lane, float *sel_p, int *sel_e) {
+__device__ __forceinline__ void topk_shared(const float *p, int E, int k, int lane, float *sel_p,
+                                            int *sel_e) {
     float p_last = 0.0f;
     int e_last = -1; // none yet: every non-NaN expert is a candidate
     for (int r = 0; r < k; r++) {
@@ -241,7 +243,8 @@ __global__ void __launch_bounds__(kRouterThreads)
     // flight at once; the weight vector is cold in every layer, and a chain of dependent misses cost
     // ~15 µs a layer)
     float s = 0.0f;
-    const float4 *g4 = reinterpret_cast<const float4 *>(gate_inp_shexp), *x4 = reinterpret_cast<const float4 *>(xt);
+    const float4 *g4 = reinterpret_cast<const float4 *>(gate_inp_shexp),
+                 *x4 = reinterpret_cast<const float4 *>(xt);
 #pragma unroll 8
     for (int c = tid; c < H / 4; c += kRouterThreads) {
         const float4 a = __ldg(g4 + c), b = __ldg(x4 + c);
@@ -478,7 +481,8 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass
     const swiglu_part pe = {gu, gu + uoff, NK, G, F};
     const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
-    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(NK * F + N * Fs)), dim3(kEltThreads), 0, s, pe, ps) != cudaSuccess)
+    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(NK * F + N * Fs)), dim3(kEltThreads), 0, s, pe, ps) !=
+        cudaSuccess)
         return -1;
 
     // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
@@ -495,12 +499,12 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
 
 } // namespace
 
-extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y,
-                           cudaStream_t s) {
+extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
+                           float *y, cudaStream_t s) {
     return moe(w, L, l, x, N, y, true, s);
 }
 
-extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
-                                      float *y, cudaStream_t s) {
+extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x,
+                                      int64_t N, float *y, cudaStream_t s) {
     return moe(w, L, l, x, N, y, false, s);
 }

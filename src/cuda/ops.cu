@@ -51,8 +51,8 @@ int threads_for(int64_t n) {
 }
 
 // Block b = (row b / gpr, group b % gpr).
-__global__ void rmsnorm_kernel(const float *__restrict__ x, int64_t sx, const float *__restrict__ g, int64_t gpr,
-                               int64_t group, float eps, float *y, int64_t sy) {
+__global__ void rmsnorm_kernel(const float *__restrict__ x, int64_t sx, const float *__restrict__ g,
+                               int64_t gpr, int64_t group, float eps, float *y, int64_t sy) {
     const int64_t row = blockIdx.x / gpr, gi = blockIdx.x % gpr;
     const float *xr = x + row * sx + gi * group;
     float *yr = y + row * sy + gi * group;
@@ -78,20 +78,22 @@ __global__ void embed_kernel(ts_cuda_tensor emb, const int32_t *__restrict__ ids
         for (int64_t i = threadIdx.x; i < W; i += blockDim.x) Rt[i] = 0.0f;
         return;
     }
-    ts_cu::row_for_each(emb.type, ts_cu::tensor_row(emb, id), H, threadIdx.x, blockDim.x, [&](int64_t i, float v) {
-        for (int64_t c = 0; c < C; c++) Rt[c * H + i] = v;
-    });
+    ts_cu::row_for_each(emb.type, ts_cu::tensor_row(emb, id), H, threadIdx.x, blockDim.x,
+                        [&](int64_t i, float v) {
+                            for (int64_t c = 0; c < C; c++) Rt[c * H + i] = v;
+                        });
 }
 
 } // namespace
 
-extern "C" int ts_cuda_rmsnorm(const float *x, int64_t sx, const float *g, int64_t rows, int64_t n, int64_t group,
-                               float eps, float *y, int64_t sy, cudaStream_t s) {
+extern "C" int ts_cuda_rmsnorm(const float *x, int64_t sx, const float *g, int64_t rows, int64_t n,
+                               int64_t group, float eps, float *y, int64_t sy, cudaStream_t s) {
     if (rows < 0 || n < 0 || group <= 0 || n % group != 0) return -1;
     const int64_t gpr = n / group, blocks = rows * gpr;
     if (blocks == 0) return 0;
     if (blocks > INT32_MAX) return -1;
-    rmsnorm_kernel<<<static_cast<unsigned>(blocks), threads_for(group), 0, s>>>(x, sx, g, gpr, group, eps, y, sy);
+    rmsnorm_kernel<<<static_cast<unsigned>(blocks), threads_for(group), 0, s>>>(x, sx, g, gpr, group, eps, y,
+                                                                                sy);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 

@@ -54,7 +54,7 @@ constexpr int64_t kMaxBlocks = 1 << 20; // grid-stride beyond this
 
 // Shapes and constants of the PLE layer, from the host hparams (kernel argument).
 struct ple_shape {
-    int64_t H, C, W;  // hidden, streams, W = C·H
+    int64_t H, C, W;   // hidden, streams, W = C·H
     int64_t NH, dh, E; // heads, row width, E = NH·dh
     int n, n1;         // n-gram order and n − 1 (≤ TS_MAX_NGRAM)
     int P;             // heads per order
@@ -126,9 +126,9 @@ TS_HD uint64_t ngram_row_in_head(const uint64_t (&ctx)[TS_MAX_NGRAM], int64_t h,
 // Block r: emb[r, h·dh + i] = element i of table row row_h(ctx of r).
 // Dynamic shared memory: NH row pointers (NULL for a row outside its table), then NH types.
 __global__ void ple_gather_kernel(ts_cuda_batch b, int l, ple_shape p, ts_cuda_tensor joined,
-                                  const ts_cuda_tensor *__restrict__ heads, const uint64_t *__restrict__ sizes,
-                                  const uint64_t *__restrict__ offsets, const uint64_t *__restrict__ mult,
-                                  float *__restrict__ emb) {
+                                  const ts_cuda_tensor *__restrict__ heads,
+                                  const uint64_t *__restrict__ sizes, const uint64_t *__restrict__ offsets,
+                                  const uint64_t *__restrict__ mult, float *__restrict__ emb) {
     extern __shared__ __align__(16) unsigned char smem[];
     const uint8_t **rowp = reinterpret_cast<const uint8_t **>(smem);
     uint32_t *rtype = reinterpret_cast<uint32_t *>(rowp + p.NH);
@@ -209,8 +209,8 @@ __global__ void ple_gate_kernel(float *KN, const float *__restrict__ R, const fl
 // The conv input Σ_k w[c][k]·Nn_{t − (Kp−1−k)·n}[c] of channel c at index t of a sequence whose
 // micro-batch rows start at Nn row row0; rows before the micro-batch (j < 0) are row hist + j of
 // its PLE_CONV state (zeros if the state is missing).
-TS_HD float ple_conv_sum(const float *Nn, int64_t row0, int64_t t, const float *hist, const float *cw, int64_t c,
-                         const ple_shape &p) {
+TS_HD float ple_conv_sum(const float *Nn, int64_t row0, int64_t t, const float *hist, const float *cw,
+                         int64_t c, const ple_shape &p) {
     float acc = 0.0f;
     for (int k = 0; k < p.Kp; k++) {
         const int64_t j = t - static_cast<int64_t>(p.Kp - 1 - k) * p.n;
@@ -223,9 +223,11 @@ TS_HD float ple_conv_sum(const float *Nn, int64_t row0, int64_t t, const float *
 // One thread per element (r, c) of R: R[r, c] += G[r, c] + silu(conv sum), t = r's index in its
 // sequence.
 __global__ void ple_conv_kernel(ts_cuda_batch b, int l, ple_shape p, const float *__restrict__ Nn,
-                                const float *__restrict__ G, const float *__restrict__ cw, float *__restrict__ R) {
+                                const float *__restrict__ G, const float *__restrict__ cw,
+                                float *__restrict__ R) {
     const int64_t W = p.W, n = (int64_t)b.n_rows * W;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / W, c = e % W;
         const int s = b.row_seq[r];
         const int64_t row0 = b.seq_row0[s];
@@ -239,7 +241,8 @@ __global__ void ple_conv_kernel(ts_cuda_batch b, int l, ple_shape p, const float
 // Channel c of a PLE_CONV state after a sequence's T rows (from Nn row row0): new row j = row
 // j + T of [old hist rows ; the T new rows]. Increasing j reads only rows ≥ j + T > j, never one
 // already overwritten, so the shift runs in place.
-TS_HD void ple_shift_conv(float *conv, const float *Nn, int64_t row0, int64_t T, int64_t c, const ple_shape &p) {
+TS_HD void ple_shift_conv(float *conv, const float *Nn, int64_t row0, int64_t T, int64_t c,
+                          const ple_shape &p) {
     for (int64_t j = 0; j < p.hist; j++) {
         const int64_t src = j + T;
         conv[j * p.W + c] = src < p.hist ? conv[src * p.W + c] : Nn[(row0 + src - p.hist) * p.W + c];

@@ -85,12 +85,12 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-constexpr int kPrepThreads = 128;   // prep and block-completion kernels
-constexpr int kScoreWarps = 8;      // score kernel: warps per thread block
-constexpr int kScoreChunk = 64;     // blocks scored per thread block (2 rounds of 8 warps × 4)
-constexpr int kTopkThreads = 1024;  // top-k kernel
+constexpr int kPrepThreads = 128;  // prep and block-completion kernels
+constexpr int kScoreWarps = 8;     // score kernel: warps per thread block
+constexpr int kScoreChunk = 64;    // blocks scored per thread block (2 rounds of 8 warps × 4)
+constexpr int kTopkThreads = 1024; // top-k kernel
 constexpr int kTopkWarps = kTopkThreads / 32;
-constexpr int kAttThreads = 256;    // attention kernel
+constexpr int kAttThreads = 256; // attention kernel
 constexpr int kAttWarps = kAttThreads / 32;
 constexpr int kAttCh = 32;          // positions per sub-chunk (one per lane in the softmax step)
 constexpr int kMaxGH = 16;          // query heads per attention thread block
@@ -102,13 +102,13 @@ constexpr int kMaxHeadDim = 2 * kAttThreads;       // hd ≤ 512
 
 // Shapes of the layer, from the host hparams (kernel argument).
 struct qsa_shape {
-    int nh, nkv, hd, G;  // attention heads, kv heads, head dim, G = nh / nkv
-    int ni, di;          // indexer heads and head dim
-    int n_rot;           // rotary dims
-    int B;               // tokens per indexer block
-    int Kb;              // top blocks
+    int nh, nkv, hd, G; // attention heads, kv heads, head dim, G = nh / nkv
+    int ni, di;         // indexer heads and head dim
+    int n_rot;          // rotary dims
+    int B;              // tokens per indexer block
+    int Kb;             // top blocks
     float eps, theta;
-    int64_t nbm;         // row stride of the score buffer: max_ctx / B
+    int64_t nbm; // row stride of the score buffer: max_ctx / B
 };
 
 // ---- small device helpers ----------------------------------------------------------------------
@@ -173,8 +173,8 @@ __device__ float block_sum(float v, float *red) {
 
 // sh[0..n) ← rope(rmsnorm(sh; g, eps), pos) over the block, as ts_cpu_rmsnorm + ts_cpu_rope with
 // one group of n. sh holds the input (written before the call, not yet synchronised).
-__device__ void norm_rope_shared(float *sh, int n, const float *__restrict__ g, float eps, int n_rot, float theta,
-                                 int64_t pos, float *red) {
+__device__ void norm_rope_shared(float *sh, int n, const float *__restrict__ g, float eps, int n_rot,
+                                 float theta, int64_t pos, float *red) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += sh[i] * sh[i];
     ss = block_sum(ss, red); // synchronises: sh is complete from here on
@@ -198,9 +198,10 @@ __device__ __forceinline__ int64_t allowed_count(const qsa_shape &q, int64_t p, 
 // ---- 2. per-row norms, rope and cache writes --------------------------------------------------
 
 __global__ void __launch_bounds__(kPrepThreads)
-    qsa_prep_kernel(ts_cuda_batch b, int l, qsa_shape q, float *__restrict__ qg, const float *__restrict__ kraw,
-                    const float *__restrict__ vraw, float *__restrict__ iq, const float *__restrict__ ikraw,
-                    const float *__restrict__ qnorm, const float *__restrict__ knorm, const float *__restrict__ iqnorm) {
+    qsa_prep_kernel(ts_cuda_batch b, int l, qsa_shape q, float *__restrict__ qg,
+                    const float *__restrict__ kraw, const float *__restrict__ vraw, float *__restrict__ iq,
+                    const float *__restrict__ ikraw, const float *__restrict__ qnorm,
+                    const float *__restrict__ knorm, const float *__restrict__ iqnorm) {
     extern __shared__ float sh[]; // max(hd, di) floats
     __shared__ float red[33];
     const int r = blockIdx.x, item = blockIdx.y;
@@ -254,7 +255,8 @@ __global__ void __launch_bounds__(kPrepThreads)
         for (int t = 0; t < q.B; t++) s += raw[(int64_t)t * di + i]; // in token order, as the CPU
         sh[i] = s / (float)q.B;
     }
-    norm_rope_shared(sh, di, kblknorm, q.eps, q.n_rot, q.theta, blk * q.B, red); // at the block's first position
+    norm_rope_shared(sh, di, kblknorm, q.eps, q.n_rot, q.theta, blk * q.B,
+                     red); // at the block's first position
     for (int i = threadIdx.x; i < di; i += blockDim.x) K[i] = sh[i];
 }
 
@@ -294,7 +296,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 #pragma unroll
                     for (int hh = 0; hh < 4; hh++) a[4 * k + hh] += qv[hh] * kv[k];
             }
-            const float tot = warp_sum16(a); // lane l: value (l >> 1) & 15 = block (l >> 3) & 3, head (l >> 1) & 3
+            const float tot =
+                warp_sum16(a); // lane l: value (l >> 1) & 15 = block (l >> 3) & 3, head (l >> 1) & 3
             const int kb = (lane >> 3) & 3;
 #pragma unroll
             for (int hh = 0; hh < 4; hh++) { // the heads of my block, in order
@@ -316,7 +319,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads)
-    qsa_topk_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores, int32_t *__restrict__ sel) {
+    qsa_topk_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
+                    int32_t *__restrict__ sel) {
     __shared__ uint32_t hist[256];
     __shared__ uint32_t s_digit, s_above, s_done;
     __shared__ uint32_t w_eq[kTopkWarps], w_take[kTopkWarps];
@@ -409,14 +413,14 @@ __global__ void __launch_bounds__(kTopkThreads)
 // slices of kAttThreads per thread (hd ≤ SL·256).
 template <int NV, int SL>
 __global__ void __launch_bounds__(kAttThreads)
-    qsa_attn_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ qg, const int32_t *__restrict__ sel,
-                    int all_dense, int ngroups, int gh_max, int nsplit, float *__restrict__ att,
-                    float *__restrict__ part_o, float *__restrict__ part_ml) {
+    qsa_attn_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ qg,
+                    const int32_t *__restrict__ sel, int all_dense, int ngroups, int gh_max, int nsplit,
+                    float *__restrict__ att, float *__restrict__ part_o, float *__restrict__ part_ml) {
     constexpr int PF = NV <= 2 ? 4 : 2; // K rows a warp loads at once
     extern __shared__ float4 smem4[];
-    float *q_s = reinterpret_cast<float *>(smem4);         // [gh_max][hd] queries of the group (padded to 4)
+    float *q_s = reinterpret_cast<float *>(smem4);          // [gh_max][hd] queries of the group (padded to 4)
     float *p_s = q_s + ((size_t)gh_max * q.hd + 3) / 4 * 4; // [gh_max][kAttCh] scores, then probabilities
-    float *m_s = p_s + (size_t)gh_max * kAttCh;            // [kMaxGH] running max
+    float *m_s = p_s + (size_t)gh_max * kAttCh;             // [kMaxGH] running max
     float *l_s = m_s + kMaxGH;                              // [kMaxGH] running sum
     float *c_s = l_s + kMaxGH;                              // [kMaxGH] rescale of this sub-chunk
     int64_t *pos_s = reinterpret_cast<int64_t *>(c_s + kMaxGH); // [kAttCh] positions of the sub-chunk
@@ -468,9 +472,12 @@ __global__ void __launch_bounds__(kAttThreads)
         if (tid < cnt) {
             const int64_t a = c0 + tid;
             int64_t t;
-            if (dense) t = a;
-            else if (a < sparse_len) t = (int64_t)selr[a / q.B] * q.B + a % q.B;
-            else t = nb * q.B + (a - sparse_len);
+            if (dense)
+                t = a;
+            else if (a < sparse_len)
+                t = (int64_t)selr[a / q.B] * q.B + a % q.B;
+            else
+                t = nb * q.B + (a - sparse_len);
             pos_s[tid] = t;
         }
         __syncthreads(); // pos_s (and, the first time, q_s / m_s / l_s) ready
@@ -481,7 +488,8 @@ __global__ void __launch_bounds__(kAttThreads)
         for (int sl = 0; sl < SL; sl++) {
             const int d = tid + sl * kAttThreads;
 #pragma unroll
-            for (int t = 0; t < kAttCh; t++) vpre[sl][t] = (d < hd && t < cnt) ? Vc[pos_s[t] * kvs + d] : 0.0f;
+            for (int t = 0; t < kAttCh; t++)
+                vpre[sl][t] = (d < hd && t < cnt) ? Vc[pos_s[t] * kvs + d] : 0.0f;
         }
 
         // scores: a warp per position, all gh heads at once
@@ -490,7 +498,8 @@ __global__ void __launch_bounds__(kAttThreads)
                 float4 kr[PF][NV];
 #pragma unroll
                 for (int u = 0; u < PF; u++) {
-                    const float4 *src = reinterpret_cast<const float4 *>(Kc + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
+                    const float4 *src =
+                        reinterpret_cast<const float4 *>(Kc + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
 #pragma unroll
                     for (int v = 0; v < NV; v++)
                         kr[u][v] = t0 + u < cnt ? src[v * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -597,8 +606,9 @@ __global__ void __launch_bounds__(kAttThreads)
 // ---- 6. split combine --------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kCombineThreads)
-    qsa_combine_kernel(qsa_shape q, int nsplit, const float *__restrict__ qg, const float *__restrict__ part_o,
-                       const float *__restrict__ part_ml, float *__restrict__ att) {
+    qsa_combine_kernel(qsa_shape q, int nsplit, const float *__restrict__ qg,
+                       const float *__restrict__ part_o, const float *__restrict__ part_ml,
+                       float *__restrict__ att) {
     extern __shared__ float wsh[]; // [nsplit] weights, then L
     const int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const int hd = q.hd;
@@ -640,7 +650,9 @@ bool force_dense() {
     return cached != 0;
 }
 
-size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+size_t align256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
 
 // Query heads per attention thread block, and how many such groups a kv head has.
 void head_groups(int64_t G, int *ngroups, int *gh_max) {
@@ -673,11 +685,11 @@ bool can_be_sparse(const ts_hparams *hp, int64_t max_ctx, bool dense) {
 
 // Scratch regions (bytes, each 256-aligned), in this order.
 struct qsa_layout {
-    size_t vbuf;     // N × nkv·hd values when they cannot follow the keys in w->kv aligned
-    size_t sel;      // N × Kb int32 selected blocks
-    size_t scores;   // rows_pass × nbm floats
-    size_t part_o;   // N × nh × nsplit × hd floats (nsplit > 1)
-    size_t part_ml;  // N × nh × nsplit × 2 floats (nsplit > 1)
+    size_t vbuf;    // N × nkv·hd values when they cannot follow the keys in w->kv aligned
+    size_t sel;     // N × Kb int32 selected blocks
+    size_t scores;  // rows_pass × nbm floats
+    size_t part_o;  // N × nh × nsplit × hd floats (nsplit > 1)
+    size_t part_ml; // N × nh × nsplit × 2 floats (nsplit > 1)
     int64_t rows_pass;
     int nsplit;
     size_t total() const { return vbuf + sel + scores + part_o + part_ml; }
@@ -707,14 +719,16 @@ qsa_layout make_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, bool de
     return o;
 }
 
-bool launched() { return cudaGetLastError() == cudaSuccess; }
+bool launched() {
+    return cudaGetLastError() == cudaSuccess;
+}
 
 template <int NV, int SL>
 bool launch_attn(dim3 grid, size_t smem, cudaStream_t s, const ts_cuda_batch &b, int l, const qsa_shape &q,
-                 const float *qg, const int32_t *sel, int dense, int ngroups, int gh_max, int nsplit, float *att,
-                 float *part_o, float *part_ml) {
-    qsa_attn_kernel<NV, SL><<<grid, kAttThreads, smem, s>>>(b, l, q, qg, sel, dense, ngroups, gh_max, nsplit, att,
-                                                            part_o, part_ml);
+                 const float *qg, const int32_t *sel, int dense, int ngroups, int gh_max, int nsplit,
+                 float *att, float *part_o, float *part_ml) {
+    qsa_attn_kernel<NV, SL><<<grid, kAttThreads, smem, s>>>(b, l, q, qg, sel, dense, ngroups, gh_max, nsplit,
+                                                            att, part_o, part_ml);
     return launched();
 }
 
@@ -736,8 +750,8 @@ extern "C" size_t ts_cuda_qsa_scratch_bytes(const ts_hparams *hp, int64_t max_ro
     return full.vbuf + full.sel + full.scores + best;
 }
 
-extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
-                           float *y, cudaStream_t s) {
+extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l,
+                           const float *x, float *y, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t N = b->n_rows;
     if (N <= 0) return 0;
@@ -772,16 +786,18 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     float *vraw = (N * kvw) % 4 == 0 ? w->kv + N * kvw : vbuf;
     if (!vraw) return -1;
     if (ts_cuda_matmul(&L->attn_q, 0, nh * 2 * hd, x, N, w->qg, s) ||
-        ts_cuda_matmul(&L->attn_k, 0, kvw, x, N, kraw, s) || ts_cuda_matmul(&L->attn_v, 0, kvw, x, N, vraw, s) ||
-        ts_cuda_matmul(&L->idx_q, 0, ni * di, x, N, w->iq, s) || ts_cuda_matmul(&L->idx_k, 0, di, x, N, w->ik, s))
+        ts_cuda_matmul(&L->attn_k, 0, kvw, x, N, kraw, s) ||
+        ts_cuda_matmul(&L->attn_v, 0, kvw, x, N, vraw, s) ||
+        ts_cuda_matmul(&L->idx_q, 0, ni * di, x, N, w->iq, s) ||
+        ts_cuda_matmul(&L->idx_k, 0, di, x, N, w->ik, s))
         return -1;
 
     // 2. norms, rope, cache writes
     {
         const dim3 grid((unsigned)N, (unsigned)(nh + nkv + ni + 1));
         const size_t smem = (size_t)(hd > di ? hd : di) * sizeof(float);
-        qsa_prep_kernel<<<grid, kPrepThreads, smem, s>>>(*b, l, q, w->qg, kraw, vraw, w->iq, w->ik, L->attn_q_norm,
-                                                         L->attn_k_norm, L->idx_q_norm);
+        qsa_prep_kernel<<<grid, kPrepThreads, smem, s>>>(*b, l, q, w->qg, kraw, vraw, w->iq, w->ik,
+                                                         L->attn_q_norm, L->attn_k_norm, L->idx_q_norm);
         if (!launched()) return -1;
     }
 
@@ -795,7 +811,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         for (int64_t r0 = 0; r0 < N; r0 += lay.rows_pass) {
             const int64_t rp = N - r0 < lay.rows_pass ? N - r0 : lay.rows_pass;
             qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, w->iq, (int)r0,
-                                                                                    scores);
+                                                                                     scores);
             if (!launched()) return -1;
             qsa_topk_kernel<<<(unsigned)rp, kTopkThreads, 0, s>>>(*b, q, (int)r0, scores, sel);
             if (!launched()) return -1;
@@ -808,29 +824,37 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         head_groups(q.G, &ngroups, &gh_max);
         const int nsplit = lay.nsplit;
         const dim3 grid((unsigned)N, (unsigned)(nkv * ngroups), (unsigned)nsplit);
-        const size_t smem = (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
-                            kAttCh * sizeof(int64_t);
+        const size_t smem =
+            (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
+            kAttCh * sizeof(int64_t);
         const int fd = dense ? 1 : 0;
         bool ok;
         if (hd <= kAttThreads) {
-            if (hd == 256) ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                                  w->att, part_o, part_ml);
-            else if (hd == 128) ok = launch_attn<1, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max,
-                                                       nsplit, w->att, part_o, part_ml);
-            else ok = launch_attn<0, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit, w->att,
-                                        part_o, part_ml);
+            if (hd == 256)
+                ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
+            else if (hd == 128)
+                ok = launch_attn<1, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
+            else
+                ok = launch_attn<0, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
         } else {
-            if (hd == 512) ok = launch_attn<4, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                                  w->att, part_o, part_ml);
-            else if (hd == 384) ok = launch_attn<3, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max,
-                                                       nsplit, w->att, part_o, part_ml);
-            else ok = launch_attn<0, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit, w->att,
-                                        part_o, part_ml);
+            if (hd == 512)
+                ok = launch_attn<4, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
+            else if (hd == 384)
+                ok = launch_attn<3, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
+            else
+                ok = launch_attn<0, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
+                                       w->att, part_o, part_ml);
         }
         if (!ok) return -1;
         if (nsplit > 1) {
-            qsa_combine_kernel<<<dim3((unsigned)N, (unsigned)nh), kCombineThreads, (size_t)(nsplit + 1) * sizeof(float),
-                                 s>>>(q, nsplit, w->qg, part_o, part_ml, w->att);
+            qsa_combine_kernel<<<dim3((unsigned)N, (unsigned)nh), kCombineThreads,
+                                 (size_t)(nsplit + 1) * sizeof(float), s>>>(q, nsplit, w->qg, part_o, part_ml,
+                                                                            w->att);
             if (!launched()) return -1;
         }
     }

@@ -87,9 +87,7 @@ template <uint32_t TYPE> struct row_format;
 
 template <> struct row_format<TS_TYPE_F32> {
     static constexpr int QK = 1, BS = 4;
-    static TS_HD float value(const uint8_t *b, int) {
-        return *reinterpret_cast<const float *>(b);
-    }
+    static TS_HD float value(const uint8_t *b, int) { return *reinterpret_cast<const float *>(b); }
 };
 
 template <> struct row_format<TS_TYPE_F16> {
@@ -178,7 +176,8 @@ template <> struct row_format<TS_TYPE_Q5_K> {
         scale_min_k4(sb, b + 4, sc, m);
         const float dl = mul_rn(ld_half(b), static_cast<float>(sc));
         const float ml = mul_rn(ld_half(b + 2), static_cast<float>(m));
-        const int q = ((b[48 + 32 * (sb >> 1) + l] >> (4 * (sb & 1))) & 0xf) + (((b[16 + l] >> sb) & 1) ? 16 : 0);
+        const int q =
+            ((b[48 + 32 * (sb >> 1) + l] >> (4 * (sb & 1))) & 0xf) + (((b[16 + l] >> sb) & 1) ? 16 : 0);
         return sub_rn(mul_rn(dl, static_cast<float>(q)), ml);
     }
 };
@@ -217,8 +216,10 @@ TS_HD bool row_type_supported(uint32_t type) {
     case TS_TYPE_IQ4_NL:
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K: return true;
-    default: return false;
+    case TS_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -226,18 +227,30 @@ TS_HD bool row_type_supported(uint32_t type) {
 // the type on the host first).
 TS_HD float row_value(uint32_t type, const uint8_t *row, int64_t i) {
     switch (type) {
-    case TS_TYPE_F32: return row_elem<TS_TYPE_F32>(row, i);
-    case TS_TYPE_F16: return row_elem<TS_TYPE_F16>(row, i);
-    case TS_TYPE_BF16: return row_elem<TS_TYPE_BF16>(row, i);
-    case TS_TYPE_Q8_0: return row_elem<TS_TYPE_Q8_0>(row, i);
-    case TS_TYPE_Q4_0: return row_elem<TS_TYPE_Q4_0>(row, i);
-    case TS_TYPE_Q5_0: return row_elem<TS_TYPE_Q5_0>(row, i);
-    case TS_TYPE_Q5_1: return row_elem<TS_TYPE_Q5_1>(row, i);
-    case TS_TYPE_IQ4_NL: return row_elem<TS_TYPE_IQ4_NL>(row, i);
-    case TS_TYPE_Q4_K: return row_elem<TS_TYPE_Q4_K>(row, i);
-    case TS_TYPE_Q5_K: return row_elem<TS_TYPE_Q5_K>(row, i);
-    case TS_TYPE_Q6_K: return row_elem<TS_TYPE_Q6_K>(row, i);
-    default: return 0.0f;
+    case TS_TYPE_F32:
+        return row_elem<TS_TYPE_F32>(row, i);
+    case TS_TYPE_F16:
+        return row_elem<TS_TYPE_F16>(row, i);
+    case TS_TYPE_BF16:
+        return row_elem<TS_TYPE_BF16>(row, i);
+    case TS_TYPE_Q8_0:
+        return row_elem<TS_TYPE_Q8_0>(row, i);
+    case TS_TYPE_Q4_0:
+        return row_elem<TS_TYPE_Q4_0>(row, i);
+    case TS_TYPE_Q5_0:
+        return row_elem<TS_TYPE_Q5_0>(row, i);
+    case TS_TYPE_Q5_1:
+        return row_elem<TS_TYPE_Q5_1>(row, i);
+    case TS_TYPE_IQ4_NL:
+        return row_elem<TS_TYPE_IQ4_NL>(row, i);
+    case TS_TYPE_Q4_K:
+        return row_elem<TS_TYPE_Q4_K>(row, i);
+    case TS_TYPE_Q5_K:
+        return row_elem<TS_TYPE_Q5_K>(row, i);
+    case TS_TYPE_Q6_K:
+        return row_elem<TS_TYPE_Q6_K>(row, i);
+    default:
+        return 0.0f;
     }
 }
 
@@ -252,20 +265,44 @@ TS_HD void row_for_each_t(const uint8_t *row, int64_t n, int64_t first, int64_t 
 
 #pragma nv_exec_check_disable
 template <class Store>
-TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t first, int64_t step, Store store) {
+TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t first, int64_t step,
+                        Store store) {
     switch (type) {
-    case TS_TYPE_F32: row_for_each_t<TS_TYPE_F32>(row, n, first, step, store); break;
-    case TS_TYPE_F16: row_for_each_t<TS_TYPE_F16>(row, n, first, step, store); break;
-    case TS_TYPE_BF16: row_for_each_t<TS_TYPE_BF16>(row, n, first, step, store); break;
-    case TS_TYPE_Q8_0: row_for_each_t<TS_TYPE_Q8_0>(row, n, first, step, store); break;
-    case TS_TYPE_Q4_0: row_for_each_t<TS_TYPE_Q4_0>(row, n, first, step, store); break;
-    case TS_TYPE_Q5_0: row_for_each_t<TS_TYPE_Q5_0>(row, n, first, step, store); break;
-    case TS_TYPE_Q5_1: row_for_each_t<TS_TYPE_Q5_1>(row, n, first, step, store); break;
-    case TS_TYPE_IQ4_NL: row_for_each_t<TS_TYPE_IQ4_NL>(row, n, first, step, store); break;
-    case TS_TYPE_Q4_K: row_for_each_t<TS_TYPE_Q4_K>(row, n, first, step, store); break;
-    case TS_TYPE_Q5_K: row_for_each_t<TS_TYPE_Q5_K>(row, n, first, step, store); break;
-    case TS_TYPE_Q6_K: row_for_each_t<TS_TYPE_Q6_K>(row, n, first, step, store); break;
-    default: break;
+    case TS_TYPE_F32:
+        row_for_each_t<TS_TYPE_F32>(row, n, first, step, store);
+        break;
+    case TS_TYPE_F16:
+        row_for_each_t<TS_TYPE_F16>(row, n, first, step, store);
+        break;
+    case TS_TYPE_BF16:
+        row_for_each_t<TS_TYPE_BF16>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q8_0:
+        row_for_each_t<TS_TYPE_Q8_0>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q4_0:
+        row_for_each_t<TS_TYPE_Q4_0>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q5_0:
+        row_for_each_t<TS_TYPE_Q5_0>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q5_1:
+        row_for_each_t<TS_TYPE_Q5_1>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ4_NL:
+        row_for_each_t<TS_TYPE_IQ4_NL>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q4_K:
+        row_for_each_t<TS_TYPE_Q4_K>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q5_K:
+        row_for_each_t<TS_TYPE_Q5_K>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q6_K:
+        row_for_each_t<TS_TYPE_Q6_K>(row, n, first, step, store);
+        break;
+    default:
+        break;
     }
 }
 

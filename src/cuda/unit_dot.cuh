@@ -83,11 +83,13 @@ __device__ __forceinline__ void unit_dot(const uint8_t *const (&blk)[R], int k, 
 // Copies x (T rows of ne0 floats, row t at x + t·xstride, 16-byte aligned) into the swizzled
 // shared copy xs (rows back to back) with `threads` threads; the caller syncs.
 template <class Q, int T>
-__device__ __forceinline__ void stage_x(float4 *xs, const float *__restrict__ x, int ne0, int xstride, int threads) {
+__device__ __forceinline__ void stage_x(float4 *xs, const float *__restrict__ x, int ne0, int xstride,
+                                        int threads) {
     const int n4 = ne0 / 4, s4 = xstride / 4;
     const float4 *x4 = reinterpret_cast<const float4 *>(x);
     if (xstride == ne0) { // rows back to back: one range
-        for (int f = threadIdx.x; f < T * n4; f += threads) xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
+        for (int f = threadIdx.x; f < T * n4; f += threads)
+            xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = __ldg(x4 + f);
         return;
     }
     for (int f = threadIdx.x; f < T * n4; f += threads) {

@@ -13,7 +13,9 @@ void ts_textgen_init(ts_textgen *g, const ts_tokenizer *t, const char *const *st
     g->safe = out->n;
 }
 
-size_t ts_textgen_safe(const ts_textgen *g) { return g->safe; }
+size_t ts_textgen_safe(const ts_textgen *g) {
+    return g->safe;
+}
 
 size_t ts_stop_overlap(const char *const *stops, int n_stops, const char *s, size_t n) {
     size_t best = 0;

@@ -584,4 +584,6 @@ int ts_matcher_accept(ts_matcher *m, int32_t id, char *err, size_t errlen) {
     return ts_matcher_accept_bytes(m, m->v->bytes[id], m->v->len[id], err, errlen);
 }
 
-bool ts_mask_allows(const uint32_t *allow, int32_t id) { return ts_mask_get(allow, id); }
+bool ts_mask_allows(const uint32_t *allow, int32_t id) {
+    return ts_mask_get(allow, id);
+}

@@ -70,7 +70,8 @@ int ts_model_backend_info(const ts_model *m, ts_backend b, ts_backend_info *out,
     memset(out, 0, sizeof *out);
     const ts_backend_ops *be = ts_backend_ops_of(b);
     if (!be) return ts_errf(err, errlen, "this build of turbospark has no backend %d", (int)b);
-    if (!m->backend_ctx[b]) return ts_errf(err, errlen, "the %s backend of this model is not set up yet", be->name);
+    if (!m->backend_ctx[b])
+        return ts_errf(err, errlen, "the %s backend of this model is not set up yet", be->name);
     out->backend = b;
     be->info(m->backend_ctx[b], out);
     return 0;

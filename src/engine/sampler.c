@@ -18,16 +18,21 @@ typedef struct cand {
 struct ts_sampler {
     ts_sampler_params p;
     int32_t n_vocab;
-    cand *c;          /* [n_vocab] scratch */
-    int32_t *hist;    /* ring of the last TS_PENALTY_MAX_HISTORY accepted tokens */
-    int64_t n_hist;   /* tokens accepted so far */
-    uint16_t *count;  /* [n_vocab] scratch for penalty counts */
-    uint64_t rng[4];  /* xoshiro256** */
+    cand *c;         /* [n_vocab] scratch */
+    int32_t *hist;   /* ring of the last TS_PENALTY_MAX_HISTORY accepted tokens */
+    int64_t n_hist;  /* tokens accepted so far */
+    uint16_t *count; /* [n_vocab] scratch for penalty counts */
+    uint64_t rng[4]; /* xoshiro256** */
 };
 
 ts_sampler_params ts_sampler_default_params(void) {
-    return (ts_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                               .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0};
+    return (ts_sampler_params){.temperature = 0.8f,
+                               .top_k = 40,
+                               .top_p = 0.95f,
+                               .min_p = 0.05f,
+                               .repeat_penalty = 1.0f,
+                               .penalty_last_n = 64,
+                               .seed = 0};
 }
 
 static uint64_t splitmix(uint64_t *x) {
@@ -37,7 +42,9 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t next_u64(uint64_t *s) {
     uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -45,7 +52,9 @@ static uint64_t next_u64(uint64_t *s) {
     return r;
 }
 
-static double next_uniform(uint64_t *s) { return (next_u64(s) >> 11) * (1.0 / 9007199254740992.0); } /* [0,1) */
+static double next_uniform(uint64_t *s) {
+    return (next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+} /* [0,1) */
 
 void ts_sampler_reset(ts_sampler *s, uint64_t seed) {
     uint64_t x = seed;
@@ -54,18 +63,20 @@ void ts_sampler_reset(ts_sampler *s, uint64_t seed) {
 }
 
 int ts_sampler_check(const ts_sampler_params *p, char *err, size_t errlen) {
-    if (!(p->temperature >= 0) || p->temperature > 100) return ts_errf(err, errlen, "temperature must be between 0 and 100");
+    if (!(p->temperature >= 0) || p->temperature > 100)
+        return ts_errf(err, errlen, "temperature must be between 0 and 100");
     if (!(p->top_p >= 0) || p->top_p > 1) return ts_errf(err, errlen, "top_p must be between 0 and 1");
     if (!(p->min_p >= 0) || p->min_p > 1) return ts_errf(err, errlen, "min_p must be between 0 and 1");
     if (p->top_k < 0) return ts_errf(err, errlen, "top_k must be 0 (off) or positive");
     /* a penalty divides logits: below 1e-6 a logit of 30 would pass 3e7 and soon overflow */
     if (!(p->repeat_penalty >= 1e-6f) || p->repeat_penalty > 100)
-        return ts_errf(err, errlen, "repeat_penalty must be between 1e-6 and 100 (1 is off; got %g)", (double)p->repeat_penalty);
+        return ts_errf(err, errlen, "repeat_penalty must be between 1e-6 and 100 (1 is off; got %g)",
+                       (double)p->repeat_penalty);
     if (!(fabsf(p->presence_penalty) <= 2) || !(fabsf(p->frequency_penalty) <= 2))
         return ts_errf(err, errlen, "presence and frequency penalties must be between -2 and 2");
     if (p->penalty_last_n < -1 || p->penalty_last_n > TS_PENALTY_MAX_HISTORY)
-        return ts_errf(err, errlen, "penalty_last_n must be -1 (all, up to %d) or 0 to %d", TS_PENALTY_MAX_HISTORY,
-                       TS_PENALTY_MAX_HISTORY);
+        return ts_errf(err, errlen, "penalty_last_n must be -1 (all, up to %d) or 0 to %d",
+                       TS_PENALTY_MAX_HISTORY, TS_PENALTY_MAX_HISTORY);
     return 0;
 }
 
@@ -109,7 +120,8 @@ void ts_sampler_accept(ts_sampler *s, int32_t token) {
 
 static void apply_penalties(ts_sampler *s) {
     const ts_sampler_params *p = &s->p;
-    if (p->penalty_last_n == 0 || (p->repeat_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0))
+    if (p->penalty_last_n == 0 ||
+        (p->repeat_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0))
         return;
     int64_t n = p->penalty_last_n < 0 ? TS_PENALTY_MAX_HISTORY : p->penalty_last_n;
     if (n > s->n_hist) n = s->n_hist;
@@ -192,7 +204,10 @@ int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint3
         int32_t keep = n;
         for (int32_t i = 0; i < n; i++) {
             cum += s->c[i].p;
-            if (cum >= p->top_p) { keep = i + 1; break; }
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
         }
         n = keep;
     }
@@ -211,7 +226,8 @@ int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint3
     return s->c[n - 1].id;
 }
 
-float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids, float *top_lp) {
+float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids,
+                  float *top_lp) {
     float mx = logits[0];
     for (int32_t i = 1; i < n_vocab; i++)
         if (logits[i] > mx) mx = logits[i];

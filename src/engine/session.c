@@ -18,23 +18,29 @@ struct ts_session {
     ts_model *m;
     ts_session_params p;
     const ts_backend_ops *be;
-    void *ctx;        /* the model's context of this backend */
-    void *seq;        /* the backend's sequence */
-    int64_t max_rows; /* rows of a micro-batch this session hosts */
+    void *ctx;         /* the model's context of this backend */
+    void *seq;         /* the backend's sequence */
+    int64_t max_rows;  /* rows of a micro-batch this session hosts */
     ts_micro_batch mb; /* its tables: max_rows entries */
 };
 
-int32_t ts_model_n_vocab(const ts_model *m) { return (int32_t)m->hp.n_vocab; }
-int64_t ts_model_n_ctx_train(const ts_model *m) { return m->hp.n_ctx_train; }
+int32_t ts_model_n_vocab(const ts_model *m) {
+    return (int32_t)m->hp.n_vocab;
+}
+int64_t ts_model_n_ctx_train(const ts_model *m) {
+    return m->hp.n_ctx_train;
+}
 
 static int no_backend(ts_backend kind, char *err, size_t errlen) {
     if (kind == TS_BACKEND_CUDA)
-        return ts_errf(err, errlen, "this build of turbospark has no CUDA backend (nvcc was not found when it was built)");
+        return ts_errf(err, errlen,
+                       "this build of turbospark has no CUDA backend (nvcc was not found when it was built)");
     return ts_errf(err, errlen, "unknown backend %d", (int)kind);
 }
 
 /* The model's context of backend `kind`, made with plan p on first use. */
-static int model_backend(ts_model *m, ts_backend kind, const ts_backend_plan *p, void **ctx, char *err, size_t errlen) {
+static int model_backend(ts_model *m, ts_backend kind, const ts_backend_plan *p, void **ctx, char *err,
+                         size_t errlen) {
     const ts_backend_ops *be = ts_backend_ops_of(kind);
     if (!be) return no_backend(kind, err, errlen);
     if (!m->backend_ctx[kind]) {
@@ -48,7 +54,8 @@ static int model_backend(ts_model *m, ts_backend kind, const ts_backend_plan *p,
 int ts_model_cuda_init(ts_model *m, const ts_cuda_params *p, char *err, size_t errlen) {
     if (!ts_have_cuda()) return no_backend(TS_BACKEND_CUDA, err, errlen);
     if (!p) return ts_errf(err, errlen, "ts_model_cuda_init needs its parameters (got NULL)");
-    if (m->backend_ctx[TS_BACKEND_CUDA]) return ts_errf(err, errlen, "the CUDA backend of this model is already set up");
+    if (m->backend_ctx[TS_BACKEND_CUDA])
+        return ts_errf(err, errlen, "the CUDA backend of this model is already set up");
     void *ctx;
     return model_backend(m, TS_BACKEND_CUDA, p, &ctx, err, errlen);
 }
@@ -63,8 +70,9 @@ void ts_session_free(ts_session *s) {
 int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, char *err, size_t errlen) {
     *out = NULL;
     if (p->n_ctx < 1 || p->ubatch < 1)
-        return ts_errf(err, errlen, "a session needs n_ctx ≥ 1 and ubatch ≥ 1 (got %" PRId64 " and %" PRId64 ")",
-                       p->n_ctx, p->ubatch);
+        return ts_errf(err, errlen,
+                       "a session needs n_ctx ≥ 1 and ubatch ≥ 1 (got %" PRId64 " and %" PRId64 ")", p->n_ctx,
+                       p->ubatch);
     const ts_backend_ops *be = ts_backend_ops_of(p->backend);
     if (!be) return no_backend(p->backend, err, errlen);
     ts_session *s = calloc(1, sizeof *s);
@@ -85,33 +93,49 @@ int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, ch
     s->mb.n = malloc(cap * sizeof *s->mb.n), s->mb.logits = malloc(cap * sizeof *s->mb.logits);
     if (!s->mb.seq || !s->mb.ids || !s->mb.n || !s->mb.logits) {
         ts_session_free(s);
-        return ts_errf(err, errlen, "out of memory for the micro-batch tables of a session (%zu entries)", cap);
+        return ts_errf(err, errlen, "out of memory for the micro-batch tables of a session (%zu entries)",
+                       cap);
     }
     *out = s;
     return 0;
 }
 
-void ts_session_reset(ts_session *s) { s->be->seq_reset(s->seq, NULL, 0); }
-int64_t ts_session_pos(const ts_session *s) { return s->be->seq_pos(s->seq); }
-ts_backend ts_session_backend(const ts_session *s) { return s->p.backend; }
-int64_t ts_session_n_ctx(const ts_session *s) { return s->p.n_ctx; }
-const ts_model *ts_session_model(const ts_session *s) { return s->m; }
-void *ts_session_backend_seq(const ts_session *s) { return s->seq; }
+void ts_session_reset(ts_session *s) {
+    s->be->seq_reset(s->seq, NULL, 0);
+}
+int64_t ts_session_pos(const ts_session *s) {
+    return s->be->seq_pos(s->seq);
+}
+ts_backend ts_session_backend(const ts_session *s) {
+    return s->p.backend;
+}
+int64_t ts_session_n_ctx(const ts_session *s) {
+    return s->p.n_ctx;
+}
+const ts_model *ts_session_model(const ts_session *s) {
+    return s->m;
+}
+void *ts_session_backend_seq(const ts_session *s) {
+    return s->seq;
+}
 
 size_t ts_session_state_bytes(const ts_session *s) {
-    return s->be->seq_bytes(s->seq) + (size_t)s->mb.cap * (sizeof *s->mb.seq + sizeof *s->mb.ids + sizeof *s->mb.n +
-                                                             sizeof *s->mb.logits);
+    return s->be->seq_bytes(s->seq) + (size_t)s->mb.cap * (sizeof *s->mb.seq + sizeof *s->mb.ids +
+                                                           sizeof *s->mb.n + sizeof *s->mb.logits);
 }
 
 int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t errlen) {
     if (dst == src) return 0;
-    if (dst->m != src->m) return ts_errf(err, errlen, "a session's state can only be copied to a session of the same model");
+    if (dst->m != src->m)
+        return ts_errf(err, errlen, "a session's state can only be copied to a session of the same model");
     if (dst->p.backend != src->p.backend)
         return ts_errf(err, errlen, "a session's state can only be copied to a session of the same backend");
     if (!src->be->seq_copy)
-        return ts_errf(err, errlen, "copying a session's state is not implemented on the %s backend yet", src->be->name);
+        return ts_errf(err, errlen, "copying a session's state is not implemented on the %s backend yet",
+                       src->be->name);
     if (ts_session_pos(src) > dst->p.n_ctx)
-        return ts_errf(err, errlen, "the source holds %" PRId64 " tokens, more than the destination's context of %" PRId64,
+        return ts_errf(err, errlen,
+                       "the source holds %" PRId64 " tokens, more than the destination's context of %" PRId64,
                        ts_session_pos(src), dst->p.n_ctx);
     return src->be->seq_copy(dst->seq, src->seq, err, errlen);
 }
@@ -129,11 +153,12 @@ static int check_logits(const float *x, int64_t rows, int64_t V, int64_t pos0, c
         if (!bad) continue;
         for (int64_t v = 0; v < V; v++)
             if (!isfinite(x[r * V + v]))
-                return ts_errf(err, errlen,
-                               "the logits at position %" PRId64 " hold %s (vocabulary entry %" PRId64
-                               "): the model produced NaN or infinity (damaged or edited weights or metadata?); "
-                               "TURBOSPARK_CHECK_FINITE=1 on the CPU backend names the layer where it first appears",
-                               pos0 + r, isnan(x[r * V + v]) ? "NaN" : "an infinity", v);
+                return ts_errf(
+                    err, errlen,
+                    "the logits at position %" PRId64 " hold %s (vocabulary entry %" PRId64
+                    "): the model produced NaN or infinity (damaged or edited weights or metadata?); "
+                    "TURBOSPARK_CHECK_FINITE=1 on the CPU backend names the layer where it first appears",
+                    pos0 + r, isnan(x[r * V + v]) ? "NaN" : "an infinity", v);
     }
     return 0;
 }
@@ -166,21 +191,27 @@ static int run_entries(ts_session *host, ts_session *const *s, const int32_t *co
     return 0;
 }
 
-static int check_ids(const ts_model *m, const int32_t *ids, int64_t n, int64_t pos0, char *err, size_t errlen) {
+static int check_ids(const ts_model *m, const int32_t *ids, int64_t n, int64_t pos0, char *err,
+                     size_t errlen) {
     const int64_t V = m->hp.n_vocab;
     for (int64_t t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= V)
-            return ts_errf(err, errlen, "token id %" PRId32 " at position %" PRId64 " is outside the vocabulary (0 to %" PRId64 ")",
+            return ts_errf(err, errlen,
+                           "token id %" PRId32 " at position %" PRId64
+                           " is outside the vocabulary (0 to %" PRId64 ")",
                            ids[t], pos0 + t, V - 1);
     return 0;
 }
 
-int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err, size_t errlen) {
+int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits, bool all, char *err,
+                    size_t errlen) {
     if (n < 1) return ts_errf(err, errlen, "nothing to evaluate: %" PRId64 " tokens", n);
     const int64_t V = s->m->hp.n_vocab, pos0 = ts_session_pos(s);
     if (pos0 + n > s->p.n_ctx)
-        return ts_errf(err, errlen, "%" PRId64 " more tokens do not fit: the session holds %" PRId64 " of %" PRId64
-                       " tokens", n, pos0, s->p.n_ctx);
+        return ts_errf(err, errlen,
+                       "%" PRId64 " more tokens do not fit: the session holds %" PRId64 " of %" PRId64
+                       " tokens",
+                       n, pos0, s->p.n_ctx);
     if (check_ids(s->m, ids, n, pos0, err, errlen)) return -1;
     for (int64_t t0 = 0; t0 < n; t0 += s->p.ubatch) {
         int64_t k = n - t0 < s->p.ubatch ? n - t0 : s->p.ubatch;
@@ -198,7 +229,8 @@ int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROF
     if (!s->be->profile_step)
         return ts_errf(err, errlen, "profiling a step is not available on the %s backend", s->be->name);
     if (ts_session_pos(s) + 1 > s->p.n_ctx)
-        return ts_errf(err, errlen, "the session is full (%" PRId64 " tokens): nothing left to profile", s->p.n_ctx);
+        return ts_errf(err, errlen, "the session is full (%" PRId64 " tokens): nothing left to profile",
+                       s->p.n_ctx);
     if (check_ids(s->m, &id, 1, ts_session_pos(s), err, errlen)) return -1;
     return s->be->profile_step(s->ctx, s->seq, id, names, ms, err, errlen);
 }
@@ -208,27 +240,32 @@ int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, c
     const ts_backend_ops *be = ts_backend_ops_of(b);
     if (!be) return no_backend(b, err, errlen);
     if (be->needs_plan && !m->backend_ctx[b])
-        return ts_errf(err, errlen, "the %s backend of this model is not set up yet (ts_model_cuda_init)", be->name);
+        return ts_errf(err, errlen, "the %s backend of this model is not set up yet (ts_model_cuda_init)",
+                       be->name);
     void *ctx = NULL;
     if (model_backend(m, b, NULL, &ctx, err, errlen)) return -1;
     *bytes_per_s = be->bandwidth(ctx);
     return 0;
 }
 
-int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits, int n_seq,
-                  char *err, size_t errlen) {
+int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits,
+                  int n_seq, char *err, size_t errlen) {
     if (n_seq < 0) return ts_errf(err, errlen, "a batch of %d sessions: the count must be ≥ 0", n_seq);
     /* check everything first, so that a refused batch leaves every session as it was */
     for (int i = 0; i < n_seq; i++) {
-        if (s[i]->m != s[0]->m) return ts_errf(err, errlen, "a batch must hold sessions of one model (session %d differs)", i);
+        if (s[i]->m != s[0]->m)
+            return ts_errf(err, errlen, "a batch must hold sessions of one model (session %d differs)", i);
         if (s[i]->p.backend != s[0]->p.backend)
             return ts_errf(err, errlen, "a batch must hold sessions of one backend (session %d differs)", i);
         for (int j = 0; j < i; j++)
             if (s[j] == s[i])
-                return ts_errf(err, errlen, "a batch holds each session once (entries %d and %d are the same)", j, i);
+                return ts_errf(err, errlen,
+                               "a batch holds each session once (entries %d and %d are the same)", j, i);
         if (n[i] < 1 || ts_session_pos(s[i]) + n[i] > s[i]->p.n_ctx)
-            return ts_errf(err, errlen, "batch entry %d: %" PRId64 " tokens do not fit its session (%" PRId64 " of %" PRId64
-                           " used)", i, n[i], ts_session_pos(s[i]), s[i]->p.n_ctx);
+            return ts_errf(err, errlen,
+                           "batch entry %d: %" PRId64 " tokens do not fit its session (%" PRId64
+                           " of %" PRId64 " used)",
+                           i, n[i], ts_session_pos(s[i]), s[i]->p.n_ctx);
         char e2[300];
         if (check_ids(s[i]->m, ids[i], n[i], ts_session_pos(s[i]), e2, sizeof e2))
             return ts_errf(err, errlen, "batch entry %d: %s", i, e2);

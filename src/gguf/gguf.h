@@ -63,10 +63,10 @@ typedef struct ts_gguf_value {
         double f64;   /* F32, F64 */
         ts_gguf_str str;
         struct {
-            uint32_t elem_type;           /* ts_gguf_vtype of every element */
-            uint64_t count;               /* number of elements */
-            const uint8_t *data;          /* scalar elements: count * elem size packed bytes */
-            struct ts_gguf_value *items;  /* STRING or ARRAY elements: [count], else NULL */
+            uint32_t elem_type;          /* ts_gguf_vtype of every element */
+            uint64_t count;              /* number of elements */
+            const uint8_t *data;         /* scalar elements: count * elem size packed bytes */
+            struct ts_gguf_value *items; /* STRING or ARRAY elements: [count], else NULL */
         } arr;
     };
 } ts_gguf_value;
@@ -78,13 +78,13 @@ typedef struct ts_gguf_kv {
 
 typedef struct ts_gguf_tensor {
     ts_gguf_str name;
-    uint32_t n_dims;               /* 1..4 */
-    int64_t ne[TS_GGUF_MAX_DIMS];  /* elements per dim, ne[0] contiguous; unused dims are 1 */
-    uint32_t type;                 /* ggml type id (src/quant/quant.h) */
-    uint64_t offset;               /* byte offset inside the data section */
-    uint64_t nbytes;               /* bytes of data */
+    uint32_t n_dims;              /* 1..4 */
+    int64_t ne[TS_GGUF_MAX_DIMS]; /* elements per dim, ne[0] contiguous; unused dims are 1 */
+    uint32_t type;                /* ggml type id (src/quant/quant.h) */
+    uint64_t offset;              /* byte offset inside the data section */
+    uint64_t nbytes;              /* bytes of data */
     int64_t nelements;
-    const void *data;              /* inside the mapping */
+    const void *data; /* inside the mapping */
 } ts_gguf_tensor;
 
 typedef struct ts_gguf ts_gguf;

@@ -78,8 +78,12 @@ static int buf_put(ts_gguf_writer *w, buf *b, const void *data, size_t n) {
     return 0;
 }
 
-static int put_u32(ts_gguf_writer *w, buf *b, uint32_t v) { return buf_put(w, b, &v, 4); }
-static int put_u64(ts_gguf_writer *w, buf *b, uint64_t v) { return buf_put(w, b, &v, 8); }
+static int put_u32(ts_gguf_writer *w, buf *b, uint32_t v) {
+    return buf_put(w, b, &v, 4);
+}
+static int put_u64(ts_gguf_writer *w, buf *b, uint64_t v) {
+    return buf_put(w, b, &v, 8);
+}
 static int put_str(ts_gguf_writer *w, buf *b, const char *s, size_t n) {
     return put_u64(w, b, n) || buf_put(w, b, s, n);
 }
@@ -119,7 +123,9 @@ void ts_gguf_writer_free(ts_gguf_writer *w) {
     free(w);
 }
 
-const char *ts_gguf_writer_error(const ts_gguf_writer *w) { return w->err; }
+const char *ts_gguf_writer_error(const ts_gguf_writer *w) {
+    return w->err;
+}
 
 /* Returns the entry for key, emptied (a key set twice keeps the last value), or NULL on failure. */
 static buf *kv_slot(ts_gguf_writer *w, const char *key) {
@@ -149,16 +155,36 @@ static int set_scalar(ts_gguf_writer *w, const char *key, uint32_t type, const v
     return !b || put_u32(w, b, type) || buf_put(w, b, v, ts_gguf_vtype_size(type)) ? -1 : 0;
 }
 
-int ts_gguf_writer_set_u8(ts_gguf_writer *w, const char *k, uint8_t v) { return set_scalar(w, k, TS_GGUF_U8, &v); }
-int ts_gguf_writer_set_i8(ts_gguf_writer *w, const char *k, int8_t v) { return set_scalar(w, k, TS_GGUF_I8, &v); }
-int ts_gguf_writer_set_u16(ts_gguf_writer *w, const char *k, uint16_t v) { return set_scalar(w, k, TS_GGUF_U16, &v); }
-int ts_gguf_writer_set_i16(ts_gguf_writer *w, const char *k, int16_t v) { return set_scalar(w, k, TS_GGUF_I16, &v); }
-int ts_gguf_writer_set_u32(ts_gguf_writer *w, const char *k, uint32_t v) { return set_scalar(w, k, TS_GGUF_U32, &v); }
-int ts_gguf_writer_set_i32(ts_gguf_writer *w, const char *k, int32_t v) { return set_scalar(w, k, TS_GGUF_I32, &v); }
-int ts_gguf_writer_set_u64(ts_gguf_writer *w, const char *k, uint64_t v) { return set_scalar(w, k, TS_GGUF_U64, &v); }
-int ts_gguf_writer_set_i64(ts_gguf_writer *w, const char *k, int64_t v) { return set_scalar(w, k, TS_GGUF_I64, &v); }
-int ts_gguf_writer_set_f32(ts_gguf_writer *w, const char *k, float v) { return set_scalar(w, k, TS_GGUF_F32, &v); }
-int ts_gguf_writer_set_f64(ts_gguf_writer *w, const char *k, double v) { return set_scalar(w, k, TS_GGUF_F64, &v); }
+int ts_gguf_writer_set_u8(ts_gguf_writer *w, const char *k, uint8_t v) {
+    return set_scalar(w, k, TS_GGUF_U8, &v);
+}
+int ts_gguf_writer_set_i8(ts_gguf_writer *w, const char *k, int8_t v) {
+    return set_scalar(w, k, TS_GGUF_I8, &v);
+}
+int ts_gguf_writer_set_u16(ts_gguf_writer *w, const char *k, uint16_t v) {
+    return set_scalar(w, k, TS_GGUF_U16, &v);
+}
+int ts_gguf_writer_set_i16(ts_gguf_writer *w, const char *k, int16_t v) {
+    return set_scalar(w, k, TS_GGUF_I16, &v);
+}
+int ts_gguf_writer_set_u32(ts_gguf_writer *w, const char *k, uint32_t v) {
+    return set_scalar(w, k, TS_GGUF_U32, &v);
+}
+int ts_gguf_writer_set_i32(ts_gguf_writer *w, const char *k, int32_t v) {
+    return set_scalar(w, k, TS_GGUF_I32, &v);
+}
+int ts_gguf_writer_set_u64(ts_gguf_writer *w, const char *k, uint64_t v) {
+    return set_scalar(w, k, TS_GGUF_U64, &v);
+}
+int ts_gguf_writer_set_i64(ts_gguf_writer *w, const char *k, int64_t v) {
+    return set_scalar(w, k, TS_GGUF_I64, &v);
+}
+int ts_gguf_writer_set_f32(ts_gguf_writer *w, const char *k, float v) {
+    return set_scalar(w, k, TS_GGUF_F32, &v);
+}
+int ts_gguf_writer_set_f64(ts_gguf_writer *w, const char *k, double v) {
+    return set_scalar(w, k, TS_GGUF_F64, &v);
+}
 int ts_gguf_writer_set_bool(ts_gguf_writer *w, const char *k, bool v) {
     uint8_t b = v;
     return set_scalar(w, k, TS_GGUF_BOOL, &b);
@@ -169,9 +195,11 @@ int ts_gguf_writer_set_str(ts_gguf_writer *w, const char *key, const char *v) {
     return !b || put_u32(w, b, TS_GGUF_STRING) || put_str(w, b, v, strlen(v)) ? -1 : 0;
 }
 
-int ts_gguf_writer_set_arr(ts_gguf_writer *w, const char *key, uint32_t et, const void *data, uint64_t count) {
+int ts_gguf_writer_set_arr(ts_gguf_writer *w, const char *key, uint32_t et, const void *data,
+                           uint64_t count) {
     size_t n = ts_gguf_vtype_size(et);
-    if (n == 0) return fail(w, "metadata key '%s': arrays of %s need their own setter", key, ts_gguf_vtype_name(et));
+    if (n == 0)
+        return fail(w, "metadata key '%s': arrays of %s need their own setter", key, ts_gguf_vtype_name(et));
     buf *b = kv_slot(w, key);
     return !b || put_u32(w, b, TS_GGUF_ARRAY) || put_u32(w, b, et) || put_u64(w, b, count) ||
                    buf_put(w, b, data, (size_t)count * n)
@@ -181,7 +209,8 @@ int ts_gguf_writer_set_arr(ts_gguf_writer *w, const char *key, uint32_t et, cons
 
 int ts_gguf_writer_set_arr_str(ts_gguf_writer *w, const char *key, const char *const *v, uint64_t count) {
     buf *b = kv_slot(w, key);
-    if (!b || put_u32(w, b, TS_GGUF_ARRAY) || put_u32(w, b, TS_GGUF_STRING) || put_u64(w, b, count)) return -1;
+    if (!b || put_u32(w, b, TS_GGUF_ARRAY) || put_u32(w, b, TS_GGUF_STRING) || put_u64(w, b, count))
+        return -1;
     for (uint64_t i = 0; i < count; i++)
         if (put_str(w, b, v[i], strlen(v[i]))) return -1;
     return 0;
@@ -190,7 +219,8 @@ int ts_gguf_writer_set_arr_str(ts_gguf_writer *w, const char *key, const char *c
 /* Serializes the payload of v (without its type tag). */
 static int put_value(ts_gguf_writer *w, buf *b, const ts_gguf_value *v) {
     switch (v->type) {
-    case TS_GGUF_STRING: return put_str(w, b, v->str.ptr, v->str.len);
+    case TS_GGUF_STRING:
+        return put_str(w, b, v->str.ptr, v->str.len);
     case TS_GGUF_ARRAY: {
         uint32_t et = v->arr.elem_type;
         if (put_u32(w, b, et) || put_u64(w, b, v->arr.count)) return -1;
@@ -204,14 +234,16 @@ static int put_value(ts_gguf_writer *w, buf *b, const ts_gguf_value *v) {
         float f = (float)v->f64;
         return buf_put(w, b, &f, 4);
     }
-    case TS_GGUF_F64: return buf_put(w, b, &v->f64, 8);
+    case TS_GGUF_F64:
+        return buf_put(w, b, &v->f64, 8);
     default: /* integers and bool: the low bytes of the 64-bit value, little-endian */
         return buf_put(w, b, &v->u64, ts_gguf_vtype_size(v->type));
     }
 }
 
 int ts_gguf_writer_set_value(ts_gguf_writer *w, const char *key, const ts_gguf_value *v) {
-    if (v->type >= TS_GGUF_VTYPE_COUNT) return fail(w, "metadata key '%s' has unknown type %" PRIu32, key, v->type);
+    if (v->type >= TS_GGUF_VTYPE_COUNT)
+        return fail(w, "metadata key '%s' has unknown type %" PRIu32, key, v->type);
     buf *b = kv_slot(w, key);
     return !b || put_u32(w, b, v->type) || put_value(w, b, v) ? -1 : 0;
 }
@@ -229,14 +261,17 @@ int ts_gguf_writer_add_tensor(ts_gguf_writer *w, const char *name, uint32_t type
         if (strcmp(w->t[i].name, name) == 0) return fail(w, "tensor '%s' is declared twice", name);
     wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
     for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] <= 0) return fail(w, "tensor '%s' dimension %" PRIu32 " is %" PRId64 " (must be >= 1)", name, d, ne[d]);
+        if (ne[d] <= 0)
+            return fail(w, "tensor '%s' dimension %" PRIu32 " is %" PRId64 " (must be >= 1)", name, d, ne[d]);
         t.ne[d] = ne[d];
     }
     if (t.ne[0] % tt->block_size)
-        return fail(w, "tensor '%s' of type %s has rows of %" PRId64 " elements, not a multiple of %" PRId64, name,
-                    tt->name, t.ne[0], tt->block_size);
-    bool overflow = __builtin_mul_overflow((uint64_t)(t.ne[0] / tt->block_size), (uint64_t)tt->type_size, &t.nbytes);
-    for (int d = 1; d < TS_GGUF_MAX_DIMS; d++) overflow |= __builtin_mul_overflow(t.nbytes, (uint64_t)t.ne[d], &t.nbytes);
+        return fail(w, "tensor '%s' of type %s has rows of %" PRId64 " elements, not a multiple of %" PRId64,
+                    name, tt->name, t.ne[0], tt->block_size);
+    bool overflow =
+        __builtin_mul_overflow((uint64_t)(t.ne[0] / tt->block_size), (uint64_t)tt->type_size, &t.nbytes);
+    for (int d = 1; d < TS_GGUF_MAX_DIMS; d++)
+        overflow |= __builtin_mul_overflow(t.nbytes, (uint64_t)t.ne[d], &t.nbytes);
     if (overflow) return fail(w, "tensor '%s' is too large (its byte size overflows 64 bits)", name);
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? 2 * w->cap_t : 64;
@@ -260,7 +295,8 @@ static int write_all(ts_gguf_writer *w, const void *data, size_t n) {
     while (n) {
         ssize_t k = write(w->fd, p, n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return fail(w, "cannot write %s: %s", w->tmp_path, k < 0 ? strerror(errno) : "short write");
+        if (k <= 0)
+            return fail(w, "cannot write %s: %s", w->tmp_path, k < 0 ? strerror(errno) : "short write");
         p += k, n -= (size_t)k, w->pos += (uint64_t)k;
     }
     return 0;
@@ -278,9 +314,11 @@ static int write_zeros(ts_gguf_writer *w, uint64_t n) {
 
 /* The header: magic, counts, metadata and the tensor table, into h (the caller frees h->p). */
 static int put_header(ts_gguf_writer *w, buf *h) {
-    int rc = buf_put(w, h, TS_GGUF_MAGIC, 4) || put_u32(w, h, 3) || put_u64(w, h, w->n_t) || put_u64(w, h, w->n_kv);
+    int rc = buf_put(w, h, TS_GGUF_MAGIC, 4) || put_u32(w, h, 3) || put_u64(w, h, w->n_t) ||
+             put_u64(w, h, w->n_kv);
     for (size_t i = 0; !rc && i < w->n_kv; i++)
-        rc = put_str(w, h, w->kv[i].key, strlen(w->kv[i].key)) || buf_put(w, h, w->kv[i].bytes.p, w->kv[i].bytes.len);
+        rc = put_str(w, h, w->kv[i].key, strlen(w->kv[i].key)) ||
+             buf_put(w, h, w->kv[i].bytes.p, w->kv[i].bytes.len);
     for (size_t i = 0; !rc && i < w->n_t; i++) {
         const wtensor *t = &w->t[i];
         rc = put_str(w, h, t->name, strlen(t->name)) || put_u32(w, h, t->n_dims);
@@ -328,14 +366,16 @@ static int advance(ts_gguf_writer *w, const uint8_t *data, uint64_t n) {
     if (w->failed) return -1;
     if (w->fd < 0) return fail(w, "tensor data given before ts_gguf_writer_begin_data");
     while (n) {
-        if (w->cur >= w->n_t) return fail(w, "%s: %" PRIu64 " bytes of tensor data given beyond the last tensor", w->path, n);
+        if (w->cur >= w->n_t)
+            return fail(w, "%s: %" PRIu64 " bytes of tensor data given beyond the last tensor", w->path, n);
         wtensor *t = &w->t[w->cur];
         uint64_t k = t->nbytes - w->cur_done < n ? t->nbytes - w->cur_done : n;
         if (data) {
             if (write_all(w, data, (size_t)k)) return -1;
             data += k;
         } else {
-            if (lseek(w->fd, (off_t)k, SEEK_CUR) < 0) return fail(w, "cannot seek in %s: %s", w->tmp_path, strerror(errno));
+            if (lseek(w->fd, (off_t)k, SEEK_CUR) < 0)
+                return fail(w, "cannot seek in %s: %s", w->tmp_path, strerror(errno));
             w->pos += k;
         }
         n -= k;
@@ -348,8 +388,12 @@ static int advance(ts_gguf_writer *w, const uint8_t *data, uint64_t n) {
     return 0;
 }
 
-int ts_gguf_writer_write(ts_gguf_writer *w, const void *data, size_t nbytes) { return advance(w, data, nbytes); }
-int ts_gguf_writer_skip(ts_gguf_writer *w, uint64_t nbytes) { return advance(w, NULL, nbytes); }
+int ts_gguf_writer_write(ts_gguf_writer *w, const void *data, size_t nbytes) {
+    return advance(w, data, nbytes);
+}
+int ts_gguf_writer_skip(ts_gguf_writer *w, uint64_t nbytes) {
+    return advance(w, NULL, nbytes);
+}
 
 int ts_gguf_writer_finish(ts_gguf_writer *w) {
     if (w->failed) return -1;
@@ -358,7 +402,8 @@ int ts_gguf_writer_finish(ts_gguf_writer *w) {
         return fail(w, "%s: tensor '%s' got %" PRIu64 " of its %" PRIu64 " bytes", w->path, w->t[w->cur].name,
                     w->cur_done, w->t[w->cur].nbytes);
     /* A trailing skip leaves the file short of its holes: set the size explicitly. */
-    if (ftruncate(w->fd, (off_t)w->pos) != 0) return fail(w, "cannot size %s: %s", w->tmp_path, strerror(errno));
+    if (ftruncate(w->fd, (off_t)w->pos) != 0)
+        return fail(w, "cannot size %s: %s", w->tmp_path, strerror(errno));
     if (close(w->fd) != 0) {
         w->fd = -1;
         unlink(w->tmp_path);

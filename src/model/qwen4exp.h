@@ -25,69 +25,69 @@ extern "C" {
 #define TS_MAX_NGRAM 8 /* PLE n-gram order n ≤ 8 */
 /* Architecture limits checked on every size read from a file, before anything it sizes is allocated
  * (the released model: 48 layers, width 2560, 512 experts, 262,144 tokens of context). */
-#define TS_MAX_LAYERS 1024             /* block_count */
-#define TS_MAX_WIDTH (1u << 20)        /* hidden and feed-forward widths, HC rank */
-#define TS_MAX_HEADS 4096              /* attention, indexer, GDN and PLE heads */
-#define TS_MAX_HEAD_DIM 4096           /* head and state dimensions */
-#define TS_MAX_STREAMS 16              /* hyper-connection streams */
-#define TS_MAX_CONV 64                 /* convolution kernels */
-#define TS_MAX_EXPERTS 65536           /* experts */
-#define TS_MAX_CONTEXT (1u << 24)      /* context_length, indexer budget */
-#define TS_MIN_TENSORS_PER_BLOCK 16    /* a block holds at least 2 HC modules, its mixer and its MoE */
-#define TS_MODEL_BACKENDS 2            /* ts_backend values (include/turbospark.h) */
+#define TS_MAX_LAYERS 1024          /* block_count */
+#define TS_MAX_WIDTH (1u << 20)     /* hidden and feed-forward widths, HC rank */
+#define TS_MAX_HEADS 4096           /* attention, indexer, GDN and PLE heads */
+#define TS_MAX_HEAD_DIM 4096        /* head and state dimensions */
+#define TS_MAX_STREAMS 16           /* hyper-connection streams */
+#define TS_MAX_CONV 64              /* convolution kernels */
+#define TS_MAX_EXPERTS 65536        /* experts */
+#define TS_MAX_CONTEXT (1u << 24)   /* context_length, indexer budget */
+#define TS_MIN_TENSORS_PER_BLOCK 16 /* a block holds at least 2 HC modules, its mixer and its MoE */
+#define TS_MODEL_BACKENDS 2         /* ts_backend values (include/turbospark.h) */
 
 typedef enum ts_layer_kind { TS_LAYER_GDN = 0, TS_LAYER_QSA = 1 } ts_layer_kind;
 
 typedef struct ts_hparams {
-    uint32_t n_vocab;      /* V: rows of token_embd */
-    uint32_t n_embd;       /* H */
-    uint32_t n_block;      /* block_count: trunk layers + MTP blocks */
-    uint32_t n_layer;      /* L: trunk layers = n_block − n_mtp */
-    uint32_t n_mtp;        /* nextn_predict_layers (0 if absent) */
-    uint32_t n_ctx_train;  /* context_length */
-    float eps;             /* every RMS/L2 norm */
+    uint32_t n_vocab;     /* V: rows of token_embd */
+    uint32_t n_embd;      /* H */
+    uint32_t n_block;     /* block_count: trunk layers + MTP blocks */
+    uint32_t n_layer;     /* L: trunk layers = n_block − n_mtp */
+    uint32_t n_mtp;       /* nextn_predict_layers (0 if absent) */
+    uint32_t n_ctx_train; /* context_length */
+    float eps;            /* every RMS/L2 norm */
 
-    uint32_t hc_count;     /* C: residual streams */
-    uint32_t hc_rank;      /* r: HC low rank */
+    uint32_t hc_count; /* C: residual streams */
+    uint32_t hc_rank;  /* r: HC low rank */
 
-    uint32_t n_head;       /* nh: QSA query heads */
-    uint32_t n_head_kv;    /* nkv */
-    uint32_t head_dim;     /* hd (key_length == value_length) */
-    uint32_t n_rot;        /* rotary dims (NeoX, first n_rot of each head) */
-    float rope_base;       /* θ */
+    uint32_t n_head;          /* nh: QSA query heads */
+    uint32_t n_head_kv;       /* nkv */
+    uint32_t head_dim;        /* hd (key_length == value_length) */
+    uint32_t n_rot;           /* rotary dims (NeoX, first n_rot of each head) */
+    float rope_base;          /* θ */
     int32_t rope_sections[4]; /* mRoPE sections (text: reduces to 1-D rope) */
 
-    uint32_t idx_n_head;   /* ni: indexer query heads */
-    uint32_t idx_head_dim; /* di */
-    uint32_t idx_top_k;    /* Tb: token budget */
-    uint32_t compress;     /* B: tokens per indexer block (same for all QSA layers) */
+    uint32_t idx_n_head;     /* ni: indexer query heads */
+    uint32_t idx_head_dim;   /* di */
+    uint32_t idx_top_k;      /* Tb: token budget */
+    uint32_t compress;       /* B: tokens per indexer block (same for all QSA layers) */
     uint32_t idx_top_blocks; /* Kb = Tb / B */
 
-    uint32_t ssm_conv;     /* GDN conv kernel */
-    uint32_t ssm_dk;       /* dk = state_size */
-    uint32_t ssm_nk;       /* nk = group_count */
-    uint32_t ssm_nv;       /* nv = time_step_rank */
-    uint32_t ssm_dv;       /* dv = inner_size / nv */
+    uint32_t ssm_conv; /* GDN conv kernel */
+    uint32_t ssm_dk;   /* dk = state_size */
+    uint32_t ssm_nk;   /* nk = group_count */
+    uint32_t ssm_nv;   /* nv = time_step_rank */
+    uint32_t ssm_dv;   /* dv = inner_size / nv */
     uint32_t full_attn_interval;
 
-    uint32_t n_expert;     /* E */
+    uint32_t n_expert;      /* E */
     uint32_t n_expert_used; /* k */
-    uint32_t n_ff_shexp;   /* Fs */
-    uint32_t *n_ff_exp;    /* F per trunk layer [n_layer] (the key may be a scalar or an array) */
+    uint32_t n_ff_shexp;    /* Fs */
+    uint32_t *n_ff_exp;     /* F per trunk layer [n_layer] (the key may be a scalar or an array) */
 
-    ts_layer_kind *kind;   /* [n_block]; MTP blocks are QSA-shaped */
+    ts_layer_kind *kind; /* [n_block]; MTP blocks are QSA-shaped */
 
-    int32_t ple_layer;     /* 0-based PLE layer, or −1 if the model has no PLE */
-    uint32_t ple_n;        /* n: n-gram order */
-    uint32_t ple_p;        /* P: heads per order */
-    uint32_t ple_nh;       /* NH = (n−1)·P */
-    uint32_t ple_dh;       /* dh: table row width */
-    uint32_t ple_conv;     /* Kp: conv kernel (dilation = n) */
-    uint32_t ple_eos;      /* segment-reset token id */
+    int32_t ple_layer;               /* 0-based PLE layer, or −1 if the model has no PLE */
+    uint32_t ple_n;                  /* n: n-gram order */
+    uint32_t ple_p;                  /* P: heads per order */
+    uint32_t ple_nh;                 /* NH = (n−1)·P */
+    uint32_t ple_dh;                 /* dh: table row width */
+    uint32_t ple_conv;               /* Kp: conv kernel (dilation = n) */
+    uint32_t ple_eos;                /* segment-reset token id */
     uint64_t ple_mult[TS_MAX_NGRAM]; /* m[0..n−1] */
-    uint64_t *ple_sizes;   /* [NH] prime modulus per head */
-    uint64_t *ple_offsets; /* [NH] row offset per head (prefix sums of sizes) */
-    uint64_t ple_rows;     /* rows of the joined table (≥ Σ sizes; padded by converters) */
+    uint64_t *ple_sizes;             /* [NH] prime modulus per head */
+    uint64_t *ple_offsets;           /* [NH] row offset per head (prefix sums of sizes) */
+    uint64_t ple_rows;               /* rows of the joined table (≥ Σ sizes; padded by converters) */
 } ts_hparams;
 
 /* One hyper-connection module. */
@@ -126,15 +126,15 @@ typedef struct ts_layer_weights {
     const ts_gguf_tensor *idx_k_norm;  /* [di] */
 
     /* MoE (every layer) */
-    const ts_gguf_tensor *ffn_gate_inp;      /* [H, E] router */
-    const ts_gguf_tensor *ffn_gate_exps;     /* [H, F, E]; NULL when fused */
-    const ts_gguf_tensor *ffn_up_exps;       /* [H, F, E]; NULL when fused */
-    const ts_gguf_tensor *ffn_gate_up_exps;  /* [H, 2F, E] gate rows first; NULL when split */
-    const ts_gguf_tensor *ffn_down_exps;     /* [F, H, E] */
+    const ts_gguf_tensor *ffn_gate_inp;       /* [H, E] router */
+    const ts_gguf_tensor *ffn_gate_exps;      /* [H, F, E]; NULL when fused */
+    const ts_gguf_tensor *ffn_up_exps;        /* [H, F, E]; NULL when fused */
+    const ts_gguf_tensor *ffn_gate_up_exps;   /* [H, 2F, E] gate rows first; NULL when split */
+    const ts_gguf_tensor *ffn_down_exps;      /* [F, H, E] */
     const ts_gguf_tensor *ffn_gate_inp_shexp; /* [H] scalar gate of the shared expert */
-    const ts_gguf_tensor *ffn_gate_shexp;    /* [H, Fs] */
-    const ts_gguf_tensor *ffn_up_shexp;      /* [H, Fs] */
-    const ts_gguf_tensor *ffn_down_shexp;    /* [Fs, H] */
+    const ts_gguf_tensor *ffn_gate_shexp;     /* [H, Fs] */
+    const ts_gguf_tensor *ffn_up_shexp;       /* [H, Fs] */
+    const ts_gguf_tensor *ffn_down_shexp;     /* [Fs, H] */
 
     /* PLE (only on hparams.ple_layer) */
     const ts_gguf_tensor *ple_key;        /* [NH·dh, W] */
@@ -154,12 +154,12 @@ typedef struct ts_layer_weights {
 typedef struct ts_model {
     ts_gguf *gguf; /* owned: every tensor points into its mapping */
     ts_hparams hp;
-    const ts_gguf_tensor *token_embd; /* [H, V] */
-    const ts_gguf_tensor *output;     /* [H, V]; token_embd when the file has no output */
-    ts_hc_weights output_hc;          /* final mixer (no inject) */
-    const ts_gguf_tensor *ple_table;  /* [dh, rows] joined table; NULL with the per-head layout */
+    const ts_gguf_tensor *token_embd;       /* [H, V] */
+    const ts_gguf_tensor *output;           /* [H, V]; token_embd when the file has no output */
+    ts_hc_weights output_hc;                /* final mixer (no inject) */
+    const ts_gguf_tensor *ple_table;        /* [dh, rows] joined table; NULL with the per-head layout */
     const ts_gguf_tensor **ple_head_tables; /* [NH] per-head tables (split layout), else NULL */
-    ts_layer_weights *layers;         /* [n_block] */
+    ts_layer_weights *layers;               /* [n_block] */
     /* the backends' contexts by ts_backend value (src/engine/backend.h: for CUDA the weights on the
      * GPU), made on first use, and what releases each (set with it: the model needs no backend code) */
     void *backend_ctx[TS_MODEL_BACKENDS];
@@ -175,15 +175,21 @@ static inline int64_t ts_gdn_conv_dim(const ts_hparams *hp) {
     return 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
 }
 /* GDN: the convolution's history, the last Kc − 1 raw rows. */
-static inline int64_t ts_gdn_conv_floats(const ts_hparams *hp) { return (int64_t)(hp->ssm_conv - 1) * ts_gdn_conv_dim(hp); }
+static inline int64_t ts_gdn_conv_floats(const ts_hparams *hp) {
+    return (int64_t)(hp->ssm_conv - 1) * ts_gdn_conv_dim(hp);
+}
 /* GDN: the fp32 recurrent state, nv × dk × dv. */
 static inline int64_t ts_gdn_state_floats(const ts_hparams *hp) {
     return (int64_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv;
 }
 /* QSA: K (and V) of one position, nkv × hd. */
-static inline int64_t ts_qsa_kv_width(const ts_hparams *hp) { return (int64_t)hp->n_head_kv * hp->head_dim; }
+static inline int64_t ts_qsa_kv_width(const ts_hparams *hp) {
+    return (int64_t)hp->n_head_kv * hp->head_dim;
+}
 /* QSA: rows of pooled indexer keys that n tokens can fill (complete blocks, plus one). */
-static inline int64_t ts_qsa_block_rows(const ts_hparams *hp, int64_t n) { return n / hp->compress + 1; }
+static inline int64_t ts_qsa_block_rows(const ts_hparams *hp, int64_t n) {
+    return n / hp->compress + 1;
+}
 /* PLE: the convolution's history, (Kp − 1)·n rows of the wide residual W = C·H (dilation n). */
 static inline int64_t ts_ple_conv_floats(const ts_hparams *hp) {
     return (int64_t)(hp->ple_conv - 1) * hp->ple_n * hp->hc_count * hp->n_embd;
@@ -210,10 +216,10 @@ void ts_model_free(ts_model *m);
  * (F32, F16 or BF16), 'f' an F32-only vector (ssm_a, ssm_dt). */
 typedef struct ts_tensor_spec {
     char name[64];
-    uint32_t n_dims;   /* 1..3 */
+    uint32_t n_dims; /* 1..3 */
     int64_t ne[3];
     char role;
-    bool optional;     /* may be absent (output, MTP indexer tensors) */
+    bool optional;               /* may be absent (output, MTP indexer tensors) */
     const ts_gguf_tensor **slot; /* where ts_model keeps it; NULL when visiting without a model */
 } ts_tensor_spec;
 
@@ -225,7 +231,8 @@ typedef struct ts_layout {
 /* Calls fn for every tensor a file of hp holds, in the order a converter writes them (used by synth,
  * convert and the binder; m may be NULL). Returns the first non-zero fn result. */
 typedef int (*ts_tensor_visit_fn)(void *ctx, const ts_tensor_spec *spec);
-int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout layout, ts_model *m, ts_tensor_visit_fn fn, void *ctx);
+int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout layout, ts_model *m, ts_tensor_visit_fn fn,
+                              void *ctx);
 
 /* Whether a tensor of this role may have this ggml type. */
 bool ts_role_allows(char role, uint32_t type);

@@ -5,10 +5,10 @@
 #include "model/qwen4exp.h"
 
 typedef struct ts_synth_opts {
-    uint32_t type;     /* ggml type of the matrices; narrow rows fall back (spec §9); vectors are F32 */
+    uint32_t type; /* ggml type of the matrices; narrow rows fall back (spec §9); vectors are F32 */
     uint64_t seed;
-    bool sparse;       /* leave tensor data unwritten: a sparse file of the full size */
-    bool tied_output;  /* omit output.weight (the model then reuses token_embd) */
+    bool sparse;      /* leave tensor data unwritten: a sparse file of the full size */
+    bool tied_output; /* omit output.weight (the model then reuses token_embd) */
     ts_layout layout;
     const ts_gguf *tokenizer; /* NULL, or a file whose tokenizer.* keys the output carries, padded to
                                  n_vocab (ts_tokenizer_copy_gguf) */

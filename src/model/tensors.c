@@ -15,9 +15,12 @@
 
 bool ts_role_allows(char role, uint32_t type) {
     switch (role) {
-    case 'f': return type == TS_TYPE_F32;
-    case 'v': return type == TS_TYPE_F32 || type == TS_TYPE_F16 || type == TS_TYPE_BF16;
-    default: return ts_can_dequantize(type);
+    case 'f':
+        return type == TS_TYPE_F32;
+    case 'v':
+        return type == TS_TYPE_F32 || type == TS_TYPE_F16 || type == TS_TYPE_BF16;
+    default:
+        return ts_can_dequantize(type);
     }
 }
 
@@ -28,12 +31,13 @@ typedef struct visitor {
 } visitor;
 
 /* Emits one tensor: name from a format, shape ne (n_dims ≤ 3), role, slot. */
-static void emit(visitor *v, const ts_gguf_tensor **slot, char role, bool optional, uint32_t n_dims, int64_t ne0,
-                 int64_t ne1, int64_t ne2, const char *fmt, ...) TS_PRINTF(9, 10);
-static void emit(visitor *v, const ts_gguf_tensor **slot, char role, bool optional, uint32_t n_dims, int64_t ne0,
-                 int64_t ne1, int64_t ne2, const char *fmt, ...) {
+static void emit(visitor *v, const ts_gguf_tensor **slot, char role, bool optional, uint32_t n_dims,
+                 int64_t ne0, int64_t ne1, int64_t ne2, const char *fmt, ...) TS_PRINTF(9, 10);
+static void emit(visitor *v, const ts_gguf_tensor **slot, char role, bool optional, uint32_t n_dims,
+                 int64_t ne0, int64_t ne1, int64_t ne2, const char *fmt, ...) {
     if (v->rc) return;
-    ts_tensor_spec s = {.n_dims = n_dims, .ne = {ne0, ne1, ne2}, .role = role, .optional = optional, .slot = slot};
+    ts_tensor_spec s = {
+        .n_dims = n_dims, .ne = {ne0, ne1, ne2}, .role = role, .optional = optional, .slot = slot};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s.name, sizeof s.name, fmt, ap);
@@ -48,7 +52,8 @@ static void emit_hc(visitor *v, ts_hc_weights *hc, const ts_hparams *hp, bool in
     emit(v, hc ? &hc->norm : NULL, 'v', false, 1, W, 1, 1, "%s_norm.weight", prefix);
     emit(v, hc ? &hc->down : NULL, 'm', false, 2, W, r, 1, "%s_down.weight", prefix);
     emit(v, hc ? &hc->up : NULL, 'm', false, 2, r, W, 1, "%s_up.weight", prefix);
-    if (inject) emit(v, hc ? &hc->inject : NULL, 'm', false, 2, W, hp->hc_count, 1, "%s_inject.weight", prefix);
+    if (inject)
+        emit(v, hc ? &hc->inject : NULL, 'm', false, 2, W, hp->hc_count, 1, "%s_inject.weight", prefix);
 }
 
 static void emit_moe(visitor *v, ts_layer_weights *L, const ts_hparams *hp, ts_layout lay, uint32_t l) {
@@ -81,7 +86,8 @@ static void emit_gdn(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint
     emit(v, SLOT(L, ssm_out), 'm', false, 2, vdim, H, 1, "blk.%u.ssm_out.weight", l);
 }
 
-static void emit_qsa(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint32_t l, bool indexer_optional) {
+static void emit_qsa(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint32_t l,
+                     bool indexer_optional) {
     int64_t H = hp->n_embd, hd = hp->head_dim, di = hp->idx_head_dim;
     emit(v, SLOT(L, attn_q), 'm', false, 2, H, 2 * hd * hp->n_head, 1, "blk.%u.attn_q.weight", l);
     emit(v, SLOT(L, attn_k), 'm', false, 2, H, hd * hp->n_head_kv, 1, "blk.%u.attn_k.weight", l);
@@ -89,7 +95,8 @@ static void emit_qsa(visitor *v, ts_layer_weights *L, const ts_hparams *hp, uint
     emit(v, SLOT(L, attn_output), 'm', false, 2, hd * hp->n_head, H, 1, "blk.%u.attn_output.weight", l);
     emit(v, SLOT(L, attn_q_norm), 'v', false, 1, hd, 1, 1, "blk.%u.attn_q_norm.weight", l);
     emit(v, SLOT(L, attn_k_norm), 'v', false, 1, hd, 1, 1, "blk.%u.attn_k_norm.weight", l);
-    emit(v, SLOT(L, idx_q), 'm', indexer_optional, 2, H, di * hp->idx_n_head, 1, "blk.%u.indexer.q_proj.weight", l);
+    emit(v, SLOT(L, idx_q), 'm', indexer_optional, 2, H, di * hp->idx_n_head, 1,
+         "blk.%u.indexer.q_proj.weight", l);
     emit(v, SLOT(L, idx_k), 'm', indexer_optional, 2, H, di, 1, "blk.%u.indexer.k_proj.weight", l);
     emit(v, SLOT(L, idx_q_norm), 'v', indexer_optional, 1, di, 1, 1, "blk.%u.indexer.q_norm.weight", l);
     emit(v, SLOT(L, idx_k_norm), 'v', indexer_optional, 1, di, 1, 1, "blk.%u.indexer.k_norm.weight", l);
@@ -115,7 +122,8 @@ static void emit_mtp_head(visitor *v, ts_layer_weights *L, const ts_hparams *hp,
     emit_hc(v, L ? &L->nextn_hc_head : NULL, hp, false, prefix);
 }
 
-int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout lay, ts_model *m, ts_tensor_visit_fn fn, void *ctx) {
+int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout lay, ts_model *m, ts_tensor_visit_fn fn,
+                              void *ctx) {
     visitor v = {fn, ctx, 0};
     int64_t H = hp->n_embd, V = hp->n_vocab;
     emit(&v, SLOT(m, token_embd), 'm', false, 2, H, V, 1, "token_embd.weight");
@@ -127,15 +135,18 @@ int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout lay, ts_model *m, 
         snprintf(prefix, sizeof prefix, "blk.%u.hc_ffn", l);
         emit_hc(&v, L ? &L->hc_ffn : NULL, hp, true, prefix);
         if ((int32_t)l == hp->ple_layer) emit_ple(&v, L, hp, l);
-        if (hp->kind[l] == TS_LAYER_GDN) emit_gdn(&v, L, hp, l);
-        else emit_qsa(&v, L, hp, l, l >= hp->n_layer);
+        if (hp->kind[l] == TS_LAYER_GDN)
+            emit_gdn(&v, L, hp, l);
+        else
+            emit_qsa(&v, L, hp, l, l >= hp->n_layer);
         emit_moe(&v, L, hp, lay, l);
         if (l >= hp->n_layer) emit_mtp_head(&v, L, hp, l);
     }
     emit_hc(&v, m ? &m->output_hc : NULL, hp, false, "output_hc");
     emit(&v, SLOT(m, output), 'm', true, 2, H, V, 1, "output.weight");
     if (hp->ple_layer >= 0 && !lay.ple_split)
-        emit(&v, SLOT(m, ple_table), 'm', false, 2, hp->ple_dh, (int64_t)hp->ple_rows, 1, "per_layer_token_embd.weight");
+        emit(&v, SLOT(m, ple_table), 'm', false, 2, hp->ple_dh, (int64_t)hp->ple_rows, 1,
+             "per_layer_token_embd.weight");
     for (uint32_t h = 0; hp->ple_layer >= 0 && lay.ple_split && h < hp->ple_nh; h++)
         emit(&v, m ? &m->ple_head_tables[h] : NULL, 'm', false, 2, hp->ple_dh, (int64_t)hp->ple_sizes[h], 1,
              "ple_ngram_embd.%u.weight", h);
@@ -158,18 +169,23 @@ static int bind_one(void *ctx, const ts_tensor_spec *s) {
     const ts_gguf_tensor *t = ts_gguf_find_tensor(g, s->name);
     if (!t) {
         if (s->optional) return 0;
-        return ts_errf(b->err, b->errlen, "%s: tensor '%s' is missing (a qwen4exp model needs it)", path, s->name);
+        return ts_errf(b->err, b->errlen, "%s: tensor '%s' is missing (a qwen4exp model needs it)", path,
+                       s->name);
     }
     int64_t want[4] = {s->ne[0], s->n_dims > 1 ? s->ne[1] : 1, s->n_dims > 2 ? s->ne[2] : 1, 1};
     if (memcmp(want, t->ne, sizeof want) != 0)
-        return ts_errf(b->err, b->errlen, "%s: tensor '%s' has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                       "], expected [%" PRId64 ", %" PRId64 ", %" PRId64 "] (ggml ne order) from the metadata",
+        return ts_errf(b->err, b->errlen,
+                       "%s: tensor '%s' has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                       "], expected [%" PRId64 ", %" PRId64 ", %" PRId64
+                       "] (ggml ne order) from the metadata",
                        path, s->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], want[0], want[1], want[2]);
     if (!ts_role_allows(s->role, t->type))
-        return ts_errf(b->err, b->errlen, "%s: tensor '%s' has type %s, which turbospark cannot use there (%s)", path,
-                       s->name, ts_type_name(t->type),
-                       s->role == 'f' ? "it must be f32" : s->role == 'v' ? "it must be f32, f16 or bf16"
-                                                                           : "no dequantizer for that type yet");
+        return ts_errf(b->err, b->errlen,
+                       "%s: tensor '%s' has type %s, which turbospark cannot use there (%s)", path, s->name,
+                       ts_type_name(t->type),
+                       s->role == 'f'   ? "it must be f32"
+                       : s->role == 'v' ? "it must be f32, f16 or bf16"
+                                        : "no dequantizer for that type yet");
     b->used[t - ts_gguf_tensor_at(g, 0)] = true;
     *s->slot = t;
     return 0;
@@ -202,8 +218,10 @@ int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen) {
     for (int64_t i = 0; rc == 0 && i < ts_gguf_tensor_count(g); i++) {
         const ts_gguf_tensor *t = ts_gguf_tensor_at(g, i);
         if (!b.used[i])
-            rc = ts_errf(err, errlen, "%s: tensor '%.*s' is not part of a qwen4exp text model as turbospark knows it "
-                         "(vision or unknown weights are not loaded)", ts_gguf_path(g), (int)t->name.len, t->name.ptr);
+            rc = ts_errf(err, errlen,
+                         "%s: tensor '%.*s' is not part of a qwen4exp text model as turbospark knows it "
+                         "(vision or unknown weights are not loaded)",
+                         ts_gguf_path(g), (int)t->name.len, t->name.ptr);
     }
     free(b.used);
     if (rc) goto fail;

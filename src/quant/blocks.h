@@ -254,7 +254,8 @@ uint8_t ts_fp32_to_ue4m3(float x);
 /* Per-format block codecs: nb blocks from src to dst. Dequantizers live in dequant.c (the
  * i-quants' in dequant_iq.c);
  * quantizers in quantize.c (32-element and plain types), quantize_k.c (K-quants) and
- * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4), quantize_iq3.c (IQ3_XXS, IQ3_S). */
+ * quantize_iq.c (IQ4_NL, IQ4_XS, MXFP4, NVFP4), quantize_lattice.c (IQ2_XXS .. IQ3_S),
+ * quantize_iq1.c (IQ1_S, IQ1_M). */
 typedef void (*ts_dequant_fn)(const void *src, float *dst, int64_t nb);
 typedef void (*ts_quant_fn)(const float *src, void *dst, int64_t nb);
 
@@ -273,13 +274,30 @@ void ts_quantize_q6_K(const float *x, void *dst, int64_t nb);
 /* With importance weights qw (nb · 256 floats; ggml's quant_weights of the row). */
 typedef void (*ts_quant_w_fn)(const float *src, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q3_K_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_q6_K_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq4_nl_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq4_xs_w(const float *x, void *dst, int64_t nb, const float *qw);
+/* ggml's make_qp_quants (quantize_k.c): x[n] >= 0 fitted as scale · L, L in 0..nmax, weights w. */
+float ts_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w);
 void ts_quantize_iq4_nl(const float *x, void *dst, int64_t nb);
 void ts_quantize_iq4_xs(const float *x, void *dst, int64_t nb);
 void ts_quantize_mxfp4(const float *x, void *dst, int64_t nb);
 void ts_quantize_nvfp4(const float *x, void *dst, int64_t nb);
+/* The lattice i-quants (quantize_lattice.c); IQ2_XXS and IQ2_XS only with weights. */
+void ts_quantize_iq2_xxs_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq2_xs_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq2_s(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq2_s_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_iq3_xxs(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq3_xxs_w(const float *x, void *dst, int64_t nb, const float *qw);
 void ts_quantize_iq3_s(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq3_s_w(const float *x, void *dst, int64_t nb, const float *qw);
+/* IQ1_S (only with weights) and IQ1_M (quantize_iq1.c). */
+void ts_quantize_iq1_s_w(const float *x, void *dst, int64_t nb, const float *qw);
+void ts_quantize_iq1_m(const float *x, void *dst, int64_t nb);
+void ts_quantize_iq1_m_w(const float *x, void *dst, int64_t nb, const float *qw);
 
 #endif

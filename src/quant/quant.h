@@ -8,8 +8,10 @@
  * Dequantize: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS,
  * MXFP4, NVFP4, Q1_0, Q2_0, and the lattice i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
  * IQ3_S (bit-identical to ggml's dequantize_row_*).
- * Quantize: the same less Q8_K, as ggml's quantize_row_*_ref (no importance matrix): bit-identical
- * for finite input. Non-finite input to a block type is refused rather than quantized to garbage. */
+ * Quantize: the same less Q8_K and IQ1_S, IQ2_XXS, IQ2_XS (ggml quantizes those three only with
+ * importance weights: ts_quantize_row_imatrix), as ggml's quantize_row_*_ref (no importance
+ * matrix): bit-identical for finite input. Non-finite input to a block type is refused rather than
+ * quantized to garbage. */
 #ifndef TS_QUANT_H
 #define TS_QUANT_H
 
@@ -57,7 +59,7 @@ typedef enum ts_type {
 } ts_type;
 
 typedef struct ts_type_traits {
-    const char *name;  /* ggml's name, e.g. "q4_K" */
+    const char *name;   /* ggml's name, e.g. "q4_K" */
     int64_t block_size; /* elements per block (1 for plain types) */
     size_t type_size;   /* bytes per block */
 } ts_type_traits;
@@ -86,8 +88,13 @@ int ts_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n, cha
  * quantize_row_*_ref. Returns 0, or -1 with a sentence in err. */
 int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen);
 
-/* Whether ts_quantize_row_imatrix uses importance weights for this type (Q2_K, Q4_K, Q5_K). */
+/* Whether ts_quantize_row_imatrix uses importance weights for this type (Q2_K .. Q6_K, IQ1_S,
+ * IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS). */
 bool ts_can_quantize_imatrix(uint32_t type);
+
+/* Whether the type is quantized only with importance weights (IQ1_S, IQ2_XXS, IQ2_XS: ggml has no
+ * quantizer without them); ts_quantize_row refuses it with a sentence saying how to make them. */
+bool ts_quantize_needs_imatrix(uint32_t type);
 
 /* Quantization with importance weights qw[n] (ggml's quant_weights: the imatrix's mean of x² for
  * each column of the row), as ggml's quantize_<type> with an imatrix, bit for bit; qw NULL is

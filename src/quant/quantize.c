@@ -3,7 +3,7 @@
  * This file holds the dispatch, the plain types (F32/F16/BF16) and the simple block formats whose
  * scale is one fp16 per block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q1_0, Q2_0). The K-quants are in
  * quantize_k.c, the codebook formats (IQ4_NL, IQ4_XS, MXFP4, NVFP4) in quantize_iq.c, the lattice
- * formats IQ3_XXS and IQ3_S in quantize_iq3.c.
+ * formats IQ2_XXS .. IQ3_S in quantize_lattice.c, IQ1_S / IQ1_M in quantize_iq1.c.
  *
  * Results are bit-identical to ggml's reference quantizers for finite input: the same float
  * operations in the same order, including which element wins a tie for the largest magnitude,
@@ -210,15 +210,21 @@ static const ts_quant_fn k_quant[TS_TYPE_COUNT] = {
     [TS_TYPE_NVFP4] = ts_quantize_nvfp4,
     [TS_TYPE_Q1_0] = quant_q1_0,
     [TS_TYPE_Q2_0] = quant_q2_0,
+    [TS_TYPE_IQ2_S] = ts_quantize_iq2_s,
+    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m,
     [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs,
     [TS_TYPE_IQ3_S] = ts_quantize_iq3_s,
 };
 
 /* Types whose quantizer uses importance weights (ggml's quantize_<type> with quant_weights). */
 static const ts_quant_w_fn k_quant_w[TS_TYPE_COUNT] = {
-    [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,
-    [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,
-    [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
+    [TS_TYPE_Q2_K] = ts_quantize_q2_K_w,       [TS_TYPE_Q3_K] = ts_quantize_q3_K_w,
+    [TS_TYPE_Q4_K] = ts_quantize_q4_K_w,       [TS_TYPE_Q5_K] = ts_quantize_q5_K_w,
+    [TS_TYPE_Q6_K] = ts_quantize_q6_K_w,       [TS_TYPE_IQ4_NL] = ts_quantize_iq4_nl_w,
+    [TS_TYPE_IQ4_XS] = ts_quantize_iq4_xs_w,   [TS_TYPE_IQ1_S] = ts_quantize_iq1_s_w,
+    [TS_TYPE_IQ1_M] = ts_quantize_iq1_m_w,     [TS_TYPE_IQ2_XXS] = ts_quantize_iq2_xxs_w,
+    [TS_TYPE_IQ2_XS] = ts_quantize_iq2_xs_w,   [TS_TYPE_IQ2_S] = ts_quantize_iq2_s_w,
+    [TS_TYPE_IQ3_XXS] = ts_quantize_iq3_xxs_w, [TS_TYPE_IQ3_S] = ts_quantize_iq3_s_w,
 };
 
 bool ts_can_quantize_imatrix(uint32_t type) {
@@ -229,6 +235,10 @@ bool ts_can_quantize(uint32_t type) {
     return ts_type_get(type) && k_quant[type];
 }
 
+bool ts_quantize_needs_imatrix(uint32_t type) {
+    return ts_can_quantize_imatrix(type) && !k_quant[type];
+}
+
 /* Index of the first NaN or infinity, or -1. */
 static int64_t first_non_finite(const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -236,11 +246,18 @@ static int64_t first_non_finite(const float *x, int64_t n) {
     return -1;
 }
 
-/* The checks of ts_quantize_row: a known type with a quantizer, whole blocks, finite input. */
-static int check_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen) {
+/* The checks of ts_quantize_row: a known type with a quantizer (one with importance weights when
+ * weighted), whole blocks, finite input. */
+static int check_row(uint32_t type, const float *src, void *dst, int64_t n, bool weighted, char *err,
+                     size_t errlen) {
     const ts_type_traits *t = ts_type_get(type);
     if (!t) return ts_errf(err, errlen, "cannot quantize: %u is not a ggml tensor type id", type);
-    if (!k_quant[type])
+    if (!weighted && ts_quantize_needs_imatrix(type))
+        return ts_errf(err, errlen,
+                       "cannot quantize to %s without an importance matrix: ggml's %s quantizer needs one "
+                       "(make it with `turbospark imatrix -m MODEL.gguf -f TEXT`, then pass --imatrix FILE)",
+                       t->name, t->name);
+    if (weighted ? !k_quant_w[type] : !k_quant[type])
         return ts_errf(err, errlen, "cannot quantize to type %s (id %u): this type is not supported yet",
                        t->name, type);
     if (n < 0 || n % t->block_size != 0)
@@ -263,7 +280,7 @@ static int check_row(uint32_t type, const float *src, void *dst, int64_t n, char
 }
 
 int ts_quantize_row(uint32_t type, const float *src, void *dst, int64_t n, char *err, size_t errlen) {
-    if (check_row(type, src, dst, n, err, errlen)) return -1;
+    if (check_row(type, src, dst, n, false, err, errlen)) return -1;
     k_quant[type](src, dst, n / ts_type_get(type)->block_size);
     return 0;
 }
@@ -272,13 +289,14 @@ int ts_quantize_row_imatrix(uint32_t type, const float *src, void *dst, int64_t 
                             size_t errlen) {
     if (!qw) return ts_quantize_row(type, src, dst, n, err, errlen);
     if (!ts_can_quantize_imatrix(type))
-        return ts_errf(err, errlen, "cannot quantize to %s with importance weights: not supported for this type",
+        return ts_errf(err, errlen,
+                       "cannot quantize to %s with importance weights: not supported for this type",
                        ts_type_name(type));
     for (int64_t i = 0; i < n; i++)
         if (!(qw[i] >= 0 && isfinite(qw[i])))
-            return ts_errf(err, errlen, "importance weight %lld is %g (weights are finite and >= 0)", (long long)i,
-                           (double)qw[i]);
-    if (check_row(type, src, dst, n, err, errlen)) return -1;
+            return ts_errf(err, errlen, "importance weight %lld is %g (weights are finite and >= 0)",
+                           (long long)i, (double)qw[i]);
+    if (check_row(type, src, dst, n, true, err, errlen)) return -1;
     k_quant_w[type](src, dst, n / ts_type_get(type)->block_size, qw);
     return 0;
 }

@@ -5,7 +5,9 @@
  * sense with weights x^2, each element taking the nearest codebook entry. ggml's reference for
  * IQ4_NL (ntry = -1) stops after the first fit from max -> -127; IQ4_XS also tries 15 scales
  * around it (ntry = 7), then stores 6-bit sub-block scales against an fp16 super-scale and
- * re-picks every entry against its stored scale.
+ * re-picks every entry against its stored scale. With importance weights (ts_quantize_iq4_*_w,
+ * ggml's quantize_iq4_nl / quantize_iq4_xs) the weights are qw · sqrt(sigma2 + x²), and IQ4_NL
+ * also tries the 15 scales, then re-picks its entries against the fitted scale.
  *
  * MXFP4 and NVFP4 choose the block scale directly from the largest magnitude (a power of two, or
  * a UE4M3 float) and then each element's nearest E2M1 value. */
@@ -32,23 +34,23 @@ typedef struct {
     float sumqx, sumq2;
 } fit_sums;
 
-/* Weighted sums for the codebook entries chosen at inverse scale id (weights x^2). */
-static fit_sums iq4_sums(const float *x, float id, uint8_t *L) {
+/* Weighted sums for the codebook entries chosen at inverse scale id (weights w, or x^2). */
+static fit_sums iq4_sums(const float *x, const float *w32, float id, uint8_t *L) {
     fit_sums s = {0, 0};
     for (int j = 0; j < 32; j++) {
         const int l = nearest_iq4(ts_kvalues_iq4nl, id * x[j]);
         if (L) L[j] = (uint8_t)l;
-        const float q = ts_kvalues_iq4nl[l], w = x[j] * x[j];
+        const float q = ts_kvalues_iq4nl[l], w = w32 ? w32[j] : x[j] * x[j];
         s.sumqx += w * q * x[j];
         s.sumq2 += w * q * q;
     }
     return s;
 }
 
-/* Best scale for 32 elements (ggml's quantize_row_iq4_nl_impl inner fit). ntry < 0: one fit
- * from max -> -127; ntry > 0: start from max -> +127 and also try id = (t - 127)/max, |t| <= ntry.
- * L gets the entries of the first fit. */
-static float iq4_fit_block(const float *x, uint8_t *L, int ntry) {
+/* Best scale for 32 elements with weights w (NULL: x^2) (ggml's quantize_row_iq4_nl_impl inner
+ * fit). ntry < 0: one fit from max -> -127; ntry > 0: start from max -> +127 and also try
+ * id = (t - 127)/max, |t| <= ntry. L gets the entries of the first fit. */
+static float iq4_fit_block(const float *x, const float *w, uint8_t *L, int ntry) {
     float amax = 0, max = 0;
     for (int j = 0; j < 32; j++)
         if (fabsf(x[j]) > amax) {
@@ -61,11 +63,11 @@ static float iq4_fit_block(const float *x, uint8_t *L, int ntry) {
     }
     const float v0 = ts_kvalues_iq4nl[0];
     const float d0 = ntry > 0 ? -max / v0 : max / v0;
-    fit_sums s = iq4_sums(x, 1 / d0, L);
+    fit_sums s = iq4_sums(x, w, 1 / d0, L);
     float d = s.sumq2 > 0 ? s.sumqx / s.sumq2 : 0.f;
     float best = d * s.sumqx;
     for (int itry = -ntry; itry <= ntry; itry++) {
-        s = iq4_sums(x, (itry + ts_kvalues_iq4nl[0]) / max, NULL);
+        s = iq4_sums(x, w, (itry + ts_kvalues_iq4nl[0]) / max, NULL);
         if (s.sumq2 > 0 && s.sumqx * s.sumqx > best * s.sumq2) {
             d = s.sumqx / s.sumq2;
             best = d * s.sumqx;
@@ -79,22 +81,55 @@ static void pack_nibbles(const uint8_t *L, uint8_t qs[16]) {
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | L[j + 16] << 4);
 }
 
+/* sigma2 of ggml's quantize_row_iq4_nl_impl: 2 · mean x² over the (super-)block of n. */
+static float iq4_sigma2(const float *x, int n) {
+    float sigma2 = 0;
+    for (int j = 0; j < n; j++) sigma2 += x[j] * x[j];
+    return sigma2 * (2.f / n);
+}
+
+/* Importance weights of 32 elements: qw · sqrt(sigma2 + x²). */
+static void iq4_weights(const float *x, float sigma2, const float *qw, float w[32]) {
+    for (int j = 0; j < 32; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+}
+
 void ts_quantize_iq4_nl(const float *x, void *dst, int64_t nb) {
     ts_block_iq4_nl *y = dst;
     for (int64_t i = 0; i < nb; i++, x += 32) {
         uint8_t L[32];
-        ts_st_half(y[i].d, iq4_fit_block(x, L, -1));
+        ts_st_half(y[i].d, iq4_fit_block(x, NULL, L, -1));
+        pack_nibbles(L, y[i].qs);
+    }
+}
+
+/* With importance weights (ggml's quantize_iq4_nl): 15 trial scales as IQ4_XS, then every entry
+ * re-picked against the fitted (unrounded) scale. */
+void ts_quantize_iq4_nl_w(const float *x, void *dst, int64_t nb, const float *qw) {
+    ts_block_iq4_nl *y = dst;
+    for (int64_t i = 0; i < nb; i++, x += 32, qw += 32) {
+        uint8_t L[32];
+        float w[32];
+        iq4_weights(x, iq4_sigma2(x, 32), qw, w);
+        const float d = iq4_fit_block(x, w, L, 7), id = d ? 1 / d : 0.f;
+        ts_st_half(y[i].d, d);
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)nearest_iq4(ts_kvalues_iq4nl, id * x[j]);
         pack_nibbles(L, y[i].qs);
     }
 }
 
 void ts_quantize_iq4_xs(const float *x, void *dst, int64_t nb) {
+    ts_quantize_iq4_xs_w(x, dst, nb, NULL);
+}
+
+void ts_quantize_iq4_xs_w(const float *x, void *dst, int64_t nb, const float *qw) {
     ts_block_iq4_xs *y = dst;
-    for (int64_t i = 0; i < nb; i++, x += TS_QK_K) {
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        float scales[8], max_scale = 0, amax_scale = 0;
+        float scales[8], max_scale = 0, amax_scale = 0, w[32];
+        const float sigma2 = qw ? iq4_sigma2(x, TS_QK_K) : 0;
         for (int ib = 0; ib < 8; ib++) {
-            scales[ib] = iq4_fit_block(x + 32 * ib, L + 32 * ib, 7);
+            if (qw) iq4_weights(x + 32 * ib, sigma2, qw + 32 * ib, w);
+            scales[ib] = iq4_fit_block(x + 32 * ib, qw ? w : NULL, L + 32 * ib, 7);
             if (fabsf(scales[ib]) > amax_scale) {
                 amax_scale = fabsf(scales[ib]);
                 max_scale = scales[ib];

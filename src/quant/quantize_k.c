@@ -8,9 +8,10 @@
  *   2. quantize the sub-block scales against the largest one;
  *   3. re-quantize every element against its sub-block's *stored* (rounded) scale, then pack.
  * Steps 1-3 follow ggml's arithmetic operation for operation, so the bytes are identical.
- * Q2_K, Q4_K and Q5_K also quantize with importance weights (an imatrix: ts_quantize_*_w), as
- * ggml's quantize_row_*_impl: step 1 weighs element l by qw[l] · sqrt(sigma2 + x[l]²), and step 2
- * fits the sub-block scales (and mins) to the super-scale by weighted least squares.
+ * All five also quantize with importance weights (an imatrix: ts_quantize_*_w), as ggml's
+ * quantize_row_*_impl: step 1 weighs element l by qw[l] · sqrt(sigma2 + x[l]²) (Q6_K: by qw[l]),
+ * and step 2 fits the sub-block scales (and mins) to the super-scale by weighted least squares
+ * (Q6_K: as without weights).
  * A sub-block whose stored scale rounds to zero keeps the quants from step 1, as in ggml. */
 #include "quant/blocks.h"
 
@@ -36,10 +37,10 @@ static float signed_max(const float *x, int n, float *amax) {
     return max;
 }
 
-/* Symmetric fit with weights x^2 (ggml's make_qx_quants, rmse_type 1, no importance): try the
- * scale that maps max to -nmax and 18 nearby ones, keep the least-squares best. L gets q + nmax,
- * q in -nmax..nmax-1. Returns the scale. */
-static float fit_symmetric(int n, int nmax, const float *x, int8_t *L) {
+/* Symmetric fit with weights w, or x^2 when w is NULL (ggml's make_qx_quants, rmse_type 1): try
+ * the scale that maps max to -nmax and 18 nearby ones, keep the least-squares best. L gets
+ * q + nmax, q in -nmax..nmax-1. Returns the scale. */
+static float fit_symmetric(int n, int nmax, const float *x, int8_t *L, const float *qw) {
     float amax;
     const float max = signed_max(x, n, &amax);
     if (amax < GROUP_MAX_EPS) {
@@ -50,7 +51,7 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L) {
     for (int i = 0; i < n; i++) {
         const int l = clampi(ts_nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
+        const float w = qw ? qw[i] : x[i] * x[i];
         sumlx += w * x[i] * l;
         suml2 += w * l * l;
     }
@@ -62,7 +63,7 @@ static float fit_symmetric(int n, int nmax, const float *x, int8_t *L) {
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
             const int l = clampi(ts_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
+            const float w = qw ? qw[i] : x[i] * x[i];
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
@@ -188,13 +189,14 @@ static float fit_affine(int n, int nmax, const float *x, const float *w, uint8_t
     return scale;
 }
 
-/* Fit of the sub-block scales (or mins, all >= 0) of a super-block with the importance-weighted
- * quantizers (ggml's make_qp_quants): L in 0..nmax against one scale; try max -> nmax and 8 nearby
- * inverse scales by weighted squared error, then up to five passes of coordinate descent. */
-static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+/* Fit of values that are all >= 0 (the sub-block scales or mins of the importance-weighted
+ * quantizers, IQ2_XXS's magnitudes) as ggml's make_qp_quants: L in 0..nmax against one scale; try
+ * max -> nmax and 8 nearby inverse scales by weighted squared error, then up to five passes of
+ * coordinate descent. 0 when all are (nearly) zero or all weights are. */
+float ts_fit_positive(int n, int nmax, const float *x, uint8_t *L, const float *w) {
     float max = 0;
     for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
-    if (!max) {
+    if (max < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
@@ -243,7 +245,7 @@ static float fit_positive(int n, int nmax, const float *x, uint8_t *L, const flo
         }
         if (!n_changed) break;
     }
-    return sumlx / suml2;
+    return suml2 > 0 ? sumlx / suml2 : 0.0f;
 }
 
 /* Importance weights of n elements (ggml's quantize_row_*_impl): qw · sqrt(sigma2 + x²); their sum. */
@@ -276,7 +278,8 @@ static void q2_K_finish(const float *x, ts_block_q2_K *y, uint8_t L[TS_QK_K]) {
         const float d = ts_ld_half(y->d) * (y->scales[j] & 0xf);
         if (!d) continue;
         const float dm = ts_ld_half(y->dmin) * (y->scales[j] >> 4);
-        for (int k = 0; k < 16; k++) L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
+        for (int k = 0; k < 16; k++)
+            L[16 * j + k] = (uint8_t)clampi(ts_nearest_int((x[16 * j + k] + dm) / d), 0, 3);
     }
     pack_2bit(L, y->qs);
 }
@@ -325,8 +328,8 @@ void ts_quantize_q2_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
             scales[j] = fit_affine(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j],
                                    (affine_search){-0.9f, 0.05f, 36, false});
         }
-        ts_st_half(y[i].d, fit_positive(16, 15, scales, Ls, sw));
-        ts_st_half(y[i].dmin, fit_positive(16, 15, mins, Lm, sw));
+        ts_st_half(y[i].d, ts_fit_positive(16, 15, scales, Ls, sw));
+        ts_st_half(y[i].dmin, ts_fit_positive(16, 15, mins, Lm, sw));
         for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)(Ls[j] | Lm[j] << 4);
         q2_K_finish(x, &y[i], L);
     }
@@ -344,6 +347,28 @@ static void q3_K_put_scale(uint8_t sc[12], int j, int biased) {
 static int q3_K_get_scale(const uint8_t sc[12], int j) {
     const int low = j < 8 ? sc[j] & 0xf : sc[j - 8] >> 4;
     return (low | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
+
+/* Q3_K's last step: every element against its sub-block's stored scale, the third bits into
+ * hmask (element e: bit e/32 of hmask[e%32]), the low two bits packed. */
+static void q3_K_finish(const float *x, ts_block_q3_K *y, int8_t L[TS_QK_K]) {
+    for (int j = 0; j < 16; j++) {
+        const float d = ts_ld_half(y->d) * q3_K_get_scale(y->scales, j);
+        if (!d) continue;
+        for (int k = 0; k < 16; k++)
+            L[16 * j + k] = (int8_t)(clampi(ts_nearest_int(x[16 * j + k] / d), -4, 3) + 4);
+    }
+    uint8_t low[TS_QK_K];
+    memset(y->hmask, 0, 32);
+    for (int e = 0; e < TS_QK_K; e++) {
+        int q = L[e];
+        if (q > 3) {
+            y->hmask[e % 32] |= (uint8_t)(1u << (e / 32));
+            q -= 4;
+        }
+        low[e] = (uint8_t)q;
+    }
+    pack_2bit(low, y->qs);
 }
 
 void ts_quantize_q3_K(const float *x, void *dst, int64_t nb) {
@@ -368,24 +393,28 @@ void ts_quantize_q3_K(const float *x, void *dst, int64_t nb) {
             }
             ts_st_half(y[i].d, 1 / iscale);
         }
+        q3_K_finish(x, &y[i], L);
+    }
+}
+
+/* With importance weights (ggml's quantize_row_q3_K_impl): sub-blocks fitted by fit_symmetric with
+ * weights qw·sqrt(sigma2 + x²), and their 16 scales fitted (6 bits, biased by 32) the same way
+ * with the sub-blocks' weight sums. */
+void ts_quantize_q3_K_w(const float *x, void *dst, int64_t nb, const float *qw) {
+    ts_block_q3_K *y = dst;
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw += TS_QK_K) {
+        int8_t L[TS_QK_K], Ls[16];
+        float scales[16], sw[16], weight[16];
+        const float sigma2 = 2 * mean_square(x, TS_QK_K);
         for (int j = 0; j < 16; j++) {
-            const float d = ts_ld_half(y[i].d) * q3_K_get_scale(y[i].scales, j);
-            if (!d) continue;
-            for (int k = 0; k < 16; k++)
-                L[16 * j + k] = (int8_t)(clampi(ts_nearest_int(x[16 * j + k] / d), -4, 3) + 4);
+            sw[j] = weigh(16, x + 16 * j, qw + 16 * j, sigma2, weight);
+            scales[j] = fit_symmetric(16, 4, x + 16 * j, L + 16 * j, weight);
         }
-        /* Third bit of element e into bit e/32 of hmask[e%32]; the low two bits stay in L. */
-        uint8_t low[TS_QK_K];
-        memset(y[i].hmask, 0, 32);
-        for (int e = 0; e < TS_QK_K; e++) {
-            int q = L[e];
-            if (q > 3) {
-                y[i].hmask[e % 32] |= (uint8_t)(1u << (e / 32));
-                q -= 4;
-            }
-            low[e] = (uint8_t)q;
-        }
-        pack_2bit(low, y[i].qs);
+        memset(y[i].scales, 0, 12);
+        const float d_block = fit_symmetric(16, 32, scales, Ls, sw);
+        for (int j = 0; j < 16; j++) q3_K_put_scale(y[i].scales, j, Ls[j]);
+        ts_st_half(y[i].d, d_block);
+        q3_K_finish(x, &y[i], L);
     }
 }
 
@@ -402,8 +431,8 @@ static void k4_put_scale_min(uint8_t sc[12], int j, uint8_t ls, uint8_t lm) {
 }
 
 /* Step 3 of Q4_K / Q5_K: every element against its sub-block's stored scale and min. */
-static void k4_requantize(const float *x, int nmax, const uint8_t d[2], const uint8_t dmin[2], const uint8_t sc[12],
-                          uint8_t L[TS_QK_K]) {
+static void k4_requantize(const float *x, int nmax, const uint8_t d[2], const uint8_t dmin[2],
+                          const uint8_t sc[12], uint8_t L[TS_QK_K]) {
     for (int j = 0; j < 8; j++) {
         uint8_t s, m;
         ts_scale_min_k4(j, sc, &s, &m);
@@ -430,8 +459,8 @@ static void quantize_k4_common(const float *x, int nmax, affine_search p, const 
             scales[j] = fit_affine(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j],
                                    (affine_search){-0.9f, 0.05f, 36, false});
         }
-        ts_st_half(d, fit_positive(8, 63, scales, Ls, sw));
-        ts_st_half(dmin, fit_positive(8, 63, mins, Lm, sw));
+        ts_st_half(d, ts_fit_positive(8, 63, scales, Ls, sw));
+        ts_st_half(dmin, ts_fit_positive(8, 63, mins, Lm, sw));
         for (int j = 0; j < 8; j++) k4_put_scale_min(sc, j, Ls[j] < 63 ? Ls[j] : 63, Lm[j] < 63 ? Lm[j] : 63);
         k4_requantize(x, nmax, d, dmin, sc, L);
         return;
@@ -465,7 +494,8 @@ void ts_quantize_q4_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
     ts_block_q4_K *y = dst;
     for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 15, (affine_search){-1.f, 0.1f, 20, false}, qw, y[i].d, y[i].dmin, y[i].scales,
+                           L);
         /* Sub-blocks 2p and 2p+1 share bytes 32p..32p+31: low and high nibble. */
         for (int p = 0; p < 4; p++)
             for (int l = 0; l < 32; l++)
@@ -481,7 +511,8 @@ void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
     ts_block_q5_K *y = dst;
     for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         uint8_t L[TS_QK_K];
-        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, qw, y[i].d, y[i].dmin, y[i].scales, L);
+        quantize_k4_common(x, 31, (affine_search){-0.5f, 0.1f, 15, false}, qw, y[i].d, y[i].dmin, y[i].scales,
+                           L);
         /* Low nibbles as Q4_K; the fifth bit of element l of sub-block sb goes to bit sb of qh[l]. */
         memset(y[i].qh, 0, 32);
         for (int p = 0; p < 4; p++)
@@ -494,12 +525,18 @@ void ts_quantize_q5_K_w(const float *x, void *dst, int64_t nb, const float *qw) 
 }
 
 void ts_quantize_q6_K(const float *x, void *dst, int64_t nb) {
+    ts_quantize_q6_K_w(x, dst, nb, NULL);
+}
+
+/* With importance weights qw (ggml's quantize_row_q6_K_impl): the sub-block fits weigh element l by
+ * qw[l] itself (ggml leaves its sqrt(sigma2 + x²) form commented out), instead of x². */
+void ts_quantize_q6_K_w(const float *x, void *dst, int64_t nb, const float *qw) {
     ts_block_q6_K *y = dst;
-    for (int64_t i = 0; i < nb; i++, x += TS_QK_K) {
+    for (int64_t i = 0; i < nb; i++, x += TS_QK_K, qw = qw ? qw + TS_QK_K : NULL) {
         int8_t L[TS_QK_K];
         float scales[16], max_abs_scale = 0, max_scale = 0;
         for (int j = 0; j < 16; j++) {
-            scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j);
+            scales[j] = fit_symmetric(16, 32, x + 16 * j, L + 16 * j, qw ? qw + 16 * j : NULL);
             if (fabsf(scales[j]) > max_abs_scale) {
                 max_abs_scale = fabsf(scales[j]);
                 max_scale = scales[j];

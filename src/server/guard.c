@@ -1,7 +1,6 @@
 /* The connection guard (see guard.h). */
 #include "server/guard.h"
 
-
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>

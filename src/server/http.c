@@ -1388,10 +1388,9 @@ int ts_serve(const ts_server_opts *o) {
             "serve: model %s ('%s', chat template %s) loaded in %.2f s; %d slots x %" PRId64
             " tokens (%.1f MiB of state); "
             "sampling defaults: temp %.2f top-k %d top-p %.2f min-p %.2f%s\n",
-            o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none",
-            ts_now() - t0, o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0,
-            S->defaults.temperature, S->defaults.top_k, S->defaults.top_p, S->defaults.min_p,
-            o->api_key ? "; API key required" : "");
+            o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none", ts_now() - t0,
+            o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0, S->defaults.temperature,
+            S->defaults.top_k, S->defaults.top_p, S->defaults.min_p, o->api_key ? "; API key required" : "");
     fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host, v6 ? "]" : "", port);
     bool loopback = !strcmp(o->host, "127.0.0.1") || !strcmp(o->host, "::1") ||
                     !strcmp(o->host, "localhost") || !strncmp(o->host, "127.", 4);

@@ -1,7 +1,6 @@
 /* Server counters and their Prometheus rendering (see metrics.h). */
 #include "server/metrics.h"
 
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -177,7 +176,8 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
         out,
         "# HELP turbospark_prompt_tokens_total Prompt tokens evaluated.\n"
         "# TYPE turbospark_prompt_tokens_total counter\nturbospark_prompt_tokens_total %llu\n"
-        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens not evaluated: a slot's previous sequence or the prefix cache.\n"
+        "# HELP turbospark_prompt_tokens_cached_total Prompt tokens not evaluated: a slot's previous "
+        "sequence or the prefix cache.\n"
         "# TYPE turbospark_prompt_tokens_cached_total counter\nturbospark_prompt_tokens_cached_total %llu\n"
         "# HELP turbospark_generation_tokens_total Tokens generated.\n"
         "# TYPE turbospark_generation_tokens_total counter\nturbospark_generation_tokens_total %llu\n",

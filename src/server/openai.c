@@ -1,7 +1,6 @@
 /* OpenAI request parsing and response writing (see openai.h). */
 #include "server/openai.h"
 
-
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>

@@ -89,7 +89,7 @@ typedef struct ts_api_request {
     int n_choices; /* n: 1 unless given */
     int logprobs;  /* −1: none; else log-probabilities with this many top alternatives */
     /* tools (chat) */
-    char *tools_json;        /* the "tools" array as JSON text, or NULL when none */
+    char *tools_json; /* the "tools" array as JSON text, or NULL when none */
     size_t n_tools;
     ts_api_tool_choice tool_choice;
     char *tool_name;          /* TS_TOOLS_NAMED */

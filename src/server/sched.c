@@ -1,8 +1,6 @@
 /* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
 #include "server/sched.h"
 
-
-
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -856,7 +854,8 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
-    if (p->backend == TS_BACKEND_CUDA && !ts_model_backend_ready(m, TS_BACKEND_CUDA)) { /* plan for every slot; one micro-batch holds a step */
+    if (p->backend == TS_BACKEND_CUDA &&
+        !ts_model_backend_ready(m, TS_BACKEND_CUDA)) { /* plan for every slot; one micro-batch holds a step */
         ts_cuda_params cp = {.plan_ctx = p->n_ctx,
                              .plan_seqs = n,
                              .progress = true,

@@ -26,13 +26,13 @@
 
 typedef struct ts_server_opts {
     const char *model_path;
-    const char *host;          /* numeric address or name; default 127.0.0.1 */
-    int port;                  /* 0: any free port (the chosen one is printed) */
-    const char *api_key;       /* NULL: no authentication */
-    const char *alias;         /* the model's name in the API (default: the file's base name) */
-    const char *chat_template; /* override: chatml | qwen3 | qwen3-thinking */
+    const char *host;               /* numeric address or name; default 127.0.0.1 */
+    int port;                       /* 0: any free port (the chosen one is printed) */
+    const char *api_key;            /* NULL: no authentication */
+    const char *alias;              /* the model's name in the API (default: the file's base name) */
+    const char *chat_template;      /* override: chatml | qwen3 | qwen3-thinking */
     const char *chat_template_file; /* a Jinja template to use instead of the file's, or NULL */
-    bool no_jinja;             /* --no-jinja: the hand-written templates only (chat.h) */
+    bool no_jinja;                  /* --no-jinja: the hand-written templates only (chat.h) */
     int n_slots;
     int64_t n_ctx;       /* per slot */
     int64_t chunk;       /* prompt tokens per slot and step */

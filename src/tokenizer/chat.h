@@ -55,7 +55,7 @@ typedef struct ts_chat_opts {
     int enable_thinking;        /* -1: not given (the template's default), 0: false, 1: true */
     const char *const *tools;   /* [n_tools] each tool as `tool | tojson` writes it (ts_chat_tojson) */
     size_t n_tools;
-    const char *kwargs_json;    /* chat_template_kwargs: a JSON object of more variables for a Jinja
+    const char *kwargs_json; /* chat_template_kwargs: a JSON object of more variables for a Jinja
                                    template, or NULL (the hand-written kinds read enable_thinking only) */
 } ts_chat_opts;
 
@@ -80,15 +80,16 @@ int ts_chat_render(ts_chat_kind kind, const ts_chat_msg *msgs, size_t n, const t
  *      that does not is an error, the file's own template falls back to 3 with a note;
  *   3. the hand-written kind recognised from that template (ts_chat_detect). */
 typedef struct ts_chat_template {
-    ts_chat_kind kind;          /* the hand-written kind, or TS_CHAT_JINJA */
-    ts_jinja *jinja;            /* TS_CHAT_JINJA: the parsed template */
+    ts_chat_kind kind; /* the hand-written kind, or TS_CHAT_JINJA */
+    ts_jinja *jinja;   /* TS_CHAT_JINJA: the parsed template */
 } ts_chat_template;
 
 /* name: --chat-template or NULL; file: --chat-template-file or NULL; gguf_template: the model's
  * tokenizer.chat_template or NULL. note (may be NULL) receives a sentence worth logging when the
  * file's template was set aside, else "". */
-int ts_chat_template_choose(ts_chat_template *t, const char *name, const char *file, const char *gguf_template,
-                            bool use_jinja, char *note, size_t notelen, char *err, size_t errlen);
+int ts_chat_template_choose(ts_chat_template *t, const char *name, const char *file,
+                            const char *gguf_template, bool use_jinja, char *note, size_t notelen, char *err,
+                            size_t errlen);
 void ts_chat_template_free(ts_chat_template *t);
 /* "jinja" or the hand-written kind's name. */
 const char *ts_chat_template_name(const ts_chat_template *t);
@@ -97,8 +98,8 @@ const char *ts_chat_template_name(const ts_chat_template *t);
  * as a JSON object when they parse as one: the Qwen3.5 and Coder templates iterate over them),
  * tools (null when none), add_generation_prompt, enable_thinking when given, and the members of
  * kwargs_json. */
-int ts_chat_template_render(const ts_chat_template *t, const ts_chat_msg *msgs, size_t n, const ts_chat_opts *o,
-                            ts_text *out, char *err, size_t errlen);
+int ts_chat_template_render(const ts_chat_template *t, const ts_chat_msg *msgs, size_t n,
+                            const ts_chat_opts *o, ts_text *out, char *err, size_t errlen);
 
 /* Appends a JSON value (a cJSON *) as Python's json.dumps(ensure_ascii=False) writes it, which is
  * what transformers' `tojson` filter gives: ", " and ": " separators, keys in their order. 0 or −1. */

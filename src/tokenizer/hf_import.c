@@ -397,7 +397,8 @@ int ts_tokenizer_load_hf(const char *hf_dir, ts_tokenizer **out, char *err, size
     void *data = NULL;
     size_t size = 0;
     int rc = ts_tokenizer_write_gguf(w, hf_dir, 0, err, errlen);
-    if (!rc && ts_gguf_writer_to_buffer(w, &data, &size)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
+    if (!rc && ts_gguf_writer_to_buffer(w, &data, &size))
+        rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     ts_gguf_writer_free(w);
     ts_gguf *g = NULL;
     if (!rc) rc = ts_gguf_open_buffer(data, size, hf_dir, &g, err, errlen);

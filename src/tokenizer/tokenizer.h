@@ -64,9 +64,6 @@ const char *ts_tokenizer_token_text(const ts_tokenizer *t, int32_t id, size_t *l
 /* The id of the token whose file text is `text` (e.g. "<|im_end|>"), or -1. */
 int32_t ts_tokenizer_find(const ts_tokenizer *t, const char *text);
 
-
-
-
 /* NFC of valid UTF-8 s, appended to out (exported for tests). 0 or -1 with err. */
 int ts_utf8_nfc(const char *s, size_t n, ts_text *out, char *err, size_t errlen);
 

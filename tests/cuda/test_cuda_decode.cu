@@ -29,11 +29,19 @@ using namespace ts_cu;
 namespace {
 
 rng_t g_rng = {0x9E3779B97F4A7C15ull};
-uint64_t next_u64() { return rng_u64(&g_rng); }
-double next_unit() { return rng_unit(&g_rng); }
-double next_gauss() { return rng_gauss(&g_rng); }
+uint64_t next_u64() {
+    return rng_u64(&g_rng);
+}
+double next_unit() {
+    return rng_unit(&g_rng);
+}
+double next_gauss() {
+    return rng_gauss(&g_rng);
+}
 
-uint16_t random_scale_fp16() { return rng_scale_fp16(&g_rng); }
+uint16_t random_scale_fp16() {
+    return rng_scale_fp16(&g_rng);
+}
 
 template <int TYPE> void fix_scales(uint8_t *b) {
     switch (TYPE) {

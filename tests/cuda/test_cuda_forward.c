@@ -30,13 +30,13 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("  FAIL: " __VA_ARGS__);                                                                           \
-            printf("\n");                                                                                             \
-            failures++;                                                                                               \
-        }                                                                                                             \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            printf("  FAIL: " __VA_ARGS__);                                                                  \
+            printf("\n");                                                                                    \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
 /* ---- snapshots of the wide residual -------------------------------------------------------------- */
@@ -53,7 +53,8 @@ static void record(void *ctx, int layer, int block, const float *R, int64_t T) {
     trace_buf *t = ctx;
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
-        t->layer = realloc(t->layer, t->cap * sizeof *t->layer), t->block = realloc(t->block, t->cap * sizeof *t->block);
+        t->layer = realloc(t->layer, t->cap * sizeof *t->layer),
+        t->block = realloc(t->block, t->cap * sizeof *t->block);
         t->rows = realloc(t->rows, t->cap * sizeof *t->rows), t->R = realloc(t->R, t->cap * sizeof *t->R);
     }
     t->layer[t->n] = layer, t->block[t->n] = block, t->rows[t->n] = T;
@@ -142,7 +143,8 @@ static void check_model(const char *name, const char *path) {
         ids[t] = (int32_t)((rng >> 33) % (uint64_t)V);
         if (hp->ple_layer >= 0 && (t == 17 || t == 18 || t == 90)) ids[t] = (int32_t)hp->ple_eos;
     }
-    float *lc = malloc((size_t)(T_PROMPT * V) * sizeof(float)), *lg = malloc((size_t)(T_PROMPT * V) * sizeof(float));
+    float *lc = malloc((size_t)(T_PROMPT * V) * sizeof(float)),
+          *lg = malloc((size_t)(T_PROMPT * V) * sizeof(float));
     float *lx = malloc((size_t)(T_PROMPT * V) * sizeof(float));
 
     /* 1 + 2: traces and logits, CPU vs CUDA, micro-batches of UB */
@@ -161,8 +163,13 @@ static void check_model(const char *name, const char *path) {
         double d = rel_diff(tg.R[i], tc.R[i], tc.rows[i] * W);
         if (!(d <= worst)) worst = d;
         if (!(d <= g_resid_bound)) {
-            printf("  FAIL: residual after layer %d %s (snapshot %d, %" PRId64 " rows) differs by %.3g of max|R|\n",
-                   tc.layer[i], tc.layer[i] < 0 ? "embedding" : tc.block[i] ? "MoE" : hp->kind[tc.layer[i]] ? "QSA" : "GDN",
+            printf("  FAIL: residual after layer %d %s (snapshot %d, %" PRId64
+                   " rows) differs by %.3g of max|R|\n",
+                   tc.layer[i],
+                   tc.layer[i] < 0         ? "embedding"
+                   : tc.block[i]           ? "MoE"
+                   : hp->kind[tc.layer[i]] ? "QSA"
+                                           : "GDN",
                    i, tc.rows[i], d);
             failures++;
             break;
@@ -179,10 +186,12 @@ static void check_model(const char *name, const char *path) {
         float second = -INFINITY;
         for (int64_t v = 0; v < V; v++)
             if (v != a && r[v] > second) second = r[v];
-        if ((r[a] - second) / scale > fmax(1e-3, g_logit_bound)) decided++, same += argmax(lg + t * V, V) == a;
+        if ((r[a] - second) / scale > fmax(1e-3, g_logit_bound))
+            decided++, same += argmax(lg + t * V, V) == a;
     }
-    printf("  logits: max|d| = %.2e of max|logit| over %d positions; top-1 equal at %d of %d decided positions\n", dl,
-           T_PROMPT, same, decided);
+    printf("  logits: max|d| = %.2e of max|logit| over %d positions; top-1 equal at %d of %d decided "
+           "positions\n",
+           dl, T_PROMPT, same, decided);
     CHECK(dl <= g_logit_bound, "logits differ by %.3g of max|logit|", dl);
     CHECK(same == decided, "top-1 differs at %d decided positions", decided - same);
 
@@ -234,7 +243,8 @@ static void check_model(const char *name, const char *path) {
             lb[i] = malloc((size_t)V * sizeof(float));
             b[i] = session(m, n_ctx, UB, TS_BACKEND_CUDA), a[i] = session(m, n_ctx, UB, TS_BACKEND_CUDA);
             ok = ok && lb[i] && b[i] && a[i];
-            if (ok) ok = !eval(b[i], ids + i, plen[i], lb[i], false) && !eval(a[i], ids + i, plen[i], la, false);
+            if (ok)
+                ok = !eval(b[i], ids + i, plen[i], lb[i], false) && !eval(a[i], ids + i, plen[i], la, false);
             if (ok) tok[i] = argmax(lb[i], V), idp[i] = &tok[i], one[i] = 1;
         }
         for (int k = 0; ok && k < N_DECODE; k++) {
@@ -251,11 +261,13 @@ static void check_model(const char *name, const char *path) {
             for (int i = 0; ok && i < N_SEQ; i++) {
                 double d = rel_diff(lb[i], lx + i * V, V);
                 bd = d > bd ? d : bd;
-                CHECK(argmax(lb[i], V) == alone[i], "sequence %d: batched decode chose another token at step %d", i, k);
+                CHECK(argmax(lb[i], V) == alone[i],
+                      "sequence %d: batched decode chose another token at step %d", i, k);
                 tok[i] = alone[i];
             }
         }
-        printf("  %d sequences decoded together vs alone over %d steps: max|d| = %.2e of max|logit|\n", N_SEQ, N_DECODE, bd);
+        printf("  %d sequences decoded together vs alone over %d steps: max|d| = %.2e of max|logit|\n", N_SEQ,
+               N_DECODE, bd);
         CHECK(bd <= 1e-5, "batched decode differs from decoding alone by %.3g", bd);
         for (int i = 0; i < N_SEQ; i++) ts_session_free(b[i]), ts_session_free(a[i]), free(lb[i]);
         free(la);
@@ -270,8 +282,8 @@ out:
 
 /* ---- the models -------------------------------------------------------------------------------------- */
 
-static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, ts_layout layout, char *path,
-                       size_t n) {
+static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, ts_layout layout,
+                       char *path, size_t n) {
     char err[1024];
     snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
     ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
@@ -294,7 +306,8 @@ int main(int argc, char **argv) {
         ts_hparams hp;
         if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;
         ts_model *m;
-        int rc = write_model(dir, "probe", &hp, 0, (ts_layout){0}, path, sizeof path) || ts_model_load(path, &m, err, sizeof err);
+        int rc = write_model(dir, "probe", &hp, 0, (ts_layout){0}, path, sizeof path) ||
+                 ts_model_load(path, &m, err, sizeof err);
         ts_hparams_free(&hp);
         if (rc) return 1;
         ts_cuda_params cp = {.plan_ctx = 16, .plan_seqs = 1, .max_rows = 1};
@@ -319,11 +332,14 @@ int main(int argc, char **argv) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ts_hparams hp;
-        int rc = cases[i].shape == 2 ? ts_hparams_mid(&hp, err, sizeof err) : ts_hparams_tiny(&hp, err, sizeof err);
+        int rc = cases[i].shape == 2 ? ts_hparams_mid(&hp, err, sizeof err)
+                                     : ts_hparams_tiny(&hp, err, sizeof err);
         if (!rc && cases[i].shape == 1) { /* sizes that are no power of two anywhere they may be */
             hp.hc_count = 3, hp.hc_rank = 12, hp.n_head = 6, hp.n_head_kv = 2, hp.head_dim = 24, hp.n_rot = 8;
-            hp.idx_n_head = 3, hp.idx_head_dim = 20, hp.compress = 3, hp.idx_top_blocks = 5, hp.idx_top_k = 15;
-            hp.ssm_nk = 1, hp.ssm_nv = 3, hp.ssm_dk = 12, hp.ssm_dv = 20, hp.n_expert = 6, hp.n_expert_used = 3;
+            hp.idx_n_head = 3, hp.idx_head_dim = 20, hp.compress = 3, hp.idx_top_blocks = 5,
+            hp.idx_top_k = 15;
+            hp.ssm_nk = 1, hp.ssm_nv = 3, hp.ssm_dk = 12, hp.ssm_dv = 20, hp.n_expert = 6,
+            hp.n_expert_used = 3;
             hp.n_ff_shexp = 40, hp.n_ff_exp[0] = 24, hp.ple_n = 4, hp.ple_p = 1, hp.ple_nh = 3, hp.ple_dh = 8;
             hp.ple_conv = 3, hp.rope_sections[0] = 2, hp.rope_sections[1] = 1, hp.rope_sections[2] = 1;
             ts_ple_multipliers(hp.n_vocab, hp.ple_n, 1234, 0, hp.ple_mult);
@@ -339,10 +355,14 @@ int main(int argc, char **argv) {
         ts_hparams_free(&hp);
         const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
         const uint32_t ty = cases[i].type;
-        const bool rounds = !(tc && tc[0] == '0') && (ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K ||
-                                                       ty == TS_TYPE_Q8_0 || ty == TS_TYPE_Q5_0);
-        g_resid_bound = rounds ? 2e-2 : 1e-4, g_logit_bound = rounds ? 2e-2 : 1e-4, g_ub_bound = rounds ? 2e-2 : 1e-5;
-        if (rounds) printf("%s: x rounded to fp16 in its tensor-core products: CPU and micro-batch bounds 2e-2\n", cases[i].name);
+        const bool rounds =
+            !(tc && tc[0] == '0') && (ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K ||
+                                      ty == TS_TYPE_Q8_0 || ty == TS_TYPE_Q5_0);
+        g_resid_bound = rounds ? 2e-2 : 1e-4, g_logit_bound = rounds ? 2e-2 : 1e-4,
+        g_ub_bound = rounds ? 2e-2 : 1e-5;
+        if (rounds)
+            printf("%s: x rounded to fp16 in its tensor-core products: CPU and micro-batch bounds 2e-2\n",
+                   cases[i].name);
         if (!rc) check_model(cases[i].name, path);
         remove(path);
     }

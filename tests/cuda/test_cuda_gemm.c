@@ -45,7 +45,6 @@ static const uint32_t k_types[] = {TS_TYPE_Q4_K, TS_TYPE_Q8_0,   TS_TYPE_Q6_K, T
                                    TS_TYPE_Q5_1, TS_TYPE_IQ4_NL, TS_TYPE_Q5_K};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
-
 /* ---- weights ------------------------------------------------------------------------------------ */
 
 /* A tensor of `rows` rows on the host (file encoding) and on the device, and its dequantization. */
@@ -378,7 +377,8 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
     wtensor wg, wu, wd;
     wtensor_make(&wg, type, H, ec->split ? F : 2 * F, E, seed);
     if (ec->split) wtensor_make(&wu, type, H, F, E, seed + 1);
-    wtensor_make(&wd, ts_synth_fallback_type(type, F), F, H, E, seed + 2); /* 640-wide rows: Q4_K → Q5_0 as in real files */
+    wtensor_make(&wd, ts_synth_fallback_type(type, F), F, H, E,
+                 seed + 2); /* 640-wide rows: Q4_K → Q5_0 as in real files */
     rng_t g = {mix64(seed * 3 + 5)};
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)NK);
     make_ids(ids, N, k, E, ec->mode, &g);

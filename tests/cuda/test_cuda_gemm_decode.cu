@@ -28,10 +28,18 @@ using namespace ts_cu;
 namespace {
 
 rng_t g_rng = {0x243F6A8885A308D3ull};
-uint64_t next_u64() { return rng_u64(&g_rng); }
-double next_unit() { return rng_unit(&g_rng); }
-double next_gauss() { return rng_gauss(&g_rng); }
-uint16_t random_scale_fp16() { return rng_scale_fp16(&g_rng); }
+uint64_t next_u64() {
+    return rng_u64(&g_rng);
+}
+double next_unit() {
+    return rng_unit(&g_rng);
+}
+double next_gauss() {
+    return rng_gauss(&g_rng);
+}
+uint16_t random_scale_fp16() {
+    return rng_scale_fp16(&g_rng);
+}
 
 // Random bytes for a whole row of blocks, fp16 fields made finite.
 template <int TYPE> void random_blocks(uint8_t *row, int nb) {

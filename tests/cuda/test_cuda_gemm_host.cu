@@ -179,9 +179,15 @@ template <int TYPE, class C> void run_gemm(const gemm_args &a, int gx, int gy) {
 // ---- data ---------------------------------------------------------------------------------------------
 
 rng_t g_rng = {0x13198A2E03707344ull};
-uint64_t next_u64() { return rng_u64(&g_rng); }
-double next_unit() { return rng_unit(&g_rng); }
-double next_gauss() { return rng_gauss(&g_rng); }
+uint64_t next_u64() {
+    return rng_u64(&g_rng);
+}
+double next_unit() {
+    return rng_unit(&g_rng);
+}
+double next_gauss() {
+    return rng_gauss(&g_rng);
+}
 
 // A weight tensor of `rows` rows in file encoding (16-byte aligned, padded as on the device) and
 // its exact dequantization.

@@ -39,7 +39,6 @@ static const uint32_t k_types[] = {TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16, TS_
                                    TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
-
 /* ---- the tensor under test --------------------------------------------------------------------- */
 
 typedef struct {
@@ -282,12 +281,21 @@ static int run_experts_case(uint64_t seed, int x_div) {
     ts_cuda_tensor dev[2];
     char err[256];
     for (int p = 0; p < 2; p++) {
-        q[p] = (qjob){.type = type, .ne0 = ne0, .rows = rpe * E, .rb = rb, .seed = seed + 17 * p, .row0 = 0,
+        q[p] = (qjob){.type = type,
+                      .ne0 = ne0,
+                      .rows = rpe * E,
+                      .rb = rb,
+                      .seed = seed + 17 * p,
+                      .row0 = 0,
                       .n_out = rpe * E};
         q[p].data = calloc((size_t)(rpe * E), rb);
         parallel_for(rpe * E, quantize_rows, &q[p]);
-        host[p] = (ts_gguf_tensor){.n_dims = 3, .ne = {ne0, rpe, E, 1}, .type = type, .nelements = ne0 * rpe * E,
-                                   .nbytes = (uint64_t)rb * (uint64_t)(rpe * E), .data = q[p].data};
+        host[p] = (ts_gguf_tensor){.n_dims = 3,
+                                   .ne = {ne0, rpe, E, 1},
+                                   .type = type,
+                                   .nelements = ne0 * rpe * E,
+                                   .nbytes = (uint64_t)rb * (uint64_t)(rpe * E),
+                                   .data = q[p].data};
         host[p].name.ptr = "experts", host[p].name.len = 7;
         if (ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err)) {
             printf("  upload failed: %s\n", err);
@@ -316,7 +324,8 @@ static int run_experts_case(uint64_t seed, int x_div) {
     TS_CUDA_CHECK(cudaMemcpy(x_d, x, (size_t)(nx * ne0) * sizeof(float), cudaMemcpyHostToDevice));
     TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
     TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, (size_t)(n_items * ys) * sizeof(float)));
-    const int rc = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div, ne0, y_d, ys, 0);
+    const int rc =
+        ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div, ne0, y_d, ys, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
     TS_CUDA_CHECK(cudaMemcpy(y, y_d, (size_t)(n_items * ys) * sizeof(float), cudaMemcpyDeviceToHost));
     double worst = 0;

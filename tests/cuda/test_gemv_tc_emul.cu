@@ -96,17 +96,20 @@ template <int TYPE> static int run_type(void) {
                 const float scale = tc_x_scale(amax, inv);
                 xsc[t * NSB + sb] = inv;
                 for (int i = 0; i < 256; i++)
-                    xr[t * K + sb * 256 + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + sb * 256 + i] * scale)) * inv;
+                    xr[t * K + sb * 256 + i] =
+                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + sb * 256 + i] * scale)) * inv;
                 for (int l = 0; l < 4; l++) {
                     uint32_t *a = &xs[(t * NSB + sb) * kTcXsSuper + l * kTcXsLane];
                     uint32_t hi, lo;
                     float qsum[4];
-                    for (int q = 0; q < 4; q++) { // words i = 4j + ii of MMA 2i + h at a[4i + 2h], a[4i + 2h + 1]
+                    for (int q = 0; q < 4;
+                         q++) { // words i = 4j + ii of MMA 2i + h at a[4i + 2h], a[4i + 2h + 1]
                         uint32_t w[8];
                         const int h = q >> 1, j = q & 1;
                         qsum[q] = tc_x_quarter(&x[t * K + sb * 256 + 64 * l + 32 * h + 16 * j], scale, w);
                         for (int ii = 0; ii < 4; ii++)
-                            a[4 * (4 * j + ii) + 2 * h] = w[2 * ii], a[4 * (4 * j + ii) + 2 * h + 1] = w[2 * ii + 1];
+                            a[4 * (4 * j + ii) + 2 * h] = w[2 * ii],
+                                                     a[4 * (4 * j + ii) + 2 * h + 1] = w[2 * ii + 1];
                     }
                     tc_x_sums(qsum[0] + qsum[1], qsum[2] + qsum[3], hi, lo);
                     xsum[((t * NSB + sb) * 4 + l) * 2] = hi, xsum[((t * NSB + sb) * 4 + l) * 2 + 1] = lo;
@@ -163,7 +166,8 @@ template <int TYPE> static int run_type(void) {
                 const double er = fabs(acc[lane][n] - raw) / (mag > 0 ? mag : 1e-300);
                 if (!(e <= 1e-6)) {
                     if (fails < 5)
-                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S %.3g)\n",
+                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S "
+                               "%.3g)\n",
                                trial, T, g, o, acc[lane][n], ref, mag);
                     fails++;
                 }
@@ -172,9 +176,10 @@ template <int TYPE> static int run_type(void) {
             }
         }
     }
-    printf("%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
-           "1e-6); against unrounded x %.2e%s\n",
-           ts_type_name(TYPE), K, worst, worst_raw, fails ? "  FAIL" : "");
+    printf(
+        "%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
+        "1e-6); against unrounded x %.2e%s\n",
+        ts_type_name(TYPE), K, worst, worst_raw, fails ? "  FAIL" : "");
     return fails;
 }
 
@@ -215,12 +220,13 @@ template <int TYPE> static int run_inorder(int K, int G) {
                 scale[t * NG + gi] = tc_x_scale(amax, inv[t * NG + gi]);
                 for (int i = 0; i < G; i++)
                     xr[t * K + gi * G + i] =
-                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + gi * G + i] * scale[t * NG + gi])) * inv[t * NG + gi];
+                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + gi * G + i] * scale[t * NG + gi])) *
+                        inv[t * NG + gi];
             }
         double acc[32][2] = {{0}};
         for (int gi = 0; gi < NG; gi++)
             for (int mm = 0; mm < G / 16; mm++) {
-                const int in0 = gi * G + 16 * mm;            // the MMA's first input
+                const int in0 = gi * G + 16 * mm;                    // the MMA's first input
                 const int blk = in0 / Q::QK, m = (in0 % Q::QK) / 16; // its block and MMA within the block
                 uint32_t a0[32], a2[32], b0[32], b1[32];
                 for (int lane = 0; lane < 32; lane++) {
@@ -238,7 +244,8 @@ template <int TYPE> static int run_inorder(int K, int G) {
                         const uint8_t *b = W.data() + (2 * t + n) * rb + blk * Q::BS;
                         double f;
                         if (TYPE == TS_TYPE_Q6_K)
-                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) * (double)(int8_t)b[192 + m];
+                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) *
+                                (double)(int8_t)b[192 + m];
                         else
                             f = ts_fp16_to_fp32((uint16_t)(b[0] | b[1] << 8));
                         acc[lane][n] += inv[g * NG + gi] * f * c[lane][n];
@@ -258,7 +265,8 @@ template <int TYPE> static int run_inorder(int K, int G) {
                 const double e = fabs(acc[lane][n] - ref) / (mag > 0 ? mag : 1e-300);
                 if (!(e <= 1e-6)) {
                     if (fails < 5)
-                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S %.3g)\n",
+                        printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S "
+                               "%.3g)\n",
                                trial, T, g, o, acc[lane][n], ref, mag);
                     fails++;
                 }
@@ -266,15 +274,17 @@ template <int TYPE> static int run_inorder(int K, int G) {
             }
         }
     }
-    printf("%s: 40 trials of 8 rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated - "
-           "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
-           ts_type_name(TYPE), K, G, worst, fails ? "  FAIL" : "");
+    printf(
+        "%s: 40 trials of 8 rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated - "
+        "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+        ts_type_name(TYPE), K, G, worst, fails ? "  FAIL" : "");
     return fails;
 }
 
 int main(void) {
-    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() + run_inorder<TS_TYPE_Q8_0>(640, 128) +
-                      run_inorder<TS_TYPE_Q5_0>(640, 128) + run_inorder<TS_TYPE_Q6_K>(512, 256);
+    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
+                      run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
+                      run_inorder<TS_TYPE_Q6_K>(512, 256);
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }

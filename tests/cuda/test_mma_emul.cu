@@ -46,7 +46,8 @@ static void mma_emul(int c[32][4], const uint32_t a[32][4], const uint32_t b[32]
         }
     }
     for (int lane = 0; lane < 32; lane++) {
-        const int g = lane >> 2, t = lane & 3, rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+        const int g = lane >> 2, t = lane & 3, rows[4] = {g, g, g + 8, g + 8},
+                  cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
         for (int r = 0; r < 4; r++) {
             int s = 0;
             for (int k = 0; k < 32; k++) s += A[rows[r]][k] * B[k][cols[r]];
@@ -128,10 +129,12 @@ template <int TYPE> static double check(const char *name, int ne0, int n_out) {
                     acc0[lane] = fmaf(sc0[lane], w0 * xsc[sb], acc0[lane]);
                     acc1[lane] = fmaf(sc1[lane], w1 * xsc[sb], acc1[lane]);
                     if (mn0[lane] != 0.0f || mn1[lane] != 0.0f)
-                        acc0[lane] = fmaf(mn0[lane], xsum[sb], acc0[lane]), acc1[lane] = fmaf(mn1[lane], xsum[sb], acc1[lane]);
+                        acc0[lane] = fmaf(mn0[lane], xsum[sb], acc0[lane]),
+                        acc1[lane] = fmaf(mn1[lane], xsum[sb], acc1[lane]);
                 }
             }
-            for (int lane = 0; lane < 32; lane += 4) part[warp][lane >> 2] = acc0[lane], part[warp][(lane >> 2) + 8] = acc1[lane];
+            for (int lane = 0; lane < 32; lane += 4)
+                part[warp][lane >> 2] = acc0[lane], part[warp][(lane >> 2) + 8] = acc1[lane];
         }
         for (int i = 0; i < 16; i++) {
             const int r = tile * 16 + i;

@@ -24,7 +24,7 @@
 #define CHECK(c)                                                                                             \
     do {                                                                                                     \
         if (!(c)) {                                                                                          \
-            fprintf(stderr, "fuzz_api: broken promise: %s (line %d)\n", #c, __LINE__);                      \
+            fprintf(stderr, "fuzz_api: broken promise: %s (line %d)\n", #c, __LINE__);                       \
             abort();                                                                                         \
         }                                                                                                    \
     } while (0)

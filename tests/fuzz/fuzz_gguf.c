@@ -17,16 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond)                                                                                    \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
-            fprintf(stderr, "fuzz_gguf: invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
-            abort();                                                                                   \
-        }                                                                                              \
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "fuzz_gguf: invariant broken at %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
+            abort();                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 static const uint8_t *g_lo, *g_hi; /* the input buffer */
-static volatile uint64_t g_sink;    /* keeps reads from being optimized away */
+static volatile uint64_t g_sink;   /* keeps reads from being optimized away */
 
 static void check_span(const void *p, uint64_t n) {
     if (n == 0) return;
@@ -41,8 +41,12 @@ static void walk_value(const ts_gguf_value *v, int depth) {
     CHECK(depth <= TS_GGUF_MAX_ARRAY_DEPTH);
     CHECK(v->type < TS_GGUF_VTYPE_COUNT);
     switch (v->type) {
-    case TS_GGUF_BOOL: CHECK(v->u64 <= 1); break;
-    case TS_GGUF_STRING: check_span(v->str.ptr, v->str.len); break;
+    case TS_GGUF_BOOL:
+        CHECK(v->u64 <= 1);
+        break;
+    case TS_GGUF_STRING:
+        check_span(v->str.ptr, v->str.len);
+        break;
     case TS_GGUF_ARRAY: {
         CHECK(depth < TS_GGUF_MAX_ARRAY_DEPTH);
         uint32_t et = v->arr.elem_type;
@@ -72,7 +76,8 @@ static void walk_value(const ts_gguf_value *v, int depth) {
         }
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -116,7 +121,8 @@ static void walk(const ts_gguf *g, size_t size) {
         if (ts_gguf_get_i64(g, key, &i64, err, sizeof err)) CHECK(err[0] != 0);
         if (ts_gguf_get_f32(g, key, &f, err, sizeof err)) CHECK(err[0] != 0);
         if (ts_gguf_get_bool(g, key, &b, err, sizeof err)) CHECK(err[0] != 0);
-        if (ts_gguf_get_str(g, key, buf, sizeof buf, err, sizeof err) == 0) CHECK(strlen(buf) <= kv->value.str.len);
+        if (ts_gguf_get_str(g, key, buf, sizeof buf, err, sizeof err) == 0)
+            CHECK(strlen(buf) <= kv->value.str.len);
         if (ts_gguf_get_arr(g, key, -1, &arr, err, sizeof err) == 0) CHECK(arr == &kv->value);
         if (ts_gguf_get_arr(g, key, TS_GGUF_U32, &arr, err, sizeof err) == 0)
             CHECK(arr == &kv->value && arr->arr.elem_type == TS_GGUF_U32);
@@ -171,8 +177,8 @@ int ts_fuzz_gguf_one(const uint8_t *data, size_t size) {
     g_lo = data, g_hi = data + size;
     if (ts_gguf_open_buffer(data, size, "fuzz.gguf", &g, err, sizeof err) != 0) {
         CHECK(g == NULL);
-        CHECK(err[0] != 0);                     /* a sentence, */
-        CHECK(strchr(err, '\n') == NULL);       /* on one line */
+        CHECK(err[0] != 0);               /* a sentence, */
+        CHECK(strchr(err, '\n') == NULL); /* on one line */
         return 1;
     }
     CHECK(g != NULL);

@@ -45,13 +45,15 @@ static void replay_file(const char *path, int expect_fail) {
     free(buf);
     n_files++;
     if (refused != expect_fail) {
-        fprintf(stderr, "gguf_replay: %s was %s, expected it to be %s\n", path, refused ? "refused" : "accepted",
-                expect_fail ? "refused" : "accepted");
+        fprintf(stderr, "gguf_replay: %s was %s, expected it to be %s\n", path,
+                refused ? "refused" : "accepted", expect_fail ? "refused" : "accepted");
         n_bad++;
     }
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void replay_path(const char *path, int expect_fail) {
     struct stat st;
@@ -103,12 +105,15 @@ static void replay_path(const char *path, int expect_fail) {
 int main(int argc, char **argv) {
     int expect_fail = -1;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--ok") == 0) expect_fail = 0;
-        else if (strcmp(argv[i], "--fail") == 0) expect_fail = 1;
+        if (strcmp(argv[i], "--ok") == 0)
+            expect_fail = 0;
+        else if (strcmp(argv[i], "--fail") == 0)
+            expect_fail = 1;
         else if (expect_fail < 0) {
             fprintf(stderr, "usage: gguf_replay [--ok PATH...] [--fail PATH...]\n");
             return 2;
-        } else replay_path(argv[i], expect_fail);
+        } else
+            replay_path(argv[i], expect_fail);
     }
     printf("gguf_replay: %d files replayed, %d problems\n", n_files, n_bad);
     return n_bad || n_files == 0 ? 1 : 0;

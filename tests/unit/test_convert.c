@@ -409,7 +409,9 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(iq3xxs, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_IQ3_S);
     assert_int_equal(TYPE(iq3xxs, "blk.5.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_Q4_K);
     assert_int_equal(TYPE(iq3xxs, "blk.3.attn_v.weight", 'm', 2560, 512), TS_TYPE_Q4_K);
-    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_q.weight", 'm', 2560, 12288), TS_TYPE_IQ3_XXS);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_q.weight", 'm', 2560, 12288), TS_TYPE_IQ2_S);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.attn_k.weight", 'm', 2560, 512), TS_TYPE_IQ2_S);
+    assert_int_equal(TYPE(iq3xxs, "blk.3.indexer.q_proj.weight", 'm', 2560, 1024), TS_TYPE_IQ3_XXS);
     assert_int_equal(TYPE(iq3xxs, "blk.3.attn_output.weight", 'm', 6144, 2560), TS_TYPE_IQ3_S);
     assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ3_XXS);
     assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
@@ -420,6 +422,58 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(iq3s, "blk.5.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_IQ3_S);
     assert_int_equal(TYPE(iq3s, "blk.5.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_IQ4_NL);
     assert_int_equal(TYPE(iq3s, "per_layer_token_embd.weight", 'm', 160, 320001536), TS_TYPE_IQ4_NL);
+    /* UD recipes: experts low (one step up in blocks 0..5 and 42..47 of 48), the rest by role */
+    const ts_mix *q2xl = ts_mix_from_name("UD_Q2_K_XL"), *xxs = ts_mix_from_name("ud_iq2_xxs");
+    assert_non_null(q2xl), assert_non_null(xxs);
+    assert_int_equal(TYPE(q2xl, "blk.6.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_Q2_K);
+    assert_int_equal(TYPE(q2xl, "blk.41.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_Q2_K);
+    assert_int_equal(TYPE(q2xl, "blk.5.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_Q3_K);
+    assert_int_equal(TYPE(q2xl, "blk.42.ffn_gate_up_exps.weight", 'm', 2560, 1280), TS_TYPE_Q3_K);
+    assert_int_equal(TYPE(q2xl, "blk.6.ffn_down_exps.weight", 'm', 640, 2560),
+                     TS_TYPE_Q4_0); /* Q3_K, 640 wide */
+    assert_int_equal(TYPE(q2xl, "blk.0.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q5_0); /* Q4_K */
+    assert_int_equal(TYPE(q2xl, "blk.9.ffn_up_shexp.weight", 'm', 2560, 1024), TS_TYPE_Q5_K);
+    assert_int_equal(TYPE(q2xl, "blk.9.attn_gate.weight", 'm', 2560, 6144), TS_TYPE_Q4_K);
+    assert_int_equal(TYPE(q2xl, "blk.11.indexer.q_proj.weight", 'm', 2560, 1024), TS_TYPE_Q4_K);
+    assert_int_equal(TYPE(q2xl, "blk.9.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_Q5_K);
+    assert_int_equal(TYPE(q2xl, "blk.11.attn_v.weight", 'm', 2560, 512), TS_TYPE_Q5_K);
+    assert_int_equal(TYPE(q2xl, "blk.9.hc_ffn_down.weight", 'm', 10240, 32), TS_TYPE_Q8_0);
+    assert_int_equal(TYPE(q2xl, "output_hc_up.weight", 'm', 320, 10240), TS_TYPE_Q8_0);
+    assert_int_equal(TYPE(q2xl, "blk.1.ple_value.weight", 'm', 2560, 2560), TS_TYPE_Q6_K);
+    assert_int_equal(TYPE(q2xl, "ple_ngram_embd.3.weight", 'm', 160, 20000003), TS_TYPE_Q4_0);
+    assert_int_equal(TYPE(q2xl, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_Q4_K);
+    assert_int_equal(TYPE(q2xl, "output.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
+    assert_int_equal(TYPE(q2xl, "blk.9.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(xxs, "blk.20.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ2_XXS);
+    assert_int_equal(TYPE(xxs, "blk.47.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ3_XXS);
+    assert_int_equal(TYPE(xxs, "blk.20.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_IQ4_NL);
+    assert_int_equal(TYPE(xxs, "blk.20.ffn_down_exps.weight", 'm', 1024, 2560), TS_TYPE_IQ2_XS);
+    /* bytes by role at the released shapes, against a count by hand: IQ2_XXS gate and up (66 bytes a
+     * 256-block) in 36 blocks, IQ3_XXS (98) in 12; 512 experts x 2 x 640 rows x 10 blocks a row */
+    ts_mix_sizes z;
+    assert_int_equal(ts_mix_sizes_of(xxs, &hp, (ts_layout){0}, &z), 0);
+    assert_true(z.bytes[TS_ROLE_EXPERTS] == 6553600ull * (36 * 66 + 12 * 98));
+    assert_true(z.elements[TS_ROLE_EXPERTS] == 6553600ull * 256 * 48);
+    assert_int_equal(z.n_types[TS_ROLE_EXPERTS], 2);
+    assert_true(z.bytes[TS_ROLE_ROUTER] == 48ull * 2560 * 512 * 4);
+    uint64_t sum = 0;
+    for (int r = 0; r < TS_ROLE_COUNT; r++) sum += z.bytes[r];
+    assert_true(sum == z.total_bytes);
+    char name[64];
+    uint32_t type = 0;
+    assert_true(ts_mix_needs_imatrix(xxs, &hp, (ts_layout){0}, name, sizeof name, &type));
+    assert_string_equal(name, "blk.6.ffn_gate_exps.weight"); /* blocks 0..5: IQ3_XXS; downs: IQ4_NL */
+    assert_int_equal(type, TS_TYPE_IQ2_XXS);
+    const ts_mix *iq1m = ts_mix_from_name("ud_iq1_m");
+    assert_non_null(iq1m);
+    assert_int_equal(TYPE(iq1m, "blk.20.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_IQ1_M);
+    assert_int_equal(TYPE(iq1m, "blk.3.ffn_up_exps.weight", 'm', 2560, 640), TS_TYPE_IQ2_XXS);
+    assert_true(ts_mix_needs_imatrix(iq1m, &hp, (ts_layout){0}, name, sizeof name, &type));
+    assert_string_equal(name, "blk.0.ffn_gate_exps.weight");
+    assert_int_equal(type, TS_TYPE_IQ2_XXS);
+    assert_false(ts_mix_needs_imatrix(q2xl, &hp, (ts_layout){0}, name, sizeof name, &type));
+    assert_false(
+        ts_mix_needs_imatrix(ts_mix_from_name("ud_iq2_m"), &hp, (ts_layout){0}, name, sizeof name, &type));
 #undef TYPE
     ts_hparams_free(&hp);
 }

@@ -37,7 +37,7 @@
 
 #define DOT_REL_BOUND 1e-6
 
-static const uint32_t k_types[] = {TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_Q8_0, TS_TYPE_Q4_K,
+static const uint32_t k_types[] = {TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_BF16, TS_TYPE_Q8_0, TS_TYPE_Q4_K,
                                    TS_TYPE_Q6_K, TS_TYPE_Q5_K, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_Q4_0,
                                    TS_TYPE_IQ4_NL, TS_TYPE_Q4_1,
                                    /* the lattice i-quants (rows of random valid blocks) */
@@ -201,16 +201,17 @@ static void test_kernels_match_reference(void **state) {
                     const double rel = worst_rel(&R, x, T, y, ldy);
                     if (rel > DOT_REL_BOUND)
                         fail_msg("path %s type %s n %lld T %lld: relative error %.3g > %.1g",
-                                 ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type), (long long)n, (long long)T,
-                                 rel, DOT_REL_BOUND);
+                                 ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type), (long long)n,
+                                 (long long)T, rel, DOT_REL_BOUND);
                     if (rel > type_worst) type_worst = rel;
                     free(x);
                     free(y);
                 }
                 free_rows(&R);
             }
-            printf("  path %-6s %-7s (%s): worst |y-ref|/sum|w*x| = %.2e\n", ts_cpu_dot_path_name((ts_dot_path)p),
-                   ts_type_name(type), ts_cpu_dot_fused((ts_dot_path)p, type) ? "fused" : "scalar", type_worst);
+            printf("  path %-6s %-7s (%s): worst |y-ref|/sum|w*x| = %.2e\n",
+                   ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type),
+                   ts_cpu_dot_fused((ts_dot_path)p, type) ? "fused" : "scalar", type_worst);
             if (type_worst > path_worst) path_worst = type_worst;
         }
         printf("  path %-6s: worst over all types %.2e (bound %.0e)\n", ts_cpu_dot_path_name((ts_dot_path)p),
@@ -239,8 +240,8 @@ static void test_one_hot_is_exact(void **state) {
                 for (int64_t r = 0; r < nr; r++)
                     if (y[i * nr + r] != R.w[r * n + i])
                         fail_msg("path %s type %s row %lld element %lld: %.9g, reference %.9g",
-                                 ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type), (long long)r, (long long)i,
-                                 y[i * nr + r], R.w[r * n + i]);
+                                 ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type), (long long)r,
+                                 (long long)i, y[i * nr + r], R.w[r * n + i]);
             free(x);
             free(y);
             free_rows(&R);
@@ -289,8 +290,8 @@ static void test_matmul_every_path(void **state) {
             const double rel3 = matmul_worst(&R, 1, 202, 1, 13);
             rel = fmax(rel, fmax(rel2, rel3));
             if (rel > DOT_REL_BOUND)
-                fail_msg("ts_cpu_matmul on path %s type %s: relative error %.3g", ts_cpu_dot_path_name((ts_dot_path)p),
-                         ts_type_name(type), rel);
+                fail_msg("ts_cpu_matmul on path %s type %s: relative error %.3g",
+                         ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(type), rel);
             free_rows(&R);
         }
     }
@@ -351,16 +352,19 @@ static void test_matmul_deterministic(void **state) {
             for (int tj = 0; tj < 8; tj++) { /* all rows but a few, then 45 rows (chunks of 6 or 10 rows) */
                 const int64_t T = Ts[tj % 4], row0 = 1 + tj, n_out = tj < 4 ? R.nr - row0 - tj : 45;
                 float *x = make_x(T, R.n, 55 + tj);
-                float *want = malloc(sizeof(float) * (size_t)(T * n_out)), *got = malloc(sizeof(float) * (size_t)(T * n_out));
+                float *want = malloc(sizeof(float) * (size_t)(T * n_out)),
+                      *got = malloc(sizeof(float) * (size_t)(T * n_out));
                 assert_non_null(want);
                 assert_non_null(got);
-                ts_cpu_dot_kernel(R.type)(R.q + (size_t)row0 * R.rb, R.rb, n_out, R.n, x, R.n, T, want, n_out);
+                ts_cpu_dot_kernel(R.type)(R.q + (size_t)row0 * R.rb, R.rb, n_out, R.n, x, R.n, T, want,
+                                          n_out);
                 /* the invariant ts_cpu_matmul's thread split relies on: the kernel over consecutive
                  * pieces of a multiple of 4 rows gives the rows exactly what one call gives them */
                 for (int64_t piece = 4; piece <= 16; piece += 4) {
                     for (int64_t o = 0; o < n_out; o += piece)
                         ts_cpu_dot_kernel(R.type)(R.q + (size_t)(row0 + o) * R.rb, R.rb,
-                                                  n_out - o < piece ? n_out - o : piece, R.n, x, R.n, T, got + o, n_out);
+                                                  n_out - o < piece ? n_out - o : piece, R.n, x, R.n, T,
+                                                  got + o, n_out);
                     if (memcmp(got, want, sizeof(float) * (size_t)(T * n_out)) != 0)
                         fail_msg("path %s type %s T %lld: pieces of %lld rows differ from one kernel call",
                                  ts_cpu_dot_path_name((ts_dot_path)p), ts_type_name(R.type), (long long)T,
@@ -399,8 +403,8 @@ static void test_scalar_fallback_when_simd_disabled(void **state) {
         free_rows(&R);
     }
     /* the other dequantizable types run the scalar kernel on every path */
-    static const uint32_t others[] = {TS_TYPE_Q2_K, TS_TYPE_Q3_K, TS_TYPE_IQ4_XS, TS_TYPE_MXFP4, TS_TYPE_NVFP4,
-                                      TS_TYPE_Q1_0, TS_TYPE_Q2_0};
+    static const uint32_t others[] = {TS_TYPE_Q2_K,  TS_TYPE_Q3_K, TS_TYPE_IQ4_XS, TS_TYPE_MXFP4,
+                                      TS_TYPE_NVFP4, TS_TYPE_Q1_0, TS_TYPE_Q2_0};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         assert_true(ts_can_dequantize(others[i]));
         rows R = make_rows(others[i], 512, 9, 31 + i);

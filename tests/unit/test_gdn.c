@@ -58,8 +58,19 @@ static void compare(int64_t T, int64_t dk, int64_t dv, double *e_o, double *e_s)
         lg[t] = t % 5 == 0 ? -1e-4f * uniform() : -6.0f * uniform() * uniform();
     }
     for (int64_t i = 0; i < dk * dv; i++) S1[i] = S2[i] = uniform() - 0.5f;
-    const ts_gdn_head h1 = {.T = T, .dk = dk, .dv = dv, .q = u, .k = u + dk, .qs = rs, .v = u + 2 * dk, .vs = rs,
-                            .beta = beta, .lg = lg, .gs = 1, .o = o1, .os = dv};
+    const ts_gdn_head h1 = {.T = T,
+                            .dk = dk,
+                            .dv = dv,
+                            .q = u,
+                            .k = u + dk,
+                            .qs = rs,
+                            .v = u + 2 * dk,
+                            .vs = rs,
+                            .beta = beta,
+                            .lg = lg,
+                            .gs = 1,
+                            .o = o1,
+                            .os = dv};
     ts_gdn_head h2 = h1;
     h2.o = o2;
     ts_cpu_gdn_recur(&h1, S1, scratch);

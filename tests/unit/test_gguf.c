@@ -68,8 +68,10 @@ static void write_sample(uint32_t alignment, bool sparse_middle) {
     assert_int_equal(ts_gguf_writer_write(w, a, 100), 0);
     assert_int_equal(ts_gguf_writer_write(w, a + 100, sizeof a - 100), 0);
     float b[5] = {1, 2, 3, 4, 5};
-    if (sparse_middle) assert_int_equal(ts_gguf_writer_skip(w, sizeof b), 0);
-    else assert_int_equal(ts_gguf_writer_write(w, b, sizeof b), 0);
+    if (sparse_middle)
+        assert_int_equal(ts_gguf_writer_skip(w, sizeof b), 0);
+    else
+        assert_int_equal(ts_gguf_writer_write(w, b, sizeof b), 0);
     uint16_t c[128];
     for (int i = 0; i < 128; i++) c[i] = (uint16_t)(0x3f80 + i);
     assert_int_equal(ts_gguf_writer_write(w, c, sizeof c), 0);
@@ -146,7 +148,8 @@ static void test_round_trip(void **state) {
     assert_int_equal(t->ne[0], 64);
     assert_int_equal(t->ne[1], 3);
     assert_int_equal(t->nbytes, 2 * 34 * 3);
-    for (size_t i = 0; i < t->nbytes; i++) assert_int_equal(((const uint8_t *)t->data)[i], (uint8_t)(i * 7 + 1));
+    for (size_t i = 0; i < t->nbytes; i++)
+        assert_int_equal(((const uint8_t *)t->data)[i], (uint8_t)(i * 7 + 1));
     t = ts_gguf_find_tensor(g, "b");
     assert_non_null(t);
     assert_int_equal(t->offset % 32, 0);
@@ -203,7 +206,8 @@ static void test_alignment_and_sparse(void **state) {
         assert_int_equal(((uintptr_t)t->data - (uintptr_t)ts_gguf_tensor_at(g, 0)->data) % 64, 0);
     }
     const ts_gguf_tensor *t = ts_gguf_find_tensor(g, "b");
-    for (int i = 0; i < 5; i++) assert_true(((const float *)t->data)[i] == 0.0f); /* the hole reads as zeros */
+    for (int i = 0; i < 5; i++)
+        assert_true(((const float *)t->data)[i] == 0.0f); /* the hole reads as zeros */
     ts_gguf_close(g);
 }
 

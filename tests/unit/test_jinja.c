@@ -88,7 +88,8 @@ static void test_fixture_cases(void **state) {
         const cJSON *want = cJSON_GetObjectItem(c, "expected");
         char *opts = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "options"));
         if (want) {
-            if (rc || out.n != strlen(want->valuestring) || (out.n && memcmp(out.s, want->valuestring, out.n))) {
+            if (rc || out.n != strlen(want->valuestring) ||
+                (out.n && memcmp(out.s, want->valuestring, out.n))) {
                 n_bad++;
                 fprintf(stderr, "case %s / %s %s: %s\n--- got ---\n%.*s\n--- want ---\n%s\n", tname, cname,
                         opts, rc ? err : "differs", (int)out.n, out.s ? out.s : "", want->valuestring);

@@ -33,7 +33,8 @@ static int teardown(void **state) {
 static void synth(bool released, const ts_synth_opts *o, uint32_t mtp) {
     char err[512];
     ts_hparams hp;
-    assert_int_equal(released ? ts_hparams_released(&hp, err, sizeof err) : ts_hparams_tiny(&hp, err, sizeof err), 0);
+    assert_int_equal(
+        released ? ts_hparams_released(&hp, err, sizeof err) : ts_hparams_tiny(&hp, err, sizeof err), 0);
     if (mtp) assert_int_equal(ts_hparams_set_layers(&hp, hp.n_layer, mtp, err, sizeof err), 0);
     if (ts_synth_write(&hp, o, g_path, err, sizeof err)) fail_msg("synth: %s", err);
     ts_hparams_free(&hp);
@@ -97,7 +98,8 @@ static void test_released_shapes_bind(void **state) {
 }
 
 static void test_released_optional_layouts(void **state) {
-    ts_synth_opts o = {.type = TS_TYPE_Q4_K, .sparse = true, .layout = {.ple_split = true, .fused_experts = true}};
+    ts_synth_opts o = {
+        .type = TS_TYPE_Q4_K, .sparse = true, .layout = {.ple_split = true, .fused_experts = true}};
     synth(true, &o, 1);
     ts_model *m = load_ok();
     /* spec §4.8: + 32 MTP tensors, + 15 for the split table, − 49 for the fused experts (48 + MTP) */
@@ -137,17 +139,27 @@ static void test_tiny_with_data(void **state) {
 
 /* ---- refusals of bad tensors, through the synth edit hook ---- */
 
-typedef struct edit { const char *name; int what; } edit;
+typedef struct edit {
+    const char *name;
+    int what;
+} edit;
 enum { DROP, RESHAPE, RETYPE, RENAME };
 
 static int do_edit(void *ctx, ts_tensor_spec *s, uint32_t *type) {
     const edit *e = ctx;
     if (strcmp(s->name, e->name) != 0) return 1;
     switch (e->what) {
-    case DROP: return 0;
-    case RESHAPE: s->ne[1] += 1; return 1;
-    case RETYPE: *type = TS_TYPE_F16; return 1;
-    default: snprintf(s->name, sizeof s->name, "output_norm.weight"); return 1;
+    case DROP:
+        return 0;
+    case RESHAPE:
+        s->ne[1] += 1;
+        return 1;
+    case RETYPE:
+        *type = TS_TYPE_F16;
+        return 1;
+    default:
+        snprintf(s->name, sizeof s->name, "output_norm.weight");
+        return 1;
     }
 }
 
@@ -162,8 +174,10 @@ static void test_bad_tensors(void **state) {
     bad_tensor("blk.2.ssm_a", DROP, "tensor 'blk.2.ssm_a' is missing");
     bad_tensor("blk.3.indexer.k_proj.weight", DROP, "tensor 'blk.3.indexer.k_proj.weight' is missing");
     bad_tensor("per_layer_token_embd.weight", DROP, "'per_layer_token_embd.weight' is missing");
-    bad_tensor("blk.0.ssm_out.weight", RESHAPE, "tensor 'blk.0.ssm_out.weight' has shape [96, 65, 1, 1], expected [96, 64, 1]");
-    bad_tensor("blk.1.ssm_a", RETYPE, "tensor 'blk.1.ssm_a' has type f16, which turbospark cannot use there (it must be f32)");
+    bad_tensor("blk.0.ssm_out.weight", RESHAPE,
+               "tensor 'blk.0.ssm_out.weight' has shape [96, 65, 1, 1], expected [96, 64, 1]");
+    bad_tensor("blk.1.ssm_a", RETYPE,
+               "tensor 'blk.1.ssm_a' has type f16, which turbospark cannot use there (it must be f32)");
     bad_tensor("output.weight", RENAME, "tensor 'output_norm.weight' is not part of a qwen4exp text model");
 }
 
@@ -190,14 +204,17 @@ static void copy_with(kv_edit_fn fn) {
     }
     assert_int_equal(ts_gguf_writer_begin_data(w, g_path2), 0);
     for (int64_t i = 0; i < ts_gguf_tensor_count(g); i++)
-        assert_int_equal(ts_gguf_writer_write(w, ts_gguf_tensor_at(g, i)->data, ts_gguf_tensor_at(g, i)->nbytes), 0);
+        assert_int_equal(
+            ts_gguf_writer_write(w, ts_gguf_tensor_at(g, i)->data, ts_gguf_tensor_at(g, i)->nbytes), 0);
     assert_int_equal(ts_gguf_writer_finish(w), 0);
     ts_gguf_writer_free(w);
     ts_gguf_close(g);
     assert_int_equal(rename(g_path2, g_path), 0);
 }
 
-static int keep(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) { return ts_gguf_writer_set_value(w, k, v); }
+static int keep(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
+    return ts_gguf_writer_set_value(w, k, v);
+}
 static int arch_llama(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     return strcmp(k, "general.architecture") ? keep(w, k, v) : ts_gguf_writer_set_str(w, k, "llama");
 }
@@ -206,22 +223,26 @@ static int arch_clip(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
 }
 static int mult_float(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     const float f[3] = {1, 2, 3};
-    return strcmp(k, "qwen4exp.ple.layer_multipliers") ? keep(w, k, v) : ts_gguf_writer_set_arr(w, k, TS_GGUF_F32, f, 3);
+    return strcmp(k, "qwen4exp.ple.layer_multipliers") ? keep(w, k, v)
+                                                       : ts_gguf_writer_set_arr(w, k, TS_GGUF_F32, f, 3);
 }
 static int no_head_count(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     return strcmp(k, "qwen4exp.attention.head_count") ? keep(w, k, v) : 0;
 }
 static int ratio_on_gdn(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     const int32_t r[4] = {4, 0, 0, 4};
-    return strcmp(k, "qwen4exp.attention.compress_ratios") ? keep(w, k, v) : ts_gguf_writer_set_arr(w, k, TS_GGUF_I32, r, 4);
+    return strcmp(k, "qwen4exp.attention.compress_ratios") ? keep(w, k, v)
+                                                           : ts_gguf_writer_set_arr(w, k, TS_GGUF_I32, r, 4);
 }
 static int bad_offsets(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     const uint64_t o[4] = {0, 101, 205, 311};
-    return strcmp(k, "qwen4exp.ple.head_offsets") ? keep(w, k, v) : ts_gguf_writer_set_arr(w, k, TS_GGUF_U64, o, 4);
+    return strcmp(k, "qwen4exp.ple.head_offsets") ? keep(w, k, v)
+                                                  : ts_gguf_writer_set_arr(w, k, TS_GGUF_U64, o, 4);
 }
 static int ple_on_qsa(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     const int32_t l = 3;
-    return strcmp(k, "qwen4exp.ple.layers") ? keep(w, k, v) : ts_gguf_writer_set_arr(w, k, TS_GGUF_I32, &l, 1);
+    return strcmp(k, "qwen4exp.ple.layers") ? keep(w, k, v)
+                                            : ts_gguf_writer_set_arr(w, k, TS_GGUF_I32, &l, 1);
 }
 static int eos_too_big(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     return strcmp(k, "qwen4exp.ple.eos_token_id") ? keep(w, k, v) : ts_gguf_writer_set_u32(w, k, 512);
@@ -231,7 +252,9 @@ static int odd_rot(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
 }
 static int yarn(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     if (keep(w, k, v)) return -1;
-    return strcmp(k, "general.architecture") ? 0 : ts_gguf_writer_set_f32(w, "qwen4exp.rope.scaling.factor", 4.0f);
+    return strcmp(k, "general.architecture")
+               ? 0
+               : ts_gguf_writer_set_f32(w, "qwen4exp.rope.scaling.factor", 4.0f);
 }
 static int topk_ragged(ts_gguf_writer *w, const char *k, const ts_gguf_value *v) {
     return strcmp(k, "qwen4exp.attention.indexer.top_k") ? keep(w, k, v) : ts_gguf_writer_set_u32(w, k, 18);

@@ -821,8 +821,8 @@ static void test_capabilities(void **state) {
     (void)state;
     static const uint32_t dq[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16,
                                   17, 18, 19, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
-    static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13,
-                                  14, 18, 20, 21, 23, 30, 39, 40, 41, 42};
+    static const uint32_t qz[] = {0,  1,  2,  3,  6,  7,  8,  10, 11, 12, 13, 14,
+                                  18, 20, 21, 22, 23, 29, 30, 39, 40, 41, 42};
     for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
         bool want_dq = false, want_qz = false;
         for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++) want_dq |= dq[i] == t;
@@ -933,6 +933,7 @@ static const struct {
     {TS_TYPE_Q1_0, 0x961940889a8ba298ull},    {TS_TYPE_Q2_0, 0x6f4357c9ebc45d28ull},
     {TS_TYPE_F16, 0xc7709a0fd44e309cull},     {TS_TYPE_BF16, 0xb1bbd3606f322884ull},
     {TS_TYPE_IQ3_XXS, 0x47189073f38fa862ull}, {TS_TYPE_IQ3_S, 0xd8faf5c80e6285f2ull},
+    {TS_TYPE_IQ2_S, 0x33ac53a9b4872209ull},   {TS_TYPE_IQ1_M, 0x69e6821bb7f13a0aull},
 };
 
 static void test_golden_digests(void **state) {
@@ -1060,18 +1061,20 @@ static void test_against_ggml(void **state) {
                 fail_msg("%s: dequantized random bytes differ from ggml (rep %d)", names[t], rep);
         }
     }
-    /* IQ3_XXS / IQ3_S reference quantization (ggml builds its lattice tables first). Rows with an
-     * all-zero 32-element sub-block are left out for IQ3_S: there ggml misplaces the later
-     * sub-blocks' bytes and we do not (src/quant/quantize_iq3.c); test_iq checks such rows. The
+    /* IQ3_XXS / IQ3_S / IQ2_S reference quantization (ggml builds its lattice tables first). Rows
+     * with an all-zero 32-element sub-block are left out for IQ3_S: there ggml misplaces the later
+     * sub-blocks' bytes and we do not (src/quant/quantize_lattice.c); test_iq checks such rows. The
      * golden row is compared too, so kGolden's digests are ggml's. */
     void (*iq3_init)(int) = (void (*)(int))ggml_sym(lib, "%s", "iq3xs_init_impl");
+    void (*iq2_init)(int) = (void (*)(int))ggml_sym(lib, "%s", "iq2xs_init_impl");
     iq3_init(256);
     iq3_init(512);
+    iq2_init(TS_TYPE_IQ2_S);
     static float xg[GOLDEN_N];
     static uint8_t ga[GOLDEN_N], gb[GOLDEN_N];
     golden_row(xg);
-    static const char *iq3_names[] = {"iq3_xxs", "iq3_s"};
-    for (size_t t = 0; t < 2; t++) {
+    static const char *iq3_names[] = {"iq3_xxs", "iq3_s", "iq2_s"};
+    for (size_t t = 0; t < 3; t++) {
         const uint32_t id = (uint32_t)ts_type_from_name(iq3_names[t]);
         ggml_quant_fn gq = (ggml_quant_fn)ggml_sym(lib, "quantize_row_%s_ref", iq3_names[t]);
         for (int rep = 0; rep < 30; rep++) {
@@ -1080,7 +1083,7 @@ static void test_against_ggml(void **state) {
             for (int i = 0; i < N; i++)
                 x[i] = gaussian() * scale * (rep % 4 == 1 && i % 7 == 0 ? 20.0f : 1.0f) +
                        (rep % 5 == 2 ? scale : 0);
-            if (rep % 6 == 3 && id == TS_TYPE_IQ3_XXS)
+            if (rep % 6 == 3 && id != TS_TYPE_IQ3_S)
                 for (int i = 0; i < N; i += 96) memset(x + i, 0, 32 * sizeof(float));
             gq(x, qa, N);
             quant_ok(id, x, qb, N);
@@ -1092,6 +1095,24 @@ static void test_against_ggml(void **state) {
         if (memcmp(ga, gb, ts_row_size(id, GOLDEN_N)) != 0)
             fail_msg("%s: golden row differs from ggml", iq3_names[t]);
     }
+    /* IQ1_M without weights: ggml has no quantize_row_iq1_m_ref; quantize_iq1_m with NULL weights is
+     * what ggml_quantize_chunk runs (after building the IQ1 lattice). */
+    typedef size_t (*ggml_quant_rows_fn)(const float *, void *, int64_t, int64_t, const float *);
+    ggml_quant_rows_fn q1m = (ggml_quant_rows_fn)ggml_sym(lib, "%s", "quantize_iq1_m");
+    iq2_init(TS_TYPE_IQ1_M);
+    for (int rep = 0; rep < 30; rep++) {
+        seed(600 + rep);
+        const float scale = powf(10.0f, (float)(rep % 9) - 4.0f);
+        for (int i = 0; i < N; i++) x[i] = gaussian() * scale + (rep % 5 == 2 ? scale : 0);
+        q1m(x, qa, 1, N, NULL);
+        quant_ok(TS_TYPE_IQ1_M, x, qb, N);
+        if (memcmp(qa, qb, ts_row_size(TS_TYPE_IQ1_M, N)) != 0)
+            fail_msg("iq1_m: quantized bytes differ from ggml (rep %d)", rep);
+    }
+    q1m(xg, ga, 1, GOLDEN_N, NULL);
+    quant_ok(TS_TYPE_IQ1_M, xg, gb, GOLDEN_N);
+    if (memcmp(ga, gb, ts_row_size(TS_TYPE_IQ1_M, GOLDEN_N)) != 0)
+        fail_msg("iq1_m: golden row differs from ggml");
     /* the lattice i-quants (dequantization only here; tests/unit/test_iq.c holds ggml fixtures) */
     static const char *iq_names[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"};
     for (size_t t = 0; t < sizeof iq_names / sizeof iq_names[0]; t++) {

@@ -3,10 +3,13 @@
  * (a) ggml's own bytes: tests/fixtures/quant/imatrix_<type>.bin holds rows, one row of importance
  *     weights and what ggml_quantize_chunk wrote for them with those weights
  *     (tools/fixtures/make_imatrix_fixtures.py, run against ggml's libggml-base.so): every byte
- *     must be equal, for Q2_K, Q4_K and Q5_K.
- * (b) The weights matter: with every other value weighted 1000 times more, the squared error of
- *     those values falls by a tenth or more against the quantizer without weights, and falls more
- *     than that of the others.
+ *     must be equal, for Q2_K .. Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+ *     IQ4_NL and IQ4_XS.
+ * (b) The weights matter: with every other value weighted 100 times more, the squared error of
+ *     those values falls by a tenth or more against the quantizer without weights (equal weights
+ *     for IQ1_S, IQ2_XXS and IQ2_XS, which have none), and falls more than that of the others. (At 1000
+ *     times, ggml's IQ2_XXS does worse on both halves: its start from make_qp_quants with 4 levels
+ *     goes astray; we follow it.)
  * (c) Refusals, with a sentence: a type without a weighted quantizer, negative or NaN weights,
  *     NaN values. */
 #include <setjmp.h>
@@ -27,7 +30,8 @@ static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static const char *k_types[] = {"q2_K", "q4_K", "q5_K"};
+static const char *k_types[] = {"q2_K",  "q3_K",    "q4_K",  "q5_K",   "q6_K",   "iq2_xxs", "iq2_xs",
+                                "iq2_s", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq1_s",   "iq1_m"};
 
 static void test_equal_to_ggml(void **state) {
     (void)state;
@@ -77,13 +81,18 @@ static void test_weights_matter(void **state) {
     for (int i = 0; i < 1024; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-        qw[i] = i % 2 ? 1000.0f : 1.0f; /* every other value matters */
+        qw[i] = i % 2 ? 100.0f : 1.0f; /* every other value matters */
     }
     for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
         const uint32_t type = (uint32_t)ts_type_from_name(k_types[t]);
         uint8_t plain[1024], weighted[1024];
         char err[256];
-        assert_int_equal(ts_quantize_row(type, x, plain, 1024, err, sizeof err), 0);
+        float ones[1024];
+        for (int i = 0; i < 1024; i++) ones[i] = 1;
+        if (ts_quantize_needs_imatrix(type)) /* no quantizer without weights: equal weights instead */
+            assert_int_equal(ts_quantize_row_imatrix(type, x, plain, 1024, ones, err, sizeof err), 0);
+        else
+            assert_int_equal(ts_quantize_row(type, x, plain, 1024, err, sizeof err), 0);
         assert_int_equal(ts_quantize_row_imatrix(type, x, weighted, 1024, qw, err, sizeof err), 0);
         double hi_p = 0, hi_w = 0, lo_p = 0, lo_w = 0;
         for (int i = 0; i < 1024; i += 2) {
@@ -123,6 +132,30 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(err, "multiple of the block"));
     assert_int_equal(ts_quantize_row_imatrix(TS_TYPE_Q8_0, x, q, 256, NULL, err, sizeof err),
                      0); /* no weights */
+    /* IQ2_XXS / IQ2_XS / IQ1_S: no quantizer without weights; the sentence says how to make them. */
+    static const uint32_t needs[] = {TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ1_S};
+    for (size_t i = 0; i < 3; i++) {
+        const uint32_t t = needs[i];
+        assert_true(ts_quantize_needs_imatrix(t) && ts_can_quantize_imatrix(t) && !ts_can_quantize(t));
+        assert_int_equal(ts_quantize_row(t, x, q, 256, err, sizeof err), -1);
+        assert_non_null(strstr(err, "without an importance matrix"));
+        assert_non_null(strstr(err, "turbospark imatrix"));
+        assert_int_equal(ts_quantize_row_imatrix(t, x, q, 256, NULL, err, sizeof err), -1);
+    }
+    assert_false(ts_quantize_needs_imatrix(TS_TYPE_IQ2_S));
+    assert_false(ts_quantize_needs_imatrix(TS_TYPE_IQ1_M));
+}
+
+/* Weights that are all zero over a super-block: ggml (make_qp_quants' guard) stores d = dmin = 0
+ * for Q2_K (seen with libggml-base.so), where a division 0/0 would give NaN. */
+static void test_zero_weights(void **state) {
+    (void)state;
+    float x[256], qw[256] = {0};
+    uint8_t q[84];
+    char err[256];
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 17) - 8.0f;
+    assert_int_equal(ts_quantize_row_imatrix(TS_TYPE_Q2_K, x, q, 256, qw, err, sizeof err), 0);
+    for (int i = 80; i < 84; i++) assert_int_equal(q[i], 0);
 }
 
 int main(void) {
@@ -130,6 +163,7 @@ int main(void) {
         cmocka_unit_test(test_equal_to_ggml),
         cmocka_unit_test(test_weights_matter),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_zero_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,8 @@ static ts_sampler *make(ts_sampler_params p, int32_t V) {
 }
 
 static ts_sampler_params plain(float temp) {
-    ts_sampler_params p = {.temperature = temp, .top_k = 0, .top_p = 1, .min_p = 0, .repeat_penalty = 1, .seed = 42};
+    ts_sampler_params p = {
+        .temperature = temp, .top_k = 0, .top_p = 1, .min_p = 0, .repeat_penalty = 1, .seed = 42};
     return p;
 }
 
@@ -55,7 +56,8 @@ static void test_masked(void **state) {
     assert_int_equal(kinds, 2); /* top-k 2 among the allowed */
     ts_sampler_free(s);
     ts_sampler *a = make(plain(1), 70), *b = make(plain(1), 70);
-    for (int k = 0; k < 100; k++) assert_int_equal(ts_sampler_sample_masked(a, l, all), ts_sampler_sample(b, l));
+    for (int k = 0; k < 100; k++)
+        assert_int_equal(ts_sampler_sample_masked(a, l, all), ts_sampler_sample(b, l));
     ts_sampler_free(a), ts_sampler_free(b);
 }
 
@@ -215,9 +217,12 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_and_ties),           cmocka_unit_test(test_seed_reproducible),
-        cmocka_unit_test(test_distribution_matches_softmax), cmocka_unit_test(test_truncation_support),
-        cmocka_unit_test(test_penalties),                 cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_greedy_and_ties),
+        cmocka_unit_test(test_seed_reproducible),
+        cmocka_unit_test(test_distribution_matches_softmax),
+        cmocka_unit_test(test_truncation_support),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_masked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

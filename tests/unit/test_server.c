@@ -105,10 +105,11 @@ static void test_chat_fields(void **state) {
     if (parse(TS_API_CHAT, b, &r, &e)) fail_msg("%s", e.message);
     assert_string_equal(r.model, "x");
     assert_int_equal(r.n_msgs, 4);
-    assert_string_equal(r.messages_json, /* developer is system, text parts joined by newlines */
-                        "[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"a\\nb\"},"
-                        "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"hmm\"},"
-                        "{\"role\":\"user\",\"content\":\"c\"}]");
+    assert_string_equal(
+        r.messages_json, /* developer is system, text parts joined by newlines */
+        "[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"a\\nb\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"hmm\"},"
+        "{\"role\":\"user\",\"content\":\"c\"}]");
     assert_int_equal(r.max_tokens, 7);
     assert_true(r.sp.temperature == 0 && r.sp.top_p == 0.5f && r.sp.top_k == 0 && r.sp.min_p == 0.1f);
     assert_true(r.sp_given[TS_SAMPLING_TEMP] && r.sp_given[TS_SAMPLING_TOP_K]);
@@ -244,11 +245,12 @@ static void test_refusals(void **state) {
             "response_format.json_schema.schema", "invalid_value");
     refused(C, WITH("\"functions\":[{\"name\":\"f\"}]"), 400, "functions", "unsupported_parameter");
     refused(C, WITH("\"grammar\":5"), 400, "grammar", "invalid_type");
-    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"json_schema\":\"{}\"}", 400, "json_schema", "invalid_type");
-    refused(C, WITH("\"grammar\":\"root ::= [a]\",\"response_format\":{\"type\":\"json_object\"}"), 400, "grammar",
-            "invalid_value");
-    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\",\"json_schema\":{}}", 400, "grammar",
-            "invalid_value");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"json_schema\":\"{}\"}", 400, "json_schema",
+            "invalid_type");
+    refused(C, WITH("\"grammar\":\"root ::= [a]\",\"response_format\":{\"type\":\"json_object\"}"), 400,
+            "grammar", "invalid_value");
+    refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= [a]\",\"json_schema\":{}}", 400,
+            "grammar", "invalid_value");
     refused(TS_API_COMPLETION, "{\"prompt\":\"x\",\"tools\":[" TOOL_F "]}", 400, "tools",
             "unsupported_parameter");
     refused(C, WITH("\"logit_bias\":{\"5\":100}"), 400, "logit_bias", "unsupported_parameter");
