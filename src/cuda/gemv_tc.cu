@@ -144,6 +144,7 @@ template <int TYPE> struct tc_kind {
     static constexpr bool kInorder = TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 || TYPE == TS_TYPE_Q6_K;
     static constexpr int G =
         TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 ? 128 : kTcSuper; // inputs a scale of x
+    static_assert(G % 128 == 0, "x groups are whole multiples of 128 inputs");
 };
 
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
