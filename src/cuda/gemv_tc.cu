@@ -1,5 +1,6 @@
 // Decode products on the tensor cores: y = W·x for up to 8 tokens (or the items of an expert
-// product), Q4_K and Q5_K weights in their file encoding. The contract is gemv_tc.h's; the lane arithmetic
+// product), Q4_K, Q5_K (K-quant super-blocks) and Q6_K, Q8_0, Q5_0 (MMAs in input order) weights in
+// their file encoding. The contract is gemv_tc.h's; the lane arithmetic
 // (fragments, x in fp16, exactness) is gemv_tc.cuh's, shared with a host emulation test.
 //
 // Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
@@ -135,15 +136,30 @@ struct expert_chunks {
 
 // ---- shared memory -------------------------------------------------------------------------------
 
+// ---- the two kinds of types ------------------------------------------------------------------------
+//
+// Q4_K, Q5_K: 256-input super-blocks, the scales folded into B (kquant_b_frags). Q8_0, Q5_0, Q6_K: MMAs
+// in input order, each scaled after the fact (inorder_b_frag); x staged per group of G inputs.
+template <int TYPE> struct tc_kind {
+    static constexpr bool kInorder = TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 || TYPE == TS_TYPE_Q6_K;
+    static constexpr int G =
+        TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 ? 128 : kTcSuper; // inputs a scale of x
+    static_assert(G % 128 == 0, "x groups are whole multiples of 128 inputs");
+};
+
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
+// x: nx rows of ne0 inputs staged as 2 bytes each (fp16), a scale per group of 128 or 256 inputs, and
+// (K-quants) four sub-block sums per super-block.
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
-    __host__ __device__ tc_layout(int nw, int nx, int nsb, int ns, int row_stride) {
-        red = 128;                                                       // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float2);                        // 2 × nw × 32 float2
-        xsum = xsc + ((static_cast<size_t>(nx) * nsb * 4 + 15) & ~15ul); // nx·nsb floats
-        xs = xsum + static_cast<size_t>(nx) * nsb * 4 * sizeof(uint2);   // nx·nsb·4 uint2
-        stages = (xs + static_cast<size_t>(nx) * nsb * kTcXsSuper * 4 + 127) & ~127ul;
+    __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride) {
+        const size_t groups = static_cast<size_t>(nx) * (ne0 / 128),
+                     supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
+        red = 128;                                // kMaxStages barriers
+        xsc = red + 2 * nw * 32 * sizeof(float2); // 2 × nw × 32 float2
+        xsum = xsc + ((groups * 4 + 15) & ~15ul); // up to one float a group
+        xs = xsum + supers * 4 * sizeof(uint2);   // 4 uint2 a super-block
+        stages = (xs + static_cast<size_t>(nx) * ne0 * 2 + 127) & ~127ul;
         total = stages + static_cast<size_t>(ns) * kTile * row_stride;
     }
 };
@@ -154,53 +170,12 @@ int stage_row_stride(size_t rb) {
     return static_cast<int>(r16 + ((16 + 128 - r16 % 128) % 128));
 }
 
-// ---- the kernel ----------------------------------------------------------------------------------
+// ---- per kind: x staging and a chunk's sums ---------------------------------------------------
 
-template <int TYPE, class Chunks, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
-                   int64_t x_stride, int ns, int row_stride, uint32_t rb) {
-    extern __shared__ __align__(128) uint8_t sm[];
-    constexpr int BS = tc_kquant<TYPE>::BS;
-    const int nsb = ne0 / kTcSuper;
-    const tc_layout L(kWarps, nx, nsb, ns, row_stride);
-    uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
-    float2 *red = reinterpret_cast<float2 *>(sm + L.red);
-    float *xsc = reinterpret_cast<float *>(sm + L.xsc);
-    uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
-    uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
-    uint8_t *stages = sm + L.stages;
-    const int n_mine = (n_chunks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                       static_cast<int>(gridDim.x);
-
-    pdl_trigger();
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ns; s++) mbar_init(&bars[s]);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    // thread 0: chunk j of this block into stage j % ns
-    auto issue = [&](int j) {
-        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
-        uint64_t *bar = &bars[j % ns];
-        if (k.bad) {
-            mbar_arrive(bar);
-            return;
-        }
-        mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
-        uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
-        for (int r = 0; r < k.nr; r++)
-            bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
-    };
-    const bool after = ch.after_wait();
-    if (!after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
-    pdl_wait();
-    if (after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
-
-    // x → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs; the 16 units of
-    // a (row, super-block) are neighbouring lanes and share its max.
+// x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
+// the 16 units of a (row, super-block) are neighbouring lanes and share its max.
+__device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride, uint32_t *xs,
+                               uint2 *xsum, float *xsc) {
     const int units = nx * nsb * 16;
     for (int u0 = 0; u0 < units; u0 += blockDim.x) {
         const int u = u0 + static_cast<int>(threadIdx.x);
@@ -243,6 +218,186 @@ __global__ void __launch_bounds__(kWarps * 32)
             }
         }
     }
+}
+
+// x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
+// for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
+// lanes and share its max.
+template <int G>
+__device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride, uint32_t *xs,
+                                float *xsc) {
+    constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
+    const int ng = ne0 / G, units = nx * ng * UPG;
+    for (int u0 = 0; u0 < units; u0 += blockDim.x) {
+        const int u = u0 + static_cast<int>(threadIdx.x);
+        const bool ok = u < units;
+        const int m = u % UPG, rg = u / UPG; // rg = row·ng + group
+        float v[16] = {};
+        float amax = 0.0f;
+        if (ok) {
+            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rg / ng) * x_stride +
+                                                               (rg % ng) * G + 16 * m);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 f = __ldg(p + i);
+                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        if (ok) {
+            uint32_t *w = xs + (static_cast<size_t>(rg) * UPG + m) * 8;
+#pragma unroll
+            for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
+            if (m == 0) xsc[rg] = inv;
+        }
+    }
+}
+
+// One chunk's partial sums for lane (g, t), K-quants: the super-blocks first, first + step, ... of row g
+// (token xr) into rows 2t, 2t + 1.
+template <int TYPE>
+__device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                           const uint2 *xsum, const float *xsc, int nsb, int xr, bool tok,
+                                           int first, int step, int g, int t, float &acc0, float &acc1) {
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    for (int sb = first; sb < nsb; sb += step) {
+        uint32_t B[16][2], Bmin;
+        kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
+        const uint4 *xa = reinterpret_cast<const uint4 *>(
+            xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
+        // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+              cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
+            mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
+            mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
+        }
+        c[0] += c1[0], c[1] += c1[1];
+        const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
+        mma_f16(cm, s.x, s.y, Bmin, Bmin);
+        // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
+        const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
+        const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
+        const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
+        const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
+        const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
+        acc0 = fmaf(e, fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), acc0);
+        acc1 = fmaf(e, fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]), acc1);
+    }
+}
+
+// The same for the in-order types: groups first, first + step, ...; per MMA (Q6_K: sub-block) or pair of
+// MMAs (Q8_0, Q5_0: block) its scale in fp32, per group the x scale.
+template <int TYPE>
+__device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                            const float *xsc, int ne0, int xr, bool tok, int first, int step,
+                                            int g, int t, float &acc0, float &acc1) {
+    using Q = tc_inorder<TYPE>;
+    constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
+    const int ng = ne0 / G;
+    const uint8_t *r0 = st + (2 * t) * row_stride, *r1 = st + (2 * t + 1) * row_stride,
+                  *rg = st + g * row_stride;
+    auto half_at = [](const uint8_t *p) {
+        return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
+    };
+    for (int gi = first; gi < ng; gi += step) {
+        const uint2 *xa =
+            reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int b = 0; b < BPG; b++) {
+            const int blk = gi * BPG + b;
+            if (TYPE == TS_TYPE_Q6_K) { // 16 MMAs, each its sub-block's int8 scale; d once
+                float q0 = 0.0f, q1 = 0.0f;
+#pragma unroll
+                for (int m = 0; m < 16; m++) {
+                    uint32_t b01, b23;
+                    inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
+                    const uint2 a = tok ? xa[m * 4] : make_uint2(0u, 0u);
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_f16(c, a.x, a.y, b01, b23);
+                    q0 = fmaf(static_cast<float>(static_cast<int8_t>(r0[blk * Q::BS + 192 + m])), c[0], q0);
+                    q1 = fmaf(static_cast<float>(static_cast<int8_t>(r1[blk * Q::BS + 192 + m])), c[1], q1);
+                }
+                s0 = fmaf(half_at(r0 + blk * Q::BS + 208), q0, s0);
+                s1 = fmaf(half_at(r1 + blk * Q::BS + 208), q1, s1);
+            } else { // Q8_0, Q5_0: two MMAs a block, its d
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    uint32_t b01, b23;
+                    inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
+                    const uint2 a = tok ? xa[(2 * b + m) * 4] : make_uint2(0u, 0u);
+                    mma_f16(c, a.x, a.y, b01, b23);
+                }
+                s0 = fmaf(half_at(r0 + blk * Q::BS), c[0], s0);
+                s1 = fmaf(half_at(r1 + blk * Q::BS), c[1], s1);
+            }
+        }
+        const float e = tok ? xsc[xr * ng + gi] : 0.0f;
+        acc0 = fmaf(e, s0, acc0);
+        acc1 = fmaf(e, s1, acc1);
+    }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+template <int TYPE, class Chunks, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
+                   int64_t x_stride, int ns, int row_stride, uint32_t rb) {
+    extern __shared__ __align__(128) uint8_t sm[];
+    const int nsb = ne0 / kTcSuper;
+    const tc_layout L(kWarps, nx, ne0, ns, row_stride);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
+    float2 *red = reinterpret_cast<float2 *>(sm + L.red);
+    float *xsc = reinterpret_cast<float *>(sm + L.xsc);
+    uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
+    uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
+    uint8_t *stages = sm + L.stages;
+    const int n_mine = (n_chunks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                       static_cast<int>(gridDim.x);
+
+    pdl_trigger();
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; s++) mbar_init(&bars[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // thread 0: chunk j of this block into stage j % ns
+    auto issue = [&](int j) {
+        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
+        uint64_t *bar = &bars[j % ns];
+        if (k.bad) {
+            mbar_arrive(bar);
+            return;
+        }
+        mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
+        uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
+        if (row_stride ==
+            static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (8 rows) at once
+            bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
+        else
+            for (int r = 0; r < k.nr; r++)
+                bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
+    };
+    const bool after = ch.after_wait();
+    if (!after && threadIdx.x == 0)
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+    pdl_wait();
+    if (after && threadIdx.x == 0)
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+
+    if constexpr (tc_kind<TYPE>::kInorder)
+        stage_x_inorder<tc_kind<TYPE>::G>(x, nx, ne0, x_stride, xs, xsc);
+    else
+        stage_x_kquant(x, nx, nsb, x_stride, xs, xsum, xsc);
     __syncthreads();
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
@@ -254,32 +409,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         const bool tok = g < k.nt;
         const int xr = k.xrow + (tok ? g : 0);
         float acc0 = 0.0f, acc1 = 0.0f;
-        for (int sb = (warp + j) % kWarps; sb < nsb; sb += kWarps) {
-            uint32_t B[16][2], Bmin;
-            kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
-            const uint4 *xa = reinterpret_cast<const uint4 *>(
-                xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
-            // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
-                  cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
-                mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
-                mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
-            }
-            c[0] += c1[0], c[1] += c1[1];
-            const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
-            mma_f16(cm, s.x, s.y, Bmin, Bmin);
-            // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
-            const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
-            const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
-            const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
-            const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
-            const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
-            acc0 = fmaf(e, fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), acc0);
-            acc1 = fmaf(e, fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]), acc1);
-        }
+        if constexpr (tc_kind<TYPE>::kInorder)
+            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0,
+                              acc1);
+        else
+            dot_kquant<TYPE>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps, g, t,
+                             acc0, acc1);
         float2 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = make_float2(acc0, acc1);
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
@@ -327,11 +462,12 @@ int tc_max_per_sm() {
 // Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to
 // tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all of
 // its chunks in flight.
+// Rows whose bytes are not a multiple of 16 are staged as whole chunks of 8 back-to-back rows (row stride =
+// rb; the callers make sure every chunk is whole and starts 16-byte aligned).
 bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
-    const int nsb = ne0 / kTcSuper;
     p.warps = tc_warps();
-    p.row_stride = stage_row_stride(rb);
-    const size_t fixed = tc_layout(p.warps, nx, nsb, 0, p.row_stride).total,
+    p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
+    const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride).total,
                  slot = static_cast<size_t>(kTile) * p.row_stride;
     for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
@@ -343,7 +479,7 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
         if (p.ns > kMaxStages) p.ns = kMaxStages;
         if (p.ns > mine) p.ns = mine;
         if (p.ns < 2 && mine > 1) continue;
-        p.smem = tc_layout(p.warps, nx, nsb, p.ns, p.row_stride).total;
+        p.smem = tc_layout(p.warps, nx, ne0, p.ns, p.row_stride).total;
         return true;
     }
     return false;
@@ -390,11 +526,25 @@ int tc_gemv_min_tokens() {
     return t;
 }
 
-bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
-    if ((type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K) || ne0 <= 0 || ne0 % kTcSuper != 0 ||
-        ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024)
-        return false;
-    if (row_bytes != ts_row_size(type, ne0) || row_bytes % 16 != 0) return false;
+int tc_gemv_group(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_Q4_K:
+    case TS_TYPE_Q5_K:
+    case TS_TYPE_Q6_K:
+        return kTcSuper;
+    case TS_TYPE_Q8_0:
+    case TS_TYPE_Q5_0:
+        return 128;
+    default:
+        return 0;
+    }
+}
+
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
+    const int G = tc_gemv_group(type);
+    if (!G || ne0 <= 0 || ne0 % G != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024) return false;
+    if (row_bytes != ts_row_size(type, ne0)) return false;
+    if (row_bytes % 16 != 0 && !(whole_chunks && (kTile * row_bytes) % 16 == 0)) return false;
     tc_plan p;
     return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes, 1, p);
 }
@@ -409,6 +559,12 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
         return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
     case TS_TYPE_Q5_K:
         return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q6_K:
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q8_0:
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+    case TS_TYPE_Q5_0:
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
     default:
         return -1;
     }
@@ -424,6 +580,12 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
         return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
     case TS_TYPE_Q5_K:
         return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q6_K:
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q8_0:
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+    case TS_TYPE_Q5_0:
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
     default:
         return -1;
     }

@@ -32,9 +32,15 @@ struct tc_expert_job {
     float *y;
 };
 
+// The inputs that share one scale of x for this type (256 for Q4_K, Q5_K, Q6_K; 128 for Q8_0, Q5_0),
+// or 0 for a type the kernel does not take.
+int tc_gemv_group(uint32_t type);
+
 // Whether the kernel takes this product: T tokens (dense) or x rows (experts) of ne0 inputs of this
-// type; the x staging must fit in shared memory beside two weight stages.
-bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes);
+// type; the x staging must fit in shared memory beside two weight stages. Rows whose bytes are not a
+// multiple of 16 (Q8_0, Q5_0, Q6_K at some widths) only when whole_chunks: every 8 rows of the
+// product start at a multiple of 8 rows of a 16-byte aligned tensor.
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks);
 
 // y = W·x for T ≤ 8 tokens (w: the first row, row0 applied; rb bytes a row). 0, or -1 when the
 // launch failed.

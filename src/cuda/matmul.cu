@@ -760,20 +760,36 @@ int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_
 }
 
 // The tensor-core GEMV takes the product unless it is switched off or a test forces a SIMT variant.
-bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes) {
+bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
     return tc_gemv_enabled() && g_forced_rows_per_warp == 0 && g_x_shared &&
-           tc_gemv_takes(type, ne0, x_rows, row_bytes);
+           tc_gemv_takes(type, ne0, x_rows, row_bytes, whole_chunks);
+}
+
+// Whether every chunk of 8 rows of a dense product / an expert product is whole and starts at a
+// multiple of 8 rows (gemv_tc.h: rows that are not a multiple of 16 bytes).
+bool dense_whole_chunks(int64_t row0, int64_t n_out) {
+    return row0 % 8 == 0 && n_out % 8 == 0;
+}
+bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
+    return rows_per_expert % 8 == 0 && row_off % 8 == 0 && n_out % 8 == 0;
 }
 
 } // namespace
 
-extern "C" bool ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T) {
-    return T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() &&
-           tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0));
+extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0,
+                                           int64_t n_out) {
+    const bool tc =
+        T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() &&
+        tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0), dense_whole_chunks(row0, n_out));
+    return tc ? tc_gemv_group(type) : 0;
 }
 
-extern "C" bool ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows) {
-    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0));
+extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows,
+                                                   int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
+    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0),
+                      expert_whole_chunks(rows_per_expert, row_off, n_out))
+               ? tc_gemv_group(type)
+               : 0;
 }
 
 extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
@@ -866,8 +882,9 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
 
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
-    if (T >= tc_gemv_min_tokens() && tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT,
-                                                W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
+    if (T >= tc_gemv_min_tokens() &&
+        tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes,
+                   dense_whole_chunks(row0, n_out))) { // tensor cores, x in fp16 (gemv_tc.h)
         for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
             const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
             if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s))
@@ -1008,7 +1025,9 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
     const int64_t x_rows = (a.n_items + a.x_div - 1) / a.x_div;
-    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes)) { // tensor cores, x in fp16 (gemv_tc.h)
+    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes,
+                   expert_whole_chunks(ids_dev ? rows_per_expert : 8, row_off, n_out))) {
+        // tensor cores, x in fp16 (gemv_tc.h)
         const tc_expert_job j = {a.w0,       a.w1,
                                  a.rb,       a.ids,
                                  a.n_items,  a.rows_per_expert,

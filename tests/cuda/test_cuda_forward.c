@@ -116,7 +116,7 @@ static int32_t argmax(const float *x, int64_t n) {
 enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
 
 /* Bounds of the CPU comparisons. The CUDA products that take x in fp16 (the tensor-core GEMV,
- * ts_cuda_matmul_rounds_x: Q4_K and Q5_K with up to 15 rows) round each activation once by up to
+ * ts_cuda_matmul_rounds_x: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0 with up to 15 rows) round each activation once by up to
  * 2^-12; on the synthetic models, whose random routers flip experts at the slightest change, that
  * moves logits by up to ~1.1e-2 of max|logit| (measured on the CPU forward of mid4_q4_k with the same
  * rounding emulated in its Q4_K products: 1.1e-2 at worst, 7e-4 at the median position). Models
@@ -354,12 +354,14 @@ int main(int argc, char **argv) {
         rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].layout, path, sizeof path);
         ts_hparams_free(&hp);
         const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
+        const uint32_t ty = cases[i].type;
         const bool rounds =
-            !(tc && tc[0] == '0') && (cases[i].type == TS_TYPE_Q4_K || cases[i].type == TS_TYPE_Q5_K);
+            !(tc && tc[0] == '0') && (ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K ||
+                                      ty == TS_TYPE_Q8_0 || ty == TS_TYPE_Q5_0);
         g_resid_bound = rounds ? 2e-2 : 1e-4, g_logit_bound = rounds ? 2e-2 : 1e-4,
         g_ub_bound = rounds ? 2e-2 : 1e-5;
         if (rounds)
-            printf("%s: x rounded to fp16 in its Q4_K/Q5_K products: CPU and micro-batch bounds 2e-2\n",
+            printf("%s: x rounded to fp16 in its tensor-core products: CPU and micro-batch bounds 2e-2\n",
                    cases[i].name);
         if (!rc) check_model(cases[i].name, path);
         remove(path);

@@ -70,17 +70,18 @@ static void quantize_rows(void *ctx, int64_t i0, int64_t i1) {
 }
 
 /* x as the tensor-core GEMV rounds it (ts_cuda_matmul_rounds_x, src/cuda/gemv_tc.cuh): per token and
- * 256-input super-block, fp16 of x·2^s with max|x| scaled into [2^14, 2^15), times 2^-s. */
-static void round_x_like_tc(const float *x, int64_t T, int64_t ne0, float *out) {
-    for (int64_t b = 0; b < T * ne0; b += 256) {
+ * group of G inputs (256, or 128 for Q8_0 and Q5_0), fp16 of x·2^s with max|x| scaled into [2^14, 2^15),
+ * times 2^-s. */
+static void round_x_like_tc(const float *x, int64_t T, int64_t ne0, int64_t G, float *out) {
+    for (int64_t b = 0; b < T * ne0; b += G) {
         float amax = 0;
-        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[b + i]));
         uint32_t bits;
         memcpy(&bits, &amax, sizeof bits);
         int e = (int)((bits >> 23) & 0xFF);
         e = e < 15 ? 15 : e > 254 ? 254 : e;
         const float scale = ldexpf(1.0f, 141 - e), inv = ldexpf(1.0f, e - 141);
-        for (int i = 0; i < 256; i++) out[b + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[b + i] * scale)) * inv;
+        for (int i = 0; i < G; i++) out[b + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[b + i] * scale)) * inv;
     }
 }
 
@@ -188,10 +189,10 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
         for (int64_t i = 0; i < T * c->ne0; i++) x[i] = (float)rng_gauss(&r);
 
         /* the reference of the tensor-core path rounds x as it does ("auto" variant only) */
-        const int rounds = ts_cuda_matmul_rounds_x(type, c->ne0, T);
+        const int64_t group = ts_cuda_matmul_rounds_x(type, c->ne0, T, c->row0, c->n_out);
         float *xr = malloc((size_t)(T * c->ne0) * sizeof *xr);
-        if (rounds)
-            round_x_like_tc(x, T, c->ne0, xr);
+        if (group)
+            round_x_like_tc(x, T, c->ne0, group, xr);
         else
             memcpy(xr, x, (size_t)(T * c->ne0) * sizeof *xr);
         float *y_cpu_r = malloc((size_t)(T * c->n_out) * sizeof *y_cpu_r);
@@ -210,7 +211,7 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
             if (v > 0)
                 snprintf(vname, sizeof vname, "R=%d", v);
             else
-                snprintf(vname, sizeof vname, "%s", v == 0 ? (rounds ? "tc" : "auto") : "x-L1");
+                snprintf(vname, sizeof vname, "%s", v == 0 ? (group ? "tc" : "auto") : "x-L1");
             TS_CUDA_CHECK(cudaMemset(y_dev, 0xFF, (size_t)(T * c->n_out) * sizeof(float))); /* NaN poison */
             ts_cuda_matmul_force_rows_per_warp(v > 0 ? v : 0);
             ts_cuda_matmul_allow_x_shared(v >= 0);
@@ -223,7 +224,7 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
 
             double worst_cpu = 0, worst_ref = 0;
             int64_t bad = 0, first_bad = -1;
-            const float *cpu = (v == 0 && rounds) ? y_cpu_r : y_cpu;
+            const float *cpu = (v == 0 && group) ? y_cpu_r : y_cpu;
             for (int64_t i = 0; i < T * c->n_out; i++) {
                 const double m = mag[i] > 0 ? mag[i] : 1e-30;
                 const double ec = fabs((double)y_gpu[i] - (double)cpu[i]) / m;
@@ -308,9 +309,10 @@ static int run_experts_case(uint64_t seed, int x_div) {
     ids[3] = -1, ids[7] = 99;
     float *x = malloc((size_t)(nx * ne0) * sizeof *x), *xr = malloc((size_t)(nx * ne0) * sizeof *xr);
     for (int64_t i = 0; i < nx * ne0; i++) x[i] = (float)rng_gauss(&r);
-    const int rounds = ts_cuda_matmul_experts_rounds_x(type, ne0, nx);
+    const int64_t group = ts_cuda_matmul_experts_rounds_x(type, ne0, nx, rpe, 0, n_out);
+    const int rounds = group != 0;
     if (rounds)
-        round_x_like_tc(x, nx, ne0, xr);
+        round_x_like_tc(x, nx, ne0, group, xr);
     else
         memcpy(xr, x, (size_t)(nx * ne0) * sizeof *xr);
     float *x_d, *y_d;
