@@ -277,16 +277,16 @@ static void check_model(const char *name, const char *path) {
     /* 6: a session's state copied (ts_session_copy) and through a snapshot (ts_session_snapshot, then
      * ts_session_restore into a session of a larger context: another layout) continues as the original */
     {
-        char err[1024];
+        char e6[1024];
         ts_session *o = session(m, n_ctx, UB, TS_BACKEND_CUDA), *c = session(m, n_ctx, UB, TS_BACKEND_CUDA),
                    *r = session(m, n_ctx + 64, UB, TS_BACKEND_CUDA);
         ts_snapshot *snap = NULL;
         float *lo = malloc((size_t)3 * V * sizeof(float));
         double dc = 0, dr = 0;
         if (o && c && r && lo && !eval(o, ids, 150, lo, false)) {
-            if (ts_session_copy(c, o, err, sizeof err) || ts_session_snapshot(o, &snap, err, sizeof err) ||
-                ts_session_restore(r, snap, err, sizeof err)) {
-                printf("  FAIL: copy or snapshot: %s\n", err);
+            if (ts_session_copy(c, o, e6, sizeof e6) || ts_session_snapshot(o, &snap, e6, sizeof e6) ||
+                ts_session_restore(r, snap, e6, sizeof e6)) {
+                printf("  FAIL: copy or snapshot: %s\n", e6);
                 failures++;
             } else {
                 int32_t t = argmax(lo, V);
