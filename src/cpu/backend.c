@@ -126,12 +126,14 @@ static size_t cpu_snapshot_bytes(const void *p) {
     return snapshot_size(q, q->st.pos);
 }
 
-static void cpu_snapshot_save(const void *p, void *data) {
+static int cpu_snapshot_save(const void *p, void *data, char *err, size_t errlen) {
+    (void)err, (void)errlen;
     const cpu_seq *q = p;
     memcpy(data, q->st.ple_ctx, sizeof q->st.ple_ctx);
     pack_ctx c = {.buf = data, .n = sizeof q->st.ple_ctx, .out = true};
     ts_seq_state_regions((ts_seq_state *)&q->st, q->m, q->st.pos, pack_region,
                          &c); /* the regions are only read */
+    return 0;
 }
 
 static int cpu_snapshot_load(void *p, const void *data, size_t bytes, int64_t pos, char *err, size_t errlen) {

@@ -60,6 +60,20 @@ static size_t cuda_seq_bytes(const void *p) {
     return ts_cuda_seq_bytes(((const cuda_seq *)p)->q);
 }
 
+static int cuda_seq_copy(void *dst, const void *src, char *err, size_t errlen) {
+    return ts_cuda_seq_copy(((cuda_seq *)dst)->q, ((const cuda_seq *)src)->q, err, errlen);
+}
+static size_t cuda_snapshot_bytes(const void *p) {
+    return ts_cuda_seq_snapshot_bytes(((const cuda_seq *)p)->q);
+}
+static int cuda_snapshot_save(const void *p, void *data, char *err, size_t errlen) {
+    return ts_cuda_seq_snapshot_save(((const cuda_seq *)p)->q, data, err, errlen);
+}
+static int cuda_snapshot_load(void *p, const void *data, size_t bytes, int64_t pos, char *err,
+                              size_t errlen) {
+    return ts_cuda_seq_snapshot_load(((cuda_seq *)p)->q, data, bytes, pos, err, errlen);
+}
+
 static int64_t cuda_max_rows(const void *ctx, const void *p) {
     (void)p;
     return ts_cuda_ctx_max_rows(ctx);
@@ -106,8 +120,11 @@ const ts_backend_ops ts_cuda_backend = {
     .info = cuda_info,
     .bandwidth = cuda_bandwidth,
     .profile_step = cuda_profile_step,
+    .seq_copy = cuda_seq_copy,
+    .snapshot_bytes = cuda_snapshot_bytes,
+    .snapshot_save = cuda_snapshot_save,
+    .snapshot_load = cuda_snapshot_load,
     .needs_plan = true,
-    /* seq_copy, snapshots: not implemented on the GPU yet (NULL: the engine refuses them) */
 };
 
 ts_cuda_seq *ts_session_cuda_seq(ts_session *s) {

@@ -907,6 +907,103 @@ extern "C" size_t ts_cuda_seq_bytes(const ts_cuda_seq *q) {
     return q->bytes;
 }
 
+// ---- copies and snapshots of a sequence's state ------------------------------------------------
+//
+// What a sequence at position pos holds, region by region in ts_cuda_seq_new's order: the QSA keys,
+// values and raw indexer keys of positions 0 .. pos − 1, the pooled block keys of blocks 0 .. pos / B,
+// and the GDN convolution history and recurrent state, the PLE convolution history and n-gram
+// context whole. visit(kind, layer, bytes) for each; the pointers come from each sequence's table.
+template <class F> void used_regions(const ts_hparams *hp, int64_t pos, F visit) {
+    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (hp->kind[l] == TS_LAYER_QSA) {
+            visit(TS_CUDA_K, l, (size_t)(pos * kvw) * 4);
+            visit(TS_CUDA_V, l, (size_t)(pos * kvw) * 4);
+            visit(TS_CUDA_IDX_RAW, l, (size_t)(pos * hp->idx_head_dim) * 4);
+            visit(TS_CUDA_IDX_BLK, l, (size_t)((pos / hp->compress + 1) * hp->idx_head_dim) * 4);
+        } else {
+            visit(TS_CUDA_CONV, l, (size_t)((hp->ssm_conv - 1) * cd) * 4);
+            visit(TS_CUDA_SSM, l, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+        }
+    }
+    if (hp->ple_layer >= 0) {
+        visit(TS_CUDA_PLE_CONV, (uint32_t)hp->ple_layer,
+              (size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4);
+        visit(TS_CUDA_PLE_CTX, (uint32_t)hp->ple_layer, (size_t)TS_MAX_NGRAM * 4);
+    }
+}
+
+void *region(const ts_cuda_seq *q, int kind, uint32_t l) {
+    return q->ptr[(size_t)l * TS_CUDA_STATE_KINDS + kind];
+}
+
+size_t snapshot_size(const ts_hparams *hp, int64_t pos) {
+    size_t n = 0;
+    used_regions(hp, pos, [&](int, uint32_t, size_t bytes) { n += bytes; });
+    return n;
+}
+
+// Copies the used regions between two sequences or a sequence and host bytes (one of the three
+// pointers set), on the context's stream, then waits for them. dst's state is zeroed first.
+int copy_state(ts_cuda_seq *dst, const ts_cuda_seq *src, void *host_out, const void *host_in, int64_t pos,
+               char *err, size_t errlen) {
+    ts_cuda_ctx *c = (dst ? dst : src)->c;
+    const ts_hparams *hp = &c->m->hp;
+    pthread_mutex_lock(&c->mu);
+    cudaError_t e = dst ? cudaMemsetAsync(dst->mem, 0, dst->bytes, c->stream) : cudaSuccess;
+    size_t off = 0;
+    used_regions(hp, pos, [&](int kind, uint32_t l, size_t bytes) {
+        if (e != cudaSuccess || !bytes) return;
+        if (dst && src)
+            e = cudaMemcpyAsync(region(dst, kind, l), region(src, kind, l), bytes, cudaMemcpyDeviceToDevice,
+                                c->stream);
+        else if (dst)
+            e = cudaMemcpyAsync(region(dst, kind, l), (const uint8_t *)host_in + off, bytes,
+                                cudaMemcpyHostToDevice, c->stream);
+        else
+            e = cudaMemcpyAsync((uint8_t *)host_out + off, region(src, kind, l), bytes,
+                                cudaMemcpyDeviceToHost, c->stream);
+        off += bytes;
+    });
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); // host buffers are the caller's
+    pthread_mutex_unlock(&c->mu);
+    if (e != cudaSuccess) return cuda_err(err, errlen, "copying a sequence's state", e);
+    if (dst) dst->pos = pos;
+    return 0;
+}
+
+extern "C" int ts_cuda_seq_copy(ts_cuda_seq *dst, const ts_cuda_seq *src, char *err, size_t errlen) {
+    if (dst->c != src->c)
+        return ts_errf(err, errlen, "a CUDA sequence can only be copied within its context");
+    if (src->pos > dst->n_ctx)
+        return ts_errf(err, errlen,
+                       "the copy holds %" PRId64 " tokens, more than the %" PRId64 " of the sequence",
+                       src->pos, dst->n_ctx);
+    return copy_state(dst, src, nullptr, nullptr, src->pos, err, errlen);
+}
+
+extern "C" size_t ts_cuda_seq_snapshot_bytes(const ts_cuda_seq *q) {
+    return snapshot_size(&q->c->m->hp, q->pos);
+}
+
+extern "C" int ts_cuda_seq_snapshot_save(const ts_cuda_seq *q, void *data, char *err, size_t errlen) {
+    return copy_state(nullptr, q, data, nullptr, q->pos, err, errlen);
+}
+
+extern "C" int ts_cuda_seq_snapshot_load(ts_cuda_seq *q, const void *data, size_t bytes, int64_t pos,
+                                         char *err, size_t errlen) {
+    const size_t want = pos >= 0 && pos <= q->n_ctx ? snapshot_size(&q->c->m->hp, pos) : 0;
+    if (pos < 0 || pos > q->n_ctx || bytes != want)
+        return ts_errf(err, errlen,
+                       "the snapshot holds %zu bytes of state at position %" PRId64
+                       ", which a sequence of %" PRId64
+                       " tokens of this model on the CUDA backend cannot take "
+                       "(%zu bytes): it was saved from another model or backend, or it is damaged",
+                       bytes, pos, q->n_ctx, want);
+    return copy_state(q, nullptr, nullptr, data, pos, err, errlen);
+}
+
 // ---- the forward --------------------------------------------------------------------------------
 
 namespace {

@@ -57,6 +57,15 @@ int ts_cuda_seq_reset(ts_cuda_seq *q, char *err, size_t errlen); /* back to an e
 int64_t ts_cuda_seq_pos(const ts_cuda_seq *q);
 int64_t ts_cuda_seq_n_ctx(const ts_cuda_seq *q);
 size_t ts_cuda_seq_bytes(const ts_cuda_seq *q);
+/* Copies of a sequence's state: the regions its position uses (caches up to the position, the
+ * recurrent, convolution and n-gram states whole). dst := src within one context (src's tokens fit
+ * dst); snapshot bytes for the sequence at its position, written to host memory, and loaded back into
+ * a sequence (bytes and pos checked against this model's layout). Each waits for its copies. */
+int ts_cuda_seq_copy(ts_cuda_seq *dst, const ts_cuda_seq *src, char *err, size_t errlen);
+size_t ts_cuda_seq_snapshot_bytes(const ts_cuda_seq *q);
+int ts_cuda_seq_snapshot_save(const ts_cuda_seq *q, void *data, char *err, size_t errlen);
+int ts_cuda_seq_snapshot_load(ts_cuda_seq *q, const void *data, size_t bytes, int64_t pos, char *err,
+                              size_t errlen);
 
 /* One batched step: sequence i consumes ids[i][0..n[i]) at its next positions. logits[i] (may be
  * NULL, and logits itself may be NULL) receives the last token's V logits, or n[i] × V when

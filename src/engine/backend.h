@@ -54,7 +54,7 @@ typedef struct ts_backend_ops {
      * snapshot_save; snapshot_load(seq, data, bytes, pos) makes seq hold them (pos ≤ its n_ctx, the
      * engine checked it; a size that does not fit the model is refused). NULL: not implemented. */
     size_t (*snapshot_bytes)(const void *seq);
-    void (*snapshot_save)(const void *seq, void *data);
+    int (*snapshot_save)(const void *seq, void *data, char *err, size_t errlen);
     int (*snapshot_load)(void *seq, const void *data, size_t bytes, int64_t pos, char *err, size_t errlen);
     /* Runs the micro-batch (hosted by `host`, one of the context's sequences, whose workspaces the
      * CPU backend uses) and advances its sequences. Writes the logits the tables ask for. */

@@ -53,7 +53,10 @@ int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_
                           .pos = ts_session_pos(s),
                           .n = n,
                           .data = buf};
-    be->snapshot_save(seq, buf);
+    if (be->snapshot_save(seq, buf, err, errlen)) {
+        free(snap), free(buf);
+        return -1;
+    }
     *out = snap;
     return 0;
 }

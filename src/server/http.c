@@ -791,13 +791,6 @@ static enum MHD_Result handle_generate(req *q, ts_api_kind kind) {
                     S->o->n_slots);
         goto refuse;
     }
-    if (r.n_choices > 1 && S->o->backend != TS_BACKEND_CPU) {
-        ts_api_fail(&e, 400, "invalid_request_error", "unsupported_parameter", "n",
-                    "n > 1 is not supported on the CUDA backend yet (the choices share the prompt's state, "
-                    "which it cannot copy): send %d requests",
-                    r.n_choices);
-        goto refuse;
-    }
     if (kind != TS_API_CHAT) {
         if (!(q->co = calloc((size_t)r.n_choices, sizeof *q->co))) {
             ts_api_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");

@@ -205,13 +205,6 @@ ts_job *ts_sched_submit(ts_sched *s, const ts_job_params *jp, bool *busy, char *
     j->think_budget = jp->think_budget;
     j->n_choices = jp->n_choices > 0 ? jp->n_choices : 1;
     j->logprobs = jp->logprobs < 0 ? -1 : jp->logprobs;
-    if (j->n_choices > 1 && s->p.backend != TS_BACKEND_CPU) {
-        ts_grammar_free(grammar);
-        free(j);
-        return ts_errf(err, errlen,
-                       "n > 1 needs a copy of the prompt's state, which the CUDA backend cannot make yet"),
-               NULL;
-    }
     {
         char e2[200];
         if (ts_sampler_check(&jp->sp, e2, sizeof e2)) {

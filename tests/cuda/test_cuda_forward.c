@@ -10,7 +10,8 @@
  *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (1e-5);
  *   (1-3 within 2e-2 where the tensor-core GEMV rounds x: g_resid_bound below says why);
  *   4. graph replay equal to eager execution over greedy decode steps;
- *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone.
+ *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone;
+ *   6. a copied session and one restored from a snapshot continue as the original.
  * The sparse-attention regime is reached by the tiny configs (budget 16 tokens: sparse from
  * position 19 of 200). The golden fixtures against transformers run in tests/cuda/golden_cuda.sh.
  *
@@ -271,6 +272,41 @@ static void check_model(const char *name, const char *path) {
         CHECK(bd <= 1e-5, "batched decode differs from decoding alone by %.3g", bd);
         for (int i = 0; i < N_SEQ; i++) ts_session_free(b[i]), ts_session_free(a[i]), free(lb[i]);
         free(la);
+    }
+
+    /* 6: a session's state copied (ts_session_copy) and through a snapshot (ts_session_snapshot, then
+     * ts_session_restore into a session of a larger context: another layout) continues as the original */
+    {
+        char e6[1024];
+        ts_session *o = session(m, n_ctx, UB, TS_BACKEND_CUDA), *c = session(m, n_ctx, UB, TS_BACKEND_CUDA),
+                   *r = session(m, n_ctx + 64, UB, TS_BACKEND_CUDA);
+        ts_snapshot *snap = NULL;
+        float *lo = malloc((size_t)3 * V * sizeof(float));
+        double dc = 0, dr = 0;
+        if (o && c && r && lo && !eval(o, ids, 150, lo, false)) {
+            if (ts_session_copy(c, o, e6, sizeof e6) || ts_session_snapshot(o, &snap, e6, sizeof e6) ||
+                ts_session_restore(r, snap, e6, sizeof e6)) {
+                printf("  FAIL: copy or snapshot: %s\n", e6);
+                failures++;
+            } else {
+                int32_t t = argmax(lo, V);
+                for (int k = 0; k < N_DECODE; k++) {
+                    if (eval(o, &t, 1, lo, false) || eval(c, &t, 1, lo + V, false) ||
+                        eval(r, &t, 1, lo + 2 * V, false))
+                        break;
+                    dc = fmax(dc, rel_diff(lo + V, lo, V)), dr = fmax(dr, rel_diff(lo + 2 * V, lo, V));
+                    t = argmax(lo, V);
+                }
+            }
+        }
+        printf("  copied / restored session vs the original over %d decode steps: max|d| = %.2e / %.2e of "
+               "max|logit|\n",
+               N_DECODE, dc, dr);
+        CHECK(dc == 0, "a copied session differs from the original by %.3g", dc);
+        CHECK(dr <= 1e-6, "a restored session differs from the original by %.3g", dr);
+        ts_snapshot_free(snap);
+        ts_session_free(o), ts_session_free(c), ts_session_free(r);
+        free(lo);
     }
 
 out:
