@@ -6,20 +6,23 @@
 #   tar xJf .device.tar.xz && LD_LIBRARY_PATH=.device/lib .device/turbospark ...
 #
 #   scripts/device_bundle.sh            (from the repository root; arch 90a unless TS_CUDA_ARCH=...)
+# TS_DEVICE_DIR=.device-x names the folder and the archive ($TS_DEVICE_DIR.tar.xz), so that two builds
+# (a branch beside main) can travel in one device call.
 set -euo pipefail
 arch=${TS_CUDA_ARCH:-90a}
+dev=${TS_DEVICE_DIR:-.device}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
 cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul bench_cuda_matmul
-rm -rf .device
-mkdir -p .device/lib
+rm -rf "$dev"
+mkdir -p "$dev/lib"
 cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul \
-   build-dev/tests/bench_cuda_matmul .device/
-strip .device/turbospark .device/test_cuda_* .device/bench_cuda_matmul
-for lib in $(ldd .device/turbospark .device/test_cuda_forward | awk '/=>/ {print $3}' | sort -u); do
+   build-dev/tests/bench_cuda_matmul "$dev/"
+strip "$dev/turbospark" "$dev"/test_cuda_* "$dev/bench_cuda_matmul"
+for lib in $(ldd "$dev/turbospark" "$dev/test_cuda_forward" | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$lib") in
     libc.so*|libm.so*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcuda.so*|libstdc++*|libgcc_s*) ;;
-    *) cp -L "$lib" .device/lib/ ;;
+    *) cp -L "$lib" "$dev/lib/" ;;
   esac
 done
-XZ_OPT=-9 tar cJf .device.tar.xz .device
-du -sh .device .device.tar.xz
+XZ_OPT=-9 tar cJf "$dev.tar.xz" "$dev"
+du -sh "$dev" "$dev.tar.xz"

@@ -10,19 +10,22 @@
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
 # Logs go under $OUT/check (the device tool brings them back).
+# TS_DEVICE_DIR=.device-x runs the build that scripts/device_bundle.sh packed under that name.
 set -u
-tar xJf .device.tar.xz && export LD_LIBRARY_PATH=$PWD/.device/lib
-B=.device/turbospark
-out=${OUT:-/tmp}/check
+D=${TS_DEVICE_DIR:-.device}
+[ -x $D/turbospark ] || tar xJf $D.tar.xz
+export LD_LIBRARY_PATH=$PWD/$D/lib
+B=$D/turbospark
+out=${OUT:-/tmp}/check$([ $D = .device ] || echo "-${D#.device-}")
 mkdir -p "$out"
 rel=/tmp/rel.gguf
 case "${1:-gate}" in
 gate)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
-  (timeout 150 .device/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
+  (timeout 150 $D/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
   echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
   for tc in ${GATE_TC:-1 0}; do
-    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 .device/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
+    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 $D/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
     echo "fwd TURBOSPARK_CUDA_GEMV_TC=$tc rc=$?"; grep -E "FAIL|passed|x rounded|logits:|micro|together" "$out/fwd$tc.txt" | head -40
   done
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 200 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
@@ -36,7 +39,7 @@ bench)
     TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
       -b $([ $tc = 1 ] && echo 1,8,64 || echo 1) --ctx 1 -r 2 2> "$out/bench$tc.err" | tee "$out/bench$tc.txt" | grep -E "tg|block|total|GDN|MoE|QSA|hyper"
   done
-  (timeout 120 .device/bench_cuda_matmul 20) > "$out/gemv.txt" 2>&1; grep -E "^q4_K|copy|Q4_K" "$out/gemv.txt" | head
+  (timeout 120 $D/bench_cuda_matmul 20) > "$out/gemv.txt" 2>&1; grep -E "^q4_K|copy|Q4_K" "$out/gemv.txt" | head
   if [ "${2:-}" = ncu ]; then
     timeout 300 ncu --clock-control none --profile-from-start off --csv --log-file "$out/ncu.csv" \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
@@ -61,7 +64,7 @@ sweep)
     set -- $cfg
     echo "== GEMV_TC=$1 TC_WARPS=$2 TC_PER_SM=$3"
     export TURBOSPARK_CUDA_GEMV_TC=$1 TURBOSPARK_TC_WARPS=$2 TURBOSPARK_TC_PER_SM=$3
-    (timeout 100 .device/bench_cuda_matmul 10 q4_K q5_K) 2>&1 | grep -E "^(q4_K|q5_K)|copy" | head -8
+    (timeout 100 $D/bench_cuda_matmul 10 q4_K q5_K) 2>&1 | grep -E "^(q4_K|q5_K)|copy" | head -8
     timeout 100 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 --ctx 1 -r 2 2>/dev/null | grep -E "tg"
   done
   unset TURBOSPARK_CUDA_GEMV_TC TURBOSPARK_TC_WARPS TURBOSPARK_TC_PER_SM
