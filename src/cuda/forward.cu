@@ -382,6 +382,8 @@ size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
                               gu,
                               N * k * H,
                               N,
+                              /* route_count */ N,
+                              /* hc_ss */ N * C * ((H + 255) / 256),
                               N * NE,
                               N * H,
                               /* Rsel, xsel, logits */ N * W,
@@ -456,7 +458,8 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     w.ik = (float *)take(N * hp->idx_head_dim);
     w.att = (float *)take(N * nh * hd), w.router = (float *)take(N * E), w.topk_id = (int32_t *)take(N * k);
     w.topk_w = (float *)take(N * k), w.gu = (float *)take(gu), w.eo = (float *)take(N * k * H),
-    w.sg = (float *)take(N);
+    w.sg = (float *)take(N), w.route_count = (unsigned *)take(N),
+    w.hc_ss = (float *)take(N * C * ((H + 255) / 256));
     w.emb = (float *)take(N * NE), w.pv = (float *)take(N * H);
     c->Rsel = (float *)take(N * W), c->xsel = (float *)take(N * H);
     c->logits = (float *)take((N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab);
@@ -464,6 +467,8 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     w.scratch_bytes = bytes - (size_t)(p - (uint8_t *)c->work_mem);
     c->scratch_ctx = ctx;
     c->b.max_ctx = ctx;
+    if (cudaMemset(w.route_count, 0, (size_t)N * sizeof(unsigned)) != cudaSuccess)
+        return ts_errf(err, errlen, "could not clear the router's block counters on the GPU");
     for (int64_t i = 0; i <= N; i++) // graphs captured with the old buffers are stale
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]), c->graphs[i] = nullptr, c->warm[i] = false;
     return 0;
@@ -537,7 +542,7 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, L->hc_ffn.norm, s))
+            if (ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, &L->hc_ffn, s))
                 return "a hyper-connection write";
         }
         trace(c, (int)l, 0);
@@ -556,9 +561,8 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (normed
-                    ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, c->cm.layers[l + 1].hc_attn.norm, s)
-                    : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
+            if (normed ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, &c->cm.layers[l + 1].hc_attn, s)
+                       : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
                 return "a hyper-connection write";
         }
         trace(c, (int)l, 1);

@@ -108,6 +108,55 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) Xs[i] = (Rs[i] * rs) * gs[i];
 }
 
+// The write for the fused read (N ≤ kFusedMaxRows): R_s += y ⊙ inj_s as above, but one block a slice of
+// kThreads elements of every stream (grid ⌈H / kThreads⌉ × N), so the block output y (or the MoE combine)
+// is computed once for all C streams and the row is spread over many SMs. The norm is left to the
+// read: xg_s = R_s ⊙ g_s → xn and the slice's Σ R_s² → ss[t][slice][s]; hc_up_mix_kernel scales the
+// split products and Xn by rs_s = 1 / sqrt(Σ_slices ss / H + eps) (the products are linear in Xn_s).
+constexpr int kMaxStreams = 8;
+
+__global__ void __launch_bounds__(kThreads)
+    hc_write_ss_kernel(float *__restrict__ R, const float *__restrict__ y, const float *__restrict__ inj,
+                       int64_t H, int C, const float *__restrict__ g, float *__restrict__ xg,
+                       float *__restrict__ ss, moe_parts m) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t t = blockIdx.y, i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, W = C * H;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float sq[kMaxStreams];
+    if (i < H) {
+        const float yv =
+            m.eo ? ts_dmoe_combine(y[t * H + i], m.sg[t], m.eo + t * m.k * H + i, H, m.tw + t * m.k, m.k)
+                 : y[t * H + i];
+#pragma unroll
+        for (int c = 0; c < kMaxStreams; c++) {
+            if (c >= C) break;
+            float *r = R + t * W + c * H + i;
+            const float v = *r + yv * inj[t * C + c];
+            *r = v;
+            xg[t * W + c * H + i] = v * g[c * H + i];
+            sq[c] = v * v;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < kMaxStreams; c++) sq[c] = 0.0f;
+    }
+    __shared__ float part[kThreads / 32][kMaxStreams];
+#pragma unroll
+    for (int c = 0; c < kMaxStreams; c++) {
+        if (c >= C) break;
+        float v = sq[c];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) part[warp][c] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < C) {
+        float v = 0.0f;
+        for (int wi = 0; wi < kThreads / 32; wi++) v += part[wi][threadIdx.x];
+        ss[(t * gridDim.x + blockIdx.x) * C + threadIdx.x] = v;
+    }
+}
+
 // x[t, i] = (Σ_c σ(M[t, c·H + i]) · Xn[t, c·H + i]) / C, one thread per (t, i).
 __global__ void hc_mix_kernel(const float *__restrict__ M, const float *__restrict__ Xn, int64_t N, int64_t H,
                               int64_t C, float *__restrict__ x) {
@@ -164,7 +213,8 @@ template <int TYPE>
 __global__ void __launch_bounds__(kThreads)
     hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
                      const float *__restrict__ P, int np, int N, const float *__restrict__ xn,
-                     float *__restrict__ x, float *__restrict__ inj) {
+                     float *__restrict__ x, float *__restrict__ inj, const float *__restrict__ ss, int nss,
+                     float eps) {
     using Q = qtype<TYPE>;
     extern __shared__ __align__(16) uint8_t smem[];
     const int t = static_cast<int>(blockIdx.y), i0 = static_cast<int>(blockIdx.x) * IB, ni = min(IB, H - i0);
@@ -186,6 +236,15 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
     pdl_wait();
 
+    // rs_q: 1 when xn holds Xn, else (after hc_write_ss_kernel) the norm's scale from the partial sums
+    __shared__ float rs[kMaxStreams];
+    if (tid < C) {
+        float a = 0.0f;
+        for (int q = 0; ss && q < nss; q++) a += ss[(static_cast<size_t>(t) * nss + q) * C + tid];
+        rs[tid] = ss ? 1.0f / sqrtf(a / static_cast<float>(H) + eps) : 1.0f;
+    }
+    __syncthreads();
+
     // lr (swizzled as unit_dot reads it) and, block 0, the inject weights
     const size_t qs = static_cast<size_t>(N) * np;
     const float *Pt = P + static_cast<size_t>(t) * np;
@@ -194,15 +253,15 @@ __global__ void __launch_bounds__(kThreads)
         float v[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float a = Pt[4 * f + e];
-            for (int q = 1; q < C; q++) a += Pt[q * qs + 4 * f + e];
+            float a = Pt[4 * f + e] * rs[0];
+            for (int q = 1; q < C; q++) a += Pt[q * qs + 4 * f + e] * rs[q];
             v[e] = ts_dsilu(a / fc);
         }
         xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = make_float4(v[0], v[1], v[2], v[3]);
     }
     if (inj && blockIdx.x == 0 && tid < C) {
-        float a = Pt[r + tid];
-        for (int q = 1; q < C; q++) a += Pt[q * qs + r + tid];
+        float a = Pt[r + tid] * rs[0];
+        for (int q = 1; q < C; q++) a += Pt[q * qs + r + tid] * rs[q];
         inj[static_cast<size_t>(t) * C + tid] = 2.0f * ts_dsigmoid(a / fc);
     }
     cp_async_wait<0>();
@@ -229,70 +288,96 @@ __global__ void __launch_bounds__(kThreads)
             const float *pr = part + (c * ni + il) * upr;
             float m = 0.0f;
             for (int u = 0; u < upr; u++) m += pr[u];
-            s += ts_dsigmoid(m) * Xt[static_cast<size_t>(c) * H];
+            s += ts_dsigmoid(m) * (Xt[static_cast<size_t>(c) * H] * rs[c]);
         }
         x[static_cast<size_t>(t) * H + i0 + il] = s / fc;
     }
 }
 
-// The fused read (see above), or 1 when the shapes or types do not allow it (nothing enqueued).
+// The fused read's kernel and block shape for this read, or nullptr when the shapes or types do not
+// allow it (N > kFusedMaxRows, a tensor missing or not block-quantized, too little shared memory).
+using up_mix_fn = void (*)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int,
+                           const float *, float *, float *, const float *, int, float);
+struct fused_shape {
+    up_mix_fn kernel;
+    int nb, IB;
+    size_t smem;
+};
+
+fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, bool with_inj) {
+    const fused_shape none = {nullptr, 0, 0, 0};
+    const ts_hparams *hp = w->hp;
+    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const ts_cuda_tensor *D = with_inj ? &hc->down_inject : &hc->down;
+    const ts_cuda_tensor &U = hc->up;
+    const int64_t np = with_inj ? r + C : r;
+    if (N > kFusedMaxRows || C > kMaxStreams || !D->data || D->ne0 != W || D->rows < np || !U.data ||
+        U.ne0 != r || U.rows < W || r % 4 != 0 || C * np > W)
+        return none;
+    const ts_type_traits *tr = ts_type_get(U.type);
+    if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r))
+        return none;
+    fused_shape f = {nullptr, static_cast<int>(r / tr->block_size), kFusedMaxIB, 0};
+    const int upr = f.nb * (tr->block_size / 32);
+    while (f.IB > 1 && up_mix_smem(r, C, f.IB, U.row_bytes, upr) > kFusedSmemBudget) f.IB /= 2;
+    f.smem = up_mix_smem(r, C, f.IB, U.row_bytes, upr);
+    if (f.smem > kFusedSmemBudget) return none;
+    switch (U.type) {
+    case TS_TYPE_Q8_0:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>;
+        break;
+    case TS_TYPE_Q4_0:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>;
+        break;
+    case TS_TYPE_Q5_0:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>;
+        break;
+    case TS_TYPE_Q5_1:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>;
+        break;
+    case TS_TYPE_IQ4_NL:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>;
+        break;
+    case TS_TYPE_Q4_K:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>;
+        break;
+    case TS_TYPE_Q5_K:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>;
+        break;
+    case TS_TYPE_Q6_K:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
+        break;
+    default:
+        return none;
+    }
+    return f;
+}
+
+// Slices of hc_write_ss_kernel: partial sums a row and stream.
+int64_t write_slices(const ts_hparams *hp) {
+    return (hp->n_embd + kThreads - 1) / kThreads;
+}
+
+// The fused read (see above), or 1 when hc_fused_shape refuses it (nothing enqueued). With
+// w->xn_unnormed, w->xn holds R ⊙ g and w->hc_ss the partial sums of hc_write_ss_kernel.
 int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const fused_shape f = hc_fused_shape(w, hc, N, inj != nullptr);
+    if (!f.kernel) return 1;
     const ts_cuda_tensor *D = inj ? &hc->down_inject : &hc->down;
     const ts_cuda_tensor &U = hc->up;
     const int64_t np = inj ? r + C : r;
-    if (N > kFusedMaxRows || !D->data || D->ne0 != W || D->rows < np || !U.data || U.ne0 != r || U.rows < W ||
-        r % 4 != 0 || C * np > W)
-        return 1;
-    const ts_type_traits *tr = ts_type_get(U.type);
-    if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r))
-        return 1;
-    const int nb = static_cast<int>(r / tr->block_size);
-    const int upr = nb * (tr->block_size / 32);
-    int IB = kFusedMaxIB;
-    while (IB > 1 && up_mix_smem(r, C, IB, U.row_bytes, upr) > kFusedSmemBudget) IB /= 2;
-    const size_t smem = up_mix_smem(r, C, IB, U.row_bytes, upr);
-    if (smem > kFusedSmemBudget) return 1;
-
-    void (*kernel)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int, const float *,
-                   float *, float *) = nullptr;
-    switch (U.type) {
-    case TS_TYPE_Q8_0:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>;
-        break;
-    case TS_TYPE_Q4_0:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>;
-        break;
-    case TS_TYPE_Q5_0:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>;
-        break;
-    case TS_TYPE_Q5_1:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>;
-        break;
-    case TS_TYPE_IQ4_NL:
-        kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>;
-        break;
-    case TS_TYPE_Q4_K:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>;
-        break;
-    case TS_TYPE_Q5_K:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>;
-        break;
-    case TS_TYPE_Q6_K:
-        kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
-        break;
-    default:
-        return 1;
-    }
     const int rc = ts_cuda_matmul_split(D, np, static_cast<int>(C), w->xn, N, W, w->mix, s);
     if (rc != 0) return rc;
 
-    const dim3 grid(static_cast<unsigned>((H + IB - 1) / IB), static_cast<unsigned>(N));
-    const cudaError_t e = launch(
-        kernel, grid, dim3(kThreads), smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes, nb,
-        static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), IB, static_cast<const float *>(w->mix),
-        static_cast<int>(np), static_cast<int>(N), static_cast<const float *>(w->xn), x, inj);
+    const dim3 grid(static_cast<unsigned>((H + f.IB - 1) / f.IB), static_cast<unsigned>(N));
+    const float *ss = w->xn_unnormed ? w->hc_ss : nullptr;
+    const cudaError_t e =
+        launch(f.kernel, grid, dim3(kThreads), f.smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes,
+               f.nb, static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), f.IB,
+               static_cast<const float *>(w->mix), static_cast<int>(np), static_cast<int>(N),
+               static_cast<const float *>(w->xn), x, inj, ss, static_cast<int>(write_slices(hp)), hp->eps);
     return e == cudaSuccess ? 0 : -1;
 }
 
@@ -307,6 +392,7 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     if (with_inj && !hc->inject.data) return -1;
     const int fused = hc_read_fused(w, hc, N, x, inj, s);
     if (fused <= 0) return fused;
+    if (w->xn_unnormed) return -1; // the write chose hc_write_ss_kernel for a read it could not fuse
 
     if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
         if (ts_cuda_matmul(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
@@ -331,20 +417,31 @@ extern "C" int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const floa
     const int64_t H = hp->n_embd, W = (int64_t)hp->hc_count * H;
     if (N <= 0) return 0;
     if (ts_cuda_rmsnorm(R, W, hc->norm, N, W, H, hp->eps, w->xn, W, s)) return -1;
+    w->xn_unnormed = false;
     return ts_cuda_hc_read_xn(w, hc, N, x, inj, s);
 }
 
 namespace {
 
-int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N, const float *g_next,
+// The write of a block and the norm of the read that follows (of hc_next): the slice-parallel kernel
+// when that read is fused, else one block a (row, stream).
+int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N, const ts_cuda_hc *next,
                moe_parts m, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count;
     if (N <= 0) return 0;
+    w->xn_unnormed = w->hc_ss && hc_fused_shape(w, next, N, true).kernel;
+    if (w->xn_unnormed) {
+        const dim3 grid(static_cast<unsigned>(write_slices(hp)), static_cast<unsigned>(N));
+        return launch(hc_write_ss_kernel, grid, dim3(kThreads), 0, s, R, y, inj, H, static_cast<int>(C),
+                      next->norm, w->xn, w->hc_ss, m) == cudaSuccess
+                   ? 0
+                   : -1;
+    }
     const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
-    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, g_next, hp->eps, w->xn,
-                  m) == cudaSuccess
+    return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, next->norm, hp->eps,
+                  w->xn, m) == cudaSuccess
                ? 0
                : -1;
 }
@@ -352,14 +449,14 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
 } // namespace
 
 extern "C" int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
-                                     const float *g_next, cudaStream_t s) {
-    return write_norm(w, R, y, inj, N, g_next, moe_parts{nullptr, nullptr, nullptr, 0}, s);
+                                     const ts_cuda_hc *next, cudaStream_t s) {
+    return write_norm(w, R, y, inj, N, next, moe_parts{nullptr, nullptr, nullptr, 0}, s);
 }
 
 extern "C" int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj,
-                                         int64_t N, const float *g_next, cudaStream_t s) {
+                                         int64_t N, const ts_cuda_hc *next, cudaStream_t s) {
     if (!w->sg || !w->eo || !w->topk_w) return -1;
-    return write_norm(w, R, y, inj, N, g_next,
+    return write_norm(w, R, y, inj, N, next,
                       moe_parts{w->sg, w->eo, w->topk_w, static_cast<int>(w->hp->n_expert_used)}, s);
 }
 

@@ -156,7 +156,9 @@ typedef struct ts_cuda_work {
     const ts_hparams *hp;
     int64_t max_rows; /* N ≤ max_rows */
     float *R;         /* N × W wide residual */
-    float *xn;        /* N × W normalised streams (HC read; PLE query) */
+    float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed */
+    float *hc_ss;     /* N × ⌈H / 256⌉ × C partial Σ R² of the write that left xn unnormalised */
+    bool xn_unnormed; /* host side: the last HC write left xn = R ⊙ g for the fused read to scale */
     float *mix;       /* N × W HC mix logits; PLE keys */
     float *lr;        /* N × r HC low rank */
     float *x, *y;     /* N × H block input / output */
@@ -173,12 +175,13 @@ typedef struct ts_cuda_work {
     float *ik;  /* N × di raw indexer keys */
     float *att; /* N × nh·hd */
     /* MoE */
-    float *router;    /* N × E */
-    int32_t *topk_id; /* N × k selected experts */
-    float *topk_w;    /* N × k their renormalised weights */
-    float *gu;        /* N × k × 2F gate/up products (also the shared expert: N × 2Fs) */
-    float *eo;        /* N × k × H expert outputs */
-    float *sg;        /* N shared-expert gate logits */
+    float *router;         /* N × E */
+    int32_t *topk_id;      /* N × k selected experts */
+    float *topk_w;         /* N × k their renormalised weights */
+    float *gu;             /* N × k × 2F gate/up products (also the shared expert: N × 2Fs) */
+    float *eo;             /* N × k × H expert outputs */
+    float *sg;             /* N shared-expert gate logits */
+    unsigned *route_count; /* N block counters of the fused router kernel, 0 between launches */
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */
@@ -199,15 +202,17 @@ int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const float *R, int64
 /* HC write: R_s += y ⊙ inj_s. */
 int ts_cuda_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t N,
                      cudaStream_t s);
-/* The write followed by the next read's norm in one kernel: R_s += y ⊙ inj_s, then
- * w->xn = grouped_rmsnorm(R; g_next). The next read is then ts_cuda_hc_read_xn (no norm). */
+/* The write followed by the norm of the next read (of hc next) in one kernel: R_s += y ⊙ inj_s, then
+ * w->xn = grouped_rmsnorm(R; next->norm), or, when that read is the fused one (few rows), w->xn = R ⊙ g
+ * and w->hc_ss its partial sums of squares, the scale applied by the read (w->xn_unnormed). The next
+ * read is then ts_cuda_hc_read_xn (no norm). */
 int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
-                          const float *g_next, cudaStream_t s);
+                          const ts_cuda_hc *next, cudaStream_t s);
 /* The same after ts_cuda_moe_uncombined: the block output is first combined from its parts, as
  * ts_cuda_moe's last step would (y = σ(w->sg)·y + Σ_j w->topk_w[j]·w->eo[j], slot order). */
 int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
-                              const float *g_next, cudaStream_t s);
-/* HC read from w->xn already normalised (by ts_cuda_hc_write_norm). */
+                              const ts_cuda_hc *next, cudaStream_t s);
+/* HC read from w->xn as ts_cuda_hc_write_norm left it. */
 int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj,
                        cudaStream_t s);
 

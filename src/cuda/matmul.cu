@@ -221,6 +221,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     extern __shared__ float4 xs[]; // T·ne0/4 float4s
     const int q = static_cast<int>(blockIdx.y);
     pdl_trigger();
+    // this block's rows of split q (groups of kWarps rows, as blocks_product takes them) into L2 while
+    // the kernel before finishes
+    for (int o = static_cast<int>(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < n_out;
+         o += gridDim.x * kWarps)
+        prefetch_l2(W + static_cast<size_t>(o) * rb + q * wsplit, wsplit, threadIdx.x & 31, 32);
     pdl_wait();
     stage_x<qtype<TYPE>, T>(xs, x + static_cast<size_t>(q) * ne0, ne0, xstride, kWarps * 32);
     __syncthreads();

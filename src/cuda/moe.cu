@@ -12,8 +12,9 @@
 // Launches (one stream, in order; "item" i = t·k + j is one (row, slot) pair):
 //   1. router logits   ts_cuda_matmul(ffn_gate_inp) → w->router (N × E)
 //   2. router_kernel   grid N × 512 threads, one block a row: sg_t = gate_inp_shexp · x_t, softmax,
-//                      top-k by k warp arg-max rounds (warp 0), renormalisation
-//                      → w->sg (N), w->topk_id and w->topk_w (N × k)
+//                      top-k (topk_block: warp bitonic sorts, then the few candidates ranked),
+//                      renormalisation → w->sg (N), w->topk_id and w->topk_w (N × k)
+//      (1 and 2 are one launch, router_fused_kernel, for N ≤ kRouterFusedMaxRows and an F32 router)
 //   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
 //                      tensors → scratch "sh"
 //   4. expert gate/up  ts_cuda_matmul_experts, all N·k items in one launch (fused gate_up tensor,
@@ -59,6 +60,10 @@
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
 
+extern "C" {
+#include "quant/quant.h"
+}
+
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
@@ -69,10 +74,10 @@ namespace {
 constexpr int kRouterThreads = 512; // one block a row
 constexpr int kRouterWarps = kRouterThreads / 32;
 constexpr int kMaxK = 64;                        // as the CPU's idx[64]
-constexpr int kLaneSlots = 16;                   // router top-k in registers up to E = 512
 constexpr int64_t kRouterSmemE = 8192;           // p in shared memory up to this E (32 KiB)
 constexpr int kEltThreads = 256;                 // elementwise kernels
 constexpr int64_t kEltMaxBlocks = 65536;         // grid-stride beyond
+constexpr int64_t kRouterFusedMaxRows = 8;       // router product and routing as one launch up to this N
 constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert launch up to this N (else two
                                                  // ts_cuda_matmul, which reuse each weight for up to 8 rows)
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
@@ -120,58 +125,53 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return r;
 }
 
-// The k picks of the router, in rank order (p desc, id asc), by warp 0: sel_p/sel_e[r] for r < k.
-// NaN probabilities are never candidates; a round with no candidate left takes the lowest id not
-// chosen yet (as the CPU's top_k). Every lane ends with the same picks.
-__device__ __forceinline__ void topk_registers(const float *p, int E, int k, int lane, float *sel_p,
-                                               int *sel_e) {
-    float v[kLaneSlots]; // v[i]: expert lane + 32·i
-    uint32_t taken = 0;  // bit i: expert lane + 32·i chosen (or absent: ≥ E)
-#pragma unroll
-    for (int i = 0; i < kLaneSlots; i++) {
-        const int e = lane + 32 * i;
-        v[i] = e < E ? p[e] : 0.0f;
-        if (e >= E) taken |= 1u << i;
-    }
-    auto local_best = [&](float &bp, int &be) {
-        bp = 0.0f, be = -1;
-#pragma unroll
-        for (int i = 0; i < kLaneSlots; i++)
-            if (!((taken >> i) & 1u) && v[i] == v[i] && ranks_before(v[i], lane + 32 * i, bp, be))
-                bp = v[i], be = lane + 32 * i;
-    };
-    float lp;
-    int le;
-    local_best(lp, le);
-    for (int r = 0; r < k; r++) {
-        float bp = lp;
-        int be = le;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, off);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-            if (ranks_before(op, oe, bp, be)) bp = op, be = oe;
-        }
-        if (be < 0) { // no candidate left (NaN probabilities): the lowest id not chosen yet
-            int mine = INT32_MAX;
-#pragma unroll
-            for (int i = kLaneSlots - 1; i >= 0; i--)
-                if (!((taken >> i) & 1u)) mine = lane + 32 * i;
-            be = __reduce_min_sync(0xffffffffu, static_cast<unsigned>(mine));
-        }
-        if ((be & 31) == lane) { // the owner: mark it, read its value, rescan
-            const int slot = be >> 5;
-#pragma unroll
-            for (int i = 0; i < kLaneSlots; i++)
-                if (i == slot) taken |= 1u << i, bp = v[i];
-            sel_e[r] = be, sel_p[r] = bp;
-            local_best(lp, le);
-        }
-    }
-    __syncwarp();
+// The router's rank order (p desc, id asc; NaN after every number, NaNs by id, as the CPU's top_k
+// takes them: a round with no candidate left takes the lowest id not chosen yet) as one unsigned key,
+// larger first. Distinct experts have distinct keys; 0 is below every expert (a lane with none).
+// p ≥ 0 (a softmax), so its bits order like its values.
+__device__ __forceinline__ unsigned long long route_key(float p, int e) {
+    const unsigned long long lo = 0xFFFFFFFFull - static_cast<unsigned>(e);
+    return p == p ? (static_cast<unsigned long long>(__float_as_uint(p) + 1u) << 32) | lo : lo;
 }
 
-// The same picks with p read from memory every round (E > 32·kLaneSlots).
+constexpr int kTopkBlockMaxK = 32;
+
+// The k picks in rank order by the whole block, thread i holding expert i (E ≤ kRouterThreads, k ≤ 32):
+// each warp sorts its 32 keys (a bitonic network of shuffles); the best of the warps' k-th keys bounds
+// the k-th key overall from below, so only the keys at or above it (at most k a warp) can be picked,
+// and each of those counts the candidates ranked before it. The result does not depend on scheduling.
+// sel_p/sel_e[r] for r < k; cand: kRouterThreads keys of shared memory.
+__device__ __forceinline__ void topk_block(const float *p, int E, int k, float *sel_p, int *sel_e,
+                                           unsigned long long *cand, unsigned long long *thr, int *n) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    unsigned long long key = tid < E ? route_key(p[tid], tid) : 0ull;
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1)
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, key, stride);
+            const bool keep_max = ((lane & size) == 0) == ((lane & stride) == 0); // descending at size 32
+            key = keep_max ? (o > key ? o : key) : (o < key ? o : key);
+        }
+    if (tid == 0) *thr = 0ull, *n = 0;
+    __syncthreads();
+    if (lane == k - 1) atomicMax(thr, key);
+    __syncthreads();
+    const unsigned long long t = *thr; // > 0: warp 0 holds min(E, 32) ≥ k experts
+    if (key >= t) cand[atomicAdd(n, 1)] = key;
+    __syncthreads();
+    if (key >= t) {
+        int rank = 0;
+        for (int i = 0, nc = *n; i < nc; i++) rank += cand[i] > key;
+        if (rank < k) {
+            const int e = static_cast<int>(0xFFFFFFFFu - static_cast<unsigned>(key));
+            sel_e[rank] = e, sel_p[rank] = p[e];
+        }
+    }
+    __syncthreads();
+}
+
+// The same picks by warp 0 alone, with p read from memory every round (larger E or k).
 __device__ __forceinline__ void topk_shared(const float *p, int E, int k, int lane, float *sel_p,
                                             int *sel_e) {
     float p_last = 0.0f;
@@ -212,36 +212,71 @@ __device__ __forceinline__ void topk_shared(const float *p, int E, int k, int la
     }
 }
 
-// One block per row t (kRouterThreads threads; thread i owns experts i, i + kRouterThreads, ...).
-//   sg[t]        = Σ_c gate_inp_shexp[c] · x[t, c]                  (the shared expert's gate logit)
-//   p[e]         = exp(l[e] − max l) / Σ exp(l − max l)             (l = router[t, :], the logits)
-//   round s < k: the best expert ranked after the pick of round s − 1 by (p desc, id asc), i.e.
-//                the CPU's top_k: a warp arg-max (warp 0) over the candidates (p, e) with p < p_last or
-//                (p == p_last and e > e_last). NaN probabilities are never candidates; a round
-//                with no candidate (all NaN) takes the lowest id not yet chosen, as the CPU does.
+// Shared memory of the routing step.
+struct route_smem {
+    float red[kRouterWarps];
+    float sel_p[kMaxK];
+    int sel_e[kMaxK];
+    unsigned long long cand[kRouterThreads], thr;
+    int n;
+};
+
+// Routing of row t from its logits l = router[t, :] (written by another kernel or another block:
+// read through L2), by the whole block (thread i owns experts i, i + kRouterThreads, ...):
+//   p[e]         = exp(l[e] − max l) / Σ exp(l − max l)
+//   picks        the CPU's top_k: the k best by (p desc, id asc), NaN after every number (route_key);
+//                topk_block for E ≤ kRouterThreads and k ≤ 32, else k rounds of a warp arg-max (warp 0)
+//                over the candidates ranked after the previous pick
 //   topk_w[t, s] = p[e_s] / Σ_s' p[e_s'] (the sum in slot order, by one thread)
-// p lives in dynamic shared memory (E floats) when E ≤ kRouterSmemE, else in the logits row itself
-// (overwritten; each thread only ever touches its own experts' entries).
+// p: E floats of shared memory, or the logits row itself (each thread only touches its own entries).
+__device__ void route_row(const float *logit, float *p, int E, int k, int t, int32_t *__restrict__ topk_id,
+                          float *__restrict__ topk_w, route_smem &sm) {
+    const int tid = threadIdx.x;
+    float mx = -INFINITY;
+    for (int e = tid; e < E; e += kRouterThreads) mx = fmaxf(mx, __ldcg(logit + e));
+    mx = block_max(mx, sm.red);
+    float sum = 0.0f;
+    for (int e = tid; e < E; e += kRouterThreads) {
+        const float v = expf(__ldcg(logit + e) - mx);
+        p[e] = v;
+        sum += v;
+    }
+    sum = block_sum(sum, sm.red);
+    for (int e = tid; e < E; e += kRouterThreads) p[e] = p[e] / sum;
+    __syncthreads(); // p complete
+    if (E <= kRouterThreads && k <= kTopkBlockMaxK)
+        topk_block(p, E, k, sm.sel_p, sm.sel_e, sm.cand, &sm.thr, &sm.n);
+    else if (tid < 32)
+        topk_shared(p, E, k, tid, sm.sel_p, sm.sel_e);
+    __syncthreads();
+    if (tid == 0) {
+        float wsum = 0.0f;
+        for (int r = 0; r < k; r++) wsum += sm.sel_p[r];
+        for (int r = 0; r < k; r++) {
+            topk_id[static_cast<size_t>(t) * k + r] = sm.sel_e[r];
+            topk_w[static_cast<size_t>(t) * k + r] = sm.sel_p[r] / wsum;
+        }
+    }
+}
+
+// One block per row t after the router product (ts_cuda_matmul):
+//   sg[t] = Σ_c gate_inp_shexp[c] · x[t, c]   (the shared expert's gate logit), then route_row.
+// p lives in dynamic shared memory (E floats) when E ≤ kRouterSmemE, else in the logits row.
 __global__ void __launch_bounds__(kRouterThreads)
     router_kernel(const float *__restrict__ x, int H, const float *__restrict__ gate_inp_shexp,
                   float *__restrict__ sg, float *router, int E, int k, int32_t *__restrict__ topk_id,
                   float *__restrict__ topk_w) {
     extern __shared__ float p_smem[];
-    __shared__ float red[kRouterWarps];
-    __shared__ float sel_p[kMaxK];
-    __shared__ int sel_e[kMaxK];
+    __shared__ route_smem sm;
 
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
-    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t = blockIdx.x, tid = threadIdx.x;
     const float *xt = x + static_cast<size_t>(t) * H;
     float *logit = router + static_cast<size_t>(t) * E;
-    float *p = E <= kRouterSmemE ? p_smem : logit;
 
-    // shared expert gate logit
     // (H % 4 == 0, rows 16-byte aligned: float4 loads, unrolled so that a thread's loads are all in
-    // flight at once; the weight vector is cold in every layer, and a chain of dependent misses cost
-    // ~15 µs a layer)
+    // flight at once; the weight vector is cold in every layer)
     float s = 0.0f;
     const float4 *g4 = reinterpret_cast<const float4 *>(gate_inp_shexp),
                  *x4 = reinterpret_cast<const float4 *>(xt);
@@ -253,44 +288,57 @@ __global__ void __launch_bounds__(kRouterThreads)
         s = fmaf(a.z, b.z, s);
         s = fmaf(a.w, b.w, s);
     }
-    s = block_sum(s, red);
+    s = block_sum(s, sm.red);
     if (tid == 0) sg[t] = s;
+    route_row(logit, E <= kRouterSmemE ? p_smem : logit, E, k, t, topk_id, topk_w, sm);
+}
 
-    // softmax
-    float mx = -INFINITY;
-    for (int e = tid; e < E; e += kRouterThreads) mx = fmaxf(mx, logit[e]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int e = tid; e < E; e += kRouterThreads) {
-        const float v = expf(logit[e] - mx);
-        p[e] = v;
-        sum += v;
-    }
-    sum = block_sum(sum, red);
-    for (int e = tid; e < E; e += kRouterThreads) p[e] = p[e] / sum;
+// The router product, the shared expert's gate logit and the routing in one launch, for few rows and
+// an F32 router with E ≤ kRouterThreads: grid (ceil((E + 1) / kRouterWarps), N). Warp w of block b
+// computes row b·kRouterWarps + w of [router rows; gate_inp_shexp] for token t = blockIdx.y (its weights
+// prefetched into L2 before the dependency wait); the last block of token t to finish (count[t], back
+// to 0 when it is done) routes the token as router_kernel does.
+__global__ void __launch_bounds__(kRouterThreads)
+    router_fused_kernel(const float *__restrict__ Wr, int64_t ld, const float *__restrict__ x, int H,
+                        const float *__restrict__ gate_inp_shexp, float *__restrict__ sg, float *router,
+                        int E, int k, int32_t *__restrict__ topk_id, float *__restrict__ topk_w,
+                        unsigned *__restrict__ count) {
+    __shared__ float p[kRouterThreads];
+    __shared__ route_smem sm;
+    __shared__ bool last;
 
-    // top-k: warp 0 alone. With E ≤ 32·kLaneSlots each lane keeps its experts' probabilities in
-    // registers with its best candidate cached: a round is one warp arg-max of the lanes' bests, then
-    // only the winning lane rescans its slots. (Rescanning shared memory every round cost ~2 µs a
-    // round, 20 µs a layer: a third of the MoE at batch 1.) Larger E: the same rounds over shared
-    // memory.
-    __syncthreads(); // p complete
-    if (warp == 0) {
-        if (E <= 32 * kLaneSlots)
-            topk_registers(p, E, k, lane, sel_p, sel_e);
-        else
-            topk_shared(p, E, k, lane, sel_p, sel_e);
-    }
-    __syncthreads();
+    ts_cu::pdl_trigger();
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
+    const int row = static_cast<int>(blockIdx.x) * kRouterWarps + (tid >> 5);
+    const float *wrow = row < E ? Wr + static_cast<int64_t>(row) * ld : row == E ? gate_inp_shexp : nullptr;
+    if (wrow) ts_cu::prefetch_l2(wrow, static_cast<size_t>(H) * sizeof(float), lane, 32);
+    ts_cu::pdl_wait();
 
-    if (tid == 0) {
-        float wsum = 0.0f;
-        for (int r = 0; r < k; r++) wsum += sel_p[r];
-        for (int r = 0; r < k; r++) {
-            topk_id[static_cast<size_t>(t) * k + r] = sel_e[r];
-            topk_w[static_cast<size_t>(t) * k + r] = sel_p[r] / wsum;
+    float *logit = router + static_cast<size_t>(t) * E;
+    if (wrow) {
+        const float4 *w4 = reinterpret_cast<const float4 *>(wrow),
+                     *x4 = reinterpret_cast<const float4 *>(x + static_cast<size_t>(t) * H);
+        float s = 0.0f;
+#pragma unroll 4
+        for (int c = lane; c < H / 4; c += 32) {
+            const float4 a = __ldg(w4 + c), b = x4[c];
+            s = fmaf(a.x, b.x, s);
+            s = fmaf(a.y, b.y, s);
+            s = fmaf(a.z, b.z, s);
+            s = fmaf(a.w, b.w, s);
         }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) *(row < E ? logit + row : sg + t) = s;
     }
+    __threadfence(); // this block's logits visible device-wide before it counts itself
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(count + t, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    route_row(logit, p, E, k, t, topk_id, topk_w, sm);
+    if (tid == 0) count[t] = 0;
 }
 
 // ---- SwiGLU and combine ------------------------------------------------------------------------
@@ -430,12 +478,24 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     const int64_t sh_uoff = sh_fused ? Fs : round_up4(N * Fs);
 
     // 1–2. router logits, then softmax / top-k / renormalisation and the shared gate logit
-    if (ts_cuda_matmul(&L->ffn_gate_inp, 0, E, x, N, w->router, s) != 0) return -1;
-    const size_t p_smem = E <= kRouterSmemE ? static_cast<size_t>(E) * sizeof(float) : 0;
-    if (ts_cu::launch(router_kernel, dim3(static_cast<unsigned>(N)), dim3(kRouterThreads), p_smem, s, x,
-                      static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router, static_cast<int>(E),
-                      static_cast<int>(k), w->topk_id, w->topk_w) != cudaSuccess)
-        return -1;
+    if (N <= kRouterFusedMaxRows && L->ffn_gate_inp.type == TS_TYPE_F32 && E <= kRouterThreads &&
+        k <= kTopkBlockMaxK && w->route_count) {
+        const dim3 grid(static_cast<unsigned>((E + 1 + kRouterWarps - 1) / kRouterWarps),
+                        static_cast<unsigned>(N));
+        if (ts_cu::launch(router_fused_kernel, grid, dim3(kRouterThreads), 0, s,
+                          static_cast<const float *>(L->ffn_gate_inp.data),
+                          static_cast<int64_t>(L->ffn_gate_inp.row_bytes / sizeof(float)), x,
+                          static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router, static_cast<int>(E),
+                          static_cast<int>(k), w->topk_id, w->topk_w, w->route_count) != cudaSuccess)
+            return -1;
+    } else {
+        if (ts_cuda_matmul(&L->ffn_gate_inp, 0, E, x, N, w->router, s) != 0) return -1;
+        const size_t p_smem = E <= kRouterSmemE ? static_cast<size_t>(E) * sizeof(float) : 0;
+        if (ts_cu::launch(router_kernel, dim3(static_cast<unsigned>(N)), dim3(kRouterThreads), p_smem, s, x,
+                          static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router, static_cast<int>(E),
+                          static_cast<int>(k), w->topk_id, w->topk_w) != cudaSuccess)
+            return -1;
+    }
 
     // 3. shared expert gate and up
     if (sh_fused) {

@@ -30,6 +30,15 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Asks L2 for the 128-byte lines of [p, p + bytes), thread `i` of `n` taking every n-th line: how a
+// kernel starts its weights' DRAM reads before pdl_wait() without holding registers for them.
+__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int i, int n) {
+    const char *end = static_cast<const char *>(p) + bytes;
+    for (const char *c = static_cast<const char *>(p) + 128 * static_cast<size_t>(i); c < end;
+         c += 128 * static_cast<size_t>(n))
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c));
+}
+
 // Whether launches carry the attribute (TURBOSPARK_CUDA_PDL, default on; read once).
 bool pdl_enabled();
 // Whether Q4_K products at one token use the integer-MMA kernel (matvec_mma.cuh;
