@@ -491,13 +491,40 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ca
     if (c == 0) j->n_cached = (int64_t)reuse;
 }
 
-/* Queued jobs take the free slots (a job of n choices, n of them at once; jobs start in order):
- * the longest reusable prefix first, else the least recently used. */
+/* Whether j should wait for a prompt being evaluated in another slot: when that prompt shares a
+ * longer prefix with j's than j can reuse now (`have` tokens), and that slot has yet to reach the
+ * snapshot it will take inside the shared part (the last multiple of cache_every in it, or the end
+ * of its prompt when all of it is shared), j waits for the snapshot instead of evaluating the same
+ * tokens at the same time: requests that arrive together with one long system prompt evaluate it
+ * once. The wait ends when that slot passes the point, whether or not the snapshot was kept. */
+static bool wait_for_prefix(const ts_sched *s, const ts_job *j, size_t have) {
+    if (!s->p.cache_bytes || !s->p.cache_prompt || !j->cache_prompt) return false;
+    for (int i = 0; i < s->p.n_slots; i++) {
+        const slot *sl = &s->slots[i];
+        const ts_job *o = sl->job;
+        if (!o || sl->choice != 0 || sl->decoding || !o->cache_prompt) continue;
+        const size_t n = o->n_prompt < j->n_prompt ? o->n_prompt : j->n_prompt;
+        size_t shared = 0;
+        while (shared < n && o->prompt[shared] == j->prompt[shared]) shared++;
+        size_t at = 0; /* the snapshot of o's prefill that j could restore */
+        if (shared == o->n_prompt)
+            at = shared;               /* o's whole prompt, with its logits */
+        else if (s->p.cache_every > 0) /* in the middle of a prompt: a strict prefix of j's */
+            at = (shared < j->n_prompt ? shared : j->n_prompt - 1) / (size_t)s->p.cache_every *
+                 (size_t)s->p.cache_every;
+        if (at > have && sl->fed < at) return true;
+    }
+    return false;
+}
+
+/* Queued jobs take the free slots (a job of n choices, n of them at once): the longest reusable
+ * prefix first, else the least recently used. Jobs start in order, except that one waiting for
+ * another slot's prefill of its prefix (wait_for_prefix) lets those behind it pass. */
 static void admit_locked(ts_sched *s) {
     for (int i = 0; i < s->p.n_slots; i++)
         if (s->slots[i].touched) s->slots[i].touched = false, s->slots[i].last_use = ++s->counter;
-    while (s->q_head && !s->draining) {
-        ts_job *j = s->q_head;
+    for (ts_job *j = s->q_head, *next; j && !s->draining; j = next) {
+        next = j->next;
         int best = -1, n_free = 0;
         size_t best_reuse = 0;
         for (int i = 0; i < s->p.n_slots; i++) {
@@ -518,6 +545,7 @@ static void admit_locked(ts_sched *s) {
         } else {
             ce = NULL;
         }
+        if (wait_for_prefix(s, j, best_reuse)) continue;
         queue_remove(s, j);
         j->refs += j->n_choices - 1;             /* one reference a slot */
         for (int c = 1; c < j->n_choices; c++) { /* the others (least recently used first) wait */

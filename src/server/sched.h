@@ -6,9 +6,11 @@
  *
  * One step of the loop:
  *   1. under the lock: jobs whose client went away are cancelled and their slots freed; queued
- *      jobs take the free slots (a slot whose previous sequence is a strict prefix of the new
- *      prompt is preferred and that prefix is not evaluated again; a longer prefix in the prefix
- *      cache is restored into the least recently used free slot instead: see sched.c);
+ *      jobs take the free slots in order (a slot whose previous sequence is a strict prefix of the
+ *      new prompt is preferred and that prefix is not evaluated again; a longer prefix in the
+ *      prefix cache is restored into the least recently used free slot instead; a job whose prompt
+ *      shares more with a prompt being evaluated than it can reuse waits for that prefill's
+ *      snapshot of the shared part, letting the jobs behind it pass: see sched.c);
  *   2. without the lock: every decoding slot contributes its last sampled token; prefilling slots,
  *      oldest first, contribute their next chunk of at most `chunk` prompt tokens while the step's
  *      prefill budget (`step_tokens`) lasts (the oldest always gets one), so a long prompt never

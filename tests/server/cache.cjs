@@ -80,6 +80,27 @@ test('prompts that share a long prefix share its prefill (snapshots every 128 to
   assert.equal((await metric(url, 'turbospark_prompt_tokens_total')) - p0, want);
 });
 
+test('8 clients that send one long system prompt at once evaluate it once', async () => {
+  const url = process.env.SV_URL;
+  const S = ids(300);
+  S[0] = 13; // unlike the other tests' prompts
+  const prompts = [0, 1, 2, 3, 4, 5, 6, 7].map((i) => [...S, ...tok(` Question ${i + 20}: what did Moses say unto Aaron on the day ${i * 7}?`)]);
+  const cold = [];
+  for (const p of prompts) cold.push(await ask(client, p, { cache_prompt: false }));
+  const p0 = await metric(url, 'turbospark_prompt_tokens_total');
+  const rs = await Promise.all(prompts.map((p) => ask(client, p))); // 8 clients, 4 slots, nothing cached
+  // one evaluates the system prompt; the others wait for its snapshot at 256 (the last multiple of
+  // --cache-every inside the shared part) and evaluate only what follows
+  const cached = rs.map((r) => r.usage.prompt_tokens_details.cached_tokens).sort((a, b) => a - b);
+  assert.deepEqual(cached, [0, 256, 256, 256, 256, 256, 256, 256]);
+  const all = rs.reduce((n, r) => n + r.usage.prompt_tokens, 0);
+  assert.equal((await metric(url, 'turbospark_prompt_tokens_total')) - p0, all - 7 * 256);
+  for (let i = 0; i < 8; i++) { // batched with others: the same greedy text, logits to rounding (docs/DECISIONS.md)
+    assert.equal(rs[i].choices[0].text, cold[i].choices[0].text, `client ${i}`);
+    rs[i].choices[0].logprobs.token_logprobs.forEach((x, t) => assert.ok(Math.abs(x - cold[i].choices[0].logprobs.token_logprobs[t]) < 1e-4, `client ${i} step ${t}`));
+  }
+});
+
 test('n = 3 from a cached prompt', async () => {
   const P = ids(120);
   const cold = await ask(client, P, { cache_prompt: false });
