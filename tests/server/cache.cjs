@@ -32,6 +32,7 @@ const ask = (c, prompt, extra = {}) => c.completions.create({ model: 'demo.gguf'
 test('an identical second request restores the whole prompt and answers the same', async () => {
   const P = ids(400);
   const hits0 = await metric(process.env.SV_URL, 'turbospark_prefix_cache_hits_total');
+  const tokens0 = await metric(process.env.SV_URL, 'turbospark_prefix_cache_tokens_total');
   const cold = await ask(client, P, { cache_prompt: false });
   assert.equal(cold.usage.prompt_tokens_details.cached_tokens, 0);
   const first = await ask(client, P);
@@ -40,8 +41,10 @@ test('an identical second request restores the whole prompt and answers the same
   assert.equal(second.choices[0].text, cold.choices[0].text);
   assert.deepEqual(second.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
   assert.deepEqual(first.choices[0].logprobs.token_logprobs, cold.choices[0].logprobs.token_logprobs);
-  assert.ok((await metric(process.env.SV_URL, 'turbospark_prefix_cache_hits_total')) >= hits0 + 1);
+  assert.equal(await metric(process.env.SV_URL, 'turbospark_prefix_cache_hits_total'), hits0 + 1);
+  assert.equal(await metric(process.env.SV_URL, 'turbospark_prefix_cache_tokens_total'), tokens0 + P.length);
   assert.ok((await metric(process.env.SV_URL, 'turbospark_prefix_cache_bytes')) > 0);
+  assert.ok((await metric(process.env.SV_URL, 'turbospark_prefix_cache_entries')) >= 1);
   // streamed, from the cache too
   const chunks = [];
   for await (const k of await client.completions.create({ model: 'demo.gguf', prompt: P, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } })) chunks.push(k);
