@@ -54,6 +54,8 @@ static void usage(FILE *f) {
         "                       (default 1024; 0: off; CPU backend only for now)\n"
         "  --cache-every N      also a snapshot every N prompt tokens of a prefill (default 2048; 0:\n"
         "                       at prompt ends only), so prompts sharing a long prefix share it\n"
+        "  --slot-save-path DIR enable POST /slots/{id}?action=save|restore|erase (llama-server's): a\n"
+        "                       slot's state and tokens to and from a file in DIR, an existing directory\n"
         "  --quiet              no per-request log lines\n"
         "  --random-weights     CUDA: fill every weight with random valid blocks on the GPU instead of\n"
         "                       reading the file (load tests on synthetic files: synth --released --sparse)\n"
@@ -156,6 +158,8 @@ int ts_cmd_serve(int argc, char **argv) {
             bad = parse_long(v, 0, INT32_MAX, &k), o.cache_every = k;
         else if (!strcmp(a, "--cache-ram"))
             bad = parse_long(v, 0, 1 << 24, &k), o.cache_ram = (size_t)k << 20;
+        else if (!strcmp(a, "--slot-save-path"))
+            o.slot_save_path = v;
         else if (!strcmp(a, "-t"))
             bad = parse_long(v, 1, 4096, &k), o.threads = (int)k;
         else if (!strcmp(a, "--alias"))

@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -357,6 +358,119 @@ static enum MHD_Result handle_detokenize(req *q) {
     rc |= ts_text_append(&t, "}", 1);
     enum MHD_Result res = rc ? MHD_NO : queue_json(q, 200, &t, NULL, NULL);
     ts_text_free(&raw), ts_text_free(&clean), ts_text_free(&t);
+    return res;
+}
+
+/* ---- slots (llama-server's GET /slots and POST /slots/{id}?action=...) ------------------------ */
+
+/* GET /slots: [{"id", "n_ctx", "speculative", "is_processing", "n_prompt_tokens"}] (n_prompt_tokens:
+ * the tokens the slot's state holds, which a prompt extending them skips); ?fail_on_no_slot=1
+ * answers 503 when every slot is processing. */
+static enum MHD_Result handle_slots(req *q) {
+    server *S = q->S;
+    const int n = S->o->n_slots;
+    ts_slot_info *info = calloc((size_t)n, sizeof *info);
+    if (!info) return MHD_NO;
+    ts_sched_slots(S->sched, info);
+    int idle = 0, rc = 0;
+    ts_text t = {0};
+    rc |= ts_text_append(&t, "[", 1);
+    for (int i = 0; i < n; i++) {
+        char buf[256];
+        int k = snprintf(buf, sizeof buf,
+                         "%s{\"id\":%d,\"n_ctx\":%" PRId64
+                         ",\"speculative\":false,\"is_processing\":%s,\"n_prompt_tokens\":%" PRId64 "}",
+                         i ? "," : "", i, S->n_ctx, info[i].processing ? "true" : "false", info[i].n_tokens);
+        rc |= ts_text_append(&t, buf, (size_t)k);
+        idle += !info[i].processing;
+    }
+    rc |= ts_text_append(&t, "]", 1);
+    free(info);
+    const char *fail = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    enum MHD_Result r;
+    if (rc)
+        r = MHD_NO;
+    else if (fail && strcmp(fail, "0") && strcmp(fail, "false") && idle == 0) {
+        ts_api_error e;
+        ts_api_fail(&e, 503, "server_error", "no_slot_available", NULL, "no slot is idle (fail_on_no_slot)");
+        r = send_error(q, &e, NULL, NULL);
+    } else {
+        r = queue_json(q, 200, &t, NULL, NULL);
+    }
+    ts_text_free(&t);
+    return r;
+}
+
+/* POST /slots/{id}?action=save|restore|erase, as llama-server has it: a slot's state and tokens to
+ * and from a file of --slot-save-path ({"filename"}), or the slot emptied. */
+static enum MHD_Result handle_slot_action(req *q) {
+    server *S = q->S;
+    const char *dir = S->o->slot_save_path;
+    if (!dir)
+        FAIL(q, 501, "not_supported_error", "not_supported", NULL,
+             "this server does not support slot actions: start it with --slot-save-path DIR");
+    const char *ids = q->path + strlen("/slots/");
+    char clip[72];
+    long id = -1;
+    if (strspn(ids, "0123456789") == strlen(ids) && strlen(ids) <= 9) id = strtol(ids, NULL, 10);
+    if (id < 0 || id >= S->o->n_slots)
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "id_slot",
+             "invalid slot id '%s': this server has slots 0 to %d (serve -np)",
+             ts_api_clip(ids, 64, clip, sizeof clip), S->o->n_slots - 1);
+    const char *action = MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, "action");
+    if (!action)
+        FAIL(q, 400, "invalid_request_error", "missing_required_parameter", "action",
+             "the query parameter 'action' is required: save, restore or erase");
+    const bool save = !strcmp(action, "save"), restore = !strcmp(action, "restore"),
+               erase = !strcmp(action, "erase");
+    if (!save && !restore && !erase)
+        FAIL(q, 400, "invalid_request_error", "invalid_value", "action",
+             "invalid action '%s': use save, restore or erase", ts_api_clip(action, 64, clip, sizeof clip));
+    char *name = NULL, err[768];
+    ts_api_error e;
+    if (!erase && ts_api_parse_slot_file(q->body.s ? q->body.s : "", q->body.n, S->max_values, &name, &e))
+        return send_error(q, &e, NULL, NULL);
+    ts_slot_result r;
+    ts_slot_status st = save      ? ts_sched_slot_save(S->sched, (int)id, dir, name, &r, err, sizeof err)
+                        : restore ? ts_sched_slot_restore(S->sched, (int)id, dir, name, &r, err, sizeof err)
+                                  : ts_sched_slot_erase(S->sched, (int)id, &r, err, sizeof err);
+    ts_text t = {0};
+    int rc = 0;
+    if (st == TS_SLOT_OK) {
+        char buf[256];
+        int k = snprintf(buf, sizeof buf, "{\"id_slot\":%ld", id);
+        rc |= ts_text_append(&t, buf, (size_t)k);
+        if (!erase) {
+            rc |= ts_text_append(&t, ",\"filename\":", 12);
+            rc |= ts_json_string(&t, name, strlen(name));
+        }
+        k = save      ? snprintf(buf, sizeof buf,
+                                 ",\"n_saved\":%" PRId64 ",\"n_written\":%" PRIu64
+                                 ",\"timings\":{\"save_ms\":%.3f}}",
+                                 r.n_tokens, r.n_bytes, r.ms)
+            : restore ? snprintf(buf, sizeof buf,
+                                 ",\"n_restored\":%" PRId64 ",\"n_read\":%" PRIu64
+                                 ",\"timings\":{\"restore_ms\":%.3f}}",
+                                 r.n_tokens, r.n_bytes, r.ms)
+                      : snprintf(buf, sizeof buf, ",\"n_erased\":%" PRId64 "}", r.n_tokens);
+        rc |= ts_text_append(&t, buf, (size_t)k);
+    } else if (st == TS_SLOT_BUSY) {
+        ts_api_fail(&e, 409, "invalid_request_error", "slot_busy", "id_slot", "%s", err);
+    } else if (st == TS_SLOT_MISSING) {
+        ts_api_fail(&e, 404, "invalid_request_error", "file_not_found", "filename", "%s", err);
+    } else if (st == TS_SLOT_BAD_FILE) {
+        ts_api_fail(&e, 400, "invalid_request_error", "invalid_slot_file", "filename", "%s", err);
+    } else {
+        ts_api_fail(&e, st == TS_SLOT_NO_SUCH ? 400 : 500,
+                    st == TS_SLOT_NO_SUCH ? "invalid_request_error" : "server_error",
+                    st == TS_SLOT_NO_SUCH ? "invalid_value" : "slot_action_failed", NULL, "%s", err);
+    }
+    if (st == TS_SLOT_OK) q->outcome = save ? "save" : restore ? "restore" : "erase";
+    free(name);
+    enum MHD_Result res = st != TS_SLOT_OK ? send_error(q, &e, NULL, NULL)
+                          : rc             ? MHD_NO
+                                           : queue_json(q, 200, &t, NULL, NULL);
+    ts_text_free(&t);
     return res;
 }
 
@@ -884,6 +998,8 @@ static const route k_routes[] = {
     {"/tokenize", "POST", true, handle_tokenize},
     {"/detokenize", "POST", true, handle_detokenize},
     {"/apply-template", "POST", true, handle_apply_template},
+    {"/slots", "GET", true, handle_slots},
+    {"/slots/*", "POST", true, handle_slot_action},
     {"/v1/chat/completions", "POST", true, handle_chat},
     {"/chat/completions", "POST", true, handle_chat},
     {"/v1/completions", "POST", true, handle_completion},
@@ -1032,7 +1148,7 @@ static enum MHD_Result on_head(req *q, const char *url, const char *method) {
     if (!rt)
         FAIL(q, 404, "invalid_request_error", "unknown_url", NULL,
              "unknown URL: %s %s (see GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET "
-             "/health, GET /metrics, GET /props, POST /tokenize, POST /detokenize)",
+             "/health, GET /metrics, GET /props, POST /tokenize, POST /detokenize, GET /slots)",
              m, u);
     if (strcmp(method, rt->method) != 0) {
         ts_api_error e;
@@ -1292,6 +1408,19 @@ int ts_serve(const ts_server_opts *o) {
     double t0 = ts_now();
     int status = 1;
     bool metrics_ok = false;
+    if (o->slot_save_path) { /* llama-server wants an existing directory too */
+        struct stat st;
+        if (strlen(o->slot_save_path) > 3000) {
+            ts_errf(err, sizeof err, "--slot-save-path is longer than 3000 bytes");
+            goto fail;
+        }
+        errno = 0;
+        if (stat(o->slot_save_path, &st) || !S_ISDIR(st.st_mode) || access(o->slot_save_path, W_OK | X_OK)) {
+            ts_errf(err, sizeof err, "--slot-save-path %s is not a directory this process can write to (%s)",
+                    o->slot_save_path, errno ? strerror(errno) : "not a directory");
+            goto fail;
+        }
+    }
     if (ts_model_load(o->model_path, &S->m, err, sizeof err)) goto fail;
     if (ts_model_tokenizer(S->m, &S->tok, err, sizeof err)) goto fail;
     S->defaults = o->sp;
@@ -1384,6 +1513,9 @@ int ts_serve(const ts_server_opts *o) {
             o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none", ts_now() - t0,
             o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0, S->defaults.temperature,
             S->defaults.top_k, S->defaults.top_p, S->defaults.min_p, o->api_key ? "; API key required" : "");
+    if (o->slot_save_path)
+        fprintf(stderr, "serve: slots are saved to and restored from %s (POST /slots/{id}?action=...)\n",
+                o->slot_save_path);
     fprintf(stderr, "serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o->host, v6 ? "]" : "", port);
     bool loopback = !strcmp(o->host, "127.0.0.1") || !strcmp(o->host, "::1") ||
                     !strcmp(o->host, "localhost") || !strncmp(o->host, "127.", 4);

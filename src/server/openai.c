@@ -816,6 +816,79 @@ int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32
     return rc;
 }
 
+/* One UTF-8 character at s[0 .. n): its code point and length, or length 0 when it is not a valid,
+ * shortest encoding of a Unicode scalar value. */
+static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp) {
+    const unsigned char c = s[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || len > n) return 0;
+    uint32_t v = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        v = v << 6 | (s[i] & 0x3F);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return len;
+}
+
+const char *ts_api_filename_problem(const char *s, size_t n) {
+    if (n == 0) return "it is empty";
+    if (n > 255) return "it is longer than 255 bytes";
+    for (size_t i = 0; i < n;) {
+        uint32_t c = 0;
+        size_t k = utf8_char((const unsigned char *)s + i, n - i, &c);
+        if (!k) return "it is not valid UTF-8";
+        if (c <= 0x1F || c == 0x7F || (c >= 0x80 && c <= 0x9F)) return "it holds a control character";
+        if (c == '/' || c == '\\' || c == 0x2215 || c == 0x2216) return "it holds a path separator";
+        if (c == 0xFF0E || c == 0xFFFD || c == 0xFEFF || strchr(":*?\"<>|", (int)c) != NULL)
+            return "it holds a character not allowed in file names (: * ? \" < > |, U+FF0E, U+FFFD, U+FEFF)";
+        i += k;
+    }
+    if (s[0] == ' ' || s[n - 1] == ' ') return "it starts or ends with a space";
+    if (s[n - 1] == '.') return "it ends with '.'";
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '.' && s[i + 1] == '.') return "it holds \"..\"";
+    return NULL;
+}
+
+/* Whether the body's JSON text holds the escape \u0000 (cJSON ends a string there, so a name would
+ * silently lose its tail). */
+static bool has_nul_escape(const char *body, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && i + 5 < n && !memcmp(body + i + 2, "0000", 4)) return true;
+        i++; /* the escaped character */
+    }
+    return false;
+}
+
+int ts_api_parse_slot_file(const char *body, size_t n, size_t max_values, char **filename, ts_api_error *e) {
+    *filename = NULL;
+    cJSON *o = parse_object(body, n, max_values, e);
+    if (!o) return -1;
+    const cJSON *f = member(o, "filename");
+    const char *why = NULL;
+    int rc = 0;
+    if (!f)
+        rc = BAD(e, "missing_required_parameter", "filename",
+                 "'filename' is required (a file name in the slot directory)");
+    else if (!cJSON_IsString(f))
+        rc = BAD(e, "invalid_type", "filename", "'filename' must be a string, not %s", type_name(f));
+    else if ((why = has_nul_escape(body, n)
+                        ? "it holds a control character"
+                        : ts_api_filename_problem(f->valuestring, strlen(f->valuestring)))) {
+        char clip[136];
+        rc = BAD(e, "invalid_value", "filename",
+                 "invalid filename '%s': %s; give a plain file name in the slot directory",
+                 ts_api_clip(f->valuestring, 128, clip, sizeof clip), why);
+    } else if (!(*filename = strdup(f->valuestring)))
+        rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    cJSON_Delete(o);
+    return rc;
+}
+
 void ts_api_request_free(ts_api_request *r) {
     for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);

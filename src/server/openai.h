@@ -133,6 +133,16 @@ int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_
 int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
                             ts_api_error *e);
 
+/* A file name for the slot directory, checked as llama.cpp's fs_validate_filename checks it: 1 to
+ * 255 bytes of valid UTF-8 (no overlong forms or surrogates) without control characters (C0, DEL,
+ * C1), path separators (/ and \ and their look-alikes U+2215, U+2216), U+FF0E, U+FFFD, U+FEFF or any of
+ * : * ? " < > |; not starting or ending with a space, not ending with '.', holding no "..". NULL
+ * when it is fine, else why not (a phrase). */
+const char *ts_api_filename_problem(const char *s, size_t n);
+/* llama-server's POST /slots/{id}?action=save|restore body: {"filename": name} (a name as above;
+ * *filename is a copy the caller frees). 0, or −1 with e (400, param "filename"). */
+int ts_api_parse_slot_file(const char *body, size_t n, size_t max_values, char **filename, ts_api_error *e);
+
 /* Appends s[0..n) as a JSON string literal (quotes included). 0 or −1 (out of memory). */
 int ts_json_string(ts_text *out, const char *s, size_t n);
 

@@ -1,6 +1,8 @@
 /* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
 #include "server/sched.h"
 
+#include "server/slotfile.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -59,6 +61,10 @@ typedef struct slot {
     float *logits;     /* [n_vocab] */
     ts_tokens held;    /* the ids the session holds, in order (capacity n_ctx, never reallocated) */
     uint64_t last_use; /* admission counter: oldest first for prefill, least recently used for eviction */
+    /* slot actions (save, restore, erase: ts_sched_slot_*), under s->mu */
+    bool reserved; /* taken by a slot action: no job is admitted into it */
+    bool touched;  /* restored: the most recently used slot at the next admission */
+    int64_t n_pub; /* held.n as last published (GET /slots) */
     /* the running job (scheduler thread only, except `job`, which is also read under the lock) */
     ts_job *job;
     int choice;   /* which of the job's choices this slot computes */
@@ -339,6 +345,11 @@ static size_t reusable(const ts_sched *s, const slot *sl, const ts_job *j) {
 
 static void slot_end_locked(ts_sched *s, slot *sl, ts_finish why, const char *err);
 
+/* Neither running a job nor taken by a slot action. Under mu. */
+static bool slot_free(const slot *sl) {
+    return !sl->job && !sl->reserved;
+}
+
 /* ---- the prefix cache ----------------------------------------------------------------------- */
 /* A longest-prefix map from token sequences to snapshots of the whole state after them (GDN
  * recurrent state and conv history, QSA K/V and indexer keys up to that position, PLE context and
@@ -452,6 +463,7 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ca
         ts_session_reset(sl->sess);
         sl->held.n = 0;
     }
+    sl->n_pub = (int64_t)sl->held.n;
     ts_matcher_free(sl->mt);
     sl->mt = NULL;
     if (j->grammar && ts_matcher_new(j->grammar, s->gvocab, &sl->mt, err, sizeof err)) {
@@ -472,16 +484,45 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ca
     if (c == 0) j->n_cached = (int64_t)reuse;
 }
 
-/* Queued jobs take the free slots (a job of n choices, n of them at once; jobs start in order):
- * the longest reusable prefix first, else the least recently used. */
+/* Whether j should wait for a prompt being evaluated in another slot: when that prompt shares a
+ * longer prefix with j's than j can reuse now (`have` tokens), and that slot has yet to reach the
+ * snapshot it will take inside the shared part (the last multiple of cache_every in it, or the end
+ * of its prompt when all of it is shared), j waits for the snapshot instead of evaluating the same
+ * tokens at the same time: requests that arrive together with one long system prompt evaluate it
+ * once. The wait ends when that slot passes the point, whether or not the snapshot was kept. */
+static bool wait_for_prefix(const ts_sched *s, const ts_job *j, size_t have) {
+    if (!s->p.cache_bytes || !s->p.cache_prompt || !j->cache_prompt) return false;
+    for (int i = 0; i < s->p.n_slots; i++) {
+        const slot *sl = &s->slots[i];
+        const ts_job *o = sl->job;
+        if (!o || sl->choice != 0 || sl->decoding || !o->cache_prompt) continue;
+        const size_t n = o->n_prompt < j->n_prompt ? o->n_prompt : j->n_prompt;
+        size_t shared = 0;
+        while (shared < n && o->prompt[shared] == j->prompt[shared]) shared++;
+        size_t at = 0; /* the snapshot of o's prefill that j could restore */
+        if (shared == o->n_prompt)
+            at = shared;               /* o's whole prompt, with its logits */
+        else if (s->p.cache_every > 0) /* in the middle of a prompt: a strict prefix of j's */
+            at = (shared < j->n_prompt ? shared : j->n_prompt - 1) / (size_t)s->p.cache_every *
+                 (size_t)s->p.cache_every;
+        if (at > have && sl->fed < at) return true;
+    }
+    return false;
+}
+
+/* Queued jobs take the free slots (a job of n choices, n of them at once): the longest reusable
+ * prefix first, else the least recently used. Jobs start in order, except that one waiting for
+ * another slot's prefill of its prefix (wait_for_prefix) lets those behind it pass. */
 static void admit_locked(ts_sched *s) {
-    while (s->q_head && !s->draining) {
-        ts_job *j = s->q_head;
+    for (int i = 0; i < s->p.n_slots; i++)
+        if (s->slots[i].touched) s->slots[i].touched = false, s->slots[i].last_use = ++s->counter;
+    for (ts_job *j = s->q_head, *next; j && !s->draining; j = next) {
+        next = j->next;
         int best = -1, n_free = 0;
         size_t best_reuse = 0;
         for (int i = 0; i < s->p.n_slots; i++) {
             slot *sl = &s->slots[i];
-            if (sl->job) continue;
+            if (!slot_free(sl)) continue;
             n_free++;
             size_t r = reusable(s, sl, j);
             if (best < 0 || r > best_reuse || (r == best_reuse && sl->last_use < s->slots[best].last_use))
@@ -492,17 +533,19 @@ static void admit_locked(ts_sched *s) {
         if (s->p.cache_bytes && s->p.cache_prompt && j->cache_prompt &&
             (ce = cache_find(s, j->prompt, j->n_prompt)) && ce->n > best_reuse) {
             for (int i = 0; i < s->p.n_slots; i++) /* the least recently used free slot takes it */
-                if (!s->slots[i].job && s->slots[i].last_use <= s->slots[best].last_use) best = i;
+                if (slot_free(&s->slots[i]) && s->slots[i].last_use <= s->slots[best].last_use) best = i;
             best_reuse = ce->n;
         } else {
             ce = NULL;
         }
+        if (wait_for_prefix(s, j, best_reuse)) continue;
         queue_remove(s, j);
         j->refs += j->n_choices - 1;             /* one reference a slot */
         for (int c = 1; c < j->n_choices; c++) { /* the others (least recently used first) wait */
             int f = -1;
             for (int i = 0; i < s->p.n_slots; i++)
-                if (i != best && !s->slots[i].job && (f < 0 || s->slots[i].last_use < s->slots[f].last_use))
+                if (i != best && slot_free(&s->slots[i]) &&
+                    (f < 0 || s->slots[i].last_use < s->slots[f].last_use))
                     f = i;
             slot_start(s, &s->slots[f], j, 0, c, NULL);
         }
@@ -758,6 +801,7 @@ static void *sched_main(void *arg) {
         for (int b = 0; b < np; b++) {
             slot *sl = &s->slots[s->b_slot[b]];
             ts_job *j = sl->job;
+            sl->n_pub = (int64_t)sl->held.n;
             if (!j) continue;
             job_choice *h = &j->ch[sl->choice];
             size_t safe = ts_textgen_safe(&sl->tg);
@@ -952,4 +996,108 @@ void ts_sched_gauges(ts_sched *s, ts_metrics_gauges *g) {
     g->slots_total = s->p.n_slots;
     g->n_ctx_slot = s->p.n_ctx;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- slots, one by one ---------------------------------------------------------------------- */
+/* A slot action takes an idle slot (reserved, under the lock), works on its session and token list
+ * in the caller's thread without the lock (the scheduler touches neither of an idle slot, and
+ * admission skips reserved ones), then gives it back and wakes the scheduler for queued jobs. */
+
+void ts_sched_slots(ts_sched *s, ts_slot_info *out) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->p.n_slots; i++)
+        out[i] = (ts_slot_info){.processing = !slot_free(&s->slots[i]), .n_tokens = s->slots[i].n_pub};
+    pthread_mutex_unlock(&s->mu);
+}
+
+static ts_slot_status slot_reserve(ts_sched *s, int id, slot **out, char *err, size_t errlen) {
+    if (id < 0 || id >= s->p.n_slots)
+        return ts_errf(err, errlen, "there is no slot %d: this server has slots 0 to %d", id,
+                       s->p.n_slots - 1),
+               TS_SLOT_NO_SUCH;
+    pthread_mutex_lock(&s->mu);
+    slot *sl = &s->slots[id];
+    const bool free_ = slot_free(sl);
+    if (free_) sl->reserved = true;
+    pthread_mutex_unlock(&s->mu);
+    if (!free_)
+        return ts_errf(err, errlen,
+                       "slot %d is processing a request; retry when it is idle (GET /slots shows "
+                       "is_processing)",
+                       id),
+               TS_SLOT_BUSY;
+    *out = sl;
+    return TS_SLOT_OK;
+}
+
+static void slot_unreserve(ts_sched *s, slot *sl, bool touched) {
+    pthread_mutex_lock(&s->mu);
+    sl->reserved = false;
+    sl->touched = touched;
+    sl->n_pub = (int64_t)sl->held.n;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+ts_slot_status ts_sched_slot_save(ts_sched *s, int id, const char *dir, const char *name, ts_slot_result *r,
+                                  char *err, size_t errlen) {
+    *r = (ts_slot_result){0};
+    slot *sl;
+    ts_slot_status st = slot_reserve(s, id, &sl, err, errlen);
+    if (st) return st;
+    const double t0 = ts_now();
+    int rc = ts_slotfile_save(dir, name, sl->sess, sl->held.ids, sl->held.n, &r->n_bytes, err, errlen);
+    if (rc) st = rc == -2 ? TS_SLOT_BAD_FILE : TS_SLOT_FAILED;
+    r->n_tokens = (int64_t)sl->held.n;
+    r->ms = (ts_now() - t0) * 1e3;
+    slot_unreserve(s, sl, false);
+    return st;
+}
+
+ts_slot_status ts_sched_slot_restore(ts_sched *s, int id, const char *dir, const char *name,
+                                     ts_slot_result *r, char *err, size_t errlen) {
+    *r = (ts_slot_result){0};
+    slot *sl;
+    ts_slot_status st = slot_reserve(s, id, &sl, err, errlen);
+    if (st) return st;
+    const double t0 = ts_now();
+    /* no slot file of this server is larger than a whole state, its tokens and the headers */
+    const uint64_t max_bytes =
+        ts_session_state_bytes(sl->sess) + (uint64_t)s->p.n_ctx * sizeof(int32_t) + 4096;
+    ts_snapshot *snap = NULL;
+    ts_tokens ids = {0};
+    bool missing = false;
+    char e2[512];
+    if (ts_slotfile_load(dir, name, s->m, max_bytes, &snap, &ids, &r->n_bytes, &missing, err, errlen))
+        st = missing ? TS_SLOT_MISSING : TS_SLOT_BAD_FILE;
+    else if (ids.n > sl->held.cap)
+        st = TS_SLOT_BAD_FILE,
+        ts_errf(err, errlen, "'%s' holds %zu tokens, more than a slot's context of %" PRId64, name, ids.n,
+                s->p.n_ctx);
+    else if (ts_session_restore(sl->sess, snap, e2, sizeof e2)) /* checked before anything is written */
+        st = TS_SLOT_BAD_FILE, ts_errf(err, errlen, "'%s': %s", name, e2);
+    if (!st) {
+        memcpy(sl->held.ids, ids.ids, ids.n * sizeof *ids.ids);
+        sl->held.n = ids.n;
+        r->n_tokens = (int64_t)ids.n;
+    }
+    ts_snapshot_free(snap);
+    ts_tokens_free(&ids);
+    r->ms = (ts_now() - t0) * 1e3;
+    slot_unreserve(s, sl, !st);
+    return st;
+}
+
+ts_slot_status ts_sched_slot_erase(ts_sched *s, int id, ts_slot_result *r, char *err, size_t errlen) {
+    *r = (ts_slot_result){0};
+    slot *sl;
+    ts_slot_status st = slot_reserve(s, id, &sl, err, errlen);
+    if (st) return st;
+    const double t0 = ts_now();
+    r->n_tokens = (int64_t)sl->held.n;
+    ts_session_reset(sl->sess);
+    sl->held.n = 0;
+    r->ms = (ts_now() - t0) * 1e3;
+    slot_unreserve(s, sl, false);
+    return TS_SLOT_OK;
 }

@@ -6,9 +6,11 @@
  *
  * One step of the loop:
  *   1. under the lock: jobs whose client went away are cancelled and their slots freed; queued
- *      jobs take the free slots (a slot whose previous sequence is a strict prefix of the new
- *      prompt is preferred and that prefix is not evaluated again; a longer prefix in the prefix
- *      cache is restored into the least recently used free slot instead: see sched.c);
+ *      jobs take the free slots in order (a slot whose previous sequence is a strict prefix of the
+ *      new prompt is preferred and that prefix is not evaluated again; a longer prefix in the
+ *      prefix cache is restored into the least recently used free slot instead; a job whose prompt
+ *      shares more with a prompt being evaluated than it can reuse waits for that prefill's
+ *      snapshot of the shared part, letting the jobs behind it pass: see sched.c);
  *   2. without the lock: every decoding slot contributes its last sampled token; prefilling slots,
  *      oldest first, contribute their next chunk of at most `chunk` prompt tokens while the step's
  *      prefill budget (`step_tokens`) lasts (the oldest always gets one), so a long prompt never
@@ -26,6 +28,10 @@
  * New jobs join between steps. Chunk boundaries of a prompt depend only on its own length (and the
  * prefix reused; with the prefix cache on, chunks also end at every multiple of cache_every), never
  * on what else runs, so a greedy request's output does not depend on load.
+ *
+ * Slot actions (GET /slots, POST /slots/{id}?action=save|restore|erase with --slot-save-path) run in
+ * the caller's thread on an idle slot that is set aside meanwhile (admission skips it); a restored
+ * slot is reused like any slot whose sequence is a prefix of a new prompt.
  *
  * Ownership: a job is reference-counted (the submitter and the scheduler); the last release frees it. */
 #ifndef TS_SERVER_SCHED_H
@@ -119,5 +125,42 @@ void ts_sched_drain(ts_sched *s, double deadline);
 bool ts_sched_wait_idle(ts_sched *s, int timeout_ms);
 
 void ts_sched_gauges(ts_sched *s, ts_metrics_gauges *g);
+
+/* ---- slots, one by one (GET /slots, POST /slots/{id}?action=...: llama-server's) -------------- */
+
+typedef struct ts_slot_info {
+    bool processing;  /* running a request, or in a save, restore or erase */
+    int64_t n_tokens; /* the tokens its state holds: a prompt that extends them skips them */
+} ts_slot_info;
+/* out[0 .. n_slots) */
+void ts_sched_slots(ts_sched *s, ts_slot_info *out);
+
+/* Save, restore and erase run in the caller's thread on an idle slot, which the scheduler leaves
+ * alone meanwhile (no request is admitted into it; queued ones wait for another slot). */
+typedef enum ts_slot_status {
+    TS_SLOT_OK = 0,
+    TS_SLOT_NO_SUCH,  /* no slot of that id */
+    TS_SLOT_BUSY,     /* the slot is running a request or another slot action */
+    TS_SLOT_MISSING,  /* restore: no such file */
+    TS_SLOT_BAD_FILE, /* restore: not a slot file of this model, or damaged (the slot is unchanged);
+                         save: the name is taken by something other than a file */
+    TS_SLOT_FAILED,   /* the state could not be taken, written or loaded */
+} ts_slot_status;
+
+typedef struct ts_slot_result {
+    int64_t n_tokens; /* saved, restored or erased */
+    uint64_t n_bytes; /* written or read */
+    double ms;
+} ts_slot_result;
+
+/* Writes slot id's state and tokens to dir/name (slotfile.h). */
+ts_slot_status ts_sched_slot_save(ts_sched *s, int id, const char *dir, const char *name, ts_slot_result *r,
+                                  char *err, size_t errlen);
+/* Loads dir/name into slot id: the next prompt that extends its tokens skips them. A file that is
+ * refused leaves the slot as it was. */
+ts_slot_status ts_sched_slot_restore(ts_sched *s, int id, const char *dir, const char *name,
+                                     ts_slot_result *r, char *err, size_t errlen);
+/* Empties slot id (its state is reset; the prefix cache keeps its own snapshots). */
+ts_slot_status ts_sched_slot_erase(ts_sched *s, int id, ts_slot_result *r, char *err, size_t errlen);
 
 #endif

@@ -7,7 +7,9 @@
  *   - an accepted request is consistent: chat has 1+ messages with a role and content, a completion
  *     has a prompt (text or ids), at most 16 stop strings of valid UTF-8, and sampling values the
  *     sampler accepts as they are (ts_sampler_check);
- *   - ts_api_clip never cuts a character and stays within its buffer.
+ *   - ts_api_clip never cuts a character and stays within its buffer;
+ *   - a slot action's file name (the same body read as {"filename"}) is accepted only when it is a
+ *     plain name: valid UTF-8, no path separator, no "..".
  * libFuzzer: fuzz_api (tests/fuzz/CMakeLists.txt, scripts/fuzz.sh api). Without it, api_replay runs
  * every file of tests/fuzz/corpus_api through the same body (a test of the default suite, under
  * ASan + UBSan in the sanitizer build). */
@@ -71,6 +73,14 @@ int ts_fuzz_api_one(const uint8_t *data, size_t size) {
         for (int i = 0; i < r.n_stops; i++) CHECK(valid_utf8(r.stops[i], strlen(r.stops[i])));
         CHECK(ts_sampler_check(&r.sp, err, sizeof err) == 0);
         ts_api_request_free(&r);
+    }
+    char *name = NULL; /* the same body as a slot action's {"filename"} */
+    if (ts_api_parse_slot_file(body, n, max_values, &name, &e)) {
+        CHECK(!name && (e.status == 400 || e.status == 413 || e.status == 500));
+    } else {
+        CHECK(name && !strchr(name, '/') && !strchr(name, '\\') && !strstr(name, "..") && strcmp(name, "."));
+        CHECK(ts_api_filename_problem(name, strlen(name)) == NULL && valid_utf8(name, strlen(name)));
+        free(name);
     }
     char clip[40], s[64];
     size_t k = n < sizeof s - 1 ? n : sizeof s - 1;

@@ -93,6 +93,41 @@ test('completions logprobs equal the log-softmax of the logits command', async (
   for (let t = 0; t < N; t++) assert.ok(Math.abs(s[t] - lp.token_logprobs[t]) < 1e-5);
 });
 
+test('chat logprobs equal the log-softmax of the logits command on the rendered prompt', async () => {
+  const dir = fs.mkdtempSync(path.join(process.env.TS_TMP, 'lpc-'));
+  const post = async (p, body) => (await fetch(`${process.env.SV_URL}${p}`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })).json();
+  const { prompt } = await post('/apply-template', { messages: chat });
+  const P = (await post('/tokenize', { content: prompt })).tokens; // as the chat endpoint tokenizes it
+  assert.ok(P.length >= 4, `prompt ids ${P}`);
+  const N = 8, K = 5;
+  writeNpyI32(path.join(dir, 'p.npy'), P);
+  cli('generate', '-m', process.env.TS_MODEL, '--tokens-npy', path.join(dir, 'p.npy'), '-n', String(N), '-o', path.join(dir, 'g.npy'));
+  const G = Array.from(readNpy(path.join(dir, 'g.npy')).arr);
+  assert.equal(G.length, N);
+  writeNpyI32(path.join(dir, 'pg.npy'), [...P, ...G.slice(0, -1)]);
+  cli('logits', '-m', process.env.TS_MODEL, '--tokens-npy', path.join(dir, 'pg.npy'), '-o', path.join(dir, 'l.npy'));
+  const L = readNpy(path.join(dir, 'l.npy'));
+  const V = L.shape[1];
+  for (const stream of [false, true]) {
+    const req = { model: 'demo.gguf', messages: chat, max_tokens: N, temperature: 0, logprobs: true, top_logprobs: K, ignore_eos: true, stream };
+    const content = stream
+      ? (await collect(await client.chat.completions.create(req))).flatMap((k) => k.choices[0]?.logprobs?.content ?? [])
+      : (await client.chat.completions.create(req)).choices[0].logprobs.content;
+    assert.equal(content.length, N, `stream ${stream}`);
+    let sum = 0, wantSum = 0;
+    for (let t = 0; t < N; t++) {
+      const ls = logSoftmax(L.arr.subarray((P.length - 1 + t) * V, (P.length + t) * V));
+      assert.ok(Math.abs(content[t].logprob - ls[G[t]]) < TOL, `stream ${stream} step ${t}: ${content[t].logprob} vs ${ls[G[t]]}`);
+      const want = [...ls].sort((a, b) => b - a).slice(0, K);
+      assert.equal(content[t].top_logprobs.length, K);
+      for (let k = 0; k < K; k++) assert.ok(Math.abs(content[t].top_logprobs[k].logprob - want[k]) < TOL, `step ${t} top ${k}`);
+      sum += content[t].logprob, wantSum += ls[G[t]];
+    }
+    // the sequence's log-likelihood is the sum of its tokens' (what a client adds up)
+    assert.ok(Math.abs(sum - wantSum) < N * TOL, `sum ${sum} vs ${wantSum}`);
+  }
+});
+
 test('chat logprobs: shape, greedy consistency, streamed equals whole', async () => {
   const r = await client.chat.completions.create({ model: 'demo.gguf', messages: chat, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 3 });
   const c = r.choices[0];

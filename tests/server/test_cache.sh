@@ -2,7 +2,7 @@
 # The prefix cache across requests (demo model, CPU): cache.cjs against a server with the default
 # budget, and LRU eviction against one whose budget holds about two snapshots of 300 tokens.
 source "$(dirname "$0")/lib.sh"
-sv_start -np 4 -c 1024 --cache-every 128
+sv_start -np 4 -c 2304 --cache-every 128
 URL1=$SV_URL
 PID1=$SV_PID
 sv_start -np 2 -c 1024 --cache-ram 4

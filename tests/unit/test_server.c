@@ -3,6 +3,7 @@
  *     right status, param and code (wrong types, ranges, unsupported features by name, content
  *     parts other than text);
  *   - responses and SSE chunks are valid JSON whatever bytes the text holds;
+ *   - slot file names are checked as llama.cpp's fs_validate_filename checks them;
  *   - ts_textgen (engine/generate.h) on the demo tokenizer: what it releases is always valid UTF-8,
  *     never changes afterwards, never shows the start of a stop string, and the final text is the
  *     decoded text cut before the earliest stop string. */
@@ -381,6 +382,91 @@ static void test_responses(void **state) {
     ts_text_free(&out);
 }
 
+/* ---- slot file names (llama.cpp's fs_validate_filename) ------------------------------------- */
+
+static void test_slot_filenames(void **state) {
+    (void)state;
+    static const char *ok[] = {"a",
+                               "slot-0.bin",
+                               "a.b.c",
+                               ".hidden",
+                               "\xc3\x84rger \xe6\x97\xa5.bin",
+                               "\xf0\x9f\x99\x82",
+                               "a b",
+                               "x~y_z+1=2,3;4'5[6]7{8}9@#$%&!"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        if (ts_api_filename_problem(ok[i], strlen(ok[i])))
+            fail_msg("refused '%s': %s", ok[i], ts_api_filename_problem(ok[i], strlen(ok[i])));
+    static const char *bad[] = {"",
+                                ".",
+                                "..",
+                                "../a",
+                                "a/b",
+                                "a\\b",
+                                "/a",
+                                "a..b",
+                                " a",
+                                "a ",
+                                "a.",
+                                "a:b",
+                                "a*b",
+                                "a?b",
+                                "a\"b",
+                                "a<b",
+                                "a>b",
+                                "a|b",
+                                "a\tb",
+                                "a\x7f",
+                                "\xc2\x85", /* C1 NEL */
+                                "\xe2\x88\x95",
+                                "\xe2\x88\x96", /* U+2215, U+2216 */
+                                "\xef\xbc\x8e",
+                                "\xef\xbf\xbd",
+                                "\xef\xbb\xbf", /* U+FF0E, U+FFFD, U+FEFF */
+                                "\xc0\xaf",     /* an overlong '/' */
+                                "\xe0\x80\xae",
+                                "\xed\xa0\x80",
+                                "\xf4\x90\x80\x80", /* overlong, surrogate, > U+10FFFF */
+                                "\xff",
+                                "a\xc3",
+                                "\x80"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (!ts_api_filename_problem(bad[i], strlen(bad[i])))
+            fail_msg("accepted bad name #%zu '%s'", i, bad[i]);
+    char name[300];
+    memset(name, 'x', sizeof name);
+    assert_null(ts_api_filename_problem(name, 255));
+    assert_non_null(ts_api_filename_problem(name, 256));
+    assert_non_null(ts_api_filename_problem("a\0b", 3)); /* a NUL inside */
+
+    /* the body: {"filename"}; \u0000 would cut the name short in cJSON, so it is refused */
+    char *f = NULL;
+    ts_api_error e;
+    const char *good = "{\"filename\": \"s.bin\"}";
+    assert_int_equal(ts_api_parse_slot_file(good, strlen(good), 0, &f, &e), 0);
+    assert_string_equal(f, "s.bin");
+    free(f);
+    static const char *refusals[] = {"{}",
+                                     "{\"filename\": 1}",
+                                     "{\"filename\": \"a/b\"}",
+                                     "{\"filename\": \"a\\u0000b\"}",
+                                     "{\"filename\": \"a\\u002fb\"}",
+                                     "{\"filename\": null}"};
+    for (size_t i = 0; i < sizeof refusals / sizeof *refusals; i++) {
+        f = NULL;
+        if (ts_api_parse_slot_file(refusals[i], strlen(refusals[i]), 0, &f, &e) == 0)
+            fail_msg("accepted %s", refusals[i]);
+        assert_null(f);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, "filename");
+    }
+    const char *escaped =
+        "{\"filename\": \"a\\\\u0000b\"}"; /* a backslash, then "u0000": a bad name, not a NUL */
+    assert_int_equal(ts_api_parse_slot_file(escaped, strlen(escaped), 0, &f, &e), -1);
+    assert_string_equal(e.param, "filename");
+    assert_non_null(strstr(e.message, "path separator"));
+}
+
 /* ---- ts_textgen on the demo tokenizer ------------------------------------------------------- */
 
 static ts_tokenizer *g_tok;
@@ -581,7 +667,7 @@ int main(void) {
         cmocka_unit_test(test_chat_fields),        cmocka_unit_test(test_tool_fields),
         cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_responses),          cmocka_unit_test(test_textgen_stops),
-        cmocka_unit_test(test_error_utf8),
+        cmocka_unit_test(test_error_utf8),         cmocka_unit_test(test_slot_filenames),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
