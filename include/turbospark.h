@@ -28,7 +28,7 @@ extern "C" {
 typedef struct ts_model ts_model;
 typedef struct ts_session ts_session;
 
-/* Opens and binds a qwen4exp GGUF (spec: every key and tensor is checked before use). */
+/* Opens and binds a qwen4exp GGUF (docs/MODEL.md: every key and tensor is checked before use). */
 int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen);
 void ts_model_free(ts_model *m);
 

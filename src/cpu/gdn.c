@@ -1,4 +1,4 @@
-/* Gated DeltaNet (spec §5.5), file head order: value head j uses key head j mod nk.
+/* Gated DeltaNet (docs/MODEL.md §5.5), file head order: value head j uses key head j mod nk.
  *
  * The CPU forward runs the token recurrence for prefill too (bit-identical to decode; DECISIONS.md,
  * GDN prefill). The chunked (WY/UT) form of the reference is here as well, the twin of the CUDA

@@ -1,4 +1,4 @@
-// Gated DeltaNet on the GPU (spec §5.5), the twin of src/cpu/gdn.c (ts_cpu_gdn): same math, same
+// Gated DeltaNet on the GPU (MODEL.md §5.5), the twin of src/cpu/gdn.c (ts_cpu_gdn): same math, same
 // state layout, file head order (value head j uses key head j mod nk).
 //
 // Symbols (src/model/qwen4exp.h): H hidden, nk/nv key/value heads, dk/dv head dims, key_dim =

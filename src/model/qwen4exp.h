@@ -1,9 +1,9 @@
-/* qwen4exp: hyperparameters from GGUF metadata, validated (spec §3), and every tensor bound by name
- * with its expected shape and allowed types (spec §4).
+/* qwen4exp: hyperparameters from GGUF metadata, validated (docs/MODEL.md §3), and every tensor bound
+ * by name with its expected shape and allowed types (MODEL.md §4).
  *
  * Nothing here is a constant of the released checkpoint: every size comes from the file, so the
  * same code binds the 176 B release, the tiny golden fixtures and any config of the family.
- * Symbols in the shape comments follow spec §2 (H hidden, C streams, W = C·H, r HC rank, V vocab,
+ * Symbols in the shape comments follow MODEL.md §2 (H hidden, C streams, W = C·H, r HC rank, V vocab,
  * nk/nv GDN key/value heads, dk/dv their dims, nh/nkv/hd attention heads, ni/di indexer heads,
  * E/k experts, F/Fs expert widths, NH = (n−1)·P PLE heads of width dh). ggml shapes are ne order:
  * ne[0] is the contiguous input dimension of a weight matrix. */
@@ -195,7 +195,7 @@ static inline int64_t ts_ple_conv_floats(const ts_hparams *hp) {
     return (int64_t)(hp->ple_conv - 1) * hp->ple_n * hp->hc_count * hp->n_embd;
 }
 
-/* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:
+/* Reads and validates the hyperparameters of a qwen4exp GGUF (MODEL.md §3.3). hp owns two arrays:
  * free with ts_hparams_free. */
 int ts_hparams_read(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen);
 void ts_hparams_free(ts_hparams *hp);
@@ -224,7 +224,7 @@ typedef struct ts_tensor_spec {
 } ts_tensor_spec;
 
 typedef struct ts_layout {
-    bool ple_split;     /* per-head PLE tables (spec §4.6) instead of one joined table */
+    bool ple_split;     /* per-head PLE tables (MODEL.md §4.6) instead of one joined table */
     bool fused_experts; /* ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps */
 } ts_layout;
 
@@ -237,7 +237,7 @@ int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout layout, ts_model *
 /* Whether a tensor of this role may have this ggml type. */
 bool ts_role_allows(char role, uint32_t type);
 
-/* The released checkpoint's hyperparameters (spec §3.1), for synth and tests. Free with ts_hparams_free. */
+/* The released checkpoint's hyperparameters (MODEL.md §2, §3.1), for synth and tests. Free with ts_hparams_free. */
 int ts_hparams_released(ts_hparams *hp, char *err, size_t errlen);
 
 /* A small config with every feature on (4 layers: GDN, GDN+PLE, GDN, QSA), for tests and demos. */
@@ -252,7 +252,7 @@ ts_decode_cost ts_model_decode_cost(const ts_model *m, int64_t ctx, int kv_value
 /* Changes the layer count (kinds follow full_attn_interval; MTP blocks are QSA-shaped). */
 int ts_hparams_set_layers(ts_hparams *hp, uint32_t n_layer, uint32_t n_mtp, char *err, size_t errlen);
 
-/* PLE n-gram hash multipliers of the reference (spec §5.4), from seed and PLE layer index. */
+/* PLE n-gram hash multipliers of the reference (MODEL.md §5.4), from seed and PLE layer index. */
 void ts_ple_multipliers(uint32_t n_vocab, uint32_t n, uint64_t seed, uint32_t ple_index, uint64_t *out);
 
 #ifdef __cplusplus

@@ -16,7 +16,7 @@
 #include <string.h>
 
 /* Narrow rows (160/320/640) cannot hold 256-element super-blocks: ggml's quantizer falls back to a
- * 32-element type of similar size (spec §9). */
+ * 32-element type of similar size (MODEL.md §8). */
 uint32_t ts_synth_fallback_type(uint32_t type, int64_t ne0) {
     const ts_type_traits *t = ts_type_get(type);
     if (!t || ne0 % t->block_size == 0) return type;

@@ -5,7 +5,7 @@
 #include "model/qwen4exp.h"
 
 typedef struct ts_synth_opts {
-    uint32_t type; /* ggml type of the matrices; narrow rows fall back (spec §9); vectors are F32 */
+    uint32_t type; /* ggml type of the matrices; narrow rows fall back (MODEL.md §8); vectors are F32 */
     uint64_t seed;
     bool sparse;      /* leave tensor data unwritten: a sparse file of the full size */
     bool tied_output; /* omit output.weight (the model then reuses token_embd) */

@@ -1,4 +1,4 @@
-/* qwen4exp tensors: the one table of names and shapes (spec §4), and the binder built on it.
+/* qwen4exp tensors: the one table of names and shapes (MODEL.md §4), and the binder built on it.
  *
  * ts_qwen4exp_visit_tensors is the single place that knows what a file holds; the binder, synth
  * and convert all walk it, so a name or a shape cannot drift between them. */
@@ -225,7 +225,7 @@ int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen) {
     }
     free(b.used);
     if (rc) goto fail;
-    if (!m->output) m->output = m->token_embd; /* tied embeddings (spec rule 10) */
+    if (!m->output) m->output = m->token_embd; /* tied embeddings (MODEL.md §4.1) */
     *out = m;
     return 0;
 fail:
