@@ -151,9 +151,24 @@ typedef struct ts_layer_weights {
     ts_hc_weights nextn_hc_head;         /* norm/down/up as the final mixer */
 } ts_layer_weights;
 
+/* The sampling a model file recommends (general.sampling.*, as llama.cpp reads them). */
+typedef struct ts_sampling_defaults {
+    bool has[TS_SAMPLING_N_KEYS]; /* which of the fields below the file gives (TS_SAMPLING_* indexes) */
+    float temperature;            /* general.sampling.temp (f32) */
+    int32_t top_k;                /* general.sampling.top_k (u32) */
+    float top_p;                  /* general.sampling.top_p (f32) */
+    float min_p;                  /* general.sampling.min_p (f32) */
+} ts_sampling_defaults;
+
 typedef struct ts_model {
     ts_gguf *gguf; /* owned: every tensor points into its mapping */
     ts_hparams hp;
+    /* the file's tokenizer (tokenizer.ggml.*), read once with the model and owned by it (about 100
+     * bytes a vocabulary entry); NULL when the file has none or it cannot be read: tokenizer_err
+     * then holds the sentence that says why */
+    ts_tokenizer *tokenizer;
+    char tokenizer_err[320];
+    ts_sampling_defaults sampling;          /* read once with the model */
     const ts_gguf_tensor *token_embd;       /* [H, V] */
     const ts_gguf_tensor *output;           /* [H, V]; token_embd when the file has no output */
     ts_hc_weights output_hc;                /* final mixer (no inject) */
@@ -203,9 +218,10 @@ void ts_hparams_free(ts_hparams *hp);
 /* Writes hp as qwen4exp GGUF metadata (the inverse of ts_hparams_read; used by convert and synth). */
 int ts_hparams_write(const ts_hparams *hp, ts_gguf_writer *w);
 
-/* Opens a GGUF file, reads its hyperparameters and binds every tensor. Refuses, by name, another
- * architecture, a vision projector, a missing or misshapen tensor, a type the engine cannot read,
- * and any tensor the engine would not use. */
+/* Opens a GGUF file, reads its hyperparameters and binds every tensor, then reads its tokenizer and
+ * recommended sampling. Refuses, by name, another architecture, a vision projector, a missing or
+ * misshapen tensor, a type the engine cannot read, and any tensor the engine would not use. A file
+ * without a usable tokenizer still loads (ts_model_tokenizer says why it has none). */
 int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen);
 /* Same on an already-open file; takes ownership of g on success and on failure. */
 int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen);

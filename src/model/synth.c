@@ -148,6 +148,7 @@ int ts_synth_write(const ts_hparams *hp, const ts_synth_opts *o, const char *pat
     uint32_t n_tokens;
     if (!rc && o->tokenizer)
         rc = ts_tokenizer_copy_gguf(w, o->tokenizer, hp->n_vocab, &n_tokens, err, errlen);
+    if (!rc && o->meta) rc = o->meta(o->meta_ctx, w, err, errlen);
     if (!rc) rc = ts_qwen4exp_visit_tensors(hp, o->layout, NULL, synth_tensor, &c);
     if (!rc && ts_gguf_writer_begin_data(w, path)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     c.pass = 1;
