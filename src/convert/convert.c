@@ -269,7 +269,7 @@ static int hc_tensor(conv *c, const ts_tensor_spec *s, const char *hf, const cha
 static int gdn_tensor(conv *c, const ts_tensor_spec *s, const char *L, const char *suf) {
     const ts_hparams *hp = c->hp;
     int64_t H = hp->n_embd, nv = hp->ssm_nv, dv = hp->ssm_dv, kd = (int64_t)hp->ssm_nk * hp->ssm_dk;
-    int64_t conv_dim = 2 * kd + nv * dv;
+    int64_t conv_dim = ts_gdn_conv_dim(hp);
     const ts_st_tensor *t = NULL;
     job *j;
     row_map rm = RM_VHEAD;
