@@ -9,7 +9,8 @@
  * (err, errlen) — what was wrong, where, and what was expected. err may be NULL.
  *
  * Threads: a model may be used by several sessions; one session is used by one thread at a time.
- * Memory: the model maps its file; each session owns its state (ts_session_state_bytes).
+ * Memory: the model maps its file and keeps its tokenizer; each session owns its state
+ * (ts_session_state_bytes).
  *
  * Scope: everything `turbospark serve` and the commands that run the model use — models, sessions
  * and their states, backends, tokenizers, chat rendering, sampling and the pieces of text
