@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
     const int n_predict = argc > 3 ? atoi(argv[3]) : 32;
     char err[1024];
     ts_model *m = NULL;
-    ts_tokenizer *tok = NULL;
+    const ts_tokenizer *tok = NULL; /* the model's own: freed with it */
     ts_session *s = NULL;
     ts_sampler *smp = NULL;
     float *logits = NULL;
@@ -66,7 +66,6 @@ out:
     free(logits);
     ts_sampler_free(smp);
     ts_session_free(s);
-    ts_tokenizer_free(tok);
     ts_model_free(m);
     return rc;
 }

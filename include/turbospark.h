@@ -9,7 +9,8 @@
  * (err, errlen) — what was wrong, where, and what was expected. err may be NULL.
  *
  * Threads: a model may be used by several sessions; one session is used by one thread at a time.
- * Memory: the model maps its file; each session owns its state (ts_session_state_bytes).
+ * Memory: the model maps its file and keeps its tokenizer; each session owns its state
+ * (ts_session_state_bytes).
  *
  * Scope: everything `turbospark serve` and the commands that run the model use — models, sessions
  * and their states, backends, tokenizers, chat rendering, sampling and the pieces of text
@@ -28,7 +29,8 @@ extern "C" {
 typedef struct ts_model ts_model;
 typedef struct ts_session ts_session;
 
-/* Opens and binds a qwen4exp GGUF (spec: every key and tensor is checked before use). */
+/* Opens and binds a qwen4exp GGUF (docs/MODEL.md: every key and tensor is checked before use), and
+ * reads its tokenizer and recommended sampling once (ts_model_tokenizer, ts_model_sampling). */
 int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen);
 void ts_model_free(ts_model *m);
 
@@ -187,7 +189,10 @@ const char *ts_build_commit(void); /* the git commit built ("c7589b2", "-dirty" 
  * several threads may use one at once. About 100 bytes a vocabulary entry. */
 typedef struct ts_tokenizer ts_tokenizer;
 
-int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t errlen);
+/* The model's own tokenizer, read from its file once, when the model was loaded: *out is owned by
+ * the model (valid while it lives; not to be freed). A model whose file has no usable tokenizer
+ * still evaluates token ids; here it is refused with a sentence that says why (*out NULL). */
+int ts_model_tokenizer(const ts_model *m, const ts_tokenizer **out, char *err, size_t errlen);
 /* The tokenizer of any GGUF file with tokenizer.ggml.* keys (a model, or a vocabulary-only file). */
 int ts_tokenizer_load_gguf(const char *path, ts_tokenizer **out, char *err, size_t errlen);
 /* The tokenizer of a Hugging Face folder (tokenizer.json; tokenizer_config.json and config.json when
@@ -339,8 +344,8 @@ float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, i
 /* The fields a model file may recommend, as indexes of ts_model_sampling's given[]. */
 enum { TS_SAMPLING_TEMP, TS_SAMPLING_TOP_K, TS_SAMPLING_TOP_P, TS_SAMPLING_MIN_P, TS_SAMPLING_N_KEYS };
 /* Overwrites the fields of *p that the model file recommends (general.sampling.temp, .top_k, .top_p,
- * .min_p, read as llama.cpp reads them) unless given[field] is true (the caller set it); given may
- * be NULL (every recommendation is taken). */
+ * .min_p, read as llama.cpp reads them when the model was loaded) unless given[field] is true (the
+ * caller set it); given may be NULL (every recommendation is taken). */
 void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]);
 
 /* ---- text generation: stop strings, reasoning, tool calls, grammars -------------------------- */

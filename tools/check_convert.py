@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a GGUF written by `turbospark convert --type f32` against the Hugging Face checkpoint it
 came from, tensor by tensor and value by value, by re-applying every documented transform
-(spec/QWEN4EXP.md §4.7) independently of the C converter, in numpy:
+(docs/MODEL.md §4.7) independently of the C converter, in numpy:
 
   (1+w) on every zero-centred RMSNorm (hc norms, mixer norm, q/k norms, indexer norms, PLE norms),
   but not on linear_attn.norm; ssm_a = -exp(A_log) (exp in float64, rounded to float32);
@@ -28,7 +28,7 @@ model is causal, so a prefix is exact) to TOL * max|logit|:
 
 Top-k ties: where the indexer's block scores (often exactly 0 after the ReLU) or the router's
 probabilities tie across the top-k boundary, transformers' torch.topk and the oracle may keep
-different members (spec 5.7: the order is unspecified), a legitimate difference that is not a
+different members (docs/MODEL.md §5.7: the order is unspecified), a legitimate difference that is not a
 conversion error. The oracle is run with its `sorted` watched: a position whose selection has a
 boundary tie is excluded, and so is every later position when the tie is in a layer before the last
 (its residual feeds later positions through GDN and attention). The counts are printed.
@@ -213,7 +213,7 @@ def expected_tensors(cfg_path, ck, mtp=False):
 
     for l in range(L):
         layer(f"blk.{l}.", f"{P}layers.{l}.", qsa[l], l + 1 in ple_ids, l)
-    if mtp:  # spec 4.6: the MTP block as blk.L, QSA-shaped, plus the nextn head
+    if mtp:  # docs/MODEL.md §4.6: the MTP block as blk.L, QSA-shaped, plus the nextn head
         b = f"blk.{L}."
         layer(b, "mtp.layers.0.", True, False, L)
         E[b + "nextn.eh_proj.weight"] = np.concatenate([ck["mtp.fc_embedding.weight"], ck["mtp.fc_hidden.weight"]], 1)

@@ -23,8 +23,7 @@ Python's standard library only (the GPU machine has python3, no node and no pip)
    bit as alone (SIMD dot products tile by the step's token count: up to ~2.4e-6 seen on the demo
    model's logprobs at 8 clients; docs/DECISIONS.md); the GPU's batched decode gives the same bits
    as alone, and a build whose kernels round differently must stay within the precision gate of
-   the project's DESIGN.md
-   (2e-3 of max|logit| from the reference: for two runs and a logprob, which is
+   docs/DECISIONS.md (2e-3 of max|logit| from the reference: for two runs and a logprob, which is
    logit - logsumexp, up to 8e-3 of max|logit|; raise --tol to that when a build needs it). The
    first differing token is excused when alone's top two log-probabilities at that step are within
    2 x --tol, i.e. when logits moving within the tolerance could swap them — counted as "ambiguous",

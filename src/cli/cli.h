@@ -23,8 +23,9 @@ int ts_cmd_serve(int argc, char **argv);
 
 #include "turbospark.h"
 
-/* The ids of a text file under a GGUF's tokenizer (tokenize.c); *ids is malloc'd. 0 or -1 + err. */
-int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids,
+/* The ids of a text file ("-": standard input) under tokenizer t (tokenize.c); *ids is malloc'd (the
+ * caller frees it). 0 or -1 + err. */
+int ts_cli_tokenize_file(const ts_tokenizer *t, const char *text_path, bool parse_special, int32_t **ids,
                          int64_t *n, char *err, size_t errlen);
 /* The ids of text[0..len) (tokenize.c); *ids is malloc'd (the caller frees it). 0 or -1 + err. */
 int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids,

@@ -111,14 +111,17 @@ int ts_cmd_imatrix(int argc, char **argv) {
         int64_t n = 0, shape[TS_NPY_MAX_DIMS];
         int n_dims = 1;
         ts_model *m = NULL;
-        rc = text ? ts_cli_tokenize_file(model, text, false, &ids, &n, err, sizeof err)
-                  : ts_npy_read(tokens, 'i', (void **)&ids, &n_dims, shape, err, sizeof err);
+        const ts_tokenizer *tok = NULL;
+        rc = ts_model_load(model, &m, err, sizeof err);
+        if (!rc)
+            rc = text ? ts_model_tokenizer(m, &tok, err, sizeof err) ||
+                            ts_cli_tokenize_file(tok, text, false, &ids, &n, err, sizeof err)
+                      : ts_npy_read(tokens, 'i', (void **)&ids, &n_dims, shape, err, sizeof err);
         if (!rc && tokens) {
             n = shape[0];
             if (n_dims != 1)
                 rc = -1, snprintf(err, sizeof err, "%s: the token ids must be a 1-D array", tokens);
         }
-        if (!rc) rc = ts_model_load(model, &m, err, sizeof err);
         if (!rc) {
             fprintf(stderr, "imatrix: %" PRId64 " tokens, chunks of %ld\n", n, n_ctx);
             rc = ts_imatrix_collect(&im, m, ids, n, n_ctx, chunks, source, true, err, sizeof err);

@@ -84,12 +84,21 @@ int ts_cmd_perplexity(int argc, char **argv) {
         return 2;
     }
     char err[1024];
+    ts_model *m;
+    ts_session *s = NULL;
+    if (ts_model_load(path, &m, err, sizeof err)) {
+        fprintf(stderr, "turbospark perplexity: %s\n", err);
+        return 1;
+    }
     int32_t *ids = NULL;
     int n_dims;
     int64_t shape[TS_NPY_MAX_DIMS];
-    if (text ? ts_cli_tokenize_file(path, text, false, &ids, &shape[0], err, sizeof err)
+    const ts_tokenizer *tok = NULL;
+    if (text ? ts_model_tokenizer(m, &tok, err, sizeof err) ||
+                   ts_cli_tokenize_file(tok, text, false, &ids, &shape[0], err, sizeof err)
              : ts_npy_read(tokens, 'i', (void **)&ids, &n_dims, shape, err, sizeof err)) {
         fprintf(stderr, "turbospark perplexity: %s\n", err);
+        ts_model_free(m);
         return 1;
     }
     if (text) n_dims = 1;
@@ -101,13 +110,7 @@ int ts_cmd_perplexity(int argc, char **argv) {
                 " tokens do not fill one window of %ld (use a smaller -c)\n",
                 n, ctx);
         free(ids);
-        return 1;
-    }
-    ts_model *m;
-    ts_session *s = NULL;
-    if (ts_model_load(path, &m, err, sizeof err)) {
-        fprintf(stderr, "turbospark perplexity: %s\n", err);
-        free(ids);
+        ts_model_free(m);
         return 1;
     }
     const int64_t V = ts_model_n_vocab(m);

@@ -208,7 +208,7 @@ static int parse_args(int argc, char **argv, bool chat, gen_opts *o) {
 /* Model, tokenizer, session and sampler of one run. */
 typedef struct engine {
     ts_model *m;
-    ts_tokenizer *tok;
+    const ts_tokenizer *tok; /* the model's */
     ts_session *s;
     ts_sampler *smp;
     float *logits;
@@ -230,7 +230,6 @@ static void engine_free(engine *e) {
     free(e->no_eog);
     ts_sampler_free(e->smp);
     ts_session_free(e->s);
-    ts_tokenizer_free(e->tok);
     ts_model_free(e->m);
     free(e->logits);
     ts_tokens_free(&e->ctx);

@@ -53,16 +53,12 @@ int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool pars
     return ts_errf(err, errlen, "the tokenizer gave %lld tokens, then more, for one text", (long long)k);
 }
 
-int ts_cli_tokenize_file(const char *gguf_path, const char *text_path, bool parse_special, int32_t **ids,
+int ts_cli_tokenize_file(const ts_tokenizer *t, const char *text_path, bool parse_special, int32_t **ids,
                          int64_t *n, char *err, size_t errlen) {
-    ts_tokenizer *t = NULL;
     size_t len = 0;
-    char *text = NULL;
-    int rc = ts_tokenizer_load_gguf(gguf_path, &t, err, errlen);
-    if (!rc) rc = (text = ts_cli_read_text(text_path, &len, err, errlen)) ? 0 : -1; /* "-": stdin */
-    if (!rc) rc = ts_cli_encode(t, text, len, parse_special, ids, n, err, errlen);
+    char *text = ts_cli_read_text(text_path, &len, err, errlen); /* "-": stdin */
+    int rc = text ? ts_cli_encode(t, text, len, parse_special, ids, n, err, errlen) : -1;
     free(text);
-    ts_tokenizer_free(t);
     return rc;
 }
 

@@ -1,6 +1,6 @@
 /* Error reporting used by every library function.
  *
- * Convention (see DESIGN.md): a function that can fail returns an int status
+ * Convention (the one of include/turbospark.h): a function that can fail returns an int status
  * (0 = success, -1 = failure) and, on failure, writes one sentence a user can
  * act on into the caller's buffer (err, errlen). err may be NULL. */
 #ifndef TS_COMMON_ERROR_H

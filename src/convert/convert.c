@@ -2,7 +2,7 @@
  *
  * Plan first, write second. The tensor table (ts_qwen4exp_visit_tensors) is walked once to build a
  * job per GGUF tensor: which checkpoint tensors feed it, checked for presence, dtype and exact
- * shape, and how its rows are made from theirs (spec §4.7). Every checkpoint tensor no job used
+ * shape, and how its rows are made from theirs (MODEL.md §4.7). Every checkpoint tensor no job used
  * must be one we know to skip (vision, mtp.* without --mtp, the PLE hash buffers after they were
  * checked against the config); otherwise the conversion stops before anything is written. Then the
  * jobs run in declaration order, each row read from the mapping, transformed, encoded and
@@ -269,7 +269,7 @@ static int hc_tensor(conv *c, const ts_tensor_spec *s, const char *hf, const cha
 static int gdn_tensor(conv *c, const ts_tensor_spec *s, const char *L, const char *suf) {
     const ts_hparams *hp = c->hp;
     int64_t H = hp->n_embd, nv = hp->ssm_nv, dv = hp->ssm_dv, kd = (int64_t)hp->ssm_nk * hp->ssm_dk;
-    int64_t conv_dim = 2 * kd + nv * dv;
+    int64_t conv_dim = ts_gdn_conv_dim(hp);
     const ts_st_tensor *t = NULL;
     job *j;
     row_map rm = RM_VHEAD;
@@ -576,7 +576,7 @@ static bool skippable(const conv *c, const char *n) {
     if (has_prefix(n, "model.visual.")) return true;        /* vision tower */
     if (has_prefix(n, "mtp.") && !c->o->mtp) return true;   /* MTP head without --mtp */
     if (has_suffix(n, ".rotary_emb.inv_freq")) return true; /* non-persistent in 5.x; old exports */
-    char mix_inject[128];                                   /* unused mixer inject (spec §4.1) */
+    char mix_inject[128];                                   /* the final mixer's inject: unused */
     snprintf(mix_inject, sizeof mix_inject, "%shyper_connection_mixer.block_inject_weight.weight",
              c->cfg->prefix);
     return strcmp(n, mix_inject) == 0;

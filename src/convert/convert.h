@@ -1,4 +1,4 @@
-/* HF → GGUF: a transformers qwen4_exp checkpoint directory to a qwen4exp GGUF file (spec §3–§4),
+/* HF → GGUF: a transformers qwen4_exp checkpoint directory to a qwen4exp GGUF file (MODEL.md §3–§4),
  * and GGUF → GGUF re-quantization. Both stream tensor by tensor and row by row (bounded memory),
  * report progress on stderr, check the result binds with ts_model_load, and remove the output
  * file when anything fails. */

@@ -31,7 +31,7 @@
  *     IQ2_XXS / IQ2_XS and ud_iq1_m at IQ1_M / IQ2_XXS, which need an importance matrix
  *     (quantize --imatrix);
  *   - a type whose block does not divide the row (ne0 = 160 PLE table, 320 HC up, 640 expert down)
- *     falls back as llama.cpp does (spec §9): Q2_K/Q3_K→Q4_0, Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, the
+ *     falls back as llama.cpp does (MODEL.md §8): Q2_K/Q3_K→Q4_0, Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, the
  *     i-quants (IQ1_S .. IQ4_XS)→IQ4_NL, anything else→Q8_0, and F16 when even 32 does not divide the row
  *     (ts_synth_fallback_type). At the released shapes this sends the routed experts' down
  *     projections (640 wide) of the i-quant mixes to IQ4_NL. */

@@ -1,10 +1,10 @@
-/* CPU kernels of the qwen4exp forward (spec §5), one op per function, each the CPU twin of a
+/* CPU kernels of the qwen4exp forward (docs/MODEL.md §5), one op per function, each the CPU twin of a
  * CUDA kernel of the same name in src/cuda/.
  *
  * Precision: activations and state are fp32 end to end; weights are dequantized from their file
  * encoding to fp32 as they are read. This matches transformers run in fp32 (the golden fixtures)
  * to rounding; against the bf16 reference it drifts slightly because the reference rounds to
- * bf16 after every op (spec §5.10) — a documented deviation, see docs/CPU.md.
+ * bf16 after every op (MODEL.md §5.10; docs/DECISIONS.md, "Precision of the CPU backend").
  *
  * Rows: a "T × n" buffer holds T tokens of n values, token-major. */
 #ifndef TS_CPU_H

@@ -1,4 +1,4 @@
-/* The qwen4exp forward on the CPU, top to bottom (spec §5.1, §5.3):
+/* The qwen4exp forward on the CPU, top to bottom (docs/MODEL.md §5.1, §5.3):
  *
  *   R = [embed(id)] × C
  *   for each layer l:

@@ -1,4 +1,5 @@
-/* The CPU forward of qwen4exp: per-sequence state (spec §6) and the layer-by-layer pass (spec §5).
+/* The CPU forward of qwen4exp: per-sequence state (docs/MODEL.md §6) and the layer-by-layer
+ * pass (MODEL.md §5).
  *
  * A sequence's state is sized once, at creation, for n_ctx tokens; the forward allocates nothing.
  * Prefill runs in chunks of up to `ubatch` tokens (each chunk is one call); decode is a chunk of 1.

@@ -1,4 +1,4 @@
-/* Gated DeltaNet (spec §5.5), file head order: value head j uses key head j mod nk.
+/* Gated DeltaNet (docs/MODEL.md §5.5), file head order: value head j uses key head j mod nk.
  *
  * The CPU forward runs the token recurrence for prefill too (bit-identical to decode; DECISIONS.md,
  * GDN prefill). The chunked (WY/UT) form of the reference is here as well, the twin of the CUDA
@@ -113,7 +113,7 @@ static void gdn_seq(ts_cpu_work *w, const ts_layer_weights *L, float *conv, floa
                     int64_t N) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t nk = hp->ssm_nk, nv = hp->ssm_nv, dk = hp->ssm_dk, dv = hp->ssm_dv;
-    const int64_t key_dim = nk * dk, vdim = nv * dv, cd = 2 * key_dim + vdim, Kc = hp->ssm_conv;
+    const int64_t key_dim = nk * dk, vdim = nv * dv, cd = ts_gdn_conv_dim(hp), Kc = hp->ssm_conv;
     float *b = w->ba + r0 * nv, *a = w->ba + N * nv + r0 * nv;
 
     /* causal depthwise conv (tap Kc−1 = current token) and SiLU on all channels */

@@ -1,4 +1,4 @@
-/* Hyper-connections (spec §5.2): read C normalised streams into one block input, write the block
+/* Hyper-connections (docs/MODEL.md §5.2): read C normalised streams into one block input, write the block
  * output back into every stream with its inject weight. */
 #include "cpu/layers.h"
 
@@ -26,7 +26,7 @@ void ts_cpu_hc_read(ts_cpu_work *w, const ts_hc_weights *hc, const float *R, int
     for (int64_t i = 0; i < T * C; i++) inj[i] = 2.0f * ts_sigmoid(inj[i] / (float)C);
 }
 
-/* R_s += y ⊙ inj_s for every stream s (the un-normalised streams; spec pitfall 7). */
+/* R_s += y ⊙ inj_s for every stream s (the un-normalised streams). */
 void ts_cpu_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t T) {
     const int64_t H = hp->n_embd, C = hp->hc_count;
     for (int64_t t = 0; t < T; t++)

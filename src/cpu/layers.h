@@ -79,7 +79,7 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_
                 float *y);
 void ts_cpu_moe(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T, float *y);
 
-/* One GDN value head over the T rows of one sequence (gdn.c; spec §5.5, §7). Row t: q̂ at q + t·qs
+/* One GDN value head over the T rows of one sequence (gdn.c; MODEL.md §5.5, §7). Row t: q̂ at q + t·qs
  * (L2-normalised, 1/√dk included), k̂ at k + t·qs, v at v + t·vs (dv), β = beta[t·gs], log-decay
  * g = lg[t·gs] = A·softplus(a + dt) ≤ 0. S: dk × dv (S[i·dv + e]), updated; o + t·os gets Sᵀq̂
  * (before the gated norm). */

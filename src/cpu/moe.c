@@ -1,4 +1,4 @@
-/* Mixture of experts (spec §5.8): fp32 softmax router over all E experts, top-k (ties: lower
+/* Mixture of experts (docs/MODEL.md §5.8): fp32 softmax router over all E experts, top-k (ties: lower
  * expert id), renormalised weights, SwiGLU experts, plus the shared expert scaled by a sigmoid
  * scalar gate. */
 #include "cpu/layers.h"

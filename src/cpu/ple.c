@@ -1,4 +1,4 @@
-/* PLE, the hashed n-gram embedding of one layer (spec §5.4): token context with EOS segment
+/* PLE, the hashed n-gram embedding of one layer (docs/MODEL.md §5.4): token context with EOS segment
  * resets, the multiply-XOR hash into 16 prime-sized head tables, the row gather, the
  * stream-gated value and the dilated causal conv. Adds its output to the wide residual R. */
 #include "cpu/layers.h"
@@ -91,7 +91,7 @@ void ts_cpu_ple(ts_cpu_work *w, const ts_layer_weights *L, const ts_cpu_batch *b
             for (int64_t i = 0; i < H; i++) Gs[i] = gate * w->pv[t * H + i];
         }
 
-    /* the conv input grouped_rmsnorm(G) (the spec's N), into pn */
+    /* the conv input grouped_rmsnorm(G) (MODEL.md's N), into pn */
     const float *gc = ts_cpu_f32(L->ple_norm_conv, w->vec);
     for (int64_t t = 0; t < N; t++) ts_cpu_rmsnorm(G + t * W, gc, W, H, hp->eps, w->pn + t * W);
 

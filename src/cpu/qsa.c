@@ -1,4 +1,4 @@
-/* Qwen Sparse Attention (spec §5.6–5.7): gated GQA attention whose keys are chosen per query by a
+/* Qwen Sparse Attention (docs/MODEL.md §5.6–5.7): gated GQA attention whose keys are chosen per query by a
  * block indexer.
  *
  * Indexer: raw keys are cached per token; when a block of B tokens completes, its key

@@ -351,7 +351,7 @@ size_t tab_ints(int64_t N) {
 
 size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t cd = ts_gdn_conv_dim(hp);
     const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
     const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
     int64_t F = hp->n_ff_shexp;
@@ -399,19 +399,16 @@ size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
 }
 
 size_t seq_bytes(const ts_hparams *hp, int64_t n_ctx) {
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t kvw = ts_qsa_kv_width(hp);
     size_t b = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (hp->kind[l] == TS_LAYER_QSA)
             b += 2 * align_up((size_t)(n_ctx * kvw) * 4) + align_up((size_t)(n_ctx * hp->idx_head_dim) * 4) +
-                 align_up((size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim) * 4);
+                 align_up((size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim) * 4);
         else
-            b += align_up((size_t)((hp->ssm_conv - 1) * cd) * 4) +
-                 align_up((size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+            b += align_up((size_t)ts_gdn_conv_floats(hp) * 4) + align_up((size_t)ts_gdn_state_floats(hp) * 4);
     }
-    if (hp->ple_layer >= 0)
-        b += align_up((size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4) + align_up(TS_MAX_NGRAM * 4);
+    if (hp->ple_layer >= 0) b += align_up((size_t)ts_ple_conv_floats(hp) * 4) + align_up(TS_MAX_NGRAM * 4);
     return b;
 }
 
@@ -431,7 +428,7 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
                        gib(bytes), N, ctx, gib(fr));
     }
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t cd = ts_gdn_conv_dim(hp);
     const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
     const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
     int64_t F = hp->n_ff_shexp;
@@ -836,8 +833,7 @@ extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out,
                        " tokens: %.2f GiB asked, %.2f GiB free",
                        n_ctx, gib(seq_bytes(hp, n_ctx)), gib(fr));
     }
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    const int64_t kvw = ts_qsa_kv_width(hp);
     uint8_t *p = (uint8_t *)q->mem;
     auto take = [&](size_t bytes) {
         void *r = p;
@@ -849,15 +845,15 @@ extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out,
         if (hp->kind[l] == TS_LAYER_QSA) {
             s[TS_CUDA_K] = take((size_t)(n_ctx * kvw) * 4), s[TS_CUDA_V] = take((size_t)(n_ctx * kvw) * 4);
             s[TS_CUDA_IDX_RAW] = take((size_t)(n_ctx * hp->idx_head_dim) * 4);
-            s[TS_CUDA_IDX_BLK] = take((size_t)((n_ctx / hp->compress + 1) * hp->idx_head_dim) * 4);
+            s[TS_CUDA_IDX_BLK] = take((size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim) * 4);
         } else {
-            s[TS_CUDA_CONV] = take((size_t)((hp->ssm_conv - 1) * cd) * 4);
-            s[TS_CUDA_SSM] = take((size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+            s[TS_CUDA_CONV] = take((size_t)ts_gdn_conv_floats(hp) * 4);
+            s[TS_CUDA_SSM] = take((size_t)ts_gdn_state_floats(hp) * 4);
         }
     }
     if (hp->ple_layer >= 0) {
         void **s = q->ptr + (size_t)hp->ple_layer * TS_CUDA_STATE_KINDS;
-        s[TS_CUDA_PLE_CONV] = take((size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4);
+        s[TS_CUDA_PLE_CONV] = take((size_t)ts_ple_conv_floats(hp) * 4);
         s[TS_CUDA_PLE_CTX] = take(TS_MAX_NGRAM * 4);
     }
     pthread_mutex_lock(&c->mu);

@@ -1,4 +1,4 @@
-// Gated DeltaNet on the GPU (spec §5.5), the twin of src/cpu/gdn.c (ts_cpu_gdn): same math, same
+// Gated DeltaNet on the GPU (MODEL.md §5.5), the twin of src/cpu/gdn.c (ts_cpu_gdn): same math, same
 // state layout, file head order (value head j uses key head j mod nk).
 //
 // Symbols (src/model/qwen4exp.h): H hidden, nk/nv key/value heads, dk/dv head dims, key_dim =
@@ -594,7 +594,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     d.Kc = (int)hp->ssm_conv, d.eps = hp->eps;
     d.one_row = b->n_rows == b->n_seq; // every packed sequence has at least one row
     d.chunk_min = INT64_MAX;           // set below when the chunked form runs
-    d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = 2 * d.key_dim + d.vdim;
+    d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = ts_gdn_conv_dim(hp);
     if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
     if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
     const int64_t vseg = (d.vdim + kConvThreads - 1) / kConvThreads, segs = 2 * (int64_t)d.nk + vseg + 1;

@@ -1,4 +1,4 @@
-// Hyper-connections on the GPU (spec §5.2), the twin of src/cpu/hc.c: read the C residual streams
+// Hyper-connections on the GPU (MODEL.md §5.2), the twin of src/cpu/hc.c: read the C residual streams
 // into one block input, write the block output back into every stream with its inject weight.
 //
 // Math, per token (W = C·H, streams s = 0..C−1 of H floats each):

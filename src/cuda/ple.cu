@@ -1,4 +1,4 @@
-// PLE on the GPU (spec §5.4), the twin of src/cpu/ple.c: the hashed n-gram embedding of one layer,
+// PLE on the GPU (MODEL.md §5.4), the twin of src/cpu/ple.c: the hashed n-gram embedding of one layer,
 // added to the wide residual R. Everything runs on the device from b->ids and the per-sequence
 // states, with no host round trip, so a decode step is capturable in a CUDA graph.
 //

@@ -1,4 +1,4 @@
-// Qwen Sparse Attention on the GPU (spec §5.6–5.7), the twin of src/cpu/qsa.c: gated GQA
+// Qwen Sparse Attention on the GPU (MODEL.md §5.6–5.7), the twin of src/cpu/qsa.c: gated GQA
 // attention whose keys are chosen per query by a block indexer. Same math, same state layout
 // (src/cuda/layers.h); every position, sequence and block index is read on the device, so the
 // launches below depend only on N, b->max_ctx and the hyperparameters (a decode step is captured

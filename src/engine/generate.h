@@ -1,6 +1,5 @@
-/* What every text generator shares (turbospark run, chat and serve): the file's recommended
- * the text of a generation as it grows token by token (the file's recommended sampling is
- * ts_model_sampling of the public header).
+/* What every text generator shares (turbospark run, chat and serve): the text of a generation as it
+ * grows token by token (the file's recommended sampling is ts_model_sampling of the public header).
  *
  * ts_textgen turns sampled ids into text that is safe to show at every moment:
  *   - the streaming detokenizer holds back the bytes of a character split across tokens, so what

@@ -22,8 +22,9 @@ uint64_t ts_model_size_bytes(const ts_model *m) {
     return n;
 }
 
-int ts_model_tokenizer(const ts_model *m, ts_tokenizer **out, char *err, size_t errlen) {
-    return ts_tokenizer_load(m->gguf, out, err, errlen);
+int ts_model_tokenizer(const ts_model *m, const ts_tokenizer **out, char *err, size_t errlen) {
+    *out = m->tokenizer;
+    return m->tokenizer ? 0 : ts_errf(err, errlen, "%s", m->tokenizer_err);
 }
 
 int ts_tokenizer_load_gguf(const char *path, ts_tokenizer **out, char *err, size_t errlen) {
@@ -49,17 +50,13 @@ int64_t ts_tokenizer_encode(const ts_tokenizer *t, const char *text, size_t len,
 }
 
 void ts_model_sampling(const ts_model *m, ts_sampler_params *p, const bool given[TS_SAMPLING_N_KEYS]) {
-    const ts_gguf *g = m->gguf;
-    float f;
-    uint32_t k;
-    if (!(given && given[TS_SAMPLING_TEMP]) && !ts_gguf_get_f32(g, "general.sampling.temp", &f, NULL, 0))
-        p->temperature = f;
-    if (!(given && given[TS_SAMPLING_TOP_K]) && !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0))
-        p->top_k = (int32_t)k;
-    if (!(given && given[TS_SAMPLING_TOP_P]) && !ts_gguf_get_f32(g, "general.sampling.top_p", &f, NULL, 0))
-        p->top_p = f;
-    if (!(given && given[TS_SAMPLING_MIN_P]) && !ts_gguf_get_f32(g, "general.sampling.min_p", &f, NULL, 0))
-        p->min_p = f;
+    const ts_sampling_defaults *d = &m->sampling;
+    bool take[TS_SAMPLING_N_KEYS];
+    for (int i = 0; i < TS_SAMPLING_N_KEYS; i++) take[i] = d->has[i] && !(given && given[i]);
+    if (take[TS_SAMPLING_TEMP]) p->temperature = d->temperature;
+    if (take[TS_SAMPLING_TOP_K]) p->top_k = d->top_k;
+    if (take[TS_SAMPLING_TOP_P]) p->top_p = d->top_p;
+    if (take[TS_SAMPLING_MIN_P]) p->min_p = d->min_p;
 }
 
 bool ts_model_backend_ready(const ts_model *m, ts_backend b) {

@@ -1,5 +1,5 @@
 /* What a decode step must move per token: the floor every benchmark is reported against
- * (DESIGN.md, "Performance method"). */
+ * (docs/BENCHMARKS.md, "Method"). */
 #include "model/qwen4exp.h"
 
 #include <math.h>

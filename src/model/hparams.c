@@ -1,4 +1,4 @@
-/* qwen4exp hyperparameters: read + validate (spec §3.3), write (inverse), released values. */
+/* qwen4exp hyperparameters: read + validate (docs/MODEL.md §3.3), write (inverse), released values. */
 #include "model/qwen4exp.h"
 
 #include "common/error.h"
@@ -32,7 +32,7 @@ static int get_u32_in(const ts_gguf *g, const char *key, uint32_t min, uint32_t 
     return 0;
 }
 
-/* A u64 array key of at least `min_count` elements; refuses float storage (spec §3.3 rule 1). */
+/* A u64 array key of at least `min_count` elements; refuses float storage (MODEL.md §3.3). */
 static int get_u64_array(const ts_gguf *g, const char *key, uint64_t min_count, const ts_gguf_value **a,
                          char *err, size_t errlen) {
     if (ts_gguf_get_arr(g, key, -1, a, err, errlen)) return -1;
@@ -159,7 +159,7 @@ static int read_ple(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) 
                        path, sz->arr.count, of->arr.count);
     for (uint32_t i = 0; i < hp->ple_n; i++) {
         hp->ple_mult[i] = ts_gguf_arr_u64(m, i);
-        /* products m·id must not overflow 63 bits for any id < V (spec rule 7) */
+        /* products m·id must not overflow 63 bits for any id < V (MODEL.md §3.3, §5.4) */
         if (hp->ple_mult[i] == 0 ||
             (hp->n_vocab > 1 && hp->ple_mult[i] > (uint64_t)INT64_MAX / (hp->n_vocab - 1)))
             return ts_errf(err, errlen,
@@ -184,7 +184,7 @@ static int read_ple(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen) 
         if (expect > INT32_MAX)
             return ts_errf(err, errlen, "%s: PLE head %" PRIu32 " ends past row 2^31-1", path, h);
     }
-    /* the joined table's rows; the per-head layout (spec §4.6) holds exactly Σ sizes */
+    /* the joined table's rows; the per-head layout (MODEL.md §4.6) holds exactly Σ sizes */
     const ts_gguf_tensor *tab = ts_gguf_find_tensor(g, "per_layer_token_embd.weight");
     hp->ple_rows = tab && tab->n_dims == 2 ? (uint64_t)tab->ne[1] : expect;
     if (hp->ple_rows < expect)
@@ -234,7 +234,7 @@ static int read_rope(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen)
     if (!(hp->rope_base >= 1 && hp->rope_base <= 1e12f))
         return ts_errf(err, errlen, "%s: rope.freq_base is %g, expected a finite value from 1 to 1e12", path,
                        (double)hp->rope_base);
-    for (int64_t i = 0; i < ts_gguf_kv_count(g); i++) { /* rule 11: no rope scaling is implemented */
+    for (int64_t i = 0; i < ts_gguf_kv_count(g); i++) { /* no rope scaling is implemented (MODEL.md §3.3) */
         const ts_gguf_kv *kv = ts_gguf_kv_at(g, i);
         const char *pre = K("rope.scaling.");
         if (kv->key.len > strlen(pre) && memcmp(kv->key.ptr, pre, strlen(pre)) == 0 &&

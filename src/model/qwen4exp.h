@@ -1,9 +1,9 @@
-/* qwen4exp: hyperparameters from GGUF metadata, validated (spec §3), and every tensor bound by name
- * with its expected shape and allowed types (spec §4).
+/* qwen4exp: hyperparameters from GGUF metadata, validated (docs/MODEL.md §3), and every tensor bound
+ * by name with its expected shape and allowed types (MODEL.md §4).
  *
  * Nothing here is a constant of the released checkpoint: every size comes from the file, so the
  * same code binds the 176 B release, the tiny golden fixtures and any config of the family.
- * Symbols in the shape comments follow spec §2 (H hidden, C streams, W = C·H, r HC rank, V vocab,
+ * Symbols in the shape comments follow MODEL.md §2 (H hidden, C streams, W = C·H, r HC rank, V vocab,
  * nk/nv GDN key/value heads, dk/dv their dims, nh/nkv/hd attention heads, ni/di indexer heads,
  * E/k experts, F/Fs expert widths, NH = (n−1)·P PLE heads of width dh). ggml shapes are ne order:
  * ne[0] is the contiguous input dimension of a weight matrix. */
@@ -151,9 +151,24 @@ typedef struct ts_layer_weights {
     ts_hc_weights nextn_hc_head;         /* norm/down/up as the final mixer */
 } ts_layer_weights;
 
+/* The sampling a model file recommends (general.sampling.*, as llama.cpp reads them). */
+typedef struct ts_sampling_defaults {
+    bool has[TS_SAMPLING_N_KEYS]; /* which of the fields below the file gives (TS_SAMPLING_* indexes) */
+    float temperature;            /* general.sampling.temp (f32) */
+    int32_t top_k;                /* general.sampling.top_k (u32) */
+    float top_p;                  /* general.sampling.top_p (f32) */
+    float min_p;                  /* general.sampling.min_p (f32) */
+} ts_sampling_defaults;
+
 typedef struct ts_model {
     ts_gguf *gguf; /* owned: every tensor points into its mapping */
     ts_hparams hp;
+    /* the file's tokenizer (tokenizer.ggml.*), read once with the model and owned by it (about 100
+     * bytes a vocabulary entry); NULL when the file has none or it cannot be read: tokenizer_err
+     * then holds the sentence that says why */
+    ts_tokenizer *tokenizer;
+    char tokenizer_err[320];
+    ts_sampling_defaults sampling;          /* read once with the model */
     const ts_gguf_tensor *token_embd;       /* [H, V] */
     const ts_gguf_tensor *output;           /* [H, V]; token_embd when the file has no output */
     ts_hc_weights output_hc;                /* final mixer (no inject) */
@@ -195,7 +210,7 @@ static inline int64_t ts_ple_conv_floats(const ts_hparams *hp) {
     return (int64_t)(hp->ple_conv - 1) * hp->ple_n * hp->hc_count * hp->n_embd;
 }
 
-/* Reads and validates the hyperparameters of a qwen4exp GGUF (spec §3.3). hp owns two arrays:
+/* Reads and validates the hyperparameters of a qwen4exp GGUF (MODEL.md §3.3). hp owns two arrays:
  * free with ts_hparams_free. */
 int ts_hparams_read(const ts_gguf *g, ts_hparams *hp, char *err, size_t errlen);
 void ts_hparams_free(ts_hparams *hp);
@@ -203,9 +218,10 @@ void ts_hparams_free(ts_hparams *hp);
 /* Writes hp as qwen4exp GGUF metadata (the inverse of ts_hparams_read; used by convert and synth). */
 int ts_hparams_write(const ts_hparams *hp, ts_gguf_writer *w);
 
-/* Opens a GGUF file, reads its hyperparameters and binds every tensor. Refuses, by name, another
- * architecture, a vision projector, a missing or misshapen tensor, a type the engine cannot read,
- * and any tensor the engine would not use. */
+/* Opens a GGUF file, reads its hyperparameters and binds every tensor, then reads its tokenizer and
+ * recommended sampling. Refuses, by name, another architecture, a vision projector, a missing or
+ * misshapen tensor, a type the engine cannot read, and any tensor the engine would not use. A file
+ * without a usable tokenizer still loads (ts_model_tokenizer says why it has none). */
 int ts_model_load(const char *path, ts_model **out, char *err, size_t errlen);
 /* Same on an already-open file; takes ownership of g on success and on failure. */
 int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen);
@@ -224,7 +240,7 @@ typedef struct ts_tensor_spec {
 } ts_tensor_spec;
 
 typedef struct ts_layout {
-    bool ple_split;     /* per-head PLE tables (spec §4.6) instead of one joined table */
+    bool ple_split;     /* per-head PLE tables (MODEL.md §4.6) instead of one joined table */
     bool fused_experts; /* ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps */
 } ts_layout;
 
@@ -237,7 +253,7 @@ int ts_qwen4exp_visit_tensors(const ts_hparams *hp, ts_layout layout, ts_model *
 /* Whether a tensor of this role may have this ggml type. */
 bool ts_role_allows(char role, uint32_t type);
 
-/* The released checkpoint's hyperparameters (spec §3.1), for synth and tests. Free with ts_hparams_free. */
+/* The released checkpoint's hyperparameters (MODEL.md §2, §3.1), for synth and tests. Free with ts_hparams_free. */
 int ts_hparams_released(ts_hparams *hp, char *err, size_t errlen);
 
 /* A small config with every feature on (4 layers: GDN, GDN+PLE, GDN, QSA), for tests and demos. */
@@ -252,7 +268,7 @@ ts_decode_cost ts_model_decode_cost(const ts_model *m, int64_t ctx, int kv_value
 /* Changes the layer count (kinds follow full_attn_interval; MTP blocks are QSA-shaped). */
 int ts_hparams_set_layers(ts_hparams *hp, uint32_t n_layer, uint32_t n_mtp, char *err, size_t errlen);
 
-/* PLE n-gram hash multipliers of the reference (spec §5.4), from seed and PLE layer index. */
+/* PLE n-gram hash multipliers of the reference (MODEL.md §5.4), from seed and PLE layer index. */
 void ts_ple_multipliers(uint32_t n_vocab, uint32_t n, uint64_t seed, uint32_t ple_index, uint64_t *out);
 
 #ifdef __cplusplus

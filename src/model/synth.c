@@ -16,7 +16,7 @@
 #include <string.h>
 
 /* Narrow rows (160/320/640) cannot hold 256-element super-blocks: ggml's quantizer falls back to a
- * 32-element type of similar size (spec §9). */
+ * 32-element type of similar size (MODEL.md §8). */
 uint32_t ts_synth_fallback_type(uint32_t type, int64_t ne0) {
     const ts_type_traits *t = ts_type_get(type);
     if (!t || ne0 % t->block_size == 0) return type;
@@ -148,6 +148,7 @@ int ts_synth_write(const ts_hparams *hp, const ts_synth_opts *o, const char *pat
     uint32_t n_tokens;
     if (!rc && o->tokenizer)
         rc = ts_tokenizer_copy_gguf(w, o->tokenizer, hp->n_vocab, &n_tokens, err, errlen);
+    if (!rc && o->meta) rc = o->meta(o->meta_ctx, w, err, errlen);
     if (!rc) rc = ts_qwen4exp_visit_tensors(hp, o->layout, NULL, synth_tensor, &c);
     if (!rc && ts_gguf_writer_begin_data(w, path)) rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     c.pass = 1;

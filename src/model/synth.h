@@ -5,7 +5,7 @@
 #include "model/qwen4exp.h"
 
 typedef struct ts_synth_opts {
-    uint32_t type; /* ggml type of the matrices; narrow rows fall back (spec §9); vectors are F32 */
+    uint32_t type; /* ggml type of the matrices; narrow rows fall back (MODEL.md §8); vectors are F32 */
     uint64_t seed;
     bool sparse;      /* leave tensor data unwritten: a sparse file of the full size */
     bool tied_output; /* omit output.weight (the model then reuses token_embd) */
@@ -15,6 +15,10 @@ typedef struct ts_synth_opts {
     /* Optional hook for tests: may rename, reshape or retype a tensor, or drop it (return 0). */
     int (*edit)(void *ctx, ts_tensor_spec *spec, uint32_t *type);
     void *edit_ctx;
+    /* Optional hook for tests: writes more metadata keys (after the model's and the tokenizer's);
+     * 0, or −1 with err. */
+    int (*meta)(void *ctx, ts_gguf_writer *w, char *err, size_t errlen);
+    void *meta_ctx;
 } ts_synth_opts;
 
 int ts_synth_write(const ts_hparams *hp, const ts_synth_opts *o, const char *path, char *err, size_t errlen);

@@ -1,4 +1,5 @@
-/* qwen4exp tensors: the one table of names and shapes (spec §4), and the binder built on it.
+/* qwen4exp tensors: the one table of names and shapes (MODEL.md §4), and the binder built on it,
+ * which also reads the file's tokenizer and recommended sampling (MODEL.md §9).
  *
  * ts_qwen4exp_visit_tensors is the single place that knows what a file holds; the binder, synth
  * and convert all walk it, so a name or a shape cannot drift between them. */
@@ -6,6 +7,7 @@
 
 #include "common/error.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -191,6 +193,30 @@ static int bind_one(void *ctx, const ts_tensor_spec *s) {
     return 0;
 }
 
+/* general.sampling.*: a key of another type than llama.cpp writes is ignored, as llama.cpp does. */
+static void read_sampling(const ts_gguf *g, ts_sampling_defaults *s) {
+    uint32_t k;
+    s->has[TS_SAMPLING_TEMP] = !ts_gguf_get_f32(g, "general.sampling.temp", &s->temperature, NULL, 0);
+    s->has[TS_SAMPLING_TOP_K] = !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0);
+    s->top_k = s->has[TS_SAMPLING_TOP_K] ? (int32_t)(k > INT32_MAX ? INT32_MAX : k) : 0;
+    s->has[TS_SAMPLING_TOP_P] = !ts_gguf_get_f32(g, "general.sampling.top_p", &s->top_p, NULL, 0);
+    s->has[TS_SAMPLING_MIN_P] = !ts_gguf_get_f32(g, "general.sampling.min_p", &s->min_p, NULL, 0);
+}
+
+/* The tokenizer, or the sentence that says why there is none (the model loads either way: its
+ * logits can be computed from token ids). */
+static void read_tokenizer(ts_model *m) {
+    const ts_gguf *g = m->gguf;
+    char why[256];
+    if (!ts_gguf_find(g, "tokenizer.ggml.model") && !ts_gguf_find(g, "tokenizer.ggml.tokens"))
+        snprintf(why, sizeof why, "the file has no tokenizer.ggml.* keys");
+    else if (ts_tokenizer_load(g, &m->tokenizer, why, sizeof why) == 0)
+        return;
+    m->tokenizer = NULL;
+    snprintf(m->tokenizer_err, sizeof m->tokenizer_err, "%s has no usable tokenizer: %s", ts_gguf_path(g),
+             why);
+}
+
 int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen) {
     *out = NULL;
     ts_model *m = calloc(1, sizeof *m);
@@ -225,7 +251,9 @@ int ts_model_bind(ts_gguf *g, ts_model **out, char *err, size_t errlen) {
     }
     free(b.used);
     if (rc) goto fail;
-    if (!m->output) m->output = m->token_embd; /* tied embeddings (spec rule 10) */
+    if (!m->output) m->output = m->token_embd; /* tied embeddings (MODEL.md §4.1) */
+    read_sampling(g, &m->sampling);
+    read_tokenizer(m);
     *out = m;
     return 0;
 fail:
@@ -244,6 +272,7 @@ void ts_model_free(ts_model *m) {
     if (!m) return;
     for (int b = 0; b < TS_MODEL_BACKENDS; b++)
         if (m->backend_ctx[b] && m->backend_ctx_free[b]) m->backend_ctx_free[b](m->backend_ctx[b]);
+    ts_tokenizer_free(m->tokenizer);
     ts_hparams_free(&m->hp);
     free(m->layers);
     free(m->ple_head_tables);

@@ -33,7 +33,7 @@
 typedef struct server {
     const ts_server_opts *o;
     ts_model *m;
-    ts_tokenizer *tok;
+    const ts_tokenizer *tok; /* the model's */
     ts_sched *sched;
     ts_metrics mt;
     ts_sampler_params defaults;
@@ -1565,7 +1565,6 @@ done:
     ts_sched_free(S->sched);
     if (metrics_ok) ts_metrics_destroy(&S->mt);
     ts_chat_free(S->chat);
-    ts_tokenizer_free(S->tok);
     ts_model_free(S->m);
     return status;
 }

@@ -1,7 +1,7 @@
 /* Byte-level BPE tokenizer read from GGUF metadata (tokenizer.ggml.model = "gpt2"), matching
  * Hugging Face `tokenizers` on the Qwen pipeline id for id.
  *
- * Encoding, in the order HF applies it (spec section 10):
+ * Encoding, in the order HF applies it (MODEL.md §9, docs/TOKENIZER.md):
  *   1. invalid UTF-8 is replaced by U+FFFD, one per maximal invalid subpart (what Python's
  *      bytes.decode('utf-8', errors='replace') gives: HF's Python API accepts only str);
  *   2. added tokens are split off atomically, leftmost-longest: USER_DEFINED ones always, CONTROL

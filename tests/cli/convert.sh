@@ -8,7 +8,7 @@
 #      must match transformers' fp32 logits (logits.npy[:96]; causal, so a prefix is exact) to
 #      1e-4 · max|logit| — this proves the transforms against transformers itself. Positions whose
 #      indexer/router top-k has an exact tie at the cut (and, for a tie before the last layer, every
-#      later position) are left out: torch.topk's tie order is unspecified (spec §5.7); see
+#      later position) are left out: torch.topk's tie order is unspecified (docs/MODEL.md §5.7); see
 #      check_convert.py --oracle. At least one sparse-attention position must remain in all.
 # Then, on one fixture: bad inputs (output_gate_type silu, a missing tensor, an unknown tensor, a
 # wrong shape, a truncated safetensors file) must exit 1 with one sentence naming the problem and
@@ -108,7 +108,7 @@ elif op == "poke":  # add 1 to the first int64 of a buffer
 elif op == "transpose":
     e = tensors[next(k for k in tensors if k.endswith("." + arg))]
     e[1] = e[1][::-1]
-elif op == "mtp":  # an MTP head (spec 4.6; block named like Qwen3-Next's mtp.layers.0.*) from the last QSA layer
+elif op == "mtp":  # an MTP head (docs/MODEL.md §4.6; block named like Qwen3-Next's mtp.layers.0.*) from the last QSA layer
     import numpy as np
     P = embed[:-len("embed_tokens.weight")]
     last = max(int(k[len(P) + 7:].split(".")[0]) for k in tensors if k.startswith(P + "layers.") and ".self_attn." in k)

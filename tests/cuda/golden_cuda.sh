@@ -3,7 +3,7 @@
 # (label cuda: needs a GPU; exits 77, "skipped", without one). Per fixture: convert to f32 GGUF,
 # then on the GPU
 #   - the logits of every position within the precision gate, 2e-3 of max|logit|, of transformers'
-#     and of the CPU backend's (DESIGN.md, precision policy), same top-1 where the reference's margin
+#     and of the CPU backend's (docs/DECISIONS.md, "Precision of the CUDA backend"), same top-1 where the reference's margin
 #     exceeds the gate;
 #   - micro-batches 1, 3 and the compress ratio within the gate of the whole prompt;
 #   - the greedy continuation (cached path: one token a step, graph replay) equal to the reference.

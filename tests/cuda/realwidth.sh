@@ -4,8 +4,8 @@
 # machine first:
 #   python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda
 #   TS_REALWIDTH=/tmp/rw/realwidth_4l TS_BIN=... TS_TMP=... bash tests/cuda/realwidth.sh
-# (scripts/device_check.sh realwidth does both.) Checks, with the gate of DESIGN.md (2e-3 of
-# max|logit|) over all 2,357 positions (past the 2,048-token sparse-attention budget):
+# (scripts/device_check.sh realwidth does both.) Checks, with the gate of docs/DECISIONS.md (2e-3
+# of max|logit|) over all 2,357 positions (past the 2,048-token sparse-attention budget):
 #   - f32 file: CUDA and the CPU backend against transformers; CUDA's greedy continuation equal to
 #     the reference's;
 #   - q4_k_m file (the released mix: the tensor-core GEMV, x in fp16): CUDA against the CPU backend

@@ -9,7 +9,10 @@
  *   backend info       what a CPU backend reports; what the CPU backend refuses (profiling) and what a
  *                      model refuses before its CUDA backend is set up;
  *   tokenizers         from a GGUF (a model file without tokenizer keys is refused by name) and from a
- *                      Hugging Face folder (a missing one is refused).
+ *                      Hugging Face folder (a missing one is refused);
+ *   a model's own      its tokenizer and recommended sampling, read once at load: the same tokenizer
+ *                      every time, the file's sampling where the caller gave none; a file without a
+ *                      tokenizer, or with one that cannot be read, loads and says why it has none.
  * Model: the tiny config with random weights (src/model/synth.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 #include "model/qwen4exp.h" /* the tiny config and the synthetic file, for the test's model only */
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h" /* a Hugging Face tokenizer written into the test's model */
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -391,11 +395,100 @@ static void test_tokenizer_sources(void **state) {
     ts_tokenizer_free(t);
 }
 
+/* Metadata of the test's model file: the fixture tokenizer (ctx: the vocabulary size) and three of the
+ * four recommended sampling values (min_p left out). */
+static int tokenizer_and_sampling(void *ctx, ts_gguf_writer *w, char *err, size_t errlen) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tokenizer", fixtures());
+    if (ts_tokenizer_write_gguf(w, dir, *(const uint32_t *)ctx, err, errlen)) return -1;
+    if (ts_gguf_writer_set_f32(w, "general.sampling.temp", 0.6f) ||
+        ts_gguf_writer_set_u32(w, "general.sampling.top_k", 20) ||
+        ts_gguf_writer_set_f32(w, "general.sampling.top_p", 0.9f))
+        return ts_errf(err, errlen, "writing the sampling keys: %s", ts_gguf_writer_error(w));
+    return 0;
+}
+
+/* A tokenizer this runtime cannot read (a SentencePiece model). */
+static int unreadable_tokenizer(void *ctx, ts_gguf_writer *w, char *err, size_t errlen) {
+    (void)ctx;
+    if (ts_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"))
+        return ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
+    return 0;
+}
+
+/* The tiny config with a vocabulary of n_vocab, written with the meta hook and loaded. */
+static ts_model *synth_with_meta(const char *path, uint32_t n_vocab,
+                                 int (*meta)(void *, ts_gguf_writer *, char *, size_t)) {
+    char err[512];
+    ts_hparams hp;
+    if (ts_hparams_tiny(&hp, err, sizeof err)) fail_msg("%s", err);
+    hp.n_vocab = n_vocab;
+    ts_ple_multipliers(hp.n_vocab, hp.ple_n, 1234, 0, hp.ple_mult);
+    ts_synth_opts o = {.type = TS_TYPE_Q8_0, .seed = 5, .meta = meta, .meta_ctx = &n_vocab};
+    ts_model *m = NULL;
+    int rc = ts_synth_write(&hp, &o, path, err, sizeof err);
+    ts_hparams_free(&hp);
+    if (rc || ts_model_load(path, &m, err, sizeof err)) fail_msg("%s", err);
+    return m;
+}
+
+static void test_model_tokenizer_and_sampling(void **state) {
+    (void)state;
+    char err[512] = "", path[256];
+    snprintf(path, sizeof path, "/tmp/ts_test_api_tok_%d.gguf", (int)getpid());
+
+    /* no tokenizer keys: the model works, its tokenizer is refused by name; no sampling keys */
+    const ts_tokenizer *t = (const ts_tokenizer *)&err;
+    assert_int_equal(ts_model_tokenizer(g_m, &t, err, sizeof err), -1);
+    assert_null(t);
+    assert_non_null(strstr(err, g_path));
+    assert_non_null(strstr(err, "no tokenizer.ggml.* keys"));
+    ts_sampler_params p = ts_sampler_default_params();
+    const ts_sampler_params p0 = p;
+    ts_model_sampling(g_m, &p, NULL);
+    assert_memory_equal(&p, &p0, sizeof p);
+
+    /* a tokenizer that cannot be read: the model loads all the same and says why */
+    ts_model *m = synth_with_meta(path, 512, unreadable_tokenizer);
+    assert_int_equal(ts_model_tokenizer(m, &t, err, sizeof err), -1);
+    assert_null(t);
+    assert_non_null(strstr(err, "has no usable tokenizer"));
+    assert_non_null(strstr(err, "'llama'"));
+    float logits[512];
+    const int32_t id = 7;
+    ts_session_params sp = {.n_ctx = 4, .ubatch = 4};
+    ts_session *s = NULL;
+    assert_int_equal(ts_session_new(m, &sp, &s, err, sizeof err), 0);
+    assert_int_equal(ts_session_eval(s, &id, 1, logits, false, err, sizeof err), 0);
+    ts_session_free(s);
+    ts_model_free(m);
+
+    /* a tokenizer and recommended sampling: read once, the same tokenizer every time */
+    m = synth_with_meta(path, 4096, tokenizer_and_sampling);
+    const ts_tokenizer *t2 = NULL;
+    assert_int_equal(ts_model_tokenizer(m, &t, err, sizeof err), 0);
+    assert_int_equal(ts_model_tokenizer(m, &t2, err, sizeof err), 0);
+    assert_non_null(t);
+    assert_ptr_equal(t, t2);
+    int32_t ids[4];
+    assert_int_equal(ts_tokenizer_encode(t, "<|im_start|>", 12, true, ids, 4, err, sizeof err), 1);
+    assert_int_equal(ids[0], ts_tokenizer_find(t, "<|im_start|>"));
+    ts_model_sampling(m, &p, NULL);
+    assert_true(p.temperature == 0.6f && p.top_k == 20 && p.top_p == 0.9f);
+    assert_true(p.min_p == p0.min_p); /* not in the file */
+    p = p0;
+    const bool given[TS_SAMPLING_N_KEYS] = {[TS_SAMPLING_TEMP] = true, [TS_SAMPLING_TOP_P] = true};
+    ts_model_sampling(m, &p, given);
+    assert_true(p.temperature == p0.temperature && p.top_p == p0.top_p && p.top_k == 20);
+    ts_model_free(m);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_apply_fixtures),   cmocka_unit_test(test_chat_apply_refusals),
         cmocka_unit_test(test_state_bytes_and_files), cmocka_unit_test(test_backend_info),
-        cmocka_unit_test(test_tokenizer_sources),
+        cmocka_unit_test(test_tokenizer_sources),     cmocka_unit_test(test_model_tokenizer_and_sampling),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -233,7 +233,7 @@ static void test_safetensors_index(void **state) {
     unlink(path);
 }
 
-/* The released checkpoint's config.json, in the multimodal packaging (values from spec §3.1). */
+/* The released checkpoint's config.json, in the multimodal packaging (values of docs/MODEL.md §3.1). */
 static const char *k_released_config =
     "{\"architectures\":[\"Qwen4ExpForConditionalGeneration\"],\"model_type\":\"qwen4_exp\",\"image_token_"
     "id\":248056,"
@@ -380,7 +380,7 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(q4km, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
     assert_int_equal(TYPE(q4km, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
     assert_int_equal(TYPE(q4km, "blk.5.ssm_norm.weight", 'v', 128, 1), TS_TYPE_F32);
-    /* narrow rows fall back (spec §9) */
+    /* narrow rows fall back (MODEL.md §8) */
     assert_int_equal(TYPE(q4km, "per_layer_token_embd.weight", 'm', 160, 320001536), TS_TYPE_Q5_0);
     assert_int_equal(TYPE(q4km, "blk.5.hc_attn_up.weight", 'm', 320, 10240), TS_TYPE_Q5_0);
     /* ffn_down: Q6_K (→ Q8_0 at 640 wide) on use_more_bits layers 0..5, 8, 11, ..., 42..47; else Q4_K → Q5_0

@@ -1,4 +1,4 @@
-/* GDN: the chunked (WY/UT) form against the token recurrence on random heads (spec §7): the same
+/* GDN: the chunked (WY/UT) form against the token recurrence on random heads (docs/MODEL.md §5.5, §7): the same
  * outputs and final state to fp32 rounding, for sequences shorter than a chunk, exactly one chunk,
  * one row past it and several chunks, at small and at the released head sizes (dk = dv = 128), with
  * decays from ~1 (g ≈ −1e−4) down to e^−6 and a non-zero incoming state. */

@@ -56,7 +56,7 @@ static void load_fails(const char *want) {
 }
 
 static void test_released_multipliers(void **state) {
-    /* spec §3.1: the reference's buffer for seed 1234, PLE index 0, V = 248320 */
+    /* MODEL.md §5.4: the reference's buffer for seed 1234, PLE index 0, V = 248320 */
     uint64_t m[3];
     ts_ple_multipliers(248320, 3, 1234, 0, m);
     assert_true(m[0] == UINT64_C(23703573157769));
@@ -102,7 +102,7 @@ static void test_released_optional_layouts(void **state) {
         .type = TS_TYPE_Q4_K, .sparse = true, .layout = {.ple_split = true, .fused_experts = true}};
     synth(true, &o, 1);
     ts_model *m = load_ok();
-    /* spec §4.8: + 32 MTP tensors, + 15 for the split table, − 49 for the fused experts (48 + MTP) */
+    /* MODEL.md §4.8: + 32 MTP tensors, + 15 for the split table, − 49 for the fused experts (48 + MTP) */
     assert_int_equal(ts_gguf_tensor_count(m->gguf), 1224 + 32 + 15 - 49);
     assert_int_equal(m->hp.n_layer, 48);
     assert_int_equal(m->hp.n_mtp, 1);
@@ -112,7 +112,7 @@ static void test_released_optional_layouts(void **state) {
     assert_non_null(m->layers[48].nextn_hc_head.up);
     assert_non_null(m->layers[48].ffn_gate_up_exps);
     assert_null(m->layers[48].ffn_gate_exps);
-    /* narrow rows fell back to 32-element blocks (spec §9) */
+    /* narrow rows fell back to 32-element blocks (MODEL.md §8) */
     assert_int_equal(m->layers[0].ffn_down_exps->type, TS_TYPE_Q5_0);
     assert_int_equal(m->layers[0].hc_attn.up->type, TS_TYPE_Q5_0);
     assert_int_equal(m->layers[0].attn_qkv->type, TS_TYPE_Q4_K);

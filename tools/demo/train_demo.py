@@ -9,7 +9,7 @@ Stages (each one logs; a failing stage is reported and the later ones still run 
   1. corpus   tools/demo/kjv.txt.gz (prepare_corpus.py) split by chapter: chapter i goes to the
               held-out TEST split when i % 50 == 25, to VALIDATION when i % 50 == 0, else TRAIN.
   2. tokenizer byte-level BPE trained with `tokenizers` on TRAIN: NFC normalizer, the Qwen3.5 split
-              regex (spec section 10) + ByteLevel, 4091 merges-vocabulary entries, then the added
+              regex (docs/MODEL.md §9) + ByteLevel, 4091 merges-vocabulary entries, then the added
               tokens <|endoftext|> <|im_start|> <|im_end|> (special) and <think> </think> (not
               special, as in Qwen3) = 4096 tokens. tokenizer.json + a hand-written
               tokenizer_config.json (Qwen-style: eos <|im_end|>, pad <|endoftext|>, no bos,
