@@ -172,49 +172,72 @@ int stage_row_stride(size_t rb) {
 
 // ---- per kind: x staging and a chunk's sums ---------------------------------------------------
 
+// x staging loads kStageRounds rounds of units (one unit a thread a round) before converting any, so
+// their L2 round trips overlap instead of following one another (one round was ~1 µs of a launch).
+constexpr int kStageRounds = 4;
+
+// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok.
+__device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 f =
+            ok ? __ldg(reinterpret_cast<const float4 *>(p) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+}
+__device__ __forceinline__ float unit_amax(const float (&v)[16]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+    return amax;
+}
+
 // x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
 // the 16 units of a (row, super-block) are neighbouring lanes and share its max.
 __device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride, uint32_t *xs,
                                uint2 *xsum, float *xsc) {
     const int units = nx * nsb * 16;
-    for (int u0 = 0; u0 < units; u0 += blockDim.x) {
-        const int u = u0 + static_cast<int>(threadIdx.x);
-        const bool ok = u < units;
-        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-        const int h = q >> 1, j = q & 1;
-        float v[16] = {};
-        float amax = 0.0f;
-        if (ok) {
-            const float4 *p =
-                reinterpret_cast<const float4 *>(x + static_cast<size_t>(rs / nsb) * x_stride +
-                                                 (rs % nsb) * kTcSuper + 64 * t + 32 * h + 16 * j);
+    auto at = [&](int u) { // unit u's first input
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
+        return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
+               16 * (q & 1);
+    };
+    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
+        float v[kStageRounds][16];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 f = __ldg(p + i);
-                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
-            }
+        for (int r = 0; r < kStageRounds; r++) {
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            load_unit(u < units ? at(u) : x, u < units, v[r]);
         }
 #pragma unroll
-        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        uint32_t a[8];
-        float sum = tc_x_quarter(v, scale, a);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
-        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
-        if (ok) {
-            uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+        for (int r = 0; r < kStageRounds; r++) {
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            const bool ok = u < units;
+            const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+            const int h = q >> 1, j = q & 1;
+            float amax = unit_amax(v[r]);
 #pragma unroll
-            for (int ii = 0; ii < 4;
-                 ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
-                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
-                    make_uint2(a[2 * ii], a[2 * ii + 1]);
-            if (q == 0) {
-                uint2 hl;
-                tc_x_sums(sum, other, hl.x, hl.y);
-                xsum[rs * 4 + t] = hl;
-                if (t == 0) xsc[rs] = inv;
+            for (int off = 1; off < 16; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            uint32_t a[8];
+            float sum = tc_x_quarter(v[r], scale, a);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the sub-block's sum (quarters j = 0, 1)
+            const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+            if (ok) {
+                uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+#pragma unroll
+                for (int ii = 0; ii < 4;
+                     ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+                    *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                        make_uint2(a[2 * ii], a[2 * ii + 1]);
+                if (q == 0) {
+                    uint2 hl;
+                    tc_x_sums(sum, other, hl.x, hl.y);
+                    xsum[rs * 4 + t] = hl;
+                    if (t == 0) xsc[rs] = inv;
+                }
             }
         }
     }
@@ -228,31 +251,32 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
                                 float *xsc) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
     const int ng = ne0 / G, units = nx * ng * UPG;
-    for (int u0 = 0; u0 < units; u0 += blockDim.x) {
-        const int u = u0 + static_cast<int>(threadIdx.x);
-        const bool ok = u < units;
-        const int m = u % UPG, rg = u / UPG; // rg = row·ng + group
-        float v[16] = {};
-        float amax = 0.0f;
-        if (ok) {
-            const float4 *p = reinterpret_cast<const float4 *>(x + static_cast<size_t>(rg / ng) * x_stride +
-                                                               (rg % ng) * G + 16 * m);
+    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
+        float v[kStageRounds][16];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 f = __ldg(p + i);
-                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
-            }
+        for (int r = 0; r < kStageRounds; r++) {
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            const int rg = u / UPG; // rg = row·ng + group
+            load_unit(u < units ? x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG)
+                                : x,
+                      u < units, v[r]);
         }
 #pragma unroll
-        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        if (ok) {
-            uint32_t *w = xs + (static_cast<size_t>(rg) * UPG + m) * 8;
+        for (int r = 0; r < kStageRounds; r++) {
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            const int m = u % UPG, rg = u / UPG;
+            float amax = unit_amax(v[r]);
 #pragma unroll
-            for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
-            if (m == 0) xsc[rg] = inv;
+            for (int off = 1; off < UPG; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            if (u < units) {
+                uint32_t *w = xs + (static_cast<size_t>(rg) * UPG + m) * 8;
+#pragma unroll
+                for (int t = 0; t < 4; t++) tc_x_inorder(v[r], scale, t, w[2 * t], w[2 * t + 1]);
+                if (m == 0) xsc[rg] = inv;
+            }
         }
     }
 }
