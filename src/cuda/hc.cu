@@ -282,6 +282,33 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
     case TS_TYPE_Q6_K:
         kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
         break;
+    case TS_TYPE_Q2_K:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q2_K>;
+        break;
+    case TS_TYPE_Q3_K:
+        kernel = hc_up_mix_kernel<TS_TYPE_Q3_K>;
+        break;
+    case TS_TYPE_IQ2_XXS:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XXS>;
+        break;
+    case TS_TYPE_IQ2_XS:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XS>;
+        break;
+    case TS_TYPE_IQ2_S:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ2_S>;
+        break;
+    case TS_TYPE_IQ3_XXS:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ3_XXS>;
+        break;
+    case TS_TYPE_IQ3_S:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ3_S>;
+        break;
+    case TS_TYPE_IQ1_S:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ1_S>;
+        break;
+    case TS_TYPE_IQ1_M:
+        kernel = hc_up_mix_kernel<TS_TYPE_IQ1_M>;
+        break;
     default:
         return 1;
     }
