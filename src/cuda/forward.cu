@@ -111,23 +111,28 @@ const char *tname(const ts_gguf_tensor *t, char *buf, size_t n) {
 
 // Fills rows × ne0 weights of `type` at device address d with random valid blocks: a pool of 61 random
 // rows (a prime, so no power-of-two stride repeats), quantized on the host, tiled on the device.
+// IQ1_S, IQ2_XXS and IQ2_XS, which ggml quantizes only with importance weights, get equal ones (as
+// `synth` writes them).
 void fill_random(uploader &u, uint8_t *d, uint32_t type, int64_t ne0, int64_t rows) {
     const size_t rb = ts_row_size(type, ne0), bytes = rb * (size_t)rows;
     const int64_t pool_rows = rows < 61 ? rows : 61;
+    const bool weighted = ts_quantize_needs_imatrix(type);
     float *row = (float *)malloc((size_t)ne0 * sizeof(float));
+    float *qw = weighted ? (float *)malloc((size_t)ne0 * sizeof(float)) : nullptr;
     uint8_t *pool = (uint8_t *)malloc(rb * (size_t)pool_rows);
-    if (!row || !pool) {
-        free(row), free(pool);
+    if (!row || !pool || (weighted && !qw)) {
+        free(row), free(qw), free(pool);
         u.rc = ts_errf(u.err, u.errlen, "out of host memory preparing random weights");
         return;
     }
+    for (int64_t i = 0; weighted && i < ne0; i++) qw[i] = 1.0f;
     const float scale = 1.0f / sqrtf((float)ne0);
     for (int64_t r = 0; r < pool_rows && !u.rc; r++) {
         for (int64_t i = 0; i < ne0; i++) row[i] = (2.0f * u.frand() - 1.0f) * 1.7f * scale;
-        if (ts_quantize_row(type, row, pool + rb * (size_t)r, ne0, u.err, u.errlen)) u.rc = -1;
+        if (ts_quantize_row_imatrix(type, row, pool + rb * (size_t)r, ne0, qw, u.err, u.errlen)) u.rc = -1;
     }
     cudaError_t e = u.rc ? cudaSuccess : cudaMemcpy(d, pool, rb * (size_t)pool_rows, cudaMemcpyHostToDevice);
-    free(row), free(pool);
+    free(row), free(qw), free(pool);
     if (e != cudaSuccess) u.rc = cuda_err(u.err, u.errlen, "uploading random weights", e);
     u.tile(d, rb * (size_t)pool_rows, bytes);
 }
@@ -138,11 +143,11 @@ void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
     if (!t || u.rc) return;
     char nb[128];
     if (!ts_cuda_matmul_supports(t->type)) {
-        u.rc =
-            ts_errf(u.err, u.errlen,
-                    "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
-                    "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K): requantize the file",
-                    tname(t, nb, sizeof nb), ts_type_name(t->type));
+        u.rc = ts_errf(u.err, u.errlen,
+                       "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
+                       "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, "
+                       "IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): requantize the file",
+                       tname(t, nb, sizeof nb), ts_type_name(t->type));
         return;
     }
     const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];

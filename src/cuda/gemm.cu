@@ -273,7 +273,16 @@ template <int TYPE> int resident_type(int cfg) {
     X(TS_TYPE_IQ4_NL)                                                                                        \
     X(TS_TYPE_Q4_K)                                                                                          \
     X(TS_TYPE_Q5_K)                                                                                          \
-    X(TS_TYPE_Q6_K)
+    X(TS_TYPE_Q6_K)                                                                                          \
+    X(TS_TYPE_Q2_K)                                                                                          \
+    X(TS_TYPE_Q3_K)                                                                                          \
+    X(TS_TYPE_IQ2_XXS)                                                                                       \
+    X(TS_TYPE_IQ2_XS)                                                                                        \
+    X(TS_TYPE_IQ2_S)                                                                                         \
+    X(TS_TYPE_IQ3_XXS)                                                                                       \
+    X(TS_TYPE_IQ3_S)                                                                                         \
+    X(TS_TYPE_IQ1_S)                                                                                         \
+    X(TS_TYPE_IQ1_M)
 
 int launch(uint32_t type, int cfg, const gemm_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
     switch (type) {

@@ -11,7 +11,7 @@
  *
  * ts_cuda_matmul (matmul.h) calls ts_cuda_gemm by itself when T ≥ ts_cuda_gemm_min_tokens()
  * (TS_CUDA_GEMM_MIN_TOKENS = 16 by default); ts_cuda_moe (src/cuda/moe.cu) uses the grouped expert
- * products below for prefill-sized batches. Types: the tier-1 types of matmul.h. */
+ * products below for prefill-sized batches. Types: those of matmul.h. */
 #ifndef TS_CUDA_GEMM_H
 #define TS_CUDA_GEMM_H
 

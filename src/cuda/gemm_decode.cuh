@@ -20,7 +20,8 @@
 // Alignment of base: whatever the row had in global memory modulo 16 (the staging keeps it): 16
 // for Q4_K / Q5_K (their rows are 16-byte multiples), 2 for the other block types, the element
 // size for plain types. Reads may run up to 4 bytes past the chunk's last byte (lds_words_a2):
-// the staging buffer keeps a spare line per row.
+// the staging buffer keeps a spare line per row. The low-bit 256-element types (Q2_K, Q3_K,
+// IQ1_S .. IQ3_S) decode through the run decoders of quant_decode.cuh (gdec_runs).
 //
 // Everything is __host__ __device__: tests/cuda/test_cuda_gemm_decode.cu runs the staging
 // arithmetic (chunk_bytes, raw_lines) and these decoders on the host against ts_dequantize_row.
@@ -261,6 +262,40 @@ template <> struct gdec<TS_TYPE_Q6_K> {
         }
     }
 };
+
+// ---- the run-form types of quant_decode.cuh (Q2_K, Q3_K, IQ1_S .. IQ3_S; KC = one super-block) ----
+
+// Half step e .. e + 15 is run (e % 256) / 16 of its block: the unit decoder's run, then each
+// weight as the one rounded product scale·q (+ min, Q2_K), which is the reference's value bit for
+// bit (the header of quant_decode.cuh says why for each type, IQ1's scaled codes included).
+// Blocks are 2-byte aligned (84 .. 110 bytes).
+template <int TYPE> struct gdec_runs {
+    using Q = qtype<TYPE>;
+    static constexpr int QK = 256, BS = Q::BS, KC = 256;
+    static constexpr bool PLAIN = false;
+    static TS_HD void decode16(const uint8_t *base, int e, int, float (&w)[16]) {
+        uint32_t q[4];
+        float sc, mn;
+        Q::run(base + (e >> 8) * BS, (e & 255) >> 4, q, sc, mn);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v[4];
+            gdec_bytes<Q::BIAS>(q[i], v);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w[4 * i + k] = Q::HAS_MIN ? add_rn(mul_rn(sc, v[k]), mn) : mul_rn(sc, v[k]);
+        }
+    }
+};
+template <> struct gdec<TS_TYPE_Q2_K> : gdec_runs<TS_TYPE_Q2_K> {};
+template <> struct gdec<TS_TYPE_Q3_K> : gdec_runs<TS_TYPE_Q3_K> {};
+template <> struct gdec<TS_TYPE_IQ2_XXS> : gdec_runs<TS_TYPE_IQ2_XXS> {};
+template <> struct gdec<TS_TYPE_IQ2_XS> : gdec_runs<TS_TYPE_IQ2_XS> {};
+template <> struct gdec<TS_TYPE_IQ2_S> : gdec_runs<TS_TYPE_IQ2_S> {};
+template <> struct gdec<TS_TYPE_IQ3_XXS> : gdec_runs<TS_TYPE_IQ3_XXS> {};
+template <> struct gdec<TS_TYPE_IQ3_S> : gdec_runs<TS_TYPE_IQ3_S> {};
+template <> struct gdec<TS_TYPE_IQ1_S> : gdec_runs<TS_TYPE_IQ1_S> {};
+template <> struct gdec<TS_TYPE_IQ1_M> : gdec_runs<TS_TYPE_IQ1_M> {};
 
 // ---- staging arithmetic --------------------------------------------------------------------------
 

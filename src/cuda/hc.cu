@@ -347,6 +347,33 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     case TS_TYPE_Q6_K:
         f.kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
         break;
+    case TS_TYPE_Q2_K:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q2_K>;
+        break;
+    case TS_TYPE_Q3_K:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q3_K>;
+        break;
+    case TS_TYPE_IQ2_XXS:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XXS>;
+        break;
+    case TS_TYPE_IQ2_XS:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XS>;
+        break;
+    case TS_TYPE_IQ2_S:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_S>;
+        break;
+    case TS_TYPE_IQ3_XXS:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ3_XXS>;
+        break;
+    case TS_TYPE_IQ3_S:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ3_S>;
+        break;
+    case TS_TYPE_IQ1_S:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ1_S>;
+        break;
+    case TS_TYPE_IQ1_M:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ1_M>;
+        break;
     default:
         return none;
     }

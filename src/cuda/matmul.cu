@@ -5,8 +5,9 @@
 //
 //  * One warp owns R whole rows (R = 1, 2 or 4) and loops over them in steps of 32 "units", one
 //    unit a lane. A unit is 32 weights that share their scales: a 32-element block (Q8_0, Q4_0,
-//    Q5_0, Q5_1, IQ4_NL) or an eighth of a 256-element super-block (Q4_K, Q5_K, Q6_K), seen as two
-//    runs of 16 consecutive elements (src/cuda/quant_decode.cuh). Reusing each decoded weight for
+//    Q5_0, Q5_1, IQ4_NL) or an eighth of a 256-element super-block (Q4_K, Q5_K, Q6_K, and the
+//    low-bit Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), seen as two runs of
+//    16 consecutive elements (src/cuda/quant_decode.cuh). Reusing each decoded weight for
 //    T ≤ 8 tokens costs only the FMAs.
 //  * x is staged once per thread block in shared memory (T·ne0 floats up to 48 KiB), swizzled so
 //    that the lanes' float4 reads, 32 to 128 bytes apart, hit distinct banks; the grid is sized to
@@ -810,6 +811,15 @@ extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K:
+    case TS_TYPE_Q2_K:
+    case TS_TYPE_Q3_K:
+    case TS_TYPE_IQ2_XXS:
+    case TS_TYPE_IQ2_XS:
+    case TS_TYPE_IQ2_S:
+    case TS_TYPE_IQ3_XXS:
+    case TS_TYPE_IQ3_S:
+    case TS_TYPE_IQ1_S:
+    case TS_TYPE_IQ1_M:
         return true;
     default:
         return false;
@@ -956,6 +966,33 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         case TS_TYPE_Q6_K:
             launch_type<TS_TYPE_Q6_K>(R, tc, a);
             break;
+        case TS_TYPE_Q2_K:
+            launch_type<TS_TYPE_Q2_K>(R, tc, a);
+            break;
+        case TS_TYPE_Q3_K:
+            launch_type<TS_TYPE_Q3_K>(R, tc, a);
+            break;
+        case TS_TYPE_IQ2_XXS:
+            launch_type<TS_TYPE_IQ2_XXS>(R, tc, a);
+            break;
+        case TS_TYPE_IQ2_XS:
+            launch_type<TS_TYPE_IQ2_XS>(R, tc, a);
+            break;
+        case TS_TYPE_IQ2_S:
+            launch_type<TS_TYPE_IQ2_S>(R, tc, a);
+            break;
+        case TS_TYPE_IQ3_XXS:
+            launch_type<TS_TYPE_IQ3_XXS>(R, tc, a);
+            break;
+        case TS_TYPE_IQ3_S:
+            launch_type<TS_TYPE_IQ3_S>(R, tc, a);
+            break;
+        case TS_TYPE_IQ1_S:
+            launch_type<TS_TYPE_IQ1_S>(R, tc, a);
+            break;
+        case TS_TYPE_IQ1_M:
+            launch_type<TS_TYPE_IQ1_M>(R, tc, a);
+            break;
         default:
             return -1;
         }
@@ -1082,6 +1119,33 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     case TS_TYPE_Q6_K:
         launch_experts_type<TS_TYPE_Q6_K>(R, L);
         break;
+    case TS_TYPE_Q2_K:
+        launch_experts_type<TS_TYPE_Q2_K>(R, L);
+        break;
+    case TS_TYPE_Q3_K:
+        launch_experts_type<TS_TYPE_Q3_K>(R, L);
+        break;
+    case TS_TYPE_IQ2_XXS:
+        launch_experts_type<TS_TYPE_IQ2_XXS>(R, L);
+        break;
+    case TS_TYPE_IQ2_XS:
+        launch_experts_type<TS_TYPE_IQ2_XS>(R, L);
+        break;
+    case TS_TYPE_IQ2_S:
+        launch_experts_type<TS_TYPE_IQ2_S>(R, L);
+        break;
+    case TS_TYPE_IQ3_XXS:
+        launch_experts_type<TS_TYPE_IQ3_XXS>(R, L);
+        break;
+    case TS_TYPE_IQ3_S:
+        launch_experts_type<TS_TYPE_IQ3_S>(R, L);
+        break;
+    case TS_TYPE_IQ1_S:
+        launch_experts_type<TS_TYPE_IQ1_S>(R, L);
+        break;
+    case TS_TYPE_IQ1_M:
+        launch_experts_type<TS_TYPE_IQ1_M>(R, L);
+        break;
     default:
         return -1;
     }
@@ -1185,6 +1249,33 @@ extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int 
         break;
     case TS_TYPE_Q6_K:
         launch_split<TS_TYPE_Q6_K>(t, a);
+        break;
+    case TS_TYPE_Q2_K:
+        launch_split<TS_TYPE_Q2_K>(t, a);
+        break;
+    case TS_TYPE_Q3_K:
+        launch_split<TS_TYPE_Q3_K>(t, a);
+        break;
+    case TS_TYPE_IQ2_XXS:
+        launch_split<TS_TYPE_IQ2_XXS>(t, a);
+        break;
+    case TS_TYPE_IQ2_XS:
+        launch_split<TS_TYPE_IQ2_XS>(t, a);
+        break;
+    case TS_TYPE_IQ2_S:
+        launch_split<TS_TYPE_IQ2_S>(t, a);
+        break;
+    case TS_TYPE_IQ3_XXS:
+        launch_split<TS_TYPE_IQ3_XXS>(t, a);
+        break;
+    case TS_TYPE_IQ3_S:
+        launch_split<TS_TYPE_IQ3_S>(t, a);
+        break;
+    case TS_TYPE_IQ1_S:
+        launch_split<TS_TYPE_IQ1_S>(t, a);
+        break;
+    case TS_TYPE_IQ1_M:
+        launch_split<TS_TYPE_IQ1_M>(t, a);
         break;
     default:
         return 1;

@@ -13,6 +13,27 @@
 // which is the value ts_dequantize_row gives, up to the rounding of one fp32 product.
 // Block pointers address shared memory in the kernels (plain memory on the host); blocks of
 // A16 types (Q4_K, Q5_K) must be 16-byte aligned, the others 2-byte aligned.
+//
+// The 256-element types added for the low-bit files (Q2_K, Q3_K and the lattice i-quants IQ1_S,
+// IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) are written as one function per run,
+// run(b, j, q, scale, min): run j (0..15) is elements 16j .. 16j + 15 of the block, and unit k is
+// runs 2k and 2k + 1 (elements 32k .. 32k + 31, decode_runs). gemm_decode.cuh reuses run() for the
+// prefill GEMM. Each of them fits the unit form exactly: in every one the reference computes a
+// weight as one fp32 product of a per-run scale and a small integer (plus, for Q2_K, a per-run
+// min: reference d·sc·q − dmin·m = scale·q + min with min = −(dmin·m)), so scale·(byte − BIAS)
+// (+ min) rounds to the very float ts_dequantize_row gives:
+//   Q2_K     2-bit q, scale d·sc, min −(dmin·m) per 16 elements             (BIAS 0)
+//   Q3_K     3-bit q − 4, scale d·(sc − 32) per 16 elements                  (BIAS 4)
+//   IQ2_*    ±g, g the grid magnitude, scale d·(0.5 + s)·0.25 per 16 or 32  (BIAS 128)
+//   IQ3_XXS  ±g, scale d·(0.5 + s)·0.5 per 32                                (BIAS 128)
+//   IQ3_S    ±g, scale d·(1 + 2s) per 32                                     (BIAS 128)
+//   IQ1_*    8g ± 1, g in {−1, 0, 1}, scale d·(2s + 1)/8 per 32 (IQ1_M: 16)  (BIAS 16)
+// IQ1's weight dl·(g ± 1/8) has a per-group (8 elements) delta, which no per-run min can hold;
+// scaling the codes by 8 makes it an integer: (dl/8)·(8g ± 1) is the same real number as the
+// reference's dl·(g ± 1/8) (whose g ± 1/8 is exact), so one rounding gives the same float, and dl/8
+// is exact (dl is 0 or at least 2^-24, far above fp32's subnormals). The grids come from
+// iq_tables.cuh (ggml's values, shared with src/quant); the sign bytes of IQ2_XXS/IQ2_XS/IQ3_XXS
+// are computed (iq_ksigns).
 #ifndef TS_CUDA_QUANT_DECODE_CUH
 #define TS_CUDA_QUANT_DECODE_CUH
 
@@ -20,6 +41,8 @@ extern "C" {
 #include "common/half.h"
 #include "quant/quant.h"
 }
+
+#include "cuda/iq_tables.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -143,6 +166,29 @@ TS_HD void scale_min_k4(int j, const uint8_t *q, int &sc, int &m) {
         sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+}
+
+// Q3_K 6-bit signed scale k (0..15) from the 12 packed bytes (dequant.c's q3_K_scale): low nibble
+// from byte k (k < 8) or the high nibble of byte k − 8, top 2 bits from byte 8 + k % 4 at bit 2·(k / 4).
+TS_HD int q3k_scale(const uint8_t *sc, int k) {
+    const int low = k < 8 ? (sc[k] & 0xF) : (sc[k - 8] >> 4);
+    const int high = (sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+// Four bytes 128 ± m: byte j of mag (each < 128) negated where bit j of s (its low 4 bits) is
+// set, then + 128. The mask spreads bits j to bit 8j (shifted copies of s at 0, 7, 14, 21: no
+// carries) and fills the byte; 0x80 − m never borrows (m ≤ 0x80).
+TS_HD uint32_t signed_bytes_128(uint32_t mag, uint32_t s) {
+    const uint32_t m = (((s & 0xFu) * 0x00204081u) & 0x01010101u) * 0xFFu;
+    return ((0x80808080u - mag) & m) | ((0x80808080u | mag) & ~m);
+}
+
+// IQ1: four signed grid bytes g in {−1, 0, 1} (0xFF, 0, 1) as 8g ± 1 + 16, the sign of the ±1 by
+// neg: g + 1 by a carry-free byte add (the top bit of each byte added apart), then 8(g + 1) + 8 ± 1.
+TS_HD uint32_t iq1_bytes(uint32_t g, bool neg) {
+    const uint32_t gp1 = ((g & 0x7F7F7F7Fu) + 0x01010101u) ^ (g & 0x80808080u); // 0, 1 or 2 a byte
+    return (gp1 << 3) + (neg ? 0x07070707u : 0x09090909u);
 }
 
 // ---- per-type unit decoders ------------------------------------------------------------------
@@ -350,6 +396,246 @@ template <> struct qtype<TS_TYPE_Q6_K> {
     }
 };
 
+// ---- the low-bit 256-element types: one run a call (see the header) --------------------------
+
+// Unit k of a run-form type: runs 2k and 2k + 1, elements 32k .. 32k + 31 in order.
+template <class Q> TS_HD void decode_runs(const uint8_t *b, int k, unit_t &u) {
+    Q::run(b, 2 * k, u.q[0], u.scale[0], u.min[0]);
+    Q::run(b, 2 * k + 1, u.q[1], u.scale[1], u.min[1]);
+    u.e[0] = 32 * k;
+    u.e[1] = 32 * k + 16;
+}
+
+// Q2_K (84 bytes: scales[16] at 0, qs[64] at 16, fp16 d at 80, dmin at 82): element 32s + l of
+// half h (128 elements) is bits 2s..2s+1 of qs[32h + l]; run j (= sub-block j) has scale byte j:
+// low nibble times d, high nibble times dmin the min. w = d·sc·q − dmin·m.
+template <> struct qtype<TS_TYPE_Q2_K> {
+    static constexpr int QK = 256, BS = 84, UPB = 8, BIAS = 0;
+    static constexpr bool HAS_MIN = true, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int h = j >> 3, s = (j >> 1) & 3, l0 = 16 * (j & 1);
+        uint32_t w[4];
+        lds_words_a2<4>(b + 16 + 32 * h + l0, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = (w[i] >> (2 * s)) & 0x03030303u;
+        const uint32_t dd = lds_u32_a2(b + 80), sc = b[j];
+        scale = ts_cu_half_to_float(dd & 0xFFFFu) * static_cast<float>(sc & 0xFu);
+        min = -(ts_cu_half_to_float(dd >> 16) * static_cast<float>(sc >> 4));
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// Q3_K (110 bytes: hmask[32] at 0, qs[64] at 32, scales[12] at 96, fp16 d at 108): low 2 bits
+// placed as Q2_K; the third bit of element 32s + l of half h is bit 4h + s of hmask[l] (clear:
+// subtract 4). w = d·(sc − 32)·q, q in −4..3, stored as q + 4.
+template <> struct qtype<TS_TYPE_Q3_K> {
+    static constexpr int QK = 256, BS = 110, UPB = 8, BIAS = 4;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int h = j >> 3, s = (j >> 1) & 3, l0 = 16 * (j & 1);
+        uint32_t w[4], hm[4];
+        lds_words_a2<4>(b + 32 + 32 * h + l0, w);
+        lds_words_a2<4>(b + l0, hm);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            q[i] = ((w[i] >> (2 * s)) & 0x03030303u) | (((hm[i] >> (4 * h + s)) & 0x01010101u) << 2);
+        scale = ts_cu_half_to_float(lds_u16(b + 108)) * static_cast<float>(q3k_scale(b + 96, j));
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ2_XXS (66 bytes: fp16 d, then 8 bytes per 32 elements: 4 grid indices of its groups of 8, a
+// uint32 of 4 × 7 sign bits and the scale in bits 28-31). w = d·(0.5 + s)·0.25·(±g).
+template <> struct qtype<TS_TYPE_IQ2_XXS> {
+    static constexpr int QK = 256, BS = 66, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const uint8_t *p = b + 2 + 8 * (j >> 1);
+        const int r = j & 1;
+        const uint32_t aux = lds_u32_a2(p + 4);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int l = 2 * r + t;
+            const uint64_t g = iq2xxs_grid(p[l]);
+            const uint32_t sg = iq_ksigns(aux >> (7 * l));
+            q[2 * t] = signed_bytes_128(static_cast<uint32_t>(g), sg);
+            q[2 * t + 1] = signed_bytes_128(static_cast<uint32_t>(g >> 32), sg >> 4);
+        }
+        scale = ts_cu_half_to_float(lds_u16(b)) * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ2_XS (74 bytes: fp16 d, 32 uint16 at 2 — 9-bit grid index | 7-bit sign index << 9 — and
+// scales[8] at 66: elements 0-15 of each 32 take the low nibble, 16-31 the high one).
+template <> struct qtype<TS_TYPE_IQ2_XS> {
+    static constexpr int QK = 256, BS = 74, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const uint32_t vv = lds_u32_a2(b + 2 + 4 * j); // groups 2j and 2j + 1
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const uint32_t v = (vv >> (16 * t)) & 0xFFFFu;
+            const uint64_t g = iq2xs_grid(v & 511u);
+            const uint32_t sg = iq_ksigns(v >> 9);
+            q[2 * t] = signed_bytes_128(static_cast<uint32_t>(g), sg);
+            q[2 * t + 1] = signed_bytes_128(static_cast<uint32_t>(g >> 32), sg >> 4);
+        }
+        const uint32_t sc = (b[66 + (j >> 1)] >> (4 * (j & 1))) & 0xFu;
+        scale = ts_cu_half_to_float(lds_u16(b)) * (0.5f + static_cast<float>(sc)) * 0.25f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ2_S (82 bytes: fp16 d, qs[64] at 2 — bytes 0-31 the low 8 bits of the 32 grid indices, 32-63
+// their 8 sign bits — qh[8] at 66, 2 high index bits per group, scales[8] at 74 as IQ2_XS).
+template <> struct qtype<TS_TYPE_IQ2_S> {
+    static constexpr int QK = 256, BS = 82, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int ib = j >> 1, r = j & 1;
+        const uint32_t qh = b[66 + ib];
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int g = 2 * j + t; // = 4·ib + 2r + t
+            const uint32_t idx = b[2 + g] | (((qh >> (2 * (2 * r + t))) & 3u) << 8);
+            const uint64_t gr = iq2s_grid(idx);
+            const uint32_t sg = b[34 + g];
+            q[2 * t] = signed_bytes_128(static_cast<uint32_t>(gr), sg);
+            q[2 * t + 1] = signed_bytes_128(static_cast<uint32_t>(gr >> 32), sg >> 4);
+        }
+        const uint32_t sc = (b[74 + ib] >> (4 * r)) & 0xFu;
+        scale = ts_cu_half_to_float(lds_u16(b)) * (0.5f + static_cast<float>(sc)) * 0.25f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ3_XXS (98 bytes: fp16 d, 64 grid indices of 4 elements at 2, then at 66 a uint32 per 32
+// elements: 4 × 7 sign bits of its groups of 8 and the scale in bits 28-31).
+// w = d·(0.5 + s)·0.5·(±g).
+template <> struct qtype<TS_TYPE_IQ3_XXS> {
+    static constexpr int QK = 256, BS = 98, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int ib = j >> 1, r = j & 1;
+        const uint32_t aux = lds_u32_a2(b + 66 + 4 * ib), idx = lds_u32_a2(b + 2 + 4 * j);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const uint32_t sg = iq_ksigns(aux >> (7 * (2 * r + t)));
+            q[2 * t] = signed_bytes_128(iq3xxs_grid((idx >> (16 * t)) & 0xFFu), sg);
+            q[2 * t + 1] = signed_bytes_128(iq3xxs_grid((idx >> (16 * t + 8)) & 0xFFu), sg >> 4);
+        }
+        scale = ts_cu_half_to_float(lds_u16(b)) * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ3_S (110 bytes: fp16 d, qs[64] at 2 the low 8 bits of 64 grid indices of 4 elements, qh[8] at
+// 66 their ninth bits (bit m of qh[ib] for index 8ib + m), signs[32] at 74 one bit an element,
+// scales[4] at 106 a nibble per 32 elements). w = d·(1 + 2s)·(±g).
+template <> struct qtype<TS_TYPE_IQ3_S> {
+    static constexpr int QK = 256, BS = 110, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int ib = j >> 1, r = j & 1;
+        const uint32_t idx = lds_u32_a2(b + 2 + 4 * j), sg = lds_u16(b + 74 + 2 * j);
+        const uint32_t qh = static_cast<uint32_t>(b[66 + ib]) >> (4 * r);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t id = ((idx >> (8 * i)) & 0xFFu) | (((qh >> i) & 1u) << 8);
+            q[i] = signed_bytes_128(iq3s_grid(id), sg >> (4 * i));
+        }
+        const int sc = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF;
+        scale = ts_cu_half_to_float(lds_u16(b)) * static_cast<float>(1 + 2 * sc);
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ1_S (50 bytes: fp16 d, qs[32] at 2 the low 8 bits of 32 grid indices, at 34 a uint16 per 32
+// elements: 3 high index bits per group, the scale in bits 12-14, the delta's sign in bit 15).
+// w = d·(2s + 1)·(g ± 1/8) = (d·(2s + 1)/8)·(8g ± 1).
+template <> struct qtype<TS_TYPE_IQ1_S> {
+    static constexpr int QK = 256, BS = 50, UPB = 8, BIAS = 16;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int ib = j >> 1, r = j & 1;
+        const uint32_t qh = lds_u16(b + 34 + 2 * ib);
+        const bool neg = (qh & 0x8000u) != 0;
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int l = 2 * r + t;
+            const uint64_t g = iq1s_grid(b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8));
+            q[2 * t] = iq1_bytes(static_cast<uint32_t>(g), neg);
+            q[2 * t + 1] = iq1_bytes(static_cast<uint32_t>(g >> 32), neg);
+        }
+        const float dl = ts_cu_half_to_float(lds_u16(b)) * static_cast<float>(2 * ((qh >> 12) & 7u) + 1);
+        scale = dl * 0.125f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
+// IQ1_M (56 bytes: qs[32] at 0 the low 8 bits of 32 grid indices, qh[16] at 32 a nibble per
+// group — 3 high index bits and the delta's sign —, at 48 four uint16: 3-bit scales per 16
+// elements in bits 0-11 and the fp16 super-scale d in their top nibbles, word 0 the lowest).
+// w = d·(2s + 1)·(g ± 1/8), coded as IQ1_S.
+template <> struct qtype<TS_TYPE_IQ1_M> {
+    static constexpr int QK = 256, BS = 56, UPB = 8, BIAS = 16;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void run(const uint8_t *b, int j, uint32_t (&q)[4], float &scale, float &min) {
+        const int ib = j >> 1, r = j & 1;
+        const uint32_t qh = b[32 + j]; // the nibbles of groups 2j and 2j + 1
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const uint32_t nib = (qh >> (4 * t)) & 0xFu;
+            const uint64_t g = iq1s_grid(b[2 * j + t] | ((nib & 7u) << 8));
+            q[2 * t] = iq1_bytes(static_cast<uint32_t>(g), (nib & 8u) != 0);
+            q[2 * t + 1] = iq1_bytes(static_cast<uint32_t>(g >> 32), (nib & 8u) != 0);
+        }
+        const uint32_t s0 = lds_u16(b + 48), s1 = lds_u16(b + 50), s2 = lds_u16(b + 52), s3 = lds_u16(b + 54);
+        const uint32_t dbits = (s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u);
+        const uint32_t sw = lds_u16(b + 48 + 2 * (ib >> 1));
+        const uint32_t sc = (sw >> (6 * (ib & 1) + 3 * r)) & 7u;
+        const float dl = ts_cu_half_to_float(dbits) * static_cast<float>(2 * sc + 1);
+        scale = dl * 0.125f;
+        min = 0.0f;
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        decode_runs<qtype>(b, k, u);
+    }
+};
+
 // ---- x in shared memory ----------------------------------------------------------------------
 //
 // The kernels give each lane one unit, so in one 16-byte load of x the lanes of a quarter-warp
@@ -358,7 +644,8 @@ template <> struct qtype<TS_TYPE_Q6_K> {
 // the low 3 bits (a permutation inside each aligned group of 8 float4s, so any prefix of whole
 // groups maps onto itself), with H chosen per unit layout so that the 8 lanes of a quarter-warp
 // land in 8 distinct bank groups:
-//   XSW 0, 32-element blocks: lane j reads f = 8j + c          -> H(v) = v
+//   XSW 0, 32-element blocks and the run-form types (unit k = elements 32k .. 32k + 31):
+//                             lane j reads f = 8j + c          -> H(v) = v
 //   XSW 1, Q4_K / Q5_K:       lane k reads 16(k/2) + 4(k%2) + c -> H(v) = rotate v right by 1
 //   XSW 2, Q6_K:              lane k reads 32(k/4) + 8((k/2)%2) + 4(k%2) + c -> H(v) = 2(v&1) + v/4
 // (tests/cuda/test_cuda_decode.cu checks both properties). A run's 4 float4s f0 + i (f0 a

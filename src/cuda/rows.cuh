@@ -15,15 +15,17 @@
 // GPU (as tests/cuda/test_cuda_decode.cu does for quant_decode.cuh).
 //
 // API (namespace ts_cu):
-//   row_type_supported(type)              whether the type is one of the tier-1 types below
+//   row_type_supported(type)              whether the type is one of the types below
 //   row_elem<TYPE>(row, i)                element i of a row of a compile-time type
 //   row_value(type, row, i)               the same with a run-time type (one switch)
 //   row_for_each(type, row, n, first, step, store)
 //                                         store(i, value) for i = first, first + step, ... < n,
 //                                         the type switched on once (a thread's share of a row)
 //   tensor_row(t, r)                      first byte of row r of a ts_cuda_tensor
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K. `row` is the first byte
-// of the row (F32 rows 4-byte aligned, F16/BF16 2-byte aligned; block formats any alignment).
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, and the low-bit Q2_K,
+// Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (grids from iq_tables.cuh). `row` is
+// the first byte of the row (F32 rows 4-byte aligned, F16/BF16 2-byte aligned; block formats any
+// alignment).
 #ifndef TS_CUDA_ROWS_CUH
 #define TS_CUDA_ROWS_CUH
 
@@ -197,6 +199,143 @@ template <> struct row_format<TS_TYPE_Q6_K> {
     }
 };
 
+// ---- the low-bit 256-element types (layouts: quant_decode.cuh and src/quant/blocks.h) ----------
+
+// Q2_K: scales[16] at 0, qs[64] at 16, fp16 d at 80, dmin at 82. Element j: half h = j / 128,
+// s = (j % 128) / 32, l = j % 32: bits 2s..2s+1 of qs[32h + l]; y = (d·(sc & 15))·q − dmin·(sc >> 4)
+// with sc = scales[j / 16].
+template <> struct row_format<TS_TYPE_Q2_K> {
+    static constexpr int QK = 256, BS = 84;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int h = j >> 7, s = (j >> 5) & 3, l = j & 31, sc = b[j >> 4];
+        const int q = (b[16 + 32 * h + l] >> (2 * s)) & 3;
+        const float dl = mul_rn(ld_half(b + 80), static_cast<float>(sc & 0xf));
+        return sub_rn(mul_rn(dl, static_cast<float>(q)),
+                      mul_rn(ld_half(b + 82), static_cast<float>(sc >> 4)));
+    }
+};
+
+// Q3_K: hmask[32] at 0, qs[64] at 32, scales[12] at 96, fp16 d at 108. Low 2 bits as Q2_K, the
+// third bit is bit 4h + s of hmask[l] (clear: subtract 4); y = (d·scale)·q.
+template <> struct row_format<TS_TYPE_Q3_K> {
+    static constexpr int QK = 256, BS = 110;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int h = j >> 7, s = (j >> 5) & 3, l = j & 31;
+        const int low = (b[32 + 32 * h + l] >> (2 * s)) & 3, high = (b[l] >> (4 * h + s)) & 1;
+        const float dl = mul_rn(ld_half(b + 108), static_cast<float>(q3k_scale(b + 96, j >> 4)));
+        return mul_rn(dl, static_cast<float>(low - (high ? 0 : 4)));
+    }
+};
+
+// The i-quants: y = db·g, negated where the element's sign bit is set (the reference multiplies
+// by −1: a negation).
+TS_HD float iq_signed(float db, uint32_t g, uint32_t neg) {
+    const float v = mul_rn(db, static_cast<float>(g));
+    return neg ? -v : v;
+}
+TS_HD uint32_t grid_byte(uint64_t entry, int e) {
+    return static_cast<uint32_t>(entry >> (8 * e)) & 0xFFu;
+}
+
+// IQ2_XXS: fp16 d; per 32 elements 8 bytes at 2 + 8ib: grid indices of its 4 groups of 8, then a
+// uint32 of 7-bit sign indices (bits 7l..) and the scale (28-31); db = d·(0.5 + s)·0.25.
+template <> struct row_format<TS_TYPE_IQ2_XXS> {
+    static constexpr int QK = 256, BS = 66;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const uint8_t *p = b + 2 + 8 * (j >> 5);
+        const int l = (j >> 3) & 3, e = j & 7;
+        const uint32_t aux = ld_u32le(p + 4);
+        const float db = mul_rn(mul_rn(ld_half(b), 0.5f + static_cast<float>(aux >> 28)), 0.25f);
+        return iq_signed(db, grid_byte(iq2xxs_grid(p[l]), e), (iq_ksigns(aux >> (7 * l)) >> e) & 1u);
+    }
+};
+
+// IQ2_XS: fp16 d; group g (8 elements) a uint16 at 2 + 2g: 9-bit grid index, 7-bit sign index;
+// scales[8] at 66, low nibble for elements 0-15 of each 32, high for 16-31.
+template <> struct row_format<TS_TYPE_IQ2_XS> {
+    static constexpr int QK = 256, BS = 74;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int g = j >> 3, e = j & 7;
+        const uint32_t v = ld_u16le(b + 2 + 2 * g), sc = (b[66 + (j >> 5)] >> (4 * ((j >> 4) & 1))) & 0xFu;
+        const float db = mul_rn(mul_rn(ld_half(b), 0.5f + static_cast<float>(sc)), 0.25f);
+        return iq_signed(db, grid_byte(iq2xs_grid(v & 511u), e), (iq_ksigns(v >> 9) >> e) & 1u);
+    }
+};
+
+// IQ2_S: fp16 d; group g's index is qs[g] (at 2) | bits 2(g % 4).. of qh[g / 4] (at 66) as bits 8-9,
+// its 8 sign bits are qs[32 + g]; scales[8] at 74 as IQ2_XS.
+template <> struct row_format<TS_TYPE_IQ2_S> {
+    static constexpr int QK = 256, BS = 82;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int g = j >> 3, e = j & 7;
+        const uint32_t idx = b[2 + g] | (((b[66 + (g >> 2)] >> (2 * (g & 3))) & 3u) << 8);
+        const uint32_t sc = (b[74 + (j >> 5)] >> (4 * ((j >> 4) & 1))) & 0xFu;
+        const float db = mul_rn(mul_rn(ld_half(b), 0.5f + static_cast<float>(sc)), 0.25f);
+        return iq_signed(db, grid_byte(iq2s_grid(idx), e), (b[34 + g] >> e) & 1u);
+    }
+};
+
+// IQ3_XXS: fp16 d; grid index m (4 elements) of 32-element block ib at 2 + 8ib + m; at 66 + 4ib a
+// uint32 of 7-bit sign indices per group of 8 and the scale (28-31); db = d·(0.5 + s)·0.5.
+template <> struct row_format<TS_TYPE_IQ3_XXS> {
+    static constexpr int QK = 256, BS = 98;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int ib = j >> 5, m = (j >> 2) & 7;
+        const uint32_t aux = ld_u32le(b + 66 + 4 * ib);
+        const float db = mul_rn(mul_rn(ld_half(b), 0.5f + static_cast<float>(aux >> 28)), 0.5f);
+        const uint32_t g = (iq3xxs_grid(b[2 + 8 * ib + m]) >> (8 * (j & 3))) & 0xFFu;
+        return iq_signed(db, g, (iq_ksigns(aux >> (7 * (m >> 1))) >> (j & 7)) & 1u);
+    }
+};
+
+// IQ3_S: fp16 d; grid index m of block ib is qs[8ib + m] (at 2) | bit m of qh[ib] (at 66) as bit 8;
+// element j's sign is bit j % 8 of signs[j / 8] (at 74); scales[4] at 106, nibble ib % 2 of byte
+// ib / 2; db = d·(1 + 2s).
+template <> struct row_format<TS_TYPE_IQ3_S> {
+    static constexpr int QK = 256, BS = 110;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int ib = j >> 5, m = (j >> 2) & 7;
+        const uint32_t idx = b[2 + 8 * ib + m] | (((b[66 + ib] >> m) & 1u) << 8);
+        const int sc = (b[106 + (ib >> 1)] >> (4 * (ib & 1))) & 0xf;
+        const float db = mul_rn(ld_half(b), static_cast<float>(1 + 2 * sc));
+        return iq_signed(db, (iq3s_grid(idx) >> (8 * (j & 3))) & 0xFFu, (b[74 + (j >> 3)] >> (j & 7)) & 1u);
+    }
+};
+
+// IQ1: y = dl·(g + δ), g the signed grid byte, δ = ±1/8 (g + δ is exact).
+TS_HD float iq1_value(float dl, uint64_t entry, int e, bool neg) {
+    const float g = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(entry >> (8 * e))));
+    return mul_rn(dl, g + (neg ? -0.125f : 0.125f));
+}
+
+// IQ1_S: fp16 d; qs[32] at 2; per 32 elements a uint16 at 34 + 2ib: 3 high index bits per group
+// (bits 3l..), the scale (12-14), the sign of δ (15); dl = d·(2s + 1).
+template <> struct row_format<TS_TYPE_IQ1_S> {
+    static constexpr int QK = 256, BS = 50;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int ib = j >> 5, l = (j >> 3) & 3;
+        const uint32_t qh = ld_u16le(b + 34 + 2 * ib);
+        const float dl = mul_rn(ld_half(b), static_cast<float>(2 * ((qh >> 12) & 7u) + 1));
+        return iq1_value(dl, iq1s_grid(b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8)), j & 7,
+                         (qh & 0x8000u) != 0);
+    }
+};
+
+// IQ1_M: qs[32] at 0, qh[16] at 32 (a nibble per group: 3 high index bits, the sign of δ), four
+// uint16 at 48: 3-bit scales per 16 elements (bits 0-11) and the fp16 d in their top nibbles.
+template <> struct row_format<TS_TYPE_IQ1_M> {
+    static constexpr int QK = 256, BS = 56;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int ib = j >> 5, g = j >> 3;
+        const uint32_t dbits = (ld_u16le(b + 48) >> 12) | ((ld_u16le(b + 50) >> 8) & 0x00F0u) |
+                               ((ld_u16le(b + 52) >> 4) & 0x0F00u) | (ld_u16le(b + 54) & 0xF000u);
+        const uint32_t sc = (ld_u16le(b + 48 + 2 * (ib >> 1)) >> (6 * (ib & 1) + 3 * ((j >> 4) & 1))) & 7u;
+        const float dl = mul_rn(ts_cu_half_to_float(dbits), static_cast<float>(2 * sc + 1));
+        const uint32_t nib = (b[32 + (g >> 1)] >> (4 * (g & 1))) & 0xFu;
+        return iq1_value(dl, iq1s_grid(b[g] | ((nib & 7u) << 8)), j & 7, (nib & 8u) != 0);
+    }
+};
+
 // ---- rows ------------------------------------------------------------------------------------
 
 template <uint32_t TYPE> TS_HD float row_elem(const uint8_t *row, int64_t i) {
@@ -217,6 +356,15 @@ TS_HD bool row_type_supported(uint32_t type) {
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K:
+    case TS_TYPE_Q2_K:
+    case TS_TYPE_Q3_K:
+    case TS_TYPE_IQ2_XXS:
+    case TS_TYPE_IQ2_XS:
+    case TS_TYPE_IQ2_S:
+    case TS_TYPE_IQ3_XXS:
+    case TS_TYPE_IQ3_S:
+    case TS_TYPE_IQ1_S:
+    case TS_TYPE_IQ1_M:
         return true;
     default:
         return false;
@@ -249,6 +397,24 @@ TS_HD float row_value(uint32_t type, const uint8_t *row, int64_t i) {
         return row_elem<TS_TYPE_Q5_K>(row, i);
     case TS_TYPE_Q6_K:
         return row_elem<TS_TYPE_Q6_K>(row, i);
+    case TS_TYPE_Q2_K:
+        return row_elem<TS_TYPE_Q2_K>(row, i);
+    case TS_TYPE_Q3_K:
+        return row_elem<TS_TYPE_Q3_K>(row, i);
+    case TS_TYPE_IQ2_XXS:
+        return row_elem<TS_TYPE_IQ2_XXS>(row, i);
+    case TS_TYPE_IQ2_XS:
+        return row_elem<TS_TYPE_IQ2_XS>(row, i);
+    case TS_TYPE_IQ2_S:
+        return row_elem<TS_TYPE_IQ2_S>(row, i);
+    case TS_TYPE_IQ3_XXS:
+        return row_elem<TS_TYPE_IQ3_XXS>(row, i);
+    case TS_TYPE_IQ3_S:
+        return row_elem<TS_TYPE_IQ3_S>(row, i);
+    case TS_TYPE_IQ1_S:
+        return row_elem<TS_TYPE_IQ1_S>(row, i);
+    case TS_TYPE_IQ1_M:
+        return row_elem<TS_TYPE_IQ1_M>(row, i);
     default:
         return 0.0f;
     }
@@ -300,6 +466,33 @@ TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t fi
         break;
     case TS_TYPE_Q6_K:
         row_for_each_t<TS_TYPE_Q6_K>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q2_K:
+        row_for_each_t<TS_TYPE_Q2_K>(row, n, first, step, store);
+        break;
+    case TS_TYPE_Q3_K:
+        row_for_each_t<TS_TYPE_Q3_K>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ2_XXS:
+        row_for_each_t<TS_TYPE_IQ2_XXS>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ2_XS:
+        row_for_each_t<TS_TYPE_IQ2_XS>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ2_S:
+        row_for_each_t<TS_TYPE_IQ2_S>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ3_XXS:
+        row_for_each_t<TS_TYPE_IQ3_XXS>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ3_S:
+        row_for_each_t<TS_TYPE_IQ3_S>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ1_S:
+        row_for_each_t<TS_TYPE_IQ1_S>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ1_M:
+        row_for_each_t<TS_TYPE_IQ1_M>(row, n, first, step, store);
         break;
     default:
         break;

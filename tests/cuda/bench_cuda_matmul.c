@@ -19,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint32_t k_types[] = {TS_TYPE_Q8_0, TS_TYPE_Q4_K,   TS_TYPE_Q4_0, TS_TYPE_Q5_0,
-                                   TS_TYPE_Q5_1, TS_TYPE_IQ4_NL, TS_TYPE_Q5_K, TS_TYPE_Q6_K,
-                                   TS_TYPE_F16,  TS_TYPE_BF16,   TS_TYPE_F32};
+static const uint32_t k_types[] = {TS_TYPE_Q8_0,    TS_TYPE_Q4_K,    TS_TYPE_Q4_0,   TS_TYPE_Q5_0,
+                                   TS_TYPE_Q5_1,    TS_TYPE_IQ4_NL,  TS_TYPE_Q5_K,   TS_TYPE_Q6_K,
+                                   TS_TYPE_F16,     TS_TYPE_BF16,    TS_TYPE_F32,    TS_TYPE_Q2_K,
+                                   TS_TYPE_Q3_K,    TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S,
+                                   TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,   TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 typedef struct {
@@ -161,12 +163,19 @@ int main(int argc, char **argv) {
             /* 64 distinct quantized rows, tiled */
             uint8_t *host = malloc(bytes);
             float *src = malloc((size_t)sh->ne0 * sizeof *src);
+            /* equal importance weights for the types ggml quantizes only with them (IQ1_S, IQ2_XXS, IQ2_XS) */
+            float *qw = NULL;
+            if (ts_quantize_needs_imatrix(type)) {
+                qw = malloc((size_t)sh->ne0 * sizeof *qw);
+                for (int64_t i = 0; i < sh->ne0; i++) qw[i] = 1.0f;
+            }
             char err[256];
             for (int r = 0; r < POOL_ROWS && r < sh->n_out; r++) {
                 const double scale = 0.5 + 0.02 * r;
                 for (int64_t i = 0; i < sh->ne0; i++)
                     src[i] = (float)(scale * rng_gauss() + (r % 3 ? 0 : scale));
-                if (ts_quantize_row(type, src, host + (size_t)r * rb, sh->ne0, err, sizeof err) != 0) {
+                if (ts_quantize_row_imatrix(type, src, host + (size_t)r * rb, sh->ne0, qw, err, sizeof err) !=
+                    0) {
                     fprintf(stderr, "%s\n", err);
                     return 1;
                 }
@@ -174,6 +183,7 @@ int main(int argc, char **argv) {
             for (int64_t r = POOL_ROWS; r < sh->n_out; r++)
                 memcpy(host + (size_t)r * rb, host + (size_t)(r % POOL_ROWS) * rb, rb);
             free(src);
+            free(qw);
 
             int ncopies = (int)((4 * l2 + bytes - 1) / bytes);
             if (ncopies < 3) ncopies = 3;

@@ -1,22 +1,32 @@
-// Host-only check of the CUDA block decoders (src/cuda/quant_decode.cuh): no GPU needed, so it
-// runs in the default suite wherever the CUDA backend is built.
+// Host-only check of the CUDA block decoders (src/cuda/quant_decode.cuh) and of the row gathers'
+// element decoders (src/cuda/rows.cuh): no GPU needed, so it runs in the default suite wherever the
+// CUDA backend is built.
 //
-// For every block type the CUDA kernels read, on blocks from ts_quantize_row and on random bytes
-// (every bit pattern of quants, scales and high bits; fp16 scales kept finite), at every alignment
-// the kernels can meet (2-byte steps; 16 for A16 types): each unit k < UPB and run r must
+// For every block type the CUDA kernels read, on blocks from the reference quantizer (with equal
+// importance weights for IQ1_S / IQ2_XXS / IQ2_XS, which ggml quantizes only with them) and on random
+// bytes (every bit pattern of quants, scales and high bits; fp16 scales kept finite), at every
+// alignment the kernels can meet (2-byte steps; 16 for A16 types): each unit k < UPB and run r must
 //   - name each of the block's QK elements exactly once (e[r] + i),
 //   - decode to scale·(byte − BIAS) (+ min) equal to ts_dequantize_row's value within 2 ulps of
 //     |scale·q| + |min| (the reference rounds one product or one difference in fp32; we compare in
-//     double), and
-//   - convert each byte exactly with the PRMT trick (2^23 + byte − (2^23 + BIAS) = byte − BIAS).
-// Also exhaustive checks of the IQ4_NL permute lookup and of the fifth-bit spread, and of the
-// shared-memory layout of x (x_swizzle): a permutation of the staged float4s, and for the loads
-// the kernel makes (lane -> unit -> run -> 4 float4s) conflict-free within every quarter-warp.
+//     double), and, rounded as one fp32 product (+ one fp32 sum for a min), to the very float of
+//     ts_dequantize_row (required for the low-bit types Q2_K, Q3_K, IQ1_S .. IQ3_S, whose decoders
+//     are exact by construction; counted and reported for the others), and
+//   - convert each byte exactly with the PRMT trick (2^23 + byte − (2^23 + BIAS) = byte − BIAS);
+// and row_format<TYPE>::value (rows.cuh) must give ts_dequantize_row's float bit for bit.
+// The lattice types also get swept blocks: every grid index of their table, every sign index /
+// sign byte, both signs of IQ1's delta, under super-scales ±0, ±the smallest subnormal, the largest
+// subnormal, the smallest normal, ±65504 and 1 (Q2_K / Q3_K: the same d and dmin values).
+// Also exhaustive checks of the IQ4_NL permute lookup, of the fifth-bit spread, of the computed
+// i-quant sign bytes (iq_ksigns against ggml's ksigns_iq2xs table), and of the shared-memory layout
+// of x (x_swizzle): a permutation of the staged float4s, and for the loads the kernel makes (lane ->
+// unit -> run -> 4 float4s) conflict-free within every quarter-warp.
 extern "C" {
 #include "common/half.h"
 #include "quant/quant.h"
 }
 #include "cuda/quant_decode.cuh"
+#include "cuda/rows.cuh"
 
 #include "test_util.h"
 
@@ -39,43 +49,158 @@ double next_gauss() {
     return rng_gauss(&g_rng);
 }
 
-uint16_t random_scale_fp16() {
-    return rng_scale_fp16(&g_rng);
+template <int TYPE> void fix_scales(uint8_t *b) {
+    rng_fix_scales(&g_rng, TYPE, b);
 }
 
-template <int TYPE> void fix_scales(uint8_t *b) {
+bool is_run_type(int type) {
+    switch (type) {
+    case TS_TYPE_Q2_K:
+    case TS_TYPE_Q3_K:
+    case TS_TYPE_IQ2_XXS:
+    case TS_TYPE_IQ2_XS:
+    case TS_TYPE_IQ2_S:
+    case TS_TYPE_IQ3_XXS:
+    case TS_TYPE_IQ3_S:
+    case TS_TYPE_IQ1_S:
+    case TS_TYPE_IQ1_M:
+        return true;
+    default:
+        return false;
+    }
+}
+
+// Extreme super-scales: ±0, ±the smallest subnormal, the largest subnormal, the smallest normal,
+// ±65504, 1.
+const uint16_t kEdgeScales[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00};
+constexpr int kNumEdge = sizeof kEdgeScales / sizeof kEdgeScales[0];
+
+uint32_t get_u32(const uint8_t *p) {
+    return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+void put_u32(uint8_t *p, uint32_t v) {
+    put_u16(p, static_cast<uint16_t>(v));
+    put_u16(p + 2, static_cast<uint16_t>(v >> 16));
+}
+uint32_t set_bits(uint32_t v, int at, int n, uint32_t x) {
+    const uint32_t m = ((1u << n) - 1u) << at;
+    return (v & ~m) | ((x << at) & m);
+}
+
+// Sweep block t (over a block of random bytes): group g (0..31, 8 elements; IQ3 indices m 0..63, 4
+// elements) takes grid index (t·G + g) mod N, sign index (or sign byte) (t·32 + g) mod 128 (256),
+// IQ1 the delta sign ((t·32 + g) >> 11) & 1; super-scale kEdgeScales[t % kNumEdge] (the last entry
+// of the cycle keeps the random finite one). Over 128 blocks every index, sign pattern and IQ1
+// (index, delta) pair appears.
+template <int TYPE> void sweep_block(uint8_t *b, int t) {
+    const uint16_t d = t % (kNumEdge + 1) < kNumEdge ? kEdgeScales[t % (kNumEdge + 1)] : 0;
+    const bool set_d = t % (kNumEdge + 1) < kNumEdge;
+    for (int g = 0; g < 32; g++) {
+        const uint32_t n = static_cast<uint32_t>(t * 32 + g);
+        switch (TYPE) {
+        case TS_TYPE_IQ2_XXS: {
+            uint8_t *p = b + 2 + 8 * (g / 4);
+            p[g % 4] = static_cast<uint8_t>(n);
+            put_u32(p + 4, set_bits(get_u32(p + 4), 7 * (g % 4), 7, n % 128));
+            break;
+        }
+        case TS_TYPE_IQ2_XS:
+            put_u16(b + 2 + 2 * g, static_cast<uint16_t>((n % 512) | ((n % 128) << 9)));
+            break;
+        case TS_TYPE_IQ2_S:
+            b[2 + g] = static_cast<uint8_t>(n);
+            b[66 + g / 4] = static_cast<uint8_t>(set_bits(b[66 + g / 4], 2 * (g % 4), 2, (n % 1024) >> 8));
+            b[34 + g] = static_cast<uint8_t>(n);
+            break;
+        case TS_TYPE_IQ3_XXS: {
+            uint8_t *aux = b + 66 + 4 * (g / 4);
+            put_u32(aux, set_bits(get_u32(aux), 7 * (g % 4), 7, n % 128));
+            for (int h = 0; h < 2; h++) b[2 + 2 * g + h] = static_cast<uint8_t>(2 * n + h);
+            break;
+        }
+        case TS_TYPE_IQ3_S:
+            b[74 + g] = static_cast<uint8_t>(n);
+            for (int h = 0; h < 2; h++) {
+                const int m = 2 * g + h;
+                const uint32_t idx = (2 * n + h) % 512;
+                b[2 + m] = static_cast<uint8_t>(idx);
+                b[66 + m / 8] = static_cast<uint8_t>(set_bits(b[66 + m / 8], m % 8, 1, idx >> 8));
+            }
+            break;
+        case TS_TYPE_IQ1_S: {
+            b[2 + g] = static_cast<uint8_t>(n);
+            uint8_t *qh = b + 34 + 2 * (g / 4);
+            uint32_t v = set_bits(qh[0] | (qh[1] << 8), 3 * (g % 4), 3, (n % 2048) >> 8);
+            v = set_bits(v, 15, 1, (n >> 11) & 1);
+            put_u16(qh, static_cast<uint16_t>(v));
+            break;
+        }
+        case TS_TYPE_IQ1_M:
+            b[g] = static_cast<uint8_t>(n);
+            b[32 + g / 2] = static_cast<uint8_t>(
+                set_bits(b[32 + g / 2], 4 * (g % 2), 4, ((n % 2048) >> 8) | (((n >> 11) & 1) << 3)));
+            break;
+        default:
+            break;
+        }
+    }
+    if (!set_d) return;
     switch (TYPE) {
-    case TS_TYPE_Q5_1:
-    case TS_TYPE_Q4_K:
-    case TS_TYPE_Q5_K:
-        put_u16(b, random_scale_fp16());
-        put_u16(b + 2, random_scale_fp16());
+    case TS_TYPE_Q2_K:
+        put_u16(b + 80, d);
+        put_u16(b + 82, kEdgeScales[(t / 3) % kNumEdge]);
         break;
-    case TS_TYPE_Q6_K:
-        put_u16(b + 208, random_scale_fp16());
+    case TS_TYPE_Q3_K:
+        put_u16(b + 108, d);
+        break;
+    case TS_TYPE_IQ1_M:
+        for (int w = 0; w < 4; w++)
+            b[48 + 2 * w + 1] =
+                static_cast<uint8_t>((b[48 + 2 * w + 1] & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
         break;
     default:
-        put_u16(b, random_scale_fp16());
+        put_u16(b, d);
         break;
     }
 }
 
+uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
 template <int TYPE> int check_type(const char *name) {
     using Q = qtype<TYPE>;
+    using F = row_format<TYPE>;
+    static_assert(F::QK == Q::QK && F::BS == Q::BS, "row_format and qtype agree on the block");
     alignas(16) uint8_t buf[Q::BS + 64];
-    float src[Q::QK], ref[Q::QK];
+    float src[Q::QK], qw[Q::QK], ref[Q::QK];
     char err[256];
     double worst = 0;
     int fails = 0;
-    const int trials = 4000;
+    long inexact = 0, row_bad = 0, weights = 0;
+    const bool must_be_exact = is_run_type(TYPE);
+    const int sweeps = is_run_type(TYPE) ? 128 : 0, trials = sweeps + 4000;
     for (int trial = 0; trial < trials && fails < 10; trial++) {
         const int off = Q::A16 ? 16 * (trial % 2) : 2 * (trial % 8);
         uint8_t *b = buf + off;
         memset(buf, 0xA5, sizeof buf);
-        if (trial % 2 == 0) {
+        if (trial < sweeps) {
+            for (int i = 0; i < Q::BS; i++) b[i] = static_cast<uint8_t>(next_u64());
+            fix_scales<TYPE>(b);
+            sweep_block<TYPE>(b, trial);
+        } else if (trial % 2 == 0) {
             const double scale = 0.01 + 3.0 * next_unit(), shift = (trial % 6 == 0) ? 2.0 * scale : 0.0;
             for (int i = 0; i < Q::QK; i++) src[i] = static_cast<float>(scale * next_gauss() + shift);
-            if (ts_quantize_row(TYPE, src, b, Q::QK, err, sizeof err) != 0) {
+            int rc;
+            if (ts_quantize_needs_imatrix(TYPE)) { // random importance weights
+                for (int i = 0; i < Q::QK; i++) qw[i] = static_cast<float>(0.1 + next_unit());
+                rc = ts_quantize_row_imatrix(TYPE, src, b, Q::QK, qw, err, sizeof err);
+            } else {
+                rc = ts_quantize_row(TYPE, src, b, Q::QK, err, sizeof err);
+            }
+            if (rc != 0) {
                 printf("%s: quantize failed: %s\n", name, err);
                 return 1;
             }
@@ -127,12 +252,19 @@ template <int TYPE> int check_type(const char *name) {
                     const double d = fabs(w - static_cast<double>(ref[e]));
                     const double rel = mag > 0 ? d / mag : d;
                     if (rel > worst) worst = rel;
-                    if (!(d <= 2.0 * 1.1920929e-07 * mag)) {
+                    // the weight as fp32 arithmetic gives it: one product (+ one sum), no FMA
+                    volatile float wf = u.scale[r] * q;
+                    if (Q::HAS_MIN) wf = wf + u.min[r];
+                    const bool exact = float_bits(wf) == float_bits(ref[e]);
+                    inexact += !exact;
+                    weights++;
+                    if (!(d <= 2.0 * 1.1920929e-07 * mag) || (must_be_exact && !exact)) {
                         if (fails++ < 10)
-                            printf(
-                                "%s: trial %d (offset %d) unit %d run %d element %d: decoded %.9g, reference "
-                                "%.9g\n",
-                                name, trial, off, k, r, e, w, static_cast<double>(ref[e]));
+                            printf("%s: trial %d (offset %d) unit %d run %d element %d: decoded %.9g (fp32 "
+                                   "%.9g), "
+                                   "reference %.9g\n",
+                                   name, trial, off, k, r, e, w, static_cast<double>(wf),
+                                   static_cast<double>(ref[e]));
                     }
                 }
             }
@@ -142,10 +274,23 @@ template <int TYPE> int check_type(const char *name) {
                 printf("%s: element %d is decoded %d times by the units of a block\n", name, e, seen[e]);
                 return 1;
             }
+            const float v = F::value(b, e);
+            if (float_bits(v) != float_bits(ref[e])) {
+                if (row_bad++ < 5)
+                    printf("%s: trial %d row_format element %d: %.9g, reference %.9g\n", name, trial, e,
+                           static_cast<double>(v), static_cast<double>(ref[e]));
+                fails++;
+            }
         }
     }
-    printf("%-7s %s  %d blocks, worst |decoded - reference| / (|scale*q| + |min|) = %.3g\n", name,
-           fails ? "FAIL" : "ok  ", trials, worst);
+    char exact_note[64];
+    if (inexact == 0)
+        snprintf(exact_note, sizeof exact_note, "all %ld weights bit-exact", weights);
+    else
+        snprintf(exact_note, sizeof exact_note, "%ld of %ld weights not bit-exact", inexact, weights);
+    printf("%-7s %s  %d blocks (%d swept), max |decoded - reference| / (|scale*q| + |min|) = %.3g, %s; "
+           "rows.cuh %s\n",
+           name, fails ? "FAIL" : "ok  ", trials, sweeps, worst, exact_note, row_bad ? "FAIL" : "bit-exact");
     return fails ? 1 : 0;
 }
 
@@ -219,7 +364,14 @@ int check_lookups() {
             return 1;
         }
     }
-    printf("lookups ok (IQ4_NL permute lookup: all 65536 nibble quadruples; fifth-bit spread: all 16)\n");
+    for (uint32_t i = 0; i < 128; i++) {
+        if (iq_ksigns(i) != ts_ksigns_iq2xs[i]) {
+            printf("iq_ksigns(%u) = %u, ksigns_iq2xs says %u\n", i, iq_ksigns(i), ts_ksigns_iq2xs[i]);
+            return 1;
+        }
+    }
+    printf("lookups ok (IQ4_NL permute lookup: all 65536 nibble quadruples; fifth-bit spread: all 16; "
+           "i-quant sign bytes: all 128)\n");
     return 0;
 }
 
@@ -235,6 +387,15 @@ int main() {
     bad += check_type<TS_TYPE_Q4_K>("q4_K");
     bad += check_type<TS_TYPE_Q5_K>("q5_K");
     bad += check_type<TS_TYPE_Q6_K>("q6_K");
+    bad += check_type<TS_TYPE_Q2_K>("q2_K");
+    bad += check_type<TS_TYPE_Q3_K>("q3_K");
+    bad += check_type<TS_TYPE_IQ2_XXS>("iq2_xxs");
+    bad += check_type<TS_TYPE_IQ2_XS>("iq2_xs");
+    bad += check_type<TS_TYPE_IQ2_S>("iq2_s");
+    bad += check_type<TS_TYPE_IQ3_XXS>("iq3_xxs");
+    bad += check_type<TS_TYPE_IQ3_S>("iq3_s");
+    bad += check_type<TS_TYPE_IQ1_S>("iq1_s");
+    bad += check_type<TS_TYPE_IQ1_M>("iq1_m");
     bad += check_swizzle<TS_TYPE_Q8_0>("q8_0");
     bad += check_swizzle<TS_TYPE_Q4_0>("q4_0");
     bad += check_swizzle<TS_TYPE_Q5_0>("q5_0");
@@ -243,6 +404,15 @@ int main() {
     bad += check_swizzle<TS_TYPE_Q4_K>("q4_K");
     bad += check_swizzle<TS_TYPE_Q5_K>("q5_K");
     bad += check_swizzle<TS_TYPE_Q6_K>("q6_K");
+    bad += check_swizzle<TS_TYPE_Q2_K>("q2_K");
+    bad += check_swizzle<TS_TYPE_Q3_K>("q3_K");
+    bad += check_swizzle<TS_TYPE_IQ2_XXS>("iq2_xxs");
+    bad += check_swizzle<TS_TYPE_IQ2_XS>("iq2_xs");
+    bad += check_swizzle<TS_TYPE_IQ2_S>("iq2_s");
+    bad += check_swizzle<TS_TYPE_IQ3_XXS>("iq3_xxs");
+    bad += check_swizzle<TS_TYPE_IQ3_S>("iq3_s");
+    bad += check_swizzle<TS_TYPE_IQ1_S>("iq1_s");
+    bad += check_swizzle<TS_TYPE_IQ1_M>("iq1_m");
     printf(bad ? "test_cuda_decode: FAILED\n" : "test_cuda_decode: all decoders match ts_dequantize_row\n");
     return bad ? 1 : 0;
 }

@@ -2,7 +2,8 @@
  *
  * Every CUDA block against its CPU twin, through whole synthetic models of several shapes and
  * weight types (tiny with every feature, awkward sizes, fused experts + per-head PLE tables, a
- * mid-size model with the released head and state sizes in Q4_K):
+ * mid-size model with the released head and state sizes in Q4_K and Q6_K, and with 8 experts in
+ * the low-bit Q2_K and IQ1_M, and in Q8_0 with IQ2_XXS experts):
  *   1. the wide residual after the embedding and after every block, CPU vs CUDA, same chunks: the
  *      first block whose relative difference passes 1e-4 is named;
  *   2. the logits of every position within 1e-4 of max|logit| (CPU vs transformers: 3.7e-6) and
@@ -318,11 +319,19 @@ out:
 
 /* ---- the models -------------------------------------------------------------------------------------- */
 
-static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, ts_layout layout,
-                       char *path, size_t n) {
+/* The routed experts (rows of 256-multiples) at the type *ctx, the rest at synth's type. */
+static int experts_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
+    if (strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = *(const uint32_t *)ctx;
+    return 1;
+}
+
+/* experts: 0, or the type of the routed experts (the rest at `type`). */
+static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, uint32_t experts,
+                       ts_layout layout, char *path, size_t n) {
     char err[1024];
     snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
     ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
+    if (experts) o.edit = experts_at, o.edit_ctx = &experts;
     if (ts_synth_write(hp, &o, path, err, sizeof err)) {
         printf("%s: FAIL: synth: %s\n", name, err);
         failures++;
@@ -342,7 +351,7 @@ int main(int argc, char **argv) {
         ts_hparams hp;
         if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;
         ts_model *m;
-        int rc = write_model(dir, "probe", &hp, 0, (ts_layout){0}, path, sizeof path) ||
+        int rc = write_model(dir, "probe", &hp, 0, 0, (ts_layout){0}, path, sizeof path) ||
                  ts_model_load(path, &m, err, sizeof err);
         ts_hparams_free(&hp);
         if (rc) return 1;
@@ -358,17 +367,23 @@ int main(int argc, char **argv) {
         const char *name;
         uint32_t type;
         ts_layout layout;
-        int shape; /* 0 tiny, 1 awkward, 2 mid (4 layers) */
+        int shape;        /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used) */
+        uint32_t experts; /* 0, or the routed experts' type */
     } cases[] = {
-        {"tiny_f32", TS_TYPE_F32, {0}, 0},
-        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0},
-        {"awkward_f16", TS_TYPE_F16, {0}, 1},
-        {"mid4_q4_k", TS_TYPE_Q4_K, {0}, 2},
-        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2},
+        {"tiny_f32", TS_TYPE_F32, {0}, 0, 0},
+        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, 0},
+        {"awkward_f16", TS_TYPE_F16, {0}, 1, 0},
+        {"mid4_q4_k", TS_TYPE_Q4_K, {0}, 2, 0},
+        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, 0},
+        /* the low-bit types of the UD-style mixes, with fewer experts (synth quantizes on one core;
+         * the lattice search of IQ2_XXS takes ~0.4 µs a weight, so only its experts are IQ2_XXS) */
+        {"mid4e8_q2_k", TS_TYPE_Q2_K, {0}, 3, 0},
+        {"mid4e8_iq1_m", TS_TYPE_IQ1_M, {0}, 3, 0},
+        {"mid4e8_q8_0_iq2_xxs_experts_fused", TS_TYPE_Q8_0, {.fused_experts = true}, 3, TS_TYPE_IQ2_XXS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ts_hparams hp;
-        int rc = cases[i].shape == 2 ? ts_hparams_mid(&hp, err, sizeof err)
+        int rc = cases[i].shape >= 2 ? ts_hparams_mid(&hp, err, sizeof err)
                                      : ts_hparams_tiny(&hp, err, sizeof err);
         if (!rc && cases[i].shape == 1) { /* sizes that are no power of two anywhere they may be */
             hp.hc_count = 3, hp.hc_rank = 12, hp.n_head = 6, hp.n_head_kv = 2, hp.head_dim = 24, hp.n_rot = 8;
@@ -381,13 +396,15 @@ int main(int argc, char **argv) {
             ts_ple_multipliers(hp.n_vocab, hp.ple_n, 1234, 0, hp.ple_mult);
             rc = ts_hparams_set_layers(&hp, 5, 0, err, sizeof err);
         }
-        if (!rc && cases[i].shape == 2) rc = ts_hparams_set_layers(&hp, 4, 0, err, sizeof err);
+        if (!rc && cases[i].shape == 3) hp.n_expert = 8, hp.n_expert_used = 4;
+        if (!rc && cases[i].shape >= 2) rc = ts_hparams_set_layers(&hp, 4, 0, err, sizeof err);
         if (rc) {
             printf("%s: FAIL: hparams: %s\n", cases[i].name, err);
             failures++;
             continue;
         }
-        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].layout, path, sizeof path);
+        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].experts, cases[i].layout, path,
+                         sizeof path);
         ts_hparams_free(&hp);
         const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
         const uint32_t ty = cases[i].type;

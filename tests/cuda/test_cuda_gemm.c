@@ -1,6 +1,6 @@
 /* Twin test of the tiled GEMM (src/cuda/gemm.cu), run on the GPU machine (`ctest -L cuda`).
  *
- *   test_cuda_gemm            correctness (all tier-1 types)
+ *   test_cuda_gemm            correctness (every type of matmul.h)
  *   test_cuda_gemm --quick    fewer types and shapes
  *   test_cuda_gemm --bench    timings at the model's shapes (Q4_K, Q6_K, Q8_0): GEMM vs the GEMV path
  *
@@ -40,9 +40,11 @@
 
 #define REL_BOUND 2e-5
 
-static const uint32_t k_types[] = {TS_TYPE_Q4_K, TS_TYPE_Q8_0,   TS_TYPE_Q6_K, TS_TYPE_F16,
-                                   TS_TYPE_F32,  TS_TYPE_BF16,   TS_TYPE_Q4_0, TS_TYPE_Q5_0,
-                                   TS_TYPE_Q5_1, TS_TYPE_IQ4_NL, TS_TYPE_Q5_K};
+static const uint32_t k_types[] = {TS_TYPE_Q4_K,    TS_TYPE_Q8_0,    TS_TYPE_Q6_K,   TS_TYPE_F16,
+                                   TS_TYPE_F32,     TS_TYPE_BF16,    TS_TYPE_Q4_0,   TS_TYPE_Q5_0,
+                                   TS_TYPE_Q5_1,    TS_TYPE_IQ4_NL,  TS_TYPE_Q5_K,   TS_TYPE_Q2_K,
+                                   TS_TYPE_Q3_K,    TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S,
+                                   TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,   TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 /* ---- weights ------------------------------------------------------------------------------------ */
@@ -67,7 +69,7 @@ static void fill_rows(void *ctx, int64_t i0, int64_t i1) {
         rng_t g = {mix64(w->seed ^ (uint64_t)r * 0x100000001B3ull)};
         const double scale = 0.05 + 2.0 * rng_unit(&g), shift = (r % 3 == 0) ? 1.5 * scale : 0.0;
         for (int64_t i = 0; i < w->ne0; i++) src[i] = (float)(scale * rng_gauss(&g) + shift);
-        if (ts_quantize_row(w->type, src, w->data + (size_t)r * w->rb, w->ne0, err, sizeof err) != 0 ||
+        if (quantize_row_any(w->type, src, w->data + (size_t)r * w->rb, w->ne0, err, sizeof err) != 0 ||
             ts_dequantize_row(w->type, w->data + (size_t)r * w->rb, w->deq + (size_t)r * w->ne0, w->ne0, err,
                               sizeof err) != 0) {
             fprintf(stderr, "quantize/dequantize failed: %s\n", err);

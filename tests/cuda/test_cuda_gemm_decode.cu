@@ -1,9 +1,9 @@
 // Host-only check of the GEMM weight path (src/cuda/gemm_decode.cuh): no GPU needed, so it runs in
 // the default suite wherever the CUDA backend is built.
 //
-// For every tier-1 type, on rows from ts_quantize_row and (block types) on random bytes with finite
-// fp16 scales, at every start alignment a row can have in device memory (data 16-byte aligned,
-// rows back to back): the staging of gemm.cu is replayed (chunk c of the row: the aligned 16-byte
+// For every type the GEMM reads, on rows from the reference quantizer (quantize_row_any) and (block
+// types) on random bytes with finite fp16 scales, at every start alignment a row can have in device
+// memory (data 16-byte aligned, rows back to back): the staging of gemm.cu is replayed (chunk c of the row: the aligned 16-byte
 // lines that cover its bytes, copied into a row buffer of gdec_row_bytes filled with garbage, the
 // chunk's first byte at its alignment modulo 16), then every half step (16 elements) is decoded
 // with decode16 and compared BIT FOR BIT with ts_dequantize_row; elements past the row's end
@@ -37,31 +37,12 @@ double next_unit() {
 double next_gauss() {
     return rng_gauss(&g_rng);
 }
-uint16_t random_scale_fp16() {
-    return rng_scale_fp16(&g_rng);
-}
 
 // Random bytes for a whole row of blocks, fp16 fields made finite.
 template <int TYPE> void random_blocks(uint8_t *row, int nb) {
     using D = gdec<TYPE>;
     for (int i = 0; i < nb * D::BS; i++) row[i] = static_cast<uint8_t>(next_u64());
-    for (int b = 0; b < nb; b++) {
-        uint8_t *p = row + b * D::BS;
-        switch (TYPE) {
-        case TS_TYPE_Q5_1:
-        case TS_TYPE_Q4_K:
-        case TS_TYPE_Q5_K:
-            put_u16(p, random_scale_fp16());
-            put_u16(p + 2, random_scale_fp16());
-            break;
-        case TS_TYPE_Q6_K:
-            put_u16(p + 208, random_scale_fp16());
-            break;
-        default:
-            put_u16(p, random_scale_fp16());
-            break;
-        }
-    }
+    for (int b = 0; b < nb; b++) rng_fix_scales(&g_rng, TYPE, row + b * D::BS);
 }
 
 template <int TYPE> int check_row(const char *name, int ne0, int mis0, bool random_bytes) {
@@ -77,7 +58,7 @@ template <int TYPE> int check_row(const char *name, int ne0, int mis0, bool rand
         float *src = static_cast<float *>(malloc(sizeof(float) * ne0));
         const double scale = 0.01 + 3.0 * next_unit(), shift = (next_u64() % 3 == 0) ? 2.0 * scale : 0.0;
         for (int i = 0; i < ne0; i++) src[i] = static_cast<float>(scale * next_gauss() + shift);
-        if (ts_quantize_row(TYPE, src, row, ne0, err, sizeof err) != 0) {
+        if (quantize_row_any(TYPE, src, row, ne0, err, sizeof err) != 0) {
             printf("%s: quantize failed: %s\n", name, err);
             return 1;
         }
@@ -176,6 +157,15 @@ int main() {
     bad += check_type<TS_TYPE_Q4_K>("q4_K");
     bad += check_type<TS_TYPE_Q5_K>("q5_K");
     bad += check_type<TS_TYPE_Q6_K>("q6_K");
+    bad += check_type<TS_TYPE_Q2_K>("q2_K");
+    bad += check_type<TS_TYPE_Q3_K>("q3_K");
+    bad += check_type<TS_TYPE_IQ2_XXS>("iq2_xxs");
+    bad += check_type<TS_TYPE_IQ2_XS>("iq2_xs");
+    bad += check_type<TS_TYPE_IQ2_S>("iq2_s");
+    bad += check_type<TS_TYPE_IQ3_XXS>("iq3_xxs");
+    bad += check_type<TS_TYPE_IQ3_S>("iq3_s");
+    bad += check_type<TS_TYPE_IQ1_S>("iq1_s");
+    bad += check_type<TS_TYPE_IQ1_M>("iq1_m");
     printf(bad ? "test_cuda_gemm_decode: FAILED\n"
                : "test_cuda_gemm_decode: all GEMM decoders match ts_dequantize_row bit for bit\n");
     return bad ? 1 : 0;

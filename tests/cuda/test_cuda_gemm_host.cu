@@ -216,8 +216,8 @@ tensor make_tensor(uint32_t type, int ne0, int64_t rows) {
         const double scale = 0.05 + 2.0 * next_unit(), shift = (r % 3 == 0) ? 1.5 * scale : 0.0;
         for (int i = 0; i < ne0; i++)
             src[static_cast<size_t>(i)] = static_cast<float>(scale * next_gauss() + shift);
-        if (ts_quantize_row(type, src.data(), t.data + static_cast<size_t>(r) * t.rb, ne0, err, sizeof err) !=
-                0 ||
+        if (quantize_row_any(type, src.data(), t.data + static_cast<size_t>(r) * t.rb, ne0, err,
+                             sizeof err) != 0 ||
             ts_dequantize_row(type, t.data + static_cast<size_t>(r) * t.rb,
                               &t.deq[static_cast<size_t>(r) * ne0], ne0, err, sizeof err) != 0) {
             printf("quantize/dequantize failed: %s\n", err);
@@ -560,6 +560,7 @@ int main(int argc, char **argv) {
     TYPE_CASE(TS_TYPE_Q4_K, "q4_K")
     TYPE_CASE(TS_TYPE_Q8_0, "q8_0")
     TYPE_CASE(TS_TYPE_F16, "f16")
+    TYPE_CASE(TS_TYPE_IQ2_XXS, "iq2_xxs")
     if (!quick) {
         TYPE_CASE(TS_TYPE_F32, "f32")
         TYPE_CASE(TS_TYPE_BF16, "bf16")
@@ -569,6 +570,14 @@ int main(int argc, char **argv) {
         TYPE_CASE(TS_TYPE_IQ4_NL, "iq4_nl")
         TYPE_CASE(TS_TYPE_Q5_K, "q5_K")
         TYPE_CASE(TS_TYPE_Q6_K, "q6_K")
+        TYPE_CASE(TS_TYPE_Q2_K, "q2_K")
+        TYPE_CASE(TS_TYPE_Q3_K, "q3_K")
+        TYPE_CASE(TS_TYPE_IQ2_XS, "iq2_xs")
+        TYPE_CASE(TS_TYPE_IQ2_S, "iq2_s")
+        TYPE_CASE(TS_TYPE_IQ3_XXS, "iq3_xxs")
+        TYPE_CASE(TS_TYPE_IQ3_S, "iq3_s")
+        TYPE_CASE(TS_TYPE_IQ1_S, "iq1_s")
+        TYPE_CASE(TS_TYPE_IQ1_M, "iq1_m")
     }
 #undef TYPE_CASE
     printf(bad ? "test_cuda_gemm_host: FAILED\n" : "test_cuda_gemm_host: all emulated GEMMs bit-exact\n");

@@ -1,8 +1,9 @@
 /* Twin test of ts_cuda_matmul (src/cuda/matmul.cu) against ts_cpu_matmul (src/cpu/ops.c), run on
  * the GPU machine (`ctest -L cuda`), never in CI.
  *
- * For every tier-1 type: random Gaussian weights (a per-row scale, an offset on some rows so the
- * K-quant mins matter) quantized with ts_quantize_row, random activations, then the same tensor
+ * For every type the kernels read: random Gaussian weights (a per-row scale, an offset on some rows
+ * so the K-quant mins matter) quantized with ts_quantize_row (IQ1_S / IQ2_XXS / IQ2_XS with equal
+ * importance weights: quantize_row_any), random activations, then the same tensor
  * bytes through both twins. Shapes: rows of 32·k / 256·k elements (160, 320, 640 / 256, 768, and
  * 2560, 6144 for all; plain types also 100, which takes the scalar path), 1, 3, 640, 2557 and 10240
  * outputs, T = 1, 2, 3, 5, 8 and 11 (two launches), row0 ≠ 0 inside 3-D expert tensors, and rows
@@ -34,9 +35,11 @@
 
 #define REL_BOUND 2e-5
 
-static const uint32_t k_types[] = {TS_TYPE_F32,  TS_TYPE_F16,  TS_TYPE_BF16, TS_TYPE_Q8_0,
-                                   TS_TYPE_Q4_0, TS_TYPE_Q5_0, TS_TYPE_Q5_1, TS_TYPE_IQ4_NL,
-                                   TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K};
+static const uint32_t k_types[] = {TS_TYPE_F32,     TS_TYPE_F16,     TS_TYPE_BF16,   TS_TYPE_Q8_0,
+                                   TS_TYPE_Q4_0,    TS_TYPE_Q5_0,    TS_TYPE_Q5_1,   TS_TYPE_IQ4_NL,
+                                   TS_TYPE_Q4_K,    TS_TYPE_Q5_K,    TS_TYPE_Q6_K,   TS_TYPE_Q2_K,
+                                   TS_TYPE_Q3_K,    TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S,
+                                   TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,   TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 /* ---- the tensor under test --------------------------------------------------------------------- */
@@ -61,7 +64,7 @@ static void quantize_rows(void *ctx, int64_t i0, int64_t i1) {
         rng_t r = {mix64(q->seed ^ (uint64_t)row * 0x100000001B3ull)};
         const double scale = 0.05 + 2.0 * rng_unit(&r), shift = (row % 3 == 0) ? 1.5 * scale : 0.0;
         for (int64_t i = 0; i < q->ne0; i++) src[i] = (float)(scale * rng_gauss(&r) + shift);
-        if (ts_quantize_row(q->type, src, q->data + (size_t)row * q->rb, q->ne0, err, sizeof err) != 0) {
+        if (quantize_row_any(q->type, src, q->data + (size_t)row * q->rb, q->ne0, err, sizeof err) != 0) {
             q->failed = 1;
             snprintf(q->err, sizeof q->err, "%s", err);
         }
@@ -269,12 +272,12 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
     free(q.data);
 }
 
-/* Expert products (ts_cuda_matmul_experts) of a Q4_K pair of 3-D tensors [2560, 640, 6] against the CPU,
- * x rounded as the kernel rounds it when it does: items of x_div = 5 (gate/up: two tokens of five
- * experts) and x_div = 1 (each item its own x row), two items with out-of-range ids (NaN outputs). */
-static int run_experts_case(uint64_t seed, int x_div) {
+/* Expert products (ts_cuda_matmul_experts) of a pair of 3-D tensors [2560, 640, 6] against the CPU,
+ * x rounded as the kernel rounds it when it does (Q4_K: the tensor cores): items of x_div = 5
+ * (gate/up: two tokens of five experts) and x_div = 1 (each item its own x row), two items with
+ * out-of-range ids (NaN outputs). Q4_K and the low-bit types of the UD-style mixes. */
+static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     const int64_t ne0 = 2560, rpe = 640, E = 6, n_items = 10, n_out = 640;
-    const uint32_t type = TS_TYPE_Q4_K;
     const size_t rb = ts_row_size(type, ne0);
     qjob q[2];
     ts_gguf_tensor host[2];
@@ -350,8 +353,8 @@ static int run_experts_case(uint64_t seed, int x_div) {
             }
         }
     }
-    printf("  experts Q4_K 2560 -> 2 x 640, 10 items, x_div %d%s: %s  |gpu-cpu|/S %.2e\n", x_div,
-           rounds ? " (tc)" : "", rc == 0 && bad == 0 ? "ok  " : "FAIL", worst);
+    printf("  experts %-7s 2560 -> 2 x 640, 10 items, x_div %d%s: %s  |gpu-cpu|/S %.2e\n", ts_type_name(type),
+           x_div, rounds ? " (tc)" : "", rc == 0 && bad == 0 ? "ok  " : "FAIL", worst);
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(y_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
@@ -376,7 +379,7 @@ static int check_refusals(void) {
     bad += ts_cuda_matmul(&w, -1, 1, x, 1, y, 0) != -1;
     bad += ts_cuda_matmul(&w, 0, 1, x + 1, 1, y, 0) != -1; /* misaligned x */
     bad += ts_cuda_matmul(&w, 0, 0, x, 1, y, 0) != 0;      /* empty is fine */
-    w.type = TS_TYPE_Q2_K;
+    w.type = TS_TYPE_TQ1_0;
     bad += ts_cuda_matmul(&w, 0, 1, x, 1, y, 0) != -1; /* unsupported type */
     TS_CUDA_CHECK(cudaDeviceSynchronize());
     TS_CUDA_CHECK(cudaFree(buf));
@@ -425,8 +428,15 @@ int main(int argc, char **argv) {
             run_case(type, &cases[ci], seed + (uint64_t)ti * 1000 + (uint64_t)ci, &stats[ti]);
         }
     }
-    fails += run_experts_case(seed + 99, 5);
-    fails += run_experts_case(seed + 98, 1);
+    fails += run_experts_case(TS_TYPE_Q4_K, seed + 99, 5);
+    fails += run_experts_case(TS_TYPE_Q4_K, seed + 98, 1);
+    {
+        const uint32_t low_bit[] = {TS_TYPE_Q2_K,   TS_TYPE_Q3_K,  TS_TYPE_IQ2_XXS,
+                                    TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS,
+                                    TS_TYPE_IQ3_S,  TS_TYPE_IQ1_S, TS_TYPE_IQ1_M};
+        for (int i = 0; i < (int)(sizeof low_bit / sizeof low_bit[0]); i++)
+            fails += run_experts_case(low_bit[i], seed + 200 + (uint64_t)i, i % 2 ? 1 : 5);
+    }
     printf("\n%-8s %5s %14s %14s  %s\n", "type", "runs", "max|gpu-cpu|/S", "max|gpu-f64|/S", "result");
     for (int ti = 0; ti < N_TYPES; ti++) {
         printf("%-8s %5d %14.3e %14.3e  %s\n", ts_type_name(k_types[ti]), stats[ti].runs, stats[ti].worst_cpu,

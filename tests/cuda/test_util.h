@@ -1,11 +1,22 @@
 /* Shared by the CUDA twin and decoder tests in tests/cuda: a splitmix64 random stream
- * (one stream a row, so threads need no shared state) and a small parallel for (quantizing tens of
- * millions of K-quant weights takes seconds on one core). */
+ * (one stream a row, so threads need no shared state), finite scales for random blocks, quantizing
+ * any block type, and a small parallel for (quantizing tens of millions of K-quant weights takes
+ * seconds on one core). */
 #ifndef TS_TESTS_CUDA_TEST_UTIL_H
 #define TS_TESTS_CUDA_TEST_UTIL_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "quant/quant.h"
+#ifdef __cplusplus
+}
+#endif
+
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 static inline uint64_t mix64(uint64_t z) {
@@ -36,6 +47,54 @@ static inline uint16_t rng_scale_fp16(rng_t *r) {
 static inline void put_u16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
+}
+
+/* Makes the fp16 fields of a block of random bytes finite (rng_scale_fp16): d (and dmin) where the
+ * type has them; IQ1_M's d is spread over the top nibbles of its four scale words (at 48). */
+static inline void rng_fix_scales(rng_t *r, uint32_t type, uint8_t *b) {
+    switch (type) {
+    case TS_TYPE_Q5_1:
+    case TS_TYPE_Q4_K:
+    case TS_TYPE_Q5_K:
+        put_u16(b, rng_scale_fp16(r));
+        put_u16(b + 2, rng_scale_fp16(r));
+        break;
+    case TS_TYPE_Q6_K:
+        put_u16(b + 208, rng_scale_fp16(r));
+        break;
+    case TS_TYPE_Q2_K:
+        put_u16(b + 80, rng_scale_fp16(r));
+        put_u16(b + 82, rng_scale_fp16(r));
+        break;
+    case TS_TYPE_Q3_K:
+        put_u16(b + 108, rng_scale_fp16(r));
+        break;
+    case TS_TYPE_IQ1_M: {
+        const uint16_t d = rng_scale_fp16(r);
+        for (int w = 0; w < 4; w++)
+            b[48 + 2 * w + 1] = (uint8_t)((b[48 + 2 * w + 1] & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
+        break;
+    }
+    default:
+        put_u16(b, rng_scale_fp16(r));
+        break;
+    }
+}
+
+/* ts_quantize_row, and for the types ggml quantizes only with importance weights (IQ1_S, IQ2_XXS,
+ * IQ2_XS) ts_quantize_row_imatrix with equal weights (as `synth` writes them). */
+static inline int quantize_row_any(uint32_t type, const float *src, void *dst, int64_t n, char *err,
+                                   size_t errlen) {
+    if (!ts_quantize_needs_imatrix(type)) return ts_quantize_row(type, src, dst, n, err, errlen);
+    float *qw = (float *)malloc((size_t)n * sizeof *qw);
+    if (!qw) {
+        if (errlen) snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) qw[i] = 1.0f;
+    const int rc = ts_quantize_row_imatrix(type, src, dst, n, qw, err, errlen);
+    free(qw);
+    return rc;
 }
 
 typedef void (*range_fn)(void *ctx, int64_t i0, int64_t i1);
