@@ -22,10 +22,10 @@ rel=/tmp/rel.gguf
 case "${1:-gate}" in
 gate)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
-  (timeout 150 $D/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
+  (timeout 300 $D/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
   echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
   for tc in ${GATE_TC:-1 0}; do
-    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 200 $D/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
+    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 300 $D/test_cuda_forward /tmp) > "$out/fwd$tc.txt" 2>&1
     echo "fwd TURBOSPARK_CUDA_GEMV_TC=$tc rc=$?"; grep -E "FAIL|passed|x rounded|logits:|micro|together" "$out/fwd$tc.txt" | head -40
   done
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 200 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1

@@ -206,11 +206,13 @@ __device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int
         float v[kStageRounds][16];
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             load_unit(u < units ? at(u) : x, u < units, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             const bool ok = u < units;
             const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
@@ -255,6 +257,7 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
         float v[kStageRounds][16];
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             const int rg = u / UPG; // rg = row·ng + group
             load_unit(u < units ? x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG)
@@ -263,6 +266,7 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
         }
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             const int m = u % UPG, rg = u / UPG;
             float amax = unit_amax(v[r]);

@@ -780,6 +780,18 @@ bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out
     return rows_per_expert % 8 == 0 && row_off % 8 == 0 && n_out % 8 == 0;
 }
 
+// An expert product goes to the tensor cores when its items share their x rows (x_div > 1: the routed
+// gate/up products, whose x rows are the tokens) or it has no ids (the shared expert's gate and up as
+// one launch). Routed products with an x row per item (the down products: N·k rows) stay on the SIMT
+// kernel, which reads each item's own row, where every tensor-core block would stage all of them.
+bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool routed,
+               int64_t rows_per_expert, int64_t row_off, int64_t n_out, size_t row_bytes) {
+    const int64_t xd = x_div < n_items ? x_div : n_items, x_rows = (n_items + xd - 1) / xd;
+    return (!routed || xd > 1) &&
+           tc_applies(type, ne0, x_rows, row_bytes,
+                      expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out));
+}
+
 } // namespace
 
 extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0,
@@ -790,10 +802,12 @@ extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T
     return tc ? tc_gemv_group(type) : 0;
 }
 
-extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows,
-                                                   int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
-    return tc_applies(type, ne0, x_rows, ts_row_size(type, ne0),
-                      expert_whole_chunks(rows_per_expert, row_off, n_out))
+extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div,
+                                                   bool routed, int64_t rows_per_expert, int64_t row_off,
+                                                   int64_t n_out) {
+    return n_items > 0 && x_div > 0 &&
+                   expert_tc(type, ne0, n_items, x_div, routed, rows_per_expert, row_off, n_out,
+                             ts_row_size(type, ne0))
                ? tc_gemv_group(type)
                : 0;
 }
@@ -1066,9 +1080,8 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         }
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
-    const int64_t x_rows = (a.n_items + a.x_div - 1) / a.x_div;
-    if (tc_applies(W->type, W->ne0, x_rows, W->row_bytes,
-                   expert_whole_chunks(ids_dev ? rows_per_expert : 8, row_off, n_out))) {
+    if (expert_tc(W->type, W->ne0, a.n_items, a.x_div, ids_dev != nullptr, rows_per_expert, row_off, n_out,
+                  W->row_bytes)) {
         // tensor cores, x in fp16 (gemv_tc.h)
         const tc_expert_job j = {a.w0,       a.w1,
                                  a.rb,       a.ids,

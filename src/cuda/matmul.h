@@ -104,16 +104,17 @@ int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, con
                          int64_t x_stride, float *y_dev, cudaStream_t s);
 
 /* Whether ts_cuda_matmul with T tokens (rows row0 .. row0 + n_out − 1), or ts_cuda_matmul_experts with
- * x_rows distinct x rows (its rows_per_expert, row_off and n_out), runs this product on the tensor cores
- * (src/cuda/gemv_tc.h: Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; dense products of 1-15 tokens: the same kernel
- * at every batch size, so a token's result does not depend on its batch), where x enters rounded to
+ * n_items items, x_div and ids (routed) or none (its rows_per_expert, row_off and n_out), runs this product
+ * on the tensor cores (src/cuda/gemv_tc.h: Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; dense products of 1-15 tokens:
+ * the same kernel at every batch size, so a token's result does not depend on its batch; expert products
+ * whose items share x rows or that have no ids, never the routed down products), where x enters rounded to
  * fp16 after a power-of-two scale per token and group of inputs: max|x| of the group scaled into
  * [2^14, 2^15), the exponent s of the scale 2^s clamped to −113 .. 126. Returns the group (256 inputs,
  * or 128 for Q8_0 and Q5_0), or 0 when x is not rounded. Otherwise sums are as documented above. Twin
  * tests round their reference's x the same way. */
 int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0, int64_t n_out);
-int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t x_rows, int64_t rows_per_expert,
-                                        int64_t row_off, int64_t n_out);
+int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div,
+                                        bool routed, int64_t rows_per_expert, int64_t row_off, int64_t n_out);
 
 /* Benchmarks and tests only, not thread-safe against concurrent ts_cuda_matmul calls:
  * force the rows each warp handles (1, 2 or 4; 0 = automatic), and allow (default) or forbid

@@ -312,7 +312,7 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     ids[3] = -1, ids[7] = 99;
     float *x = malloc((size_t)(nx * ne0) * sizeof *x), *xr = malloc((size_t)(nx * ne0) * sizeof *xr);
     for (int64_t i = 0; i < nx * ne0; i++) x[i] = (float)rng_gauss(&r);
-    const int64_t group = ts_cuda_matmul_experts_rounds_x(type, ne0, nx, rpe, 0, n_out);
+    const int64_t group = ts_cuda_matmul_experts_rounds_x(type, ne0, n_items, x_div, true, rpe, 0, n_out);
     const int rounds = group != 0;
     if (rounds)
         round_x_like_tc(x, nx, ne0, group, xr);
