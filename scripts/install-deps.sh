@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
-# Installs the Debian packages turbospark needs to build and test, if any is missing.
+# Installs the Debian packages turbospark needs, if any is missing:
+#   scripts/install-deps.sh runtime   to build turbospark and run it (make demo, make install)
+#   scripts/install-deps.sh test      the runtime set, and what the test suite and the developer
+#                                     tools need (make test, make fuzz)
+#   scripts/install-deps.sh SET --list   prints the set's Debian packages, one a line (Node.js and npm,
+#                                     needed by the tests when no node is installed, are not listed)
 # Idempotent: does nothing when everything is present. Needs root (or sudo) to install.
 set -euo pipefail
 
-packages=(
-  cmake            # build system (>= 3.25)
-  make gcc         # compiler and driver
-  pkg-config       # finds cmocka and cJSON
-  libcmocka-dev    # unit-test framework
-  libcjson-dev     # JSON parser for config.json and safetensors headers (turbospark convert)
-  libpcre2-dev     # tokenizer: pre-tokenizer regexes (Unicode classes, lookahead), PCRE2 UTF + UCP
-  libutf8proc-dev  # tokenizer: NFC normalization, as Hugging Face tokenizer.json applies it
+runtime=(
+  cmake             # build system (>= 3.25)
+  make gcc          # compiler and driver (gcc's libgomp gives OpenMP for the CPU forward)
+  libc6-dev         # C library headers (gcc only recommends them)
+  pkg-config        # finds cJSON, PCRE2, utf8proc and libmicrohttpd (and cmocka for the tests)
+  libcjson-dev      # JSON parser for config.json and safetensors headers (turbospark convert), server bodies
+  libpcre2-dev      # tokenizer: pre-tokenizer regexes (Unicode classes, lookahead), PCRE2 UTF + UCP
+  libutf8proc-dev   # tokenizer: NFC normalization, as Hugging Face tokenizer.json applies it
   libmicrohttpd-dev # turbospark serve: HTTP/1.1 server (thread per connection, chunked SSE responses)
-  curl             # server tests: raw HTTP requests (malformed-request suite)
-  libomp-dev       # OpenMP runtime headers for clang builds (gcc ships libgomp)
-  clang            # libFuzzer target and sanitizer builds
-  clang-format     # the tree's formatting, checked by tests/cli/format.sh (`make format` applies it)
-  python3          # fixture and broken-file generators, oracle
-  python3-numpy    # oracle and .npy checks in tests
 )
+test=(
+  libcmocka-dev     # unit-test framework (without it CMake builds no tests)
+  curl              # server tests: raw HTTP requests (malformed-request suite)
+  libomp-dev        # OpenMP runtime headers for clang builds (make fuzz)
+  clang             # libFuzzer target and sanitizer builds (make fuzz)
+  clang-format      # the tree's formatting, checked by tests/cli/format.sh (`make format` applies it)
+  python3           # fixture and broken-file generators, oracle
+  python3-numpy     # oracle and .npy checks in tests
+)
+
+usage() {
+  echo "usage: scripts/install-deps.sh runtime|test [--list]" >&2
+  exit 2
+}
+case "${1:-}" in
+  runtime) packages=("${runtime[@]}") ;;
+  test) packages=("${runtime[@]}" "${test[@]}") ;;
+  *) usage ;;
+esac
+case "${2:-}" in
+  --list) printf '%s\n' "${packages[@]}"; exit 0 ;;
+  '') ;;
+  *) usage ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -28,10 +51,12 @@ done
 # package-lock.json and installed by `npm ci` from ctest). Any node >= 18 with npm will do: Debian's
 # packages are installed only when no `node` is on the PATH (a NodeSource node already bundles npm,
 # and Debian's npm package would conflict with it).
-if ! command -v node >/dev/null 2>&1; then
-  missing+=(nodejs npm)
-elif ! command -v npm >/dev/null 2>&1; then
-  missing+=(npm)
+if [ "$1" = test ]; then
+  if ! command -v node >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+  elif ! command -v npm >/dev/null 2>&1; then
+    missing+=(npm)
+  fi
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -684,6 +684,11 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
     snprintf(path, sizeof path, "%s/config.json", hf_dir);
     ts_hf_config cfg;
     if (ts_hf_config_read(path, &cfg, err, errlen)) return -1;
+    ts_hf_sampling sampling;
+    if (ts_hf_sampling_read(hf_dir, &sampling, err, errlen)) {
+        ts_hf_config_free(&cfg);
+        return -1;
+    }
     ts_st *st = NULL;
     conv c = {.cfg = &cfg, .hp = &cfg.hp, .o = o, .err = err, .errlen = errlen};
     ts_gguf_writer *w = NULL;
@@ -760,7 +765,8 @@ int ts_convert_hf(const char *hf_dir, const char *out_path, const ts_convert_opt
         rc = -1;
         goto done;
     }
-    if (ts_hparams_write(&cfg.hp, w) || write_extra_metadata(w, &cfg, o->mix, hf_dir)) {
+    if (ts_hparams_write(&cfg.hp, w) || write_extra_metadata(w, &cfg, o->mix, hf_dir) ||
+        ts_hf_sampling_write(&sampling, w)) {
         rc = ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
         goto done;
     }
@@ -809,6 +815,7 @@ done:
     free_jobs(&c);
     free(c.used);
     ts_st_close(st);
+    ts_hf_sampling_free(&sampling);
     ts_hf_config_free(&cfg);
     return rc;
 }

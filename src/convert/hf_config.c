@@ -1,4 +1,5 @@
-/* config.json → ts_hparams (see hf_config.h). Defaults are transformers 5.17's Qwen4ExpTextConfig. */
+/* config.json → ts_hparams and generation_config.json → general.sampling.* (see hf_config.h).
+ * Defaults are transformers 5.17's Qwen4ExpTextConfig. */
 #include "convert/hf_config.h"
 
 #include "common/error.h"
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cfg_ctx {
     const char *path;
@@ -406,27 +408,41 @@ static int read_text(cfg_ctx *c, ts_hf_config *out) {
     return 0;
 }
 
-int ts_hf_config_read(const char *path, ts_hf_config *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    out->image_token_id = -1;
-    out->hp.ple_layer = -1;
+/* Parses the JSON object in path (a file of at most 16 MiB; `what` names the kind of file). */
+static int read_json(const char *path, const char *what, cJSON **out, char *err, size_t errlen) {
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return ts_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     char *text = malloc((16u << 20) + 1);
     size_t n = text ? fread(text, 1, 16u << 20, f) : 0;
     bool too_big = text && n == (16u << 20) && fgetc(f) != EOF;
+    bool failed = ferror(f);
     fclose(f);
     if (!text) return ts_errf(err, errlen, "out of memory");
-    if (too_big) {
+    if (failed || too_big) {
         free(text);
-        return ts_errf(err, errlen, "%s is larger than 16 MiB; that is not a config.json", path);
+        return failed ? ts_errf(err, errlen, "cannot read %s", path)
+                      : ts_errf(err, errlen, "%s is larger than 16 MiB; that is not a %s", path, what);
     }
     cJSON *root = cJSON_ParseWithLength(text, n);
+    const char *stop = root ? NULL : cJSON_GetErrorPtr();
+    size_t at = stop && stop >= text && stop <= text + n ? (size_t)(stop - text) : n;
     free(text);
-    if (!root || !cJSON_IsObject(root)) {
+    if (!root) return ts_errf(err, errlen, "%s is not valid JSON (error at byte offset %zu)", path, at);
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ts_errf(err, errlen, "%s is not a JSON object", path);
     }
+    *out = root;
+    return 0;
+}
+
+int ts_hf_config_read(const char *path, ts_hf_config *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->image_token_id = -1;
+    out->hp.ple_layer = -1;
+    cJSON *root;
+    if (read_json(path, "config.json", &root, err, errlen)) return -1;
     cfg_ctx c = {.path = path, .tc = root, .where = "", .err = err, .errlen = errlen};
     const char *mt = NULL;
     int rc = get_str(&c, root, "model_type", &mt);
@@ -470,6 +486,79 @@ int ts_hf_config_read(const char *path, ts_hf_config *out, char *err, size_t err
     cJSON_Delete(root);
     if (rc) ts_hf_config_free(out);
     return rc;
+}
+
+/* generation_config.json key → GGUF key, type and range (hf_config.h); llama.cpp's order. */
+enum { S_STR, S_I32, S_F32 };
+static const struct {
+    const char *json, *key;
+    int type;
+    double min, max;
+} k_sampling[TS_HF_SAMPLING_N] = {
+    {"sequence", "general.sampling.sequence", S_STR, 0, 0},
+    {"top_k", "general.sampling.top_k", S_I32, 0, INT32_MAX},
+    {"top_p", "general.sampling.top_p", S_F32, 0, 1},
+    {"min_p", "general.sampling.min_p", S_F32, 0, 1},
+    {"xtc_probability", "general.sampling.xtc_probability", S_F32, 0, 1},
+    {"xtc_threshold", "general.sampling.xtc_threshold", S_F32, 0, 1},
+    {"temperature", "general.sampling.temp", S_F32, 0, 100},
+    {"penalty_last_n", "general.sampling.penalty_last_n", S_I32, -1, INT32_MAX},
+    {"penalty_repeat", "general.sampling.penalty_repeat", S_F32, 1e-6, 100},
+    {"mirostat", "general.sampling.mirostat", S_I32, 0, 2},
+    {"mirostat_tau", "general.sampling.mirostat_tau", S_F32, 0, 100},
+    {"mirostat_eta", "general.sampling.mirostat_eta", S_F32, 0, 1},
+};
+
+int ts_hf_sampling_read(const char *hf_dir, ts_hf_sampling *s, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", hf_dir);
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    cJSON *root;
+    if (read_json(path, "generation_config.json", &root, err, errlen)) return -1;
+    int rc = 0;
+    for (int i = 0; i < TS_HF_SAMPLING_N && !rc; i++) {
+        const cJSON *j = item(root, k_sampling[i].json);
+        if (!j) continue;
+        if (k_sampling[i].type == S_STR) {
+            if (!cJSON_IsString(j))
+                rc = ts_errf(err, errlen, "%s: '%s' must be a string", path, k_sampling[i].json);
+            else if (!(s->sequence = strdup(j->valuestring)))
+                rc = ts_errf(err, errlen, "out of memory");
+        } else {
+            const double d = j->valuedouble;
+            const bool integer = k_sampling[i].type == S_I32;
+            if (!cJSON_IsNumber(j) || !(d >= k_sampling[i].min && d <= k_sampling[i].max) ||
+                (integer && d != floor(d)))
+                rc = ts_errf(err, errlen, "%s: '%s' must be %s from %.10g to %.10g", path, k_sampling[i].json,
+                             integer ? "an integer" : "a number", k_sampling[i].min, k_sampling[i].max);
+            s->num[i] = d;
+        }
+        s->has[i] = !rc;
+    }
+    cJSON_Delete(root);
+    if (rc) ts_hf_sampling_free(s);
+    return rc;
+}
+
+int ts_hf_sampling_write(const ts_hf_sampling *s, ts_gguf_writer *w) {
+    int rc = 0;
+    for (int i = 0; i < TS_HF_SAMPLING_N; i++) {
+        if (!s->has[i]) continue;
+        const char *key = k_sampling[i].key;
+        if (k_sampling[i].type == S_STR)
+            rc |= ts_gguf_writer_set_str(w, key, s->sequence);
+        else if (k_sampling[i].type == S_I32)
+            rc |= ts_gguf_writer_set_i32(w, key, (int32_t)s->num[i]);
+        else
+            rc |= ts_gguf_writer_set_f32(w, key, (float)s->num[i]);
+    }
+    return rc ? -1 : 0;
+}
+
+void ts_hf_sampling_free(ts_hf_sampling *s) {
+    free(s->sequence);
+    memset(s, 0, sizeof *s);
 }
 
 int ts_hf_config_set_mtp(ts_hf_config *c, uint32_t n, char *err, size_t errlen) {

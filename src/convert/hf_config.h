@@ -1,4 +1,5 @@
-/* Hugging Face config.json of a transformers qwen4_exp checkpoint → qwen4exp hyperparameters.
+/* Hugging Face config.json of a transformers qwen4_exp checkpoint → qwen4exp hyperparameters, and its
+ * generation_config.json → the recommended sampling (ts_hf_sampling, at the end).
  *
  * Both packagings: Qwen4ExpForConditionalGeneration (model_type "qwen4_exp", text settings nested
  * in text_config, weights under model.language_model.*) and Qwen4ExpForCausalLM (model_type
@@ -35,6 +36,32 @@ void ts_hf_config_free(ts_hf_config *c);
 
 /* Adds n MTP blocks (QSA-shaped, compress ratio 0) after the trunk layers. */
 int ts_hf_config_set_mtp(ts_hf_config *c, uint32_t n, char *err, size_t errlen);
+
+/* generation_config.json → the general.sampling.* keys llama.cpp's converter writes from it (gguf-py's
+ * Metadata.load), for the keys the file has (a null value is absent), with llama.cpp's types:
+ *   sequence → .sequence (string)          top_k → .top_k (i32)            top_p → .top_p (f32)
+ *   min_p → .min_p (f32)                   xtc_probability → .xtc_probability (f32)
+ *   xtc_threshold → .xtc_threshold (f32)   temperature → .temp (f32)
+ *   penalty_last_n → .penalty_last_n (i32) penalty_repeat → .penalty_repeat (f32)
+ *   mirostat → .mirostat (i32)             mirostat_tau → .mirostat_tau (f32)
+ *   mirostat_eta → .mirostat_eta (f32)
+ * Its other keys (do_sample, repetition_penalty, max_new_tokens, token ids, ...) are not written, as
+ * llama.cpp does not write them. A value of another JSON type, or outside its range (probabilities
+ * 0..1, temperature 0..100, top_k ≥ 0, mirostat 0..2, ...: k_sampling in hf_config.c), is refused
+ * with a sentence naming it. */
+#define TS_HF_SAMPLING_N 12
+typedef struct ts_hf_sampling {
+    bool has[TS_HF_SAMPLING_N];   /* which keys the file gives, in the order above */
+    double num[TS_HF_SAMPLING_N]; /* their values (every key but sequence) */
+    char *sequence;               /* owned; NULL when the file has none */
+} ts_hf_sampling;
+
+/* Reads hf_dir/generation_config.json; a folder without one gives no keys. Free with
+ * ts_hf_sampling_free. */
+int ts_hf_sampling_read(const char *hf_dir, ts_hf_sampling *s, char *err, size_t errlen);
+/* Writes the keys read, in the order above; −1 when the writer fails (ts_gguf_writer_error). */
+int ts_hf_sampling_write(const ts_hf_sampling *s, ts_gguf_writer *w);
+void ts_hf_sampling_free(ts_hf_sampling *s);
 
 /* The (count)-th prime after start: transformers' _find_nth_prime_after (head sizes of the PLE table). */
 uint64_t ts_nth_prime_after(uint64_t start, uint32_t count);

@@ -155,7 +155,7 @@ typedef struct ts_layer_weights {
 typedef struct ts_sampling_defaults {
     bool has[TS_SAMPLING_N_KEYS]; /* which of the fields below the file gives (TS_SAMPLING_* indexes) */
     float temperature;            /* general.sampling.temp (f32) */
-    int32_t top_k;                /* general.sampling.top_k (u32) */
+    int32_t top_k;                /* general.sampling.top_k (i32; any integer type, < 0 read as 0) */
     float top_p;                  /* general.sampling.top_p (f32) */
     float min_p;                  /* general.sampling.min_p (f32) */
 } ts_sampling_defaults;

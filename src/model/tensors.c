@@ -193,12 +193,13 @@ static int bind_one(void *ctx, const ts_tensor_spec *s) {
     return 0;
 }
 
-/* general.sampling.*: a key of another type than llama.cpp writes is ignored, as llama.cpp does. */
+/* general.sampling.*: top_k of any integer type (llama.cpp writes an i32; ≤ 0 means off), the others
+ * floats; a key of another type is ignored. */
 static void read_sampling(const ts_gguf *g, ts_sampling_defaults *s) {
-    uint32_t k;
+    int64_t k;
     s->has[TS_SAMPLING_TEMP] = !ts_gguf_get_f32(g, "general.sampling.temp", &s->temperature, NULL, 0);
-    s->has[TS_SAMPLING_TOP_K] = !ts_gguf_get_u32(g, "general.sampling.top_k", &k, NULL, 0);
-    s->top_k = s->has[TS_SAMPLING_TOP_K] ? (int32_t)(k > INT32_MAX ? INT32_MAX : k) : 0;
+    s->has[TS_SAMPLING_TOP_K] = !ts_gguf_get_i64(g, "general.sampling.top_k", &k, NULL, 0);
+    s->top_k = s->has[TS_SAMPLING_TOP_K] ? (int32_t)(k < 0 ? 0 : k > INT32_MAX ? INT32_MAX : k) : 0;
     s->has[TS_SAMPLING_TOP_P] = !ts_gguf_get_f32(g, "general.sampling.top_p", &s->top_p, NULL, 0);
     s->has[TS_SAMPLING_MIN_P] = !ts_gguf_get_f32(g, "general.sampling.min_p", &s->min_p, NULL, 0);
 }

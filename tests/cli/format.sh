@@ -3,7 +3,7 @@
 # `make format` applies it). Fails naming the files that differ.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-command -v clang-format >/dev/null || { echo "FAIL: clang-format is missing (scripts/install-deps.sh installs it)"; exit 1; }
+command -v clang-format >/dev/null || { echo "FAIL: clang-format is missing (scripts/install-deps.sh test installs it)"; exit 1; }
 git -C "$root" rev-parse --git-dir >/dev/null 2>&1 || { echo "skipped: $root is not a git checkout"; exit 77; }
 cd "$root"
 mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

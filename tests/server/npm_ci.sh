@@ -11,7 +11,7 @@ if cmp -s "$src/package-lock.json" "$dir/package-lock.json" && [ -f "$dir/node_m
   exit 0
 fi
 for tool in node npm; do
-  command -v $tool >/dev/null || { echo "FAIL: '$tool' is missing (scripts/install-deps.sh installs nodejs and npm)"; exit 1; }
+  command -v $tool >/dev/null || { echo "FAIL: '$tool' is missing (scripts/install-deps.sh test installs nodejs and npm)"; exit 1; }
 done
 cp "$src/package.json" "$src/package-lock.json" "$dir/"
 cd "$dir"

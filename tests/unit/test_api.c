@@ -396,15 +396,24 @@ static void test_tokenizer_sources(void **state) {
 }
 
 /* Metadata of the test's model file: the fixture tokenizer (ctx: the vocabulary size) and three of the
- * four recommended sampling values (min_p left out). */
+ * four recommended sampling values (min_p left out), with the types llama.cpp writes. */
 static int tokenizer_and_sampling(void *ctx, ts_gguf_writer *w, char *err, size_t errlen) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/tokenizer", fixtures());
     if (ts_tokenizer_write_gguf(w, dir, *(const uint32_t *)ctx, err, errlen)) return -1;
     if (ts_gguf_writer_set_f32(w, "general.sampling.temp", 0.6f) ||
-        ts_gguf_writer_set_u32(w, "general.sampling.top_k", 20) ||
+        ts_gguf_writer_set_i32(w, "general.sampling.top_k", 20) ||
         ts_gguf_writer_set_f32(w, "general.sampling.top_p", 0.9f))
         return ts_errf(err, errlen, "writing the sampling keys: %s", ts_gguf_writer_error(w));
+    return 0;
+}
+
+/* A negative top_k (llama.cpp: the whole vocabulary), a u32 temperature (not a float: ignored). */
+static int odd_sampling(void *ctx, ts_gguf_writer *w, char *err, size_t errlen) {
+    (void)ctx;
+    if (ts_gguf_writer_set_i32(w, "general.sampling.top_k", -1) ||
+        ts_gguf_writer_set_u32(w, "general.sampling.temp", 1))
+        return ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     return 0;
 }
 
@@ -480,6 +489,15 @@ static void test_model_tokenizer_and_sampling(void **state) {
     const bool given[TS_SAMPLING_N_KEYS] = {[TS_SAMPLING_TEMP] = true, [TS_SAMPLING_TOP_P] = true};
     ts_model_sampling(m, &p, given);
     assert_true(p.temperature == p0.temperature && p.top_p == p0.top_p && p.top_k == 20);
+    ts_model_free(m);
+
+    /* a negative top_k is off (0, which the sampler takes); a key of another type is ignored */
+    m = synth_with_meta(path, 512, odd_sampling);
+    p = p0;
+    ts_model_sampling(m, &p, NULL);
+    assert_int_equal(p.top_k, 0);
+    assert_true(p.temperature == p0.temperature);
+    assert_int_equal(ts_sampler_check(&p, err, sizeof err), 0);
     ts_model_free(m);
     unlink(path);
 }
