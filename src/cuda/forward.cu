@@ -337,6 +337,10 @@ struct ts_cuda_ctx {
     // graphs of decode steps, by row count
     cudaGraphExec_t *graphs = nullptr; // [max_rows + 1]
     bool *warm = nullptr;              // [max_rows + 1] an eager step of this size ran
+    // ts_cuda_forward's host tables, allocated with the context (no allocation a call):
+    int *l_seq = nullptr;     // [max_rows] the batch entry of each logit row of a micro-batch
+    int64_t *l_tok = nullptr; // [max_rows] its token within the entry
+    int64_t *done = nullptr;  // [max_rows] tokens of each entry already run
     bool use_graphs = true;
     ts_cuda_trace_fn trace = nullptr;
     void *trace_ctx = nullptr;
@@ -620,10 +624,14 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
     c->graphs = (cudaGraphExec_t *)calloc((size_t)o->max_rows + 1, sizeof(cudaGraphExec_t));
     c->warm = (bool *)calloc((size_t)o->max_rows + 1, sizeof(bool));
+    c->l_seq = (int *)calloc((size_t)o->max_rows, sizeof(int));
+    c->l_tok = (int64_t *)calloc((size_t)o->max_rows, sizeof(int64_t));
+    c->done = (int64_t *)calloc((size_t)o->max_rows, sizeof(int64_t));
     const char *g = getenv("TURBOSPARK_CUDA_GRAPH");
     c->use_graphs = !(g && !strcmp(g, "0"));
     int rc = 0;
-    if (!c->cm.layers || !c->graphs || !c->warm || (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
+    if (!c->cm.layers || !c->graphs || !c->warm || !c->l_seq || !c->l_tok || !c->done ||
+        (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
         rc = ts_errf(err, errlen, "out of memory");
 
     // the plan
@@ -798,6 +806,7 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
     if (c->logits_host) cudaFreeHost(c->logits_host);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->cm.layers), free(c->cm.ple.heads), free(c->graphs), free(c->warm);
+    free(c->l_seq), free(c->l_tok), free(c->done);
     pthread_mutex_destroy(&c->mu);
     delete c;
 }
@@ -1074,6 +1083,9 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
     const ts_hparams *hp = &c->m->hp;
     const int64_t V = hp->n_vocab, N = c->o.max_rows, LR = N < kMaxLogitRows ? N : kMaxLogitRows;
     // check everything first: a refused call changes nothing
+    if (n_seq < 0 || n_seq > N)
+        return ts_errf(err, errlen, "%d sequences in one call; this context takes at most %" PRId64, n_seq,
+                       N);
     for (int i = 0; i < n_seq; i++) {
         if (q[i]->c != c) return ts_errf(err, errlen, "batch entry %d belongs to another model or device", i);
         for (int j = 0; j < i; j++)
@@ -1095,12 +1107,10 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
     int rc = 0;
     int32_t *t_ids = c->tab_host, *t_pos = t_ids + N, *t_seq = t_ids + 2 * N, *t_row0 = t_ids + 3 * N,
             *t_lrows = t_ids + 4 * N + 1;
-    // where each logit row goes: (sequence, token) of lrows[k]
-    int *l_seq = (int *)malloc((size_t)N * sizeof(int));
-    int64_t *l_tok = (int64_t *)malloc((size_t)N * sizeof(int64_t));
-    int64_t *done =
-        (int64_t *)calloc((size_t)(n_seq > 0 ? n_seq : 1), sizeof(int64_t)); // tokens consumed per entry
-    if (!l_seq || !l_tok || !done) rc = ts_errf(err, errlen, "out of memory");
+    // where each logit row goes: (sequence, token) of lrows[k]; tokens consumed per entry
+    int *l_seq = c->l_seq;
+    int64_t *l_tok = c->l_tok, *done = c->done;
+    memset(done, 0, (size_t)n_seq * sizeof *done);
     int next = 0; // first entry with tokens left
     while (!rc) {
         while (next < n_seq && done[next] >= n[next]) next++;
@@ -1169,7 +1179,6 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
             seen++;
         }
     }
-    free(l_seq), free(l_tok), free(done);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
