@@ -285,38 +285,58 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
     }
 }
 
-// One chunk's partial sums for lane (g, t), K-quants: the super-blocks first, first + step, ... of row g
-// (token xr) into rows 2t, 2t + 1.
+// One super-block's part of a chunk for lane (g, t): its 17 MMAs and d·C − 64·dmin·C_min for rows 2t and
+// 2t + 1 (the caller adds it times the x scale 2^-s).
 template <int TYPE>
+__device__ __forceinline__ float2 kquant_super(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                               const uint2 *xsum, int nsb, int xr, bool tok, int sb, int g,
+                                               int t) {
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    uint32_t B[16][2], Bmin;
+    kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
+    const uint4 *xa =
+        reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
+    // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
+        mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
+        mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
+    }
+    c[0] += c1[0], c[1] += c1[1];
+    const uint2 sx = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
+    mma_f16(cm, sx.x, sx.y, Bmin, Bmin);
+    const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
+    const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
+    const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
+    const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
+    return make_float2(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]));
+}
+
+// One chunk's partial sums for lane (g, t), K-quants: the super-blocks first, first + step, ... of row g
+// (token xr) into rows 2t, 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min) a super-block. PAIR: two super-blocks
+// a pass, both computed before either is added, so that their loads, decoding and MMA chains overlap;
+// the additions are the same in the same order (an odd count's last pass computes its one super-block
+// twice and adds it once).
+template <int TYPE, bool PAIR>
 __device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs,
                                            const uint2 *xsum, const float *xsc, int nsb, int xr, bool tok,
                                            int first, int step, int g, int t, float &acc0, float &acc1) {
-    constexpr int BS = tc_kquant<TYPE>::BS;
-    for (int sb = first; sb < nsb; sb += step) {
-        uint32_t B[16][2], Bmin;
-        kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
-        const uint4 *xa = reinterpret_cast<const uint4 *>(
-            xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
-        // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
-              cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
-            mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
-            mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
-        }
-        c[0] += c1[0], c[1] += c1[1];
-        const uint2 s = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
-        mma_f16(cm, s.x, s.y, Bmin, Bmin);
-        // rows 2t and 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min)
-        const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
-        const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
-        const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
-        const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
+    for (int sb = first; sb < nsb; sb += (PAIR ? 2 : 1) * step) {
+        const bool two = PAIR && sb + step < nsb;
+        const int sb2 = two ? sb + step : sb;
+        const float2 v = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, tok, sb, g, t);
+        float2 v2 = v;
+        if (PAIR) v2 = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, tok, sb2, g, t);
         const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
-        acc0 = fmaf(e, fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), acc0);
-        acc1 = fmaf(e, fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]), acc1);
+        acc0 = fmaf(e, v.x, acc0);
+        acc1 = fmaf(e, v.y, acc1);
+        if (two) {
+            const float e2 = tok ? xsc[xr * nsb + sb2] : 0.0f;
+            acc0 = fmaf(e2, v2.x, acc0);
+            acc1 = fmaf(e2, v2.y, acc1);
+        }
     }
 }
 
@@ -376,7 +396,7 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <int TYPE, class Chunks, int kWarps>
+template <int TYPE, class Chunks, int kWarps, bool PAIR>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
                    int64_t x_stride, int ns, int row_stride, uint32_t rb) {
@@ -441,8 +461,8 @@ __global__ void __launch_bounds__(kWarps * 32)
             dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0,
                               acc1);
         else
-            dot_kquant<TYPE>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps, g, t,
-                             acc0, acc1);
+            dot_kquant<TYPE, PAIR>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps,
+                                   g, t, acc0, acc1);
         float2 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = make_float2(acc0, acc1);
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
@@ -471,8 +491,8 @@ struct tc_plan {
     size_t smem;
 };
 
-// Tuning knobs for measurements (read once): TURBOSPARK_TC_WARPS (4 or 8 warps a block) and
-// TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8).
+// Tuning knobs for measurements (read once): TURBOSPARK_TC_WARPS (4 or 8 warps a block),
+// TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8) and TURBOSPARK_TC_PAIR (below).
 int env_int(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
     const int n = v ? atoi(v) : dflt;
@@ -485,6 +505,11 @@ int tc_warps() {
 int tc_max_per_sm() {
     static const int n = env_int("TURBOSPARK_TC_PER_SM", 4, 1, 8);
     return n;
+}
+// TURBOSPARK_TC_PAIR=1: the K-quant kernels take two super-blocks a pass (dot_kquant); same results.
+bool tc_pair() {
+    static const bool on = env_int("TURBOSPARK_TC_PAIR", 0, 0, 1) == 1;
+    return on;
 }
 
 // Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to
@@ -513,10 +538,10 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     return false;
 }
 
-template <int TYPE, class Chunks, int NW>
+template <int TYPE, class Chunks, int NW, bool PAIR>
 int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
                 const tc_plan &p, cudaStream_t s) {
-    const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW>;
+    const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW, PAIR>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -536,8 +561,13 @@ int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, i
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
-    return p.warps == 8 ? launch_tc_w<TYPE, Chunks, 8>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
-                        : launch_tc_w<TYPE, Chunks, 4>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+    if constexpr (!tc_kind<TYPE>::kInorder)
+        if (tc_pair())
+            return p.warps == 8
+                       ? launch_tc_w<TYPE, Chunks, 8, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
+                       : launch_tc_w<TYPE, Chunks, 4, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+    return p.warps == 8 ? launch_tc_w<TYPE, Chunks, 8, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
+                        : launch_tc_w<TYPE, Chunks, 4, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
 } // namespace
