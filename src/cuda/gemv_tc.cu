@@ -289,8 +289,7 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
 // 2t + 1 (the caller adds it times the x scale 2^-s).
 template <int TYPE>
 __device__ __forceinline__ float2 kquant_super(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                               const uint2 *xsum, int nsb, int xr, bool tok, int sb, int g,
-                                               int t) {
+                                               const uint2 *xsum, int nsb, int xr, int sb, int g, int t) {
     constexpr int BS = tc_kquant<TYPE>::BS;
     uint32_t B[16][2], Bmin;
     kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
@@ -300,12 +299,12 @@ __device__ __forceinline__ float2 kquant_super(const uint8_t *st, int row_stride
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const uint4 a = tok ? xa[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 a = xa[i ^ t];
         mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
         mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
     }
     c[0] += c1[0], c[1] += c1[1];
-    const uint2 sx = tok ? xsum[(xr * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
+    const uint2 sx = xsum[(xr * nsb + sb) * 4 + t];
     mma_f16(cm, sx.x, sx.y, Bmin, Bmin);
     const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
     const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
@@ -321,21 +320,21 @@ __device__ __forceinline__ float2 kquant_super(const uint8_t *st, int row_stride
 // twice and adds it once).
 template <int TYPE, bool PAIR>
 __device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                           const uint2 *xsum, const float *xsc, int nsb, int xr, bool tok,
-                                           int first, int step, int g, int t, float &acc0, float &acc1) {
+                                           const uint2 *xsum, const float *xsc, int nsb, int xr, int first,
+                                           int step, int g, int t, float &acc0, float &acc1) {
     for (int sb = first; sb < nsb; sb += (PAIR ? 2 : 1) * step) {
         const bool two = PAIR && sb + step < nsb;
         const int sb2 = two ? sb + step : sb;
-        const float2 v = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, tok, sb, g, t);
+        const float2 v = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb, g, t);
         float2 v2 = v;
-        if (PAIR) v2 = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, tok, sb2, g, t);
-        const float e = tok ? xsc[xr * nsb + sb] : 0.0f;
+        if (PAIR) v2 = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb2, g, t);
+        const float e = xsc[xr * nsb + sb];
         acc0 = fmaf(e, v.x, acc0);
         acc1 = fmaf(e, v.y, acc1);
-        if (two) {
-            const float e2 = tok ? xsc[xr * nsb + sb2] : 0.0f;
-            acc0 = fmaf(e2, v2.x, acc0);
-            acc1 = fmaf(e2, v2.y, acc1);
+        if (PAIR) { // selected, not branched on: a branch would sink the second super-block's work into it
+            const float e2 = xsc[xr * nsb + sb2], a0 = fmaf(e2, v2.x, acc0), a1 = fmaf(e2, v2.y, acc1);
+            acc0 = two ? a0 : acc0;
+            acc1 = two ? a1 : acc1;
         }
     }
 }
@@ -344,8 +343,8 @@ __device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, co
 // MMAs (Q8_0, Q5_0: block) its scale in fp32, per group the x scale.
 template <int TYPE>
 __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                            const float *xsc, int ne0, int xr, bool tok, int first, int step,
-                                            int g, int t, float &acc0, float &acc1) {
+                                            const float *xsc, int ne0, int xr, int first, int step, int g,
+                                            int t, float &acc0, float &acc1) {
     using Q = tc_inorder<TYPE>;
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
@@ -367,7 +366,7 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
                 for (int m = 0; m < 16; m++) {
                     uint32_t b01, b23;
                     inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
-                    const uint2 a = tok ? xa[m * 4] : make_uint2(0u, 0u);
+                    const uint2 a = xa[m * 4];
                     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     mma_f16(c, a.x, a.y, b01, b23);
                     q0 = fmaf(static_cast<float>(static_cast<int8_t>(r0[blk * Q::BS + 192 + m])), c[0], q0);
@@ -381,14 +380,14 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
                 for (int m = 0; m < 2; m++) {
                     uint32_t b01, b23;
                     inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
-                    const uint2 a = tok ? xa[(2 * b + m) * 4] : make_uint2(0u, 0u);
+                    const uint2 a = xa[(2 * b + m) * 4];
                     mma_f16(c, a.x, a.y, b01, b23);
                 }
                 s0 = fmaf(half_at(r0 + blk * Q::BS), c[0], s0);
                 s1 = fmaf(half_at(r1 + blk * Q::BS), c[1], s1);
             }
         }
-        const float e = tok ? xsc[xr * ng + gi] : 0.0f;
+        const float e = xsc[xr * ng + gi];
         acc0 = fmaf(e, s0, acc0);
         acc1 = fmaf(e, s1, acc1);
     }
@@ -454,15 +453,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
         mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
         const uint8_t *st = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
-        const bool tok = g < k.nt;
-        const int xr = k.xrow + (tok ? g : 0);
+        // lane (g, t) computes token g's sums (MMA row g depends on A row g only): lanes of a row beyond the
+        // chunk's tokens read token 0's x and their sums are never stored, so the loads need no branch
+        const int xr = k.xrow + (g < k.nt ? g : 0);
         float acc0 = 0.0f, acc1 = 0.0f;
         if constexpr (tc_kind<TYPE>::kInorder)
-            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, tok, (warp + j) % kWarps, kWarps, g, t, acc0,
+            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, (warp + j) % kWarps, kWarps, g, t, acc0,
                               acc1);
         else
-            dot_kquant<TYPE, PAIR>(st, row_stride, xs, xsum, xsc, nsb, xr, tok, (warp + j) % kWarps, kWarps,
-                                   g, t, acc0, acc1);
+            dot_kquant<TYPE, PAIR>(st, row_stride, xs, xsum, xsc, nsb, xr, (warp + j) % kWarps, kWarps, g, t,
+                                   acc0, acc1);
         float2 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = make_float2(acc0, acc1);
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums

@@ -111,14 +111,12 @@ TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32
     const uint4 qb = v[Q::QS / 16 + 2 * t + 1]; // qs bytes 32t + 16 .. 32t + 31
     const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
     // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
-    uint32_t scw, mw;
-    if (t < 2) {
-        scw = s0 & 0x3F3F3F3Fu;
-        mw = s1 & 0x3F3F3F3Fu;
-    } else {
-        scw = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
-        mw = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
-    }
+    // (both forms, then a select: lanes t differ within a warp, and a branch here splits the MMA chains'
+    // basic block)
+    const uint32_t scw_lo = s0 & 0x3F3F3F3Fu, mw_lo = s1 & 0x3F3F3F3Fu;
+    const uint32_t scw_hi = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+    const uint32_t mw_hi = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
+    const uint32_t scw = t < 2 ? scw_lo : scw_hi, mw = t < 2 ? mw_lo : mw_hi;
     const uint32_t ba = static_cast<uint32_t>(2 * t) & 3u; // byte of sub-block 2t in those words
     const uint32_t k1024 = 0x64006400u;
     // {sc, sc} and {m_2t, m_2t+1} as fp16: the bytes under 0x64 (1024 + v), minus 1024
