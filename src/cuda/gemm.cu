@@ -59,8 +59,9 @@
 //
 // ---- dispatch -----------------------------------------------------------------------------------------
 //
-// ts_cuda_matmul (matmul.cu) calls ts_cuda_gemm when T ≥ TS_CUDA_GEMM_MIN_TOKENS (16): from there
-// on the GEMV runs at least two launches that each read all of W, at T = 8 already far below the FP32
+// ts_cuda_matmul (matmul.cu) calls ts_cuda_gemm when T ≥ TS_CUDA_GEMM_MIN_TOKENS (16) and the product
+// does not run on the tensor-core GEMV (types and widths it takes, up to 64 tokens): from there on the
+// SIMT GEMV runs at least two launches that each read all of W, at T = 8 already far below the FP32
 // rate (the x-through-L1 path), while the 128 × 16 tile reads W once.
 //
 // ---- grouped expert products ------------------------------------------------------------------------

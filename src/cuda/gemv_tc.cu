@@ -1,4 +1,4 @@
-// Decode products on the tensor cores: y = W·x for up to 8 tokens (or the items of an expert
+// Decode products on the tensor cores: y = W·x for up to 16 tokens (or the items of an expert
 // product), Q4_K, Q5_K (K-quant super-blocks) and Q6_K, Q8_0, Q5_0 (MMAs in input order) weights in
 // their file encoding. The contract is gemv_tc.h's; the lane arithmetic
 // (fragments, x in fp16, exactness) is gemv_tc.cuh's, shared with a host emulation test.
@@ -31,6 +31,7 @@ extern "C" {
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <type_traits>
 
 namespace ts_cu {
 
@@ -77,11 +78,13 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
         : "memory");
 }
 // C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+// A rows g (a01: k-slots 2t, 2t+1; a45: 2t+8, 2t+9) and g + 8 (a23, a67): tokens g and g + 8.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a01, uint32_t a23, uint32_t a45, uint32_t a67,
+                                        uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+                 : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b0), "r"(b1));
 }
 
 // ---- chunks --------------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ struct tc_layout {
         const size_t groups = static_cast<size_t>(nx) * (ne0 / 128),
                      supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
         red = 128;                                // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float2); // 2 × nw × 32 float2
+        xsc = red + 2 * nw * 32 * sizeof(float4); // 2 × nw × 32 float4
         xsum = xsc + ((groups * 4 + 15) & ~15ul); // up to one float a group
         xs = xsum + supers * 4 * sizeof(uint2);   // 4 uint2 a super-block
         stages = (xs + static_cast<size_t>(nx) * ne0 * 2 + 127) & ~127ul;
@@ -286,65 +289,79 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
 }
 
 // One super-block's part of a chunk for lane (g, t): its 17 MMAs and d·C − 64·dmin·C_min for rows 2t and
-// 2t + 1 (the caller adds it times the x scale 2^-s).
-template <int TYPE>
-__device__ __forceinline__ float2 kquant_super(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                               const uint2 *xsum, int nsb, int xr, int sb, int g, int t) {
+// 2t + 1 of token g (.x, .y) and, W16, of token g + 8 (.z, .w; x row xr8) (the caller adds them times the
+// x scale 2^-s).
+template <int TYPE, bool W16>
+__device__ __forceinline__ float4 kquant_super(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                               const uint2 *xsum, int nsb, int xr, int xr8, int sb, int g,
+                                               int t) {
     constexpr int BS = tc_kquant<TYPE>::BS;
     uint32_t B[16][2], Bmin;
     kquant_b_frags<TYPE>(st + g * row_stride + sb * BS, t, B, Bmin);
     const uint4 *xa =
         reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
+    const uint4 *xa8 = reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr8 * nsb + sb) * kTcXsSuper +
+                                                       t * kTcXsLane);
     // two accumulators (sub-blocks 2t and 2t + 1): two independent chains of MMAs
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const uint4 a = xa[i ^ t];
-        mma_f16(c, a.x, a.y, B[2 * i][0], B[2 * i][1]);
-        mma_f16(c1, a.z, a.w, B[2 * i + 1][0], B[2 * i + 1][1]);
+        const uint4 a = xa[i ^ t], a8 = W16 ? xa8[i ^ t] : make_uint4(0u, 0u, 0u, 0u);
+        mma_f16(c, a.x, a8.x, a.y, a8.y, B[2 * i][0], B[2 * i][1]);
+        mma_f16(c1, a.z, a8.z, a.w, a8.w, B[2 * i + 1][0], B[2 * i + 1][1]);
     }
-    c[0] += c1[0], c[1] += c1[1];
-    const uint2 sx = xsum[(xr * nsb + sb) * 4 + t];
-    mma_f16(cm, sx.x, sx.y, Bmin, Bmin);
+    c[0] += c1[0], c[1] += c1[1], c[2] += c1[2], c[3] += c1[3];
+    const uint2 sx = xsum[(xr * nsb + sb) * 4 + t],
+                sx8 = W16 ? xsum[(xr8 * nsb + sb) * 4 + t] : make_uint2(0u, 0u);
+    mma_f16(cm, sx.x, sx8.x, sx.y, sx8.y, Bmin, Bmin);
     const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(st + (2 * t) * row_stride + sb * BS);
     const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(st + (2 * t + 1) * row_stride + sb * BS);
     const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
     const float2 f1 = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
-    return make_float2(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]));
+    return make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f1.x, c[1], -64.0f * f1.y * cm[1]),
+                       fmaf(f0.x, c[2], -64.0f * f0.y * cm[2]), fmaf(f1.x, c[3], -64.0f * f1.y * cm[3]));
+}
+
+// acc += e · v for token g (.x, .y) and, W16, e8 · v for token g + 8 (.z, .w).
+template <bool W16> __device__ __forceinline__ void add_scaled(float4 &acc, float e, float e8, float4 v) {
+    acc.x = fmaf(e, v.x, acc.x);
+    acc.y = fmaf(e, v.y, acc.y);
+    if (W16) {
+        acc.z = fmaf(e8, v.z, acc.z);
+        acc.w = fmaf(e8, v.w, acc.w);
+    }
 }
 
 // One chunk's partial sums for lane (g, t), K-quants: the super-blocks first, first + step, ... of row g
-// (token xr) into rows 2t, 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min) a super-block. PAIR: two super-blocks
-// a pass, both computed before either is added, so that their loads, decoding and MMA chains overlap;
-// the additions are the same in the same order (an odd count's last pass computes its one super-block
-// twice and adds it once).
-template <int TYPE, bool PAIR>
+// (token rows xr, and xr8 with W16) into rows 2t, 2t + 1: y += 2^-s·(d·C − 64·dmin·C_min) a super-block.
+// PAIR: two super-blocks a pass, both computed before either is added, so that their loads, decoding and
+// MMA chains overlap; the additions are the same in the same order (an odd count's last pass computes its
+// one super-block twice and adds it once).
+template <int TYPE, bool PAIR, bool W16>
 __device__ __forceinline__ void dot_kquant(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                           const uint2 *xsum, const float *xsc, int nsb, int xr, int first,
-                                           int step, int g, int t, float &acc0, float &acc1) {
+                                           const uint2 *xsum, const float *xsc, int nsb, int xr, int xr8,
+                                           int first, int step, int g, int t, float4 &acc) {
     for (int sb = first; sb < nsb; sb += (PAIR ? 2 : 1) * step) {
         const bool two = PAIR && sb + step < nsb;
         const int sb2 = two ? sb + step : sb;
-        const float2 v = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb, g, t);
-        float2 v2 = v;
-        if (PAIR) v2 = kquant_super<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb2, g, t);
-        const float e = xsc[xr * nsb + sb];
-        acc0 = fmaf(e, v.x, acc0);
-        acc1 = fmaf(e, v.y, acc1);
+        const float4 v = kquant_super<TYPE, W16>(st, row_stride, xs, xsum, nsb, xr, xr8, sb, g, t);
+        float4 v2 = v;
+        if (PAIR) v2 = kquant_super<TYPE, W16>(st, row_stride, xs, xsum, nsb, xr, xr8, sb2, g, t);
+        add_scaled<W16>(acc, xsc[xr * nsb + sb], xsc[xr8 * nsb + sb], v);
         if (PAIR) { // selected, not branched on: a branch would sink the second super-block's work into it
-            const float e2 = xsc[xr * nsb + sb2], a0 = fmaf(e2, v2.x, acc0), a1 = fmaf(e2, v2.y, acc1);
-            acc0 = two ? a0 : acc0;
-            acc1 = two ? a1 : acc1;
+            float4 a = acc;
+            add_scaled<W16>(a, xsc[xr * nsb + sb2], xsc[xr8 * nsb + sb2], v2);
+            acc = two ? a : acc;
         }
     }
 }
 
 // The same for the in-order types: groups first, first + step, ...; per MMA (Q6_K: sub-block) or pair of
 // MMAs (Q8_0, Q5_0: block) its scale in fp32, per group the x scale.
-template <int TYPE>
+template <int TYPE, bool W16>
 __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                            const float *xsc, int ne0, int xr, int first, int step, int g,
-                                            int t, float &acc0, float &acc1) {
+                                            const float *xsc, int ne0, int xr, int xr8, int first, int step,
+                                            int g, int t, float4 &acc) {
     using Q = tc_inorder<TYPE>;
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
@@ -356,46 +373,50 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
     for (int gi = first; gi < ng; gi += step) {
         const uint2 *xa =
             reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
-        float s0 = 0.0f, s1 = 0.0f;
+        const uint2 *xa8 =
+            reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr8 * ng + gi) * UPG * 8) + t;
+        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // tokens g (x, y) and g + 8 (z, w), rows 2t, 2t + 1
 #pragma unroll
         for (int b = 0; b < BPG; b++) {
             const int blk = gi * BPG + b;
             if (TYPE == TS_TYPE_Q6_K) { // 16 MMAs, each its sub-block's int8 scale; d once
-                float q0 = 0.0f, q1 = 0.0f;
+                float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                 for (int m = 0; m < 16; m++) {
                     uint32_t b01, b23;
                     inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
-                    const uint2 a = xa[m * 4];
+                    const uint2 a = xa[m * 4], a8 = W16 ? xa8[m * 4] : make_uint2(0u, 0u);
                     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_f16(c, a.x, a.y, b01, b23);
-                    q0 = fmaf(static_cast<float>(static_cast<int8_t>(r0[blk * Q::BS + 192 + m])), c[0], q0);
-                    q1 = fmaf(static_cast<float>(static_cast<int8_t>(r1[blk * Q::BS + 192 + m])), c[1], q1);
+                    mma_f16(c, a.x, a8.x, a.y, a8.y, b01, b23);
+                    const float sc0 = static_cast<float>(static_cast<int8_t>(r0[blk * Q::BS + 192 + m]));
+                    const float sc1 = static_cast<float>(static_cast<int8_t>(r1[blk * Q::BS + 192 + m]));
+                    q.x = fmaf(sc0, c[0], q.x), q.y = fmaf(sc1, c[1], q.y);
+                    if (W16) q.z = fmaf(sc0, c[2], q.z), q.w = fmaf(sc1, c[3], q.w);
                 }
-                s0 = fmaf(half_at(r0 + blk * Q::BS + 208), q0, s0);
-                s1 = fmaf(half_at(r1 + blk * Q::BS + 208), q1, s1);
+                const float d0 = half_at(r0 + blk * Q::BS + 208), d1 = half_at(r1 + blk * Q::BS + 208);
+                s.x = fmaf(d0, q.x, s.x), s.y = fmaf(d1, q.y, s.y);
+                if (W16) s.z = fmaf(d0, q.z, s.z), s.w = fmaf(d1, q.w, s.w);
             } else { // Q8_0, Q5_0: two MMAs a block, its d
                 float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     uint32_t b01, b23;
                     inorder_b_frag<TYPE>(rg + blk * Q::BS, m, t, b01, b23);
-                    const uint2 a = xa[(2 * b + m) * 4];
-                    mma_f16(c, a.x, a.y, b01, b23);
+                    const uint2 a = xa[(2 * b + m) * 4], a8 = W16 ? xa8[(2 * b + m) * 4] : make_uint2(0u, 0u);
+                    mma_f16(c, a.x, a8.x, a.y, a8.y, b01, b23);
                 }
-                s0 = fmaf(half_at(r0 + blk * Q::BS), c[0], s0);
-                s1 = fmaf(half_at(r1 + blk * Q::BS), c[1], s1);
+                const float d0 = half_at(r0 + blk * Q::BS), d1 = half_at(r1 + blk * Q::BS);
+                s.x = fmaf(d0, c[0], s.x), s.y = fmaf(d1, c[1], s.y);
+                if (W16) s.z = fmaf(d0, c[2], s.z), s.w = fmaf(d1, c[3], s.w);
             }
         }
-        const float e = xsc[xr * ng + gi];
-        acc0 = fmaf(e, s0, acc0);
-        acc1 = fmaf(e, s1, acc1);
+        add_scaled<W16>(acc, xsc[xr * ng + gi], xsc[xr8 * ng + gi], s);
     }
 }
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <int TYPE, class Chunks, int kWarps, bool PAIR>
+template <int TYPE, class Chunks, int kWarps, bool PAIR, bool W16>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
                    int64_t x_stride, int ns, int row_stride, uint32_t rb) {
@@ -403,7 +424,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int nsb = ne0 / kTcSuper;
     const tc_layout L(kWarps, nx, ne0, ns, row_stride);
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
-    float2 *red = reinterpret_cast<float2 *>(sm + L.red);
+    float4 *red = reinterpret_cast<float4 *>(sm + L.red);
     float *xsc = reinterpret_cast<float *>(sm + L.xsc);
     uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
     uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
@@ -453,33 +474,39 @@ __global__ void __launch_bounds__(kWarps * 32)
         const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
         mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
         const uint8_t *st = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
-        // lane (g, t) computes token g's sums (MMA row g depends on A row g only): lanes of a row beyond the
-        // chunk's tokens read token 0's x and their sums are never stored, so the loads need no branch
-        const int xr = k.xrow + (g < k.nt ? g : 0);
-        float acc0 = 0.0f, acc1 = 0.0f;
+        // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
+        // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
+        // never stored, so the loads need no branch
+        const int xr = k.xrow + (g < k.nt ? g : 0), xr8 = k.xrow + (g + 8 < k.nt ? g + 8 : 0);
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if constexpr (tc_kind<TYPE>::kInorder)
-            dot_inorder<TYPE>(st, row_stride, xs, xsc, ne0, xr, (warp + j) % kWarps, kWarps, g, t, acc0,
-                              acc1);
+            dot_inorder<TYPE, W16>(st, row_stride, xs, xsc, ne0, xr, xr8, (warp + j) % kWarps, kWarps, g, t,
+                                   acc);
         else
-            dot_kquant<TYPE, PAIR>(st, row_stride, xs, xsum, xsc, nsb, xr, (warp + j) % kWarps, kWarps, g, t,
-                                   acc0, acc1);
-        float2 *part = red + (j & 1) * kWarps * 32;
-        part[warp * 32 + lane] = make_float2(acc0, acc1);
+            dot_kquant<TYPE, PAIR, W16>(st, row_stride, xs, xsum, xsc, nsb, xr, xr8, (warp + j) % kWarps,
+                                        kWarps, g, t, acc);
+        float4 *part = red + (j & 1) * kWarps * 32;
+        part[warp * 32 + lane] = acc;
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
         if (warp == 0 && g < k.nt) {
             // warp w summed the super-blocks ≡ w + j (mod kWarps): add the classes 0, 1, 2, 3 in order, so the
             // result does not depend on where the chunk fell
-            float2 s = part[((kWarps - j % kWarps) % kWarps) * 32 + lane];
+            float4 s = part[((kWarps - j % kWarps) % kWarps) * 32 + lane];
 #pragma unroll
             for (int r = 1; r < kWarps; r++) {
-                const float2 p = part[((r - j % kWarps + kWarps) % kWarps) * 32 + lane];
-                s.x += p.x, s.y += p.y;
+                const float4 p = part[((r - j % kWarps + kWarps) % kWarps) * 32 + lane];
+                s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
             }
-            if (k.bad) s = make_float2(__int_as_float(0x7fffffff), __int_as_float(0x7fffffff));
+            if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
             float *yt = k.y + static_cast<size_t>(g) * static_cast<size_t>(k.ystride);
             if (2 * t < k.nr) yt[2 * t] = s.x;
             if (2 * t + 1 < k.nr) yt[2 * t + 1] = s.y;
+            if (W16 && g + 8 < k.nt) {
+                float *y8 = k.y + static_cast<size_t>(g + 8) * static_cast<size_t>(k.ystride);
+                if (2 * t < k.nr) y8[2 * t] = s.z;
+                if (2 * t + 1 < k.nr) y8[2 * t + 1] = s.w;
+            }
         }
     }
 }
@@ -538,10 +565,10 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
     return false;
 }
 
-template <int TYPE, class Chunks, int NW, bool PAIR>
+template <int TYPE, class Chunks, int NW, bool PAIR, bool W16>
 int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
                 const tc_plan &p, cudaStream_t s) {
-    const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW, PAIR>;
+    const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW, PAIR, W16>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -555,19 +582,33 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
                : -1;
 }
 
+template <int TYPE, class Chunks, bool PAIR, bool W16>
+int launch_tc_pw(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
+                 const tc_plan &p, cudaStream_t s) {
+    return p.warps == 8
+               ? launch_tc_w<TYPE, Chunks, 8, PAIR, W16>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
+               : launch_tc_w<TYPE, Chunks, 4, PAIR, W16>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+}
+
+// w16: a chunk has 9–16 tokens (dense products only), the MMAs' A rows g + 8 carry tokens 8–15.
 template <int TYPE, class Chunks>
 int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
-              cudaStream_t s) {
+              bool w16, cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
+    constexpr bool kDense = std::is_same<Chunks, dense_chunks>::value;
     if constexpr (!tc_kind<TYPE>::kInorder)
-        if (tc_pair())
-            return p.warps == 8
-                       ? launch_tc_w<TYPE, Chunks, 8, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
-                       : launch_tc_w<TYPE, Chunks, 4, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
-    return p.warps == 8 ? launch_tc_w<TYPE, Chunks, 8, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s)
-                        : launch_tc_w<TYPE, Chunks, 4, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+        if (tc_pair()) {
+            if constexpr (kDense)
+                if (w16)
+                    return launch_tc_pw<TYPE, Chunks, true, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p,
+                                                                  s);
+            return launch_tc_pw<TYPE, Chunks, true, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+        }
+    if constexpr (kDense)
+        if (w16) return launch_tc_pw<TYPE, Chunks, false, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
+    return launch_tc_pw<TYPE, Chunks, false, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
 } // namespace
@@ -609,20 +650,20 @@ bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes,
 
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
             cudaStream_t s) {
-    if (T < 1 || T > kTile) return -1;
+    if (T < 1 || T > kTcMaxTokens) return -1;
     const dense_chunks ch = {w, rb, n_out, T, y};
     const int n_chunks = (n_out + kTile - 1) / kTile;
     switch (type) {
     case TS_TYPE_Q4_K:
-        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
     case TS_TYPE_Q5_K:
-        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
     case TS_TYPE_Q6_K:
-        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
     case TS_TYPE_Q8_0:
-        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
     case TS_TYPE_Q5_0:
-        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, s);
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
     default:
         return -1;
     }
@@ -635,15 +676,15 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
     const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
     switch (type) {
     case TS_TYPE_Q4_K:
-        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
     case TS_TYPE_Q5_K:
-        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
     case TS_TYPE_Q6_K:
-        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
     case TS_TYPE_Q8_0:
-        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
     case TS_TYPE_Q5_0:
-        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, s);
+        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
     default:
         return -1;
     }

@@ -42,8 +42,11 @@ int tc_gemv_group(uint32_t type);
 // product start at a multiple of 8 rows of a 16-byte aligned tensor.
 bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks);
 
-// y = W·x for T ≤ 8 tokens (w: the first row, row0 applied; rb bytes a row). 0, or -1 when the
-// launch failed.
+// Tokens of one dense launch: the 16 rows of the MMAs' A operand (tokens 8–15 in rows g + 8).
+constexpr int kTcMaxTokens = 16;
+
+// y = W·x for T ≤ kTcMaxTokens tokens (w: the first row, row0 applied; rb bytes a row). 0, or -1 when
+// the launch failed.
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
             cudaStream_t s);
 

@@ -69,8 +69,10 @@ namespace {
 
 using namespace ts_cu;
 
-constexpr int kWarps = 4; // warps per thread block
-constexpr int kMaxT = 8;  // tokens per launch; larger T is sliced on the host
+constexpr int kWarps = 4;      // warps per thread block
+constexpr int kMaxT = 8;       // tokens per launch; larger T is sliced on the host
+constexpr int kTcMaxRows = 64; // dense products of up to this many tokens run on the tensor-core kernel
+                               // (launches of kTcMaxTokens), more on the tiled GEMM
 
 // ---- the block-type kernel -------------------------------------------------------------------
 
@@ -776,6 +778,17 @@ bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bo
 bool dense_whole_chunks(int64_t row0, int64_t n_out) {
     return row0 % 8 == 0 && n_out % 8 == 0;
 }
+
+// The tokens of one tensor-core launch for a dense product of T tokens, or 0 when the product does not
+// run there: 1 ≤ T ≤ kTcMaxRows, in launches of up to kTcMaxTokens tokens (8 where the x staging of 16 rows
+// does not fit, e.g. 6144 inputs). The rounding of x is per token, so neither T nor the launch width
+// changes a token's result.
+int dense_tc(uint32_t type, int64_t ne0, int64_t T, size_t row_bytes, int64_t row0, int64_t n_out) {
+    if (T < tc_gemv_min_tokens() || T > kTcMaxRows) return 0;
+    const bool whole = dense_whole_chunks(row0, n_out);
+    if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole)) return kTcMaxTokens;
+    return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole) ? kMaxT : 0;
+}
 bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
     return rows_per_expert % 8 == 0 && row_off % 8 == 0 && n_out % 8 == 0;
 }
@@ -796,10 +809,7 @@ bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool 
 
 extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0,
                                            int64_t n_out) {
-    const bool tc =
-        T >= tc_gemv_min_tokens() && T < ts_cuda_gemm_min_tokens() &&
-        tc_applies(type, ne0, T < kMaxT ? T : kMaxT, ts_row_size(type, ne0), dense_whole_chunks(row0, n_out));
-    return tc ? tc_gemv_group(type) : 0;
+    return dense_tc(type, ne0, T, ts_row_size(type, ne0), row0, n_out) > 0 ? tc_gemv_group(type) : 0;
 }
 
 extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div,
@@ -906,21 +916,19 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         return -1;
     const ts_type_traits *tr = ts_type_get(W->type);
     if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
-    // prefill-sized T: the tiled GEMM reads W once per tile of up to 128 tokens (src/cuda/gemm.cu)
-    if (T >= ts_cuda_gemm_min_tokens()) return ts_cuda_gemm(W, row0, n_out, x_dev, T, y_dev, s);
-
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
-    if (T >= tc_gemv_min_tokens() &&
-        tc_applies(W->type, W->ne0, T < kMaxT ? T : kMaxT, W->row_bytes,
-                   dense_whole_chunks(row0, n_out))) { // tensor cores, x in fp16 (gemv_tc.h)
-        for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
-            const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
+    if (const int width =
+            dense_tc(W->type, W->ne0, T, W->row_bytes, row0, n_out)) { // tensor cores (gemv_tc.h)
+        for (int64_t t0 = 0; t0 < T; t0 += width) {
+            const int tc = static_cast<int>(T - t0 < width ? T - t0 : width);
             if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s))
                 return -1;
         }
         return 0;
     }
+    // prefill-sized T: the tiled GEMM reads W once per tile of up to 128 tokens (src/cuda/gemm.cu)
+    if (T >= ts_cuda_gemm_min_tokens()) return ts_cuda_gemm(W, row0, n_out, x_dev, T, y_dev, s);
     if (T == 1 && mma_enabled() && mma_type(W->type) &&
         mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
         return launch_mma(W->type, w, W->row_bytes, no, ne0, x_dev, y_dev, s); // integer MMA (matvec_mma.cuh)

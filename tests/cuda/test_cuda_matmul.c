@@ -413,9 +413,11 @@ int main(int argc, char **argv) {
             {k ? 768 : 320, 1, 1, 0, 1, {1, 5}, 2, {0, -1}, 2},
             {k ? 256 : 640, 9, 1, 2, 7, {3}, 1, {0, 4}, 2},
             /* an expert slice: 2560 → 640 of expert 2 of 3 */
-            {2560, 640, 3, 1280, 640, {1, 2, 8, 11}, 4, {0, 1, 2, 4, -1}, 5},
-            /* 6144 → 2560 with an odd number of rows and row0 ≠ 0 */
-            {6144, 2560, 1, 3, 2557, {1, 2}, 2, {0, 1, 2, 4, -1}, 5},
+            /* (T = 11, 16: one tensor-core launch of 16 tokens; 40: launches of 16, 16 and 8) */
+            {2560, 640, 3, 1280, 640, {1, 11, 16, 40}, 4, {0, 1, 2, 4, -1}, 5},
+            /* 6144 → 2560 with an odd number of rows and row0 ≠ 0 (T = 12, 20: launches of 8 tokens where
+               16 rows of x do not fit in shared memory) */
+            {6144, 2560, 1, 3, 2557, {1, 2, 12, 20}, 4, {0, 1, 2, 4, -1}, 5},
             /* 2560 → 10240 */
             {2560, 10240, 1, 0, 10240, {1, 8}, 2, {0, 1, 4}, 3},
             /* plain types only: a row length that is not a multiple of 8 (scalar path) */
