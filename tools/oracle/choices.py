@@ -101,11 +101,12 @@ def main():
             for p, c in ch:
                 report["changed"].append({"kind": KIND[kind], "layer": l, "pos": p, "swapped": c,
                                           "margin_a": a[(kind, l, p)][2], "margin_b": b[(kind, l, p)][2]})
-    if diffs:
-        ms = np.array([a[k][2] for k in diffs], np.float64)
-        allm = np.array([v[2] for k, v in a.items() if k[0] == 0], np.float64)
-        print(f"margins in A where a choice changed: median {np.median(ms):.3g}, max {ms.max():.3g} "
-              f"(router margins overall: median {np.median(allm):.3g})")
+    for kind in (0, 1):
+        ms = np.array([a[k][2] for k in diffs if k[0] == kind], np.float64)
+        if len(ms):
+            allm = np.array([v[2] for k, v in a.items() if k[0] == kind], np.float64)
+            print(f"{KIND[kind]} margins in A where the choice changed: median {np.median(ms):.3g}, max "
+                  f"{ms.max():.3g} (over all its choices: median {np.median(allm):.3g})")
     changed_pos = sorted({k[2] for k in diffs})
     if args.logits:
         la = np.load(args.logits[0], mmap_mode="r")
