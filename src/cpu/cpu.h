@@ -29,6 +29,18 @@ void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
 void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                         float *y);
 
+/* TURBOSPARK_CPU_ROUND_X=1, a diagnostic (docs/DECISIONS.md, "Emulating the decode products' rounding
+ * on the CPU"): ts_cpu_matmul and ts_cpu_matmul_each then take x rounded as the CUDA tensor-core GEMV
+ * rounds it at decode (ts_round_x_like_tc, per token and group of ts_tc_x_group(W's type) inputs) for
+ * the types that kernel reads (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0). The _unrounded variants never round:
+ * the products that CUDA runs in fp32 on other kernels at every batch size (the hyper-connections'
+ * down, inject and up, the routed experts' down). Off (the default), the four are the same products. */
+bool ts_cpu_round_x_enabled(void);
+void ts_cpu_matmul_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
+                             float *y);
+void ts_cpu_matmul_each_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x,
+                                  int64_t T, float *y);
+
 /* Importance matrices (turbospark imatrix): when set, fn sees the input x (T × ne0) of every
  * ts_cpu_matmul / ts_cpu_matmul_each with W and row0, on the calling thread, before the product.
  * Process-wide, like ts_cpu_set_trace; NULL turns it off (the normal path pays one test a product). */

@@ -305,6 +305,7 @@ static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
                 memcpy(w->R + r * W + c * H, w->R + r * W, (size_t)H * sizeof(float));
         }
     w->bad_layer = -2;
+    w->batch = b;
     trace(w, -1, 0, w->R, N);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -324,6 +325,7 @@ static void forward_rows(ts_cpu_work *w, const ts_cpu_batch *b) {
         ts_cpu_hc_write(hp, w->R, w->y, w->inj, N);
         trace(w, (int)l, 1, w->R, N);
     }
+    w->batch = NULL;
     for (int s = 0; s < b->n_seq; s++) b->st[s]->pos += b->T[s];
 }
 

@@ -72,4 +72,23 @@ int ts_cpu_forward_batch(ts_cpu_work *w, ts_seq_state *const *st, const int32_t 
 typedef void (*ts_cpu_trace_fn)(void *ctx, int layer, int block, const float *R, int64_t T);
 void ts_cpu_set_trace(ts_cpu_trace_fn fn, void *ctx);
 
+/* Diagnostics: the discrete choices of the forward, for every row it runs (docs/DECISIONS.md,
+ * "Recording the forward's discrete choices"):
+ *   TS_CPU_CHOICE_ROUTER   the MoE router of layer `layer`: ids = the k experts chosen, best first;
+ *                          margin = the router logit of the k-th minus that of the (k+1)-th best expert
+ *                          (0 when k = E);
+ *   TS_CPU_CHOICE_INDEXER  the indexer of QSA layer `layer`, at a query with a choice (more complete
+ *                          blocks than the budget, not forced dense): ids = the Kb blocks kept, in
+ *                          ascending order; margin = the score of the Kb-th best block minus that of the
+ *                          (Kb+1)-th (0 for a tie, which the lower block index wins).
+ * seq is the row's sequence in its micro-batch, pos its position. fn runs on the forward's thread.
+ * Process-wide, like ts_cpu_set_trace; NULL turns it off. Without a hook, TURBOSPARK_CPU_CHOICES=FILE
+ * (read once; FILE is created anew at the process's first choice) gets every choice as a record of
+ * 32-bit words in the machine's byte order: kind, layer, seq, pos (int32), margin (float32), n (int32),
+ * then the n ids (int32); tools/oracle/choices.py reads and compares such files. */
+enum { TS_CPU_CHOICE_ROUTER = 0, TS_CPU_CHOICE_INDEXER = 1 };
+typedef void (*ts_cpu_choice_fn)(void *ctx, int kind, int layer, int seq, int64_t pos, float margin,
+                                 int64_t n, const int64_t *ids);
+void ts_cpu_set_choice_hook(ts_cpu_choice_fn fn, void *ctx);
+
 #endif

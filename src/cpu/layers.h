@@ -63,12 +63,21 @@ struct ts_cpu_work {
     /* logits of several sequences (ts_cpu_forward_batch), a slice of the vocabulary at a time */
     float *lg; /* n_lg = T × min(V, LOGIT_SLICE) */
     int64_t n_lg;
+    /* the micro-batch being run (set by the forward, NULL outside it): rows → sequence, position */
+    const ts_cpu_batch *batch;
     /* TURBOSPARK_CHECK_FINITE=1: the residual is checked after every block of the forward */
     bool check_finite;
     int bad_layer, bad_block; /* where a non-finite value first appeared (bad_layer −2: not yet) */
 };
 
 enum { LOGIT_SLICE = 2048, MOE_GROUP = 64 };
+
+/* Discrete choices (forward.h, ts_cpu_set_choice_hook; choices.c): whether anyone records them
+ * (a hook, or TURBOSPARK_CPU_CHOICES), one choice to record, and the sequence and position of row r of
+ * the micro-batch being run (−1 and r outside a forward). */
+bool ts_cpu_choices_on(void);
+void ts_cpu_choice(int kind, int layer, int seq, int64_t pos, float margin, int64_t n, const int64_t *ids);
+void ts_cpu_row_position(const ts_cpu_work *w, int64_t r, int *seq, int64_t *pos);
 
 void ts_cpu_hc_read(ts_cpu_work *w, const ts_hc_weights *hc, const float *R, int64_t T, float *x, float *inj);
 void ts_cpu_hc_write(const ts_hparams *hp, float *R, const float *y, const float *inj, int64_t T);

@@ -37,17 +37,35 @@ static void swiglu(ts_cpu_work *w, const ts_gguf_tensor *gate, const ts_gguf_ten
         ts_cpu_matmul(um, u0, F, x, T, u);
     }
     for (int64_t i = 0; i < T * F; i++) g[i] = ts_silu(g[i]) * u[i];
-    if (each)
-        ts_cpu_matmul_each(down, e * H, H, g, T, out);
+    if (each) /* the routed down products: fp32 on CUDA at every batch size (TURBOSPARK_CPU_ROUND_X) */
+        ts_cpu_matmul_each_unrounded(down, e * H, H, g, T, out);
     else
         ts_cpu_matmul(down, e * H, H, g, T, out);
 }
 
-/* The routed experts of tokens x[0..T) (T ≤ MOE_GROUP), added to y. Every expert runs once for all
- * the tokens that chose it (its weights read once), each token as its own product; a token's k
- * outputs are then added in its routing order: the numbers of one token at a time. */
-static void experts(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const float *x, int64_t T,
-                    float *y) {
+/* The router's choice for one token, to the recorder (ts_cpu_choice): its k experts best first and the
+ * logit margin between the k-th and the best expert not chosen, ln(p_k / p_{k+1}). */
+static void record_route(const ts_cpu_work *w, uint32_t l, int64_t row, const float *p, int64_t E, int64_t k,
+                         const int64_t *sel) {
+    float next = -1;
+    for (int64_t e = 0; e < E; e++) {
+        bool taken = false;
+        for (int64_t s = 0; s < k && !taken; s++) taken = sel[s] == e;
+        if (!taken && p[e] > next) next = p[e];
+    }
+    int seq;
+    int64_t pos;
+    ts_cpu_row_position(w, row, &seq, &pos);
+    ts_cpu_choice(TS_CPU_CHOICE_ROUTER, (int)l, seq, pos, next < 0 ? 0.0f : logf(p[sel[k - 1]]) - logf(next),
+                  k, sel);
+}
+
+/* The routed experts of tokens x[0..T) (T ≤ MOE_GROUP; rows row0 … of the micro-batch), added to y.
+ * Every expert runs once for all the tokens that chose it (its weights read once), each token as its
+ * own product; a token's k outputs are then added in its routing order: the numbers of one token at a
+ * time. */
+static void experts(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, int64_t row0, const float *x,
+                    int64_t T, float *y) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used, F = hp->n_ff_exp[l];
     const ts_gguf_tensor *gate = L->ffn_gate_exps ? L->ffn_gate_exps : L->ffn_gate_up_exps;
@@ -55,12 +73,14 @@ static void experts(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const
 
     /* routing: fp32 softmax over all experts, top-k, weights renormalised over the k */
     ts_cpu_matmul_each(L->ffn_gate_inp, 0, E, x, T, w->router);
+    const bool record = ts_cpu_choices_on();
     for (int64_t t = 0; t < T; t++) {
         float *p = w->router + t * E, mx = -INFINITY, sum = 0;
         for (int64_t e = 0; e < E; e++) mx = fmaxf(mx, p[e]);
         for (int64_t e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
         for (int64_t e = 0; e < E; e++) p[e] /= sum;
         top_k(p, E, k, sel + t * k);
+        if (record) record_route(w, l, row0 + t, p, E, k, sel + t * k);
         float wsum = 0;
         for (int64_t s = 0; s < k; s++) wsum += p[sel[t * k + s]];
         for (int64_t s = 0; s < k; s++) w->moe_w[t * k + s] = p[sel[t * k + s]] / wsum;
@@ -102,5 +122,5 @@ void ts_cpu_moe(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const flo
         for (int64_t i = 0; i < H; i++) y[t * H + i] *= gs;
     }
     for (int64_t t0 = 0; t0 < T; t0 += MOE_GROUP)
-        experts(w, L, l, x + t0 * H, T - t0 < MOE_GROUP ? T - t0 : MOE_GROUP, y + t0 * H);
+        experts(w, L, l, t0, x + t0 * H, T - t0 < MOE_GROUP ? T - t0 : MOE_GROUP, y + t0 * H);
 }

@@ -238,10 +238,48 @@ void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx) {
     g_matmul_hook = fn, g_matmul_hook_ctx = ctx;
 }
 
-/* ts_cpu_matmul and ts_cpu_matmul_each. */
+/* ---- TURBOSPARK_CPU_ROUND_X: the CUDA decode products' rounding of x, emulated (a diagnostic) ------
+ *
+ * When on, every product that may round (ts_cpu_matmul, ts_cpu_matmul_each; not the _unrounded ones)
+ * whose weights are Q4_K, Q5_K, Q6_K (groups of 256 inputs), Q8_0 or Q5_0 (128), with rows a whole
+ * number of groups, multiplies W by x rounded as the tensor-core GEMV rounds it (ts_round_x_like_tc,
+ * src/quant/round_x.c) instead of x: each token's x separately, whatever T. Read once. The rounded x
+ * lives in a buffer of the calling thread that grows to the largest T·ne0 seen and is kept (the one
+ * allocation while evaluating; the switch is off in normal use). */
+bool ts_cpu_round_x_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("TURBOSPARK_CPU_ROUND_X");
+        cached = e && *e && strcmp(e, "0") != 0;
+    }
+    return cached;
+}
+
+/* x rounded for W's type into the thread's buffer; x itself when the product is not rounded, NULL
+ * when the buffer cannot grow. */
+static const float *round_x(const ts_gguf_tensor *W, const float *x, int64_t T) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    const int64_t G = ts_tc_x_group(W->type), n = W->ne[0] * T;
+    if (G == 0 || W->ne[0] % G != 0 || n <= 0) return x;
+    if ((size_t)n > cap) {
+        float *nb = realloc(buf, (size_t)n * sizeof *nb);
+        if (!nb) return NULL;
+        buf = nb, cap = (size_t)n;
+    }
+    ts_round_x_like_tc(x, n, G, buf);
+    return buf;
+}
+
+/* ts_cpu_matmul and ts_cpu_matmul_each (may_round: the CUDA decode path rounds this product's x,
+ * emulated with TURBOSPARK_CPU_ROUND_X). */
 static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T, bool each,
-                   float *y) {
+                   bool may_round, float *y) {
     if (g_matmul_hook) g_matmul_hook(g_matmul_hook_ctx, W, row0, x, T);
+    if (may_round && ts_cpu_round_x_enabled() && n_out > 0 && T > 0 && !(x = round_x(W, x, T))) {
+        for (int64_t i = 0; i < n_out * T; i++) y[i] = NAN; /* out of memory: no silent unrounded result */
+        return;
+    }
     const int64_t n_in = W->ne[0];
     const size_t rb = ts_row_size(W->type, n_in);
     const uint8_t *base = (const uint8_t *)W->data + (size_t)row0 * rb;
@@ -313,12 +351,22 @@ static void matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const f
 
 void ts_cpu_matmul(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                    float *y) {
-    matmul(W, row0, n_out, x, T, false, y);
+    matmul(W, row0, n_out, x, T, false, true, y);
 }
 
 void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                         float *y) {
-    matmul(W, row0, n_out, x, T, T > 1, y); /* one token: the plain product */
+    matmul(W, row0, n_out, x, T, T > 1, true, y); /* one token: the plain product */
+}
+
+void ts_cpu_matmul_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
+                             float *y) {
+    matmul(W, row0, n_out, x, T, false, false, y);
+}
+
+void ts_cpu_matmul_each_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x,
+                                  int64_t T, float *y) {
+    matmul(W, row0, n_out, x, T, T > 1, false, y);
 }
 
 void ts_cpu_rmsnorm(const float *x, const float *g, int64_t n, int64_t group, float eps, float *y) {

@@ -37,8 +37,10 @@ static int by_index(const void *a, const void *b) {
     return i < j ? -1 : i > j;
 }
 
-/* Fills allowed[] with the positions query p attends to (ascending); returns their count. */
-static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t l, const float *iq,
+/* Fills allowed[] with the positions query p attends to (ascending); returns their count. A choice
+ * (more complete blocks than the budget) goes to the recorder (ts_cpu_choice) when one listens; seq:
+ * the sequence's index in its micro-batch. */
+static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t l, int seq, const float *iq,
                                 int64_t p) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t B = hp->compress, nb = (p + 1) / B, Kb = hp->idx_top_blocks, ni = hp->idx_n_head,
@@ -60,7 +62,9 @@ static int64_t select_positions(ts_cpu_work *w, const ts_seq_state *st, uint32_t
         w->order[b] = b;
     }
     qsort_r(w->order, (size_t)nb, sizeof *w->order, by_score, w->scores);
+    const float margin = w->scores[w->order[Kb - 1]] - w->scores[w->order[Kb]]; /* nb > Kb here */
     qsort(w->order, (size_t)Kb, sizeof *w->order, by_index);
+    if (ts_cpu_choices_on()) ts_cpu_choice(TS_CPU_CHOICE_INDEXER, (int)l, seq, p, margin, Kb, w->order);
     for (int64_t k = 0; k < Kb; k++)
         for (int64_t t = 0; t < B; t++) w->allowed[n++] = w->order[k] * B + t;
     for (int64_t t = nb * B; t <= p; t++) w->allowed[n++] = t;
@@ -85,8 +89,8 @@ static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weig
 
 /* Norms, rope and cache writes, then selection and attention, for the T rows of one sequence
  * (from row r0 of the micro-batch's N); writes w->att's rows. */
-static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, uint32_t l, int64_t r0,
-                    int64_t T, int64_t N) {
+static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, int seq, uint32_t l,
+                    int64_t r0, int64_t T, int64_t N) {
     const ts_hparams *hp = &w->m->hp;
     const int64_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, G = nh / nkv;
     const int64_t ni = hp->idx_n_head, di = hp->idx_head_dim, B = hp->compress, p0 = st->pos;
@@ -122,7 +126,7 @@ static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st,
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = p0 + t;
-        const int64_t n = select_positions(w, st, l, iq + t * ni * di, p);
+        const int64_t n = select_positions(w, st, l, seq, iq + t * ni * di, p);
         for (int64_t h = 0; h < nh; h++) {
             const int64_t j = h / G; /* contiguous GQA groups */
             const float *q = qg + t * nh * 2 * hd + h * 2 * hd, *gate = q + hd;
@@ -160,6 +164,7 @@ void ts_cpu_qsa(ts_cpu_work *w, const ts_layer_weights *L, uint32_t l, const ts_
     ts_cpu_matmul(L->attn_v, 0, kvw, x, N, w->kv + N * kvw);
     ts_cpu_matmul(L->idx_q, 0, ni * di, x, N, w->iq);
     ts_cpu_matmul(L->idx_k, 0, di, x, N, w->ik);
-    for (int64_t s = 0, r0 = 0; s < b->n_seq; r0 += b->T[s++]) qsa_seq(w, L, b->st[s], l, r0, b->T[s], N);
+    for (int64_t s = 0, r0 = 0; s < b->n_seq; r0 += b->T[s++])
+        qsa_seq(w, L, b->st[s], (int)s, l, r0, b->T[s], N);
     ts_cpu_matmul(L->attn_output, 0, H, w->att, N, y);
 }

@@ -103,4 +103,19 @@ bool ts_quantize_needs_imatrix(uint32_t type);
 int ts_quantize_row_imatrix(uint32_t type, const float *src, void *dst, int64_t n, const float *qw, char *err,
                             size_t errlen);
 
+/* The one rounding of the CUDA tensor-core GEMV (src/cuda/gemv_tc.cuh: tc_x_scale, tc_x_quarter,
+ * tc_x_inorder), as a host reference: per group of G consecutive inputs of one token, x is scaled by
+ * the power of two 2^s that puts the group's max|x| in [2^14, 2^15) (s = 14 − e for a max of exponent e,
+ * clamped to −113 … 126 so that 2^s and 2^-s stay normal), rounded to fp16 (nearest even) and scaled
+ * back by 2^-s. What the kernel then sums is exactly these values times the weights, in fp32.
+ *
+ * ts_tc_x_group: the inputs that share one scale for weights of this type in that kernel — 256 for
+ * Q4_K, Q5_K and Q6_K, 128 for Q8_0 and Q5_0 — or 0 for a type it does not take (the CUDA backend's
+ * tc_gemv_group). ts_round_x_like_tc rounds x[0 … n) as n / G such groups (n a multiple of G; a
+ * token's ne0 inputs a multiple of G, so groups never straddle tokens) into out; out may be x.
+ * Users: the CUDA twin tests' references (tests/cuda/test_cuda_matmul.c) and the CPU backend's
+ * diagnostic emulation of the decode products, TURBOSPARK_CPU_ROUND_X=1 (src/cpu/ops.c). */
+int64_t ts_tc_x_group(uint32_t type);
+void ts_round_x_like_tc(const float *x, int64_t n, int64_t G, float *out);
+
 #endif

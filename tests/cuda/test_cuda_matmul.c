@@ -17,7 +17,6 @@
  * GPU; the K-quant min split a·Σq·x + b·Σx can cancel, which costs up to ~4× more). A wrong
  * element, scale or row gives errors of order 1e-2 and more. The error against a double-precision
  * sum of the dequantized weights is printed too. */
-#include "common/half.h"
 #include "cpu/cpu.h"
 #include "cuda/cuda_common.h"
 #include "cuda/matmul.h"
@@ -70,22 +69,6 @@ static void quantize_rows(void *ctx, int64_t i0, int64_t i1) {
         }
     }
     free(src);
-}
-
-/* x as the tensor-core GEMV rounds it (ts_cuda_matmul_rounds_x, src/cuda/gemv_tc.cuh): per token and
- * group of G inputs (256, or 128 for Q8_0 and Q5_0), fp16 of x·2^s with max|x| scaled into [2^14, 2^15),
- * times 2^-s. */
-static void round_x_like_tc(const float *x, int64_t T, int64_t ne0, int64_t G, float *out) {
-    for (int64_t b = 0; b < T * ne0; b += G) {
-        float amax = 0;
-        for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[b + i]));
-        uint32_t bits;
-        memcpy(&bits, &amax, sizeof bits);
-        int e = (int)((bits >> 23) & 0xFF);
-        e = e < 15 ? 15 : e > 254 ? 254 : e;
-        const float scale = ldexpf(1.0f, 141 - e), inv = ldexpf(1.0f, e - 141);
-        for (int i = 0; i < G; i++) out[b + i] = ts_fp16_to_fp32(ts_fp32_to_fp16(x[b + i] * scale)) * inv;
-    }
 }
 
 /* Per output: the double-precision sum and Σ|w·x| of the dequantized row. */
@@ -195,7 +178,7 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
         const int64_t group = ts_cuda_matmul_rounds_x(type, c->ne0, T, c->row0, c->n_out);
         float *xr = malloc((size_t)(T * c->ne0) * sizeof *xr);
         if (group)
-            round_x_like_tc(x, T, c->ne0, group, xr);
+            ts_round_x_like_tc(x, T * c->ne0, group, xr); /* quant.h, as the kernel rounds it */
         else
             memcpy(xr, x, (size_t)(T * c->ne0) * sizeof *xr);
         float *y_cpu_r = malloc((size_t)(T * c->n_out) * sizeof *y_cpu_r);
@@ -315,7 +298,7 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     const int64_t group = ts_cuda_matmul_experts_rounds_x(type, ne0, n_items, x_div, true, rpe, 0, n_out);
     const int rounds = group != 0;
     if (rounds)
-        round_x_like_tc(x, nx, ne0, group, xr);
+        ts_round_x_like_tc(x, nx * ne0, group, xr);
     else
         memcpy(xr, x, (size_t)(nx * ne0) * sizeof *xr);
     float *x_d, *y_d;

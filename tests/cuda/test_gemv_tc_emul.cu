@@ -6,7 +6,10 @@
 // the way the kernel rounds it (fp16 after a power-of-two scale per token and super-block). Rows of 8,
 // 1 to 8 tokens, x over six decades with zero and tiny super-blocks. It checks the layouts and the
 // exactness argument; the kernel itself runs on a GPU in test_cuda_matmul. Also the input-order MMAs
-// of Q8_0, Q5_0 and Q6_K (run_inorder), whose kernel is still to be written.
+// of Q8_0, Q5_0 and Q6_K (run_inorder). x̃ is the host reference ts_round_x_like_tc (src/quant/round_x.c,
+// which test_cuda_matmul and the CPU's TURBOSPARK_CPU_ROUND_X emulation use too), and every fp16 value
+// the kernel's staging helpers (tc_x_quarter, tc_x_inorder) produce must equal it bit for bit once scaled
+// back.
 extern "C" {
 #include "common/half.h"
 #include "quant/quant.h"
@@ -77,7 +80,7 @@ static void mma_emul(double c[32][4], const uint32_t a0[32], const uint32_t a2[3
 template <int TYPE> static int run_type(void) {
     const int K = 512, NSB = K / 256, ROWS = 8, BS = tc_kquant<TYPE>::BS;
     const size_t rb = ts_row_size(TYPE, K);
-    int fails = 0;
+    int fails = 0, staged_bad = 0;
     double worst = 0, worst_raw = 0;
     for (int trial = 0; trial < 40; trial++) {
         const int T = 1 + trial % 8;
@@ -96,7 +99,8 @@ template <int TYPE> static int run_type(void) {
         // the kernel's staging: per (token, super-block, lane t) unit
         std::vector<uint32_t> xs(T * NSB * kTcXsSuper);
         std::vector<uint32_t> xsum(T * NSB * 4 * 2);
-        std::vector<float> xsc(T * NSB), xr(T * K); // xr: x as the kernel rounds it
+        std::vector<float> xsc(T * NSB), xr(T * K); // xr: x as the kernel rounds it (the host reference)
+        ts_round_x_like_tc(x.data(), T * K, 256, xr.data());
         for (int t = 0; t < T; t++)
             for (int sb = 0; sb < NSB; sb++) {
                 float amax = 0;
@@ -104,9 +108,6 @@ template <int TYPE> static int run_type(void) {
                 float inv;
                 const float scale = tc_x_scale(amax, inv);
                 xsc[t * NSB + sb] = inv;
-                for (int i = 0; i < 256; i++)
-                    xr[t * K + sb * 256 + i] =
-                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + sb * 256 + i] * scale)) * inv;
                 for (int l = 0; l < 4; l++) {
                     uint32_t *a = &xs[(t * NSB + sb) * kTcXsSuper + l * kTcXsLane];
                     uint32_t hi, lo;
@@ -114,8 +115,14 @@ template <int TYPE> static int run_type(void) {
                     for (int q = 0; q < 4;
                          q++) { // words i = 4j + ii of MMA 2i + h at a[4i + 2h], a[4i + 2h + 1]
                         uint32_t w[8];
-                        const int h = q >> 1, j = q & 1;
-                        qsum[q] = tc_x_quarter(&x[t * K + sb * 256 + 64 * l + 32 * h + 16 * j], scale, w);
+                        const int h = q >> 1, j = q & 1, i0 = t * K + sb * 256 + 64 * l + 32 * h + 16 * j;
+                        qsum[q] = tc_x_quarter(&x[i0], scale, w);
+                        // the staged fp16 values, scaled back, are the reference's bit for bit: element
+                        // 4ii + e of the quarter sits in word 2ii + (e & 1), half e >> 1
+                        for (int ii = 0; ii < 4; ii++)
+                            for (int e = 0; e < 4; e++)
+                                if ((float)half_at(w[2 * ii + (e & 1)], e >> 1) * inv != xr[i0 + 4 * ii + e])
+                                    staged_bad++;
                         for (int ii = 0; ii < 4; ii++)
                             a[4 * (4 * j + ii) + 2 * h] = w[2 * ii],
                                                      a[4 * (4 * j + ii) + 2 * h + 1] = w[2 * ii + 1];
@@ -187,9 +194,9 @@ template <int TYPE> static int run_type(void) {
     }
     printf(
         "%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
-        "1e-6); against unrounded x %.2e%s\n",
-        ts_type_name(TYPE), K, worst, worst_raw, fails ? "  FAIL" : "");
-    return fails;
+        "1e-6); against unrounded x %.2e; staged x != ts_round_x_like_tc at %d inputs%s\n",
+        ts_type_name(TYPE), K, worst, worst_raw, staged_bad, fails || staged_bad ? "  FAIL" : "");
+    return fails + staged_bad;
 }
 
 // Q8_0, Q5_0, Q6_K: 16-input MMAs in input order (gemv_tc.cuh, tc_x_inorder / inorder_b_frag), x staged
@@ -199,7 +206,7 @@ template <int TYPE> static int run_inorder(int K, int G) {
     using Q = tc_inorder<TYPE>;
     const int ROWS = 8, NG = K / G;
     const size_t rb = ts_row_size(TYPE, K);
-    int fails = 0;
+    int fails = 0, staged_bad = 0;
     double worst = 0;
     for (int trial = 0; trial < 40; trial++) {
         const int T = 1 + trial % 8;
@@ -218,11 +225,8 @@ template <int TYPE> static int run_inorder(int K, int G) {
                     amax = fmaxf(amax, fabsf(v));
                 }
                 scale[t * NG + gi] = tc_x_scale(amax, inv[t * NG + gi]);
-                for (int i = 0; i < G; i++)
-                    xr[t * K + gi * G + i] =
-                        ts_fp16_to_fp32(ts_fp32_to_fp16(x[t * K + gi * G + i] * scale[t * NG + gi])) *
-                        inv[t * NG + gi];
             }
+        ts_round_x_like_tc(x.data(), T * K, G, xr.data()); // x as the kernel rounds it (the host reference)
         double acc[32][2] = {{0}};
         for (int gi = 0; gi < NG; gi++)
             for (int mm = 0; mm < G / 16; mm++) {
@@ -232,7 +236,16 @@ template <int TYPE> static int run_inorder(int K, int G) {
                 for (int lane = 0; lane < 32; lane++) {
                     const int g = lane >> 2, t = lane & 3;
                     a0[lane] = a2[lane] = 0;
-                    if (g < T) tc_x_inorder(&x[g * K + in0], scale[g * NG + gi], t, a0[lane], a2[lane]);
+                    if (g < T) {
+                        tc_x_inorder(&x[g * K + in0], scale[g * NG + gi], t, a0[lane], a2[lane]);
+                        // the staged fp16 values, scaled back, are the reference's bit for bit
+                        const float *r = &xr[g * K + in0 + 2 * t], iv = inv[g * NG + gi];
+                        if ((float)half_at(a0[lane], 0) * iv != r[0] ||
+                            (float)half_at(a0[lane], 1) * iv != r[1] ||
+                            (float)half_at(a2[lane], 0) * iv != r[8] ||
+                            (float)half_at(a2[lane], 1) * iv != r[9])
+                            staged_bad++;
+                    }
                     inorder_b_frag<TYPE>(W.data() + g * rb + blk * Q::BS, m, t, b0[lane], b1[lane]);
                 }
                 double c[32][4] = {{0}};
@@ -276,9 +289,9 @@ template <int TYPE> static int run_inorder(int K, int G) {
     }
     printf(
         "%s: 40 trials of 8 rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated - "
-        "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
-        ts_type_name(TYPE), K, G, worst, fails ? "  FAIL" : "");
-    return fails;
+        "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6); staged x != ts_round_x_like_tc at %d inputs%s\n",
+        ts_type_name(TYPE), K, G, worst, staged_bad, fails || staged_bad ? "  FAIL" : "");
+    return fails + staged_bad;
 }
 
 int main(void) {
