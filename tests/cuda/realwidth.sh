@@ -8,9 +8,13 @@
 # of max|logit|) over all 2,357 positions (past the 2,048-token sparse-attention budget):
 #   - f32 file: CUDA and the CPU backend against transformers; CUDA's greedy continuation equal to
 #     the reference's;
-#   - q4_k_m file (the released mix: the tensor-core GEMV, x in fp16): CUDA against the CPU backend
-#     (the oracle for quantized weights), micro-batches 1 and 4 against the whole prompt, same top-1
-#     where the CPU's margin exceeds the gate, and the greedy continuations of both backends.
+#   - q4_k_m file (the released mix): the whole prompt (fp32 prefill products) against the CPU backend
+#     (the oracle for quantized weights); micro-batches 1 and 4 (the decode products: tensor cores, x
+#     rounded to fp16) against the CPU rounding the same operands the same way (TURBOSPARK_CPU_ROUND_X=1,
+#     the twin reference of the precision policy), same top-1 where the reference's margin exceeds the
+#     gate; the greedy continuations of both backends. The decode products against the fp32 whole prompt
+#     are reported, not gated: on random weights the rounding flips a few of the router's top-k choices
+#     whose margins are ~1e-4, and those positions move by more than the gate (docs/BENCHMARKS.md, run 20).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ts_find_python
@@ -22,22 +26,30 @@ t=$TS_TMP/rw
 # step CMD...: runs a command of ours, quietly; on failure prints its errors and stops
 step() { "$@" >/dev/null 2>"$t.err" || { cat "$t.err"; echo "FAIL: $*"; exit 1; }; }
 
-# compare A B GATE WHAT: max over rows of max|A − B| / max|B|, in blocks of rows (the files are ~2.3 GB)
+# compare A B GATE WHAT [report]: max over rows of max|A − B| / max|B|, in blocks of rows (the files are
+# ~2.3 GB); with "report", the distribution over positions and how many exceed GATE, without failing
 compare() {
   $PY - "$@" <<'PY'
 import sys, numpy as np
 a, b, gate, what = np.load(sys.argv[1], mmap_mode="r"), np.load(sys.argv[2], mmap_mode="r"), float(sys.argv[3]), sys.argv[4]
+report = len(sys.argv) > 5 and sys.argv[5] == "report"
 assert a.shape == b.shape, f"{what}: shapes {a.shape} and {b.shape}"
 scale = max(float(np.abs(b[i:i + 256]).max()) for i in range(0, b.shape[0], 256))
-worst, at, decided, same = 0.0, 0, 0, 0
+worst, at, decided, same, dev = 0.0, 0, 0, 0, []
 for i in range(0, b.shape[0], 256):
     x, y = np.asarray(a[i:i + 256], np.float64), np.asarray(b[i:i + 256], np.float64)
     d = np.abs(x - y).max(-1) / scale
+    dev.append(d)
     if d.max() > worst: worst, at = float(d.max()), i + int(d.argmax())
     srt = np.sort(y, -1)
     dec = (srt[:, -1] - srt[:, -2]) / scale > gate
     decided += int(dec.sum()); same += int((x.argmax(-1) == y.argmax(-1))[dec].sum())
 print(f"{what}: {worst:.2e} of max|logit| (worst position {at}); top-1 equal at {same} of {decided} decided positions")
+if report:
+    dev = np.concatenate(dev)
+    p50, p99 = np.percentile(dev, [50, 99])
+    print(f"  (reported, not gated) median {p50:.2e}, 99th percentile {p99:.2e}, {int((dev > gate).sum())} positions above {gate}")
+    sys.exit(0)
 assert worst <= gate, f"{what}: {worst:.3g} exceeds the gate {gate}"
 assert same == decided, f"{what}: top-1 differs at {decided - same} decided positions"
 PY
@@ -63,9 +75,11 @@ rm -f "$t.f32.gguf" "$t".f32.*.npy
 step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.npy"
 step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cuda.npy" --backend cuda
 compare "$t.q4.cuda.npy" "$t.q4.cpu.npy" 2e-3 "q4_k_m file, CUDA vs CPU"
+step env TURBOSPARK_CPU_ROUND_X=1 "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.rx.npy" --ubatch 4
 for ub in 1 4; do
   step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.ub$ub.npy" --ubatch $ub --backend cuda
-  compare "$t.q4.ub$ub.npy" "$t.q4.cuda.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the whole prompt"
+  compare "$t.q4.ub$ub.npy" "$t.q4.cpu.rx.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the CPU rounding x alike"
+  compare "$t.q4.ub$ub.npy" "$t.q4.cuda.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the fp32 whole prompt" report
   rm -f "$t.q4.ub$ub.npy"
 done
 for be in cpu cuda; do
