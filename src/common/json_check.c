@@ -1,6 +1,8 @@
 /* JSON strings checked before cJSON reads them (see json_check.h). */
 #include "common/json_check.h"
 
+#include "common/error.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -242,4 +244,12 @@ const char *ts_json_issue_text(const ts_json_issue *is, const char *who, char *b
         snprintf(buf, len, "%s is fine", where);
     }
     return buf;
+}
+
+int ts_json_check_text(const char *what, const char *text, size_t n, const char *who, char *err,
+                       size_t errlen) {
+    ts_json_issue is;
+    if (!text || !ts_json_check(text, n, NULL, 0, &is)) return 0;
+    char msg[sizeof is.path + 160];
+    return ts_errf(err, errlen, "%s: %s", what, ts_json_issue_text(&is, who, msg, sizeof msg));
 }

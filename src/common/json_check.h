@@ -67,4 +67,9 @@ int ts_json_decode(const char *tok, size_t n, ts_text *out);
  * (\u0000), which WHO cannot carry", "'prompt' is not valid UTF-8 (byte 12: ...)". Returns buf. */
 const char *ts_json_issue_text(const ts_json_issue *is, const char *who, char *buf, size_t len);
 
+/* For a library function that reads JSON text with cJSON and takes no NUL: 0 when text[0..n) is
+ * fine, else −1 with "WHAT: <the issue's sentence>" in err. */
+int ts_json_check_text(const char *what, const char *text, size_t n, const char *who, char *err,
+                       size_t errlen);
+
 #endif

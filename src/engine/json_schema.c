@@ -3,6 +3,7 @@
 #include "engine/json_schema.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -449,6 +450,10 @@ int ts_json_schema_grammar(const char *schema, ts_grammar **out, char *err, size
     if (!schema) {
         body = object_any(&c, -1);
     } else {
+        if (ts_json_check_text("the JSON schema", schema, strlen(schema), "a grammar", err, errlen)) {
+            ts_grammar_free(c.g);
+            return -1;
+        }
         cJSON *sc = cJSON_Parse(schema);
         if (!sc) fail(&c, "the JSON schema is not valid JSON%s%s", "", "");
         body = compile(&c, sc, 0);
@@ -462,6 +467,11 @@ int ts_tool_call_grammar(const char *tools_json, const char *only, bool parallel
     *out = NULL;
     cx c = {.g = ts_grammar_new(), .err = err, .errlen = errlen};
     if (!c.g) return ts_errf(err, errlen, "out of memory building a grammar");
+    if (tools_json &&
+        ts_json_check_text("the tools", tools_json, strlen(tools_json), "a grammar", err, errlen)) {
+        ts_grammar_free(c.g);
+        return -1;
+    }
     cJSON *tools = cJSON_Parse(tools_json ? tools_json : "");
     if (!cJSON_IsArray(tools)) fail(&c, "the tools are not a JSON array%s%s", "", "");
     ts_gseq s = {0};

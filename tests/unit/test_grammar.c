@@ -265,6 +265,10 @@ static void test_refusals(void **state) {
         {"[1]", "must be an object"},
         {"{\"type\":\"string\",\"maxLength\":100000}", "more than 100000 grammar rules"},
         {"{", "not valid JSON"},
+        /* strings cJSON would cut short or misread (common/json_check.h) */
+        {"{\"const\":\"a\\u0000b\"}", "the JSON schema: 'const' contains a NUL character"},
+        {"{\"properties\":{\"a\\u0000\":{}}}", "a key of 'properties' contains a NUL"},
+        {"{\"enum\":[\"\\udc00\"]}", "'enum[0]' holds the lone surrogate"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ts_grammar *g = NULL;
@@ -346,6 +350,10 @@ static void test_tool_call_grammar(void **state) {
         "{\"type\":\"function\",\"function\":{\"name\":\"count\"}}]";
     ts_grammar *g;
     char err[256];
+    assert_int_equal(ts_tool_call_grammar("[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000\"}}]",
+                                          NULL, true, &g, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "the tools: '[0].function.name' contains a NUL"));
     assert_int_equal(ts_tool_call_grammar(tools, NULL, true, &g, err, sizeof err), 0);
     const char *one =
         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ur\"}}\n</tool_call>";
