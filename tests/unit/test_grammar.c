@@ -252,6 +252,28 @@ static void test_walks_validate(void **state) {
     assert_true(ended >= 50); /* the walks are meant to finish: a grammar that never ends would show here */
 }
 
+/* \u escapes: any Unicode character but NUL; a surrogate pair is one character, a lone surrogate none
+ * (a C-string reader such as the tool-call parser would cut the string at \u0000 or refuse it). */
+static void test_unicode_escapes(void **state) {
+    (void)state;
+    ts_grammar *free_ = compile("{\"type\":\"string\"}"),
+               *one = compile("{\"type\":\"string\",\"maxLength\":1}");
+    static const char *const good[] = {
+        "\"\\u0001\"",        "\"\\u001f\"",        "\"\\u0041\"",       "\"\\u00E9\"", "\"\\u0fff\"",
+        "\"\\u1000\"",        "\"\\ucfff\"",        "\"\\uD7FF\"",       "\"\\ue000\"", "\"\\uFFFF\"",
+        "\"\\ud83d\\ude00\"", "\"\\uDBFF\\uDFFF\"", "\"\\uD800\\uDC00\""};
+    static const char *const bad[] = {"\"\\u0000\"",  "\"a\\u0000b\"",      "\"\\ud800\"",
+                                      "\"\\udc00\"",  "\"\\ud83d\\u0041\"", "\"\\ude00\\ud83d\"",
+                                      "\"\\ud83dx\"", "\"\\u00g0\""};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (!takes(free_, good[i]) || !takes(one, good[i])) fail_msg("refused: %s", good[i]);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (takes(free_, bad[i])) fail_msg("taken: %s", bad[i]);
+    assert_false(takes(one, "\"\\u0041\\u0042\"")); /* two characters */
+    ts_grammar_free(free_), ts_grammar_free(one);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -424,9 +446,13 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_accepts_and_refuses), cmocka_unit_test(test_mask_equals_brute_force),
-        cmocka_unit_test(test_walks_validate),      cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_tool_call_grammar),   cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_accepts_and_refuses),
+        cmocka_unit_test(test_mask_equals_brute_force),
+        cmocka_unit_test(test_walks_validate),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_unicode_escapes),
+        cmocka_unit_test(test_tool_call_grammar),
+        cmocka_unit_test(test_gbnf),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
