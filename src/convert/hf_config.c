@@ -2,6 +2,7 @@
 #include "convert/hf_config.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -421,6 +422,7 @@ int ts_hf_config_read(const char *path, ts_hf_config *out, char *err, size_t err
         free(text);
         return ts_errf(err, errlen, "%s is larger than 16 MiB; that is not a config.json", path);
     }
+    if (ts_json_check_text(path, text, n, "a config", err, errlen)) return free(text), -1;
     cJSON *root = cJSON_ParseWithLength(text, n);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
