@@ -55,11 +55,12 @@ static ts_json_issue_kind check_token(const char *t, size_t n, size_t *at, bool 
         unsigned char c = (unsigned char)t[k];
         if (c == '\\') { /* never the last byte: the end search skips the byte after a backslash */
             uint32_t u, u2;
+            *at = k;
             if (t[k + 1] != 'u') {
-                k += 2; /* cJSON refuses an escape it does not know */
+                if (!strchr("\"\\/bfnrt", t[k + 1]) || !t[k + 1]) return TS_JSON_BAD_ESCAPE;
+                k += 2;
                 continue;
             }
-            *at = k;
             if (n - k < 6 || hex4(t + k + 2, &u)) return TS_JSON_BAD_ESCAPE;
             if (u >= 0xDC00 && u <= 0xDFFF) return TS_JSON_SURROGATE;
             if (u >= 0xD800 && u <= 0xDBFF) {
@@ -72,6 +73,7 @@ static ts_json_issue_kind check_token(const char *t, size_t n, size_t *at, bool 
             if (u == 0 && !*nul) *nul = true, *nul_at = k;
             k += 6;
         } else {
+            if (c == 0 && !*nul) *nul = true, *nul_at = k; /* a raw NUL byte ends cJSON's string too */
             size_t l = utf8_len((const unsigned char *)t + k, n - k);
             if (!l) return *at = k, TS_JSON_BAD_UTF8;
             k += l;
@@ -165,6 +167,7 @@ int ts_json_check(const char *s, size_t n, ts_json_carry *carry, int n_carry, ts
         char c = s[i];
         bool is_key = d > 0 && kind[d] == OBJ_KEY;
         if (c == '{' || c == '[' || c == '"') { /* a value (or a key) starts: its path */
+            if (d == 0) len = 0, path[0] = 0;   /* a top-level value (more than one: cJSON refuses) */
             if (d > 0 && !is_key) {
                 size_t at = d <= PATH_DEPTH ? plen[d] : plen[PATH_DEPTH];
                 if (d > PATH_DEPTH) {
@@ -204,7 +207,8 @@ int ts_json_check(const char *s, size_t n, ts_json_carry *carry, int n_carry, ts
             if (!k && nul && carried < 0) k = TS_JSON_NUL, at = nul_at;
             if (k) {
                 is->kind = k, is->in_key = is_key, is->at = (size_t)(tok - s) + at;
-                if (k == TS_JSON_SURROGATE) snprintf(is->esc, sizeof is->esc, "%.6s", tok + at);
+                if (k == TS_JSON_SURROGATE || k == TS_JSON_BAD_ESCAPE)
+                    snprintf(is->esc, sizeof is->esc, "%.*s", (int)(tn - at < 6 ? tn - at : 6), tok + at);
                 memcpy(is->path, path, len + 1);
                 return 1;
             }
@@ -229,8 +233,7 @@ const char *ts_json_issue_text(const ts_json_issue *is, const char *who, char *b
         snprintf(buf, len, "%s contains a NUL character (\\u0000), which %s cannot carry", where, who);
         break;
     case TS_JSON_BAD_ESCAPE:
-        snprintf(buf, len, "%s holds a \\u escape without four hex digits (byte %zu): not JSON", where,
-                 is->at);
+        snprintf(buf, len, "%s holds the invalid escape %s (byte %zu): not JSON", where, is->esc, is->at);
         break;
     case TS_JSON_SURROGATE:
         snprintf(buf, len,

@@ -6,8 +6,9 @@
  * are not all hex digits as \u0000, and copies a string's raw bytes without a UTF-8 check.
  * ts_json_check scans the text once, allocating nothing, and reports the first string, value or
  * key, that would be read wrongly or that is not Unicode text:
- *   TS_JSON_NUL         it holds \u0000 (a string the caller carries may: see below);
- *   TS_JSON_BAD_ESCAPE  a \u not followed by four hex digits (not JSON);
+ *   TS_JSON_NUL         it holds \u0000 or a raw NUL byte (a string the caller carries may: below);
+ *   TS_JSON_BAD_ESCAPE  a \u not followed by four hex digits, or a backslash before anything but
+ *                       " \ / b f n r t u (not JSON: cJSON refuses the latter itself);
  *   TS_JSON_SURROGATE   a lone surrogate escape (\ud800 not followed by \udc00-\udfff, or
  *                       \udc00-\udfff alone): no Unicode character (cJSON refuses the whole text);
  *   TS_JSON_BAD_UTF8    raw bytes that are not well-formed UTF-8 (Unicode's Table 3-7: no overlong
@@ -44,7 +45,7 @@ typedef struct ts_json_issue {
     ts_json_issue_kind kind;
     bool in_key;    /* in a key of the object at `path` (else in the string value at `path`) */
     size_t at;      /* byte offset in the text of the escape or the first bad byte */
-    char esc[8];    /* TS_JSON_SURROGATE: the escape as written ("\ud800") */
+    char esc[8];    /* TS_JSON_SURROGATE, TS_JSON_BAD_ESCAPE: the escape as written ("\ud800") */
     char path[192]; /* as above; "" for the root */
 } ts_json_issue;
 

@@ -985,8 +985,10 @@ int ts_api_error_json(const ts_api_error *e, ts_text *out) {
     rc |= put(out, ",\"type\":");
     rc |= ts_json_string(out, e->type ? e->type : "invalid_request_error",
                          strlen(e->type ? e->type : "invalid_request_error"));
-    rc |= put(out, ",\"param\":");
-    rc |= e->param[0] ? ts_json_string(out, e->param, strlen(e->param)) : put(out, "null");
+    rc |= put(out, ",\"param\":"); /* a field's path may hold a client's key: sanitized as well */
+    if (ts_utf8_sanitize(e->param, strlen(e->param), &msg) < 0) return -1;
+    rc |= e->param[0] ? ts_json_string(out, msg.s, msg.n) : put(out, "null");
+    ts_text_free(&msg);
     rc |= put(out, ",\"code\":");
     rc |= e->code ? ts_json_string(out, e->code, strlen(e->code)) : put(out, "null");
     rc |= put(out, "}}");

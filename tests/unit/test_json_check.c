@@ -49,6 +49,11 @@ static void test_nul(void **state) {
     issue("\"\\u0000\"", TS_JSON_NUL, false, "");
     issue("{\"logit_bias\":{\"50256\\u0000\":-100}}", TS_JSON_NUL, true, "logit_bias");
     issue("{\"a\":[{},[],{\"b\":[1,{\"c\":\"\\u0000\"}]}]}", TS_JSON_NUL, false, "a[2].b[1].c");
+    static const char raw[] = "{\"a\":\"x\0y\"}"; /* a raw NUL byte cuts cJSON's string as well */
+    ts_json_issue is0;
+    assert_int_equal(ts_json_check(raw, sizeof raw - 1, NULL, 0, &is0), 1);
+    assert_int_equal(is0.kind, TS_JSON_NUL);
+    assert_int_equal(is0.at, 7);
     fine("{\"a\":\"\\\\u0000\"}");                             /* an escaped backslash, then the text u0000 */
     fine("{\"a\":\"\\\\\\\\u0000\"}");                         /* two of them */
     issue("{\"a\":\"\\\\\\u0000\"}", TS_JSON_NUL, false, "a"); /* a backslash, then \u0000 */
@@ -115,6 +120,8 @@ static void test_escapes_and_utf8(void **state) {
     issue("{\"a\":\"\\u12G4\"}", TS_JSON_BAD_ESCAPE, false, "a");
     issue("{\"a\":\"\\u12\"}", TS_JSON_BAD_ESCAPE, false, "a");
     issue("{\"k\\u00\":1}", TS_JSON_BAD_ESCAPE, true, "");
+    issue("{\"a\":{\"\\x\":1}}", TS_JSON_BAD_ESCAPE, true, "a"); /* an escape JSON does not have */
+    issue("{\"a\":\"\\\xaf\"}", TS_JSON_BAD_ESCAPE, false, "a");
     issue("{\"a\":\"x\\ud800\"}", TS_JSON_SURROGATE, false, "a");
     issue("{\"a\":\"\\udc00x\"}", TS_JSON_SURROGATE, false, "a");
     issue("{\"a\":\"\\ud800\\u0041\"}", TS_JSON_SURROGATE, false, "a");
@@ -181,6 +188,11 @@ static void test_paths_and_limits(void **state) {
     fine("{\"a\":\"x\\");
     fine("");
     fine("]]}}:,,");
+    /* a second top-level value (not JSON) is at the root, whatever came before */
+    ts_json_carry c = {.path = "prompt"};
+    const char *two = "{\"prompt\":1} \"a\\u0000\"";
+    assert_int_equal(ts_json_check(two, strlen(two), &c, 1, &is), 1);
+    assert_string_equal(is.path, "");
 }
 
 /* ts_json_decode against cJSON, on random strings of escapes and characters. */
