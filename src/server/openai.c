@@ -655,6 +655,8 @@ static int parse_prompt(const cJSON *o, const ts_json_carry carry[2], ts_api_req
         if (n > 1)
             return BAD(e, "unsupported_parameter", "prompt",
                        "several prompts in one request are not supported: send one request per prompt");
+        if (cJSON_IsArray(p->child) && !p->child->child)
+            return BAD(e, "invalid_value", "prompt[0]", "'prompt[0]' is an empty array");
         if (cJSON_IsArray(p->child)) return token_ids(p->child, "prompt[0]", r, e);
         p = p->child, c = &carry[1];
         if (!cJSON_IsString(p))

@@ -158,6 +158,7 @@ static void test_completion_prompts(void **state) {
     assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[[1,2]]}", &r, &e), 0);
     assert_int_equal(r.prompt_ids.n, 2);
     ts_api_request_free(&r);
+    refused(TS_API_COMPLETION, "{\"prompt\":[[]]}", 400, "prompt[0]", "invalid_value"); /* found by fuzzing */
     /* \u0000 in a prompt is carried whole: the tokenizer takes the text with its length */
     assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":\"ab\\u0000cd\"}", &r, &e), 0);
     assert_int_equal(r.prompt_len, 5);
