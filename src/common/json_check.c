@@ -1,4 +1,5 @@
-/* JSON strings checked before cJSON reads them (see json_check.h). */
+/* JSON strings checked before cJSON reads them (include/turbospark.h, "JSON text"; the library's own
+ * use: json_check.h). */
 #include "common/json_check.h"
 
 #include "common/error.h"

@@ -54,7 +54,7 @@ static const char *param_type(const cJSON *tools, const char *fn, const char *pa
     return NULL;
 }
 
-/* Whether JSON text s[0..n) holds a string cJSON would read wrongly (json_check.h): a NUL would cut a
+/* Whether JSON text s[0..n) holds a string cJSON would read wrongly (ts_json_check): a NUL would cut a
  * name or an argument short, so such a block is no call and stays in the content as written. */
 static bool json_unsafe(const char *s, size_t n) {
     ts_json_issue is;

@@ -1,8 +1,6 @@
 /* OpenAI request parsing and response writing (see openai.h). */
 #include "server/openai.h"
 
-#include "common/json_check.h"
-
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -122,10 +120,10 @@ static bool valid_utf8(const char *s, size_t n) {
     return bad == 0;
 }
 
-/* Every string of a body, keys included, checked before cJSON reads it (common/json_check.h): a
- * NUL (\u0000) is refused by the field's name unless `carry` lists the field (a text taken with
- * its length), and so are lone surrogate escapes and invalid UTF-8; a \u escape without four hex
- * digits, which cJSON would read as \u0000, is not JSON. */
+/* Every string of a body, keys included, checked before cJSON reads it (ts_json_check in
+ * turbospark.h): a NUL (\u0000) is refused by the field's name unless `carry` lists the field (a
+ * text taken with its length), and so are lone surrogate escapes and invalid UTF-8; a \u escape
+ * without four hex digits (cJSON would read it as \u0000) or that JSON does not have is not JSON. */
 static int check_strings(const char *body, size_t n, ts_json_carry *carry, int n_carry, ts_api_error *e) {
     ts_json_issue is;
     if (!ts_json_check(body, n, carry, n_carry, &is)) return 0;

@@ -21,7 +21,7 @@
  * logprobs (chat: true, with top_logprobs 0 to 20; completions: 0 to 20).
  *
  * Strings: every string of a body, keys and fields the server ignores included, is checked before
- * cJSON reads it (common/json_check.h). cJSON ends a C string at \u0000, so a NUL is refused with a
+ * cJSON reads it (ts_json_check in turbospark.h). cJSON ends a C string at \u0000, so a NUL is refused with a
  * 400 naming the field ("'messages[2].content' contains a NUL character (\u0000), which this server
  * cannot carry"), except in the two texts that go to the tokenizer with their length, a completion's
  * prompt and /tokenize's content, which carry it whole. Lone surrogate escapes and raw bytes that are

@@ -11,7 +11,7 @@
  *     holds the escape is refused; a completion's text prompt is valid UTF-8, agrees with cJSON's
  *     string up to its first NUL and holds a NUL only when the body has the escape; the same body
  *     as /tokenize's {"content"} likewise;
- *   - the string check (common/json_check.h) on the body itself: when it finds nothing and cJSON
+ *   - the string check (ts_json_check) on the body itself: when it finds nothing and cJSON
  *     parses the body, the body holds no \u0000 and every string and key of the tree is valid UTF-8;
  *   - ts_api_clip never cuts a character and stays within its buffer;
  *   - a slot action's file name (the same body read as {"filename"}) is accepted only when it is a

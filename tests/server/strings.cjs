@@ -1,6 +1,7 @@
-// Strings cJSON would read wrongly (src/common/json_check.h): the escape \u0000 ends a C string, so
-// a field holding it would silently lose its tail. A completion's prompt and /tokenize's content are
-// carried whole (the tokenizer takes a length): the answer is that of the whole text. Every other
+// Strings cJSON would read wrongly (ts_json_check, include/turbospark.h): the escape \u0000 ends a
+// C string, so a field holding it would silently lose its tail. A completion's prompt and
+// /tokenize's content are carried whole (the tokenizer takes a length): the answer is that of the
+// whole text. Every other
 // string holding it is refused with a 400 naming the field, on every endpoint that takes text; lone
 // surrogate escapes and raw bytes that are not UTF-8 are refused everywhere, never replaced.
 // Env: SV_URL (a server of the demo model with its own template).

@@ -209,7 +209,7 @@ static void test_chat_apply_refusals(void **state) {
                       "enable_thinking must be true or false");
     expect_chat_error(chatml, user, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL,
                       "tools");
-    /* a NUL (\u0000) would end a cJSON string early: refused by its place (common/json_check.h) */
+    /* a NUL (\u0000) would end a cJSON string early: refused by its place (ts_json_check) */
     expect_chat_error(qwen3, "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]", NULL, NULL,
                       "the messages: '[0].content' contains a NUL character (\\u0000)");
     expect_chat_error(qwen3, user, "[{\"type\": \"function\", \"function\": {\"name\": \"f\\u0000\"}}]", NULL,

@@ -287,7 +287,7 @@ static void test_refusals(void **state) {
         {"[1]", "must be an object"},
         {"{\"type\":\"string\",\"maxLength\":100000}", "more than 100000 grammar rules"},
         {"{", "not valid JSON"},
-        /* strings cJSON would cut short or misread (common/json_check.h) */
+        /* strings cJSON would cut short or misread (ts_json_check) */
         {"{\"const\":\"a\\u0000b\"}", "the JSON schema: 'const' contains a NUL character"},
         {"{\"properties\":{\"a\\u0000\":{}}}", "a key of 'properties' contains a NUL"},
         {"{\"enum\":[\"\\udc00\"]}", "'enum[0]' holds the lone surrogate"},

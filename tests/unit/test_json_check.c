@@ -1,4 +1,4 @@
-/* common/json_check.h: the strings of a JSON text checked before cJSON reads them.
+/* ts_json_check (include/turbospark.h): the strings of a JSON text checked before cJSON reads them.
  *   - \u0000 is found in values and keys, with the path of the field ("messages[1].content"), and
  *     not behind an escaped backslash; a carried path may hold it and its token decodes to the
  *     whole text, NUL bytes included (the first of equal keys, as cJSON reads them);

@@ -792,7 +792,7 @@ static void test_error_utf8(void **state) {
     assert_int_equal(ts_utf8_sanitize(out.s, out.n, &clean), 0); /* valid UTF-8 */
     cJSON_Delete(parse_json(out.s, out.n));
     ts_text_free(&out), ts_text_free(&clean);
-    /* an invalid byte in a body is refused before anything echoes it (json_check.h) ... */
+    /* an invalid byte in a body is refused before anything echoes it (ts_json_check) ... */
     body[22] = (char)0xff;
     assert_int_equal(parse(TS_API_CHAT, body, &r, &e), -1);
     assert_string_equal(e.param, "messages[0].role");

@@ -65,7 +65,7 @@ static const fixture k_fix[] = {
     {"<tool_call>\nnot json\n</tool_call> after", "<tool_call>\nnot json\n</tool_call> after", 0, {0}, {0}},
     {"<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", 0, {0}, {0}},
     /* a string cJSON would cut short (\u0000) or misread (\uZZZZ reads as \u0000): no call, the block
-     * stays content as written (common/json_check.h) */
+     * stays content as written (ts_json_check) */
     {"<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a\\u0000b\"}}</tool_call>",
      "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a\\u0000b\"}}</tool_call>",
      0,
