@@ -3,6 +3,7 @@
 #include "convert/hf_config.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -424,6 +425,7 @@ static int read_json(const char *path, const char *what, cJSON **out, char *err,
         return failed ? ts_errf(err, errlen, "cannot read %s", path)
                       : ts_errf(err, errlen, "%s is larger than 16 MiB; that is not a %s", path, what);
     }
+    if (ts_json_check_text(path, text, n, "a config", err, errlen)) return free(text), -1;
     cJSON *root = cJSON_ParseWithLength(text, n);
     const char *stop = root ? NULL : cJSON_GetErrorPtr();
     size_t at = stop && stop >= text && stop <= text + n ? (size_t)(stop - text) : n;

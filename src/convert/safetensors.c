@@ -6,6 +6,7 @@
 #include "convert/safetensors.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 #include "common/half.h"
 
 #include <cjson/cJSON.h>
@@ -256,6 +257,9 @@ static int add_file(ts_st *st, const char *path, char *err, size_t errlen) {
     const char *hdr = (const char *)f->map + 8;
     if (hlen == 0 || hdr[0] != '{')
         return ts_errf(err, errlen, "%s: the header does not start with a JSON object", path);
+    char what[4200]; /* a name cut at \u0000 by cJSON could pass for another tensor's: refused */
+    snprintf(what, sizeof what, "%s: the header", path);
+    if (ts_json_check_text(what, hdr, (size_t)hlen, "a tensor table", err, errlen)) return -1;
     const char *end_parse = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end_parse, false);
     if (!root || !cJSON_IsObject(root)) {
@@ -378,6 +382,7 @@ static int open_index(ts_st *st, const char *dir, const char *index_path, char *
     size_t len;
     char *text = slurp(index_path, 256u << 20, &len, err, errlen);
     if (!text) return -1;
+    if (ts_json_check_text(index_path, text, len, "a tensor index", err, errlen)) return free(text), -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;

@@ -57,6 +57,7 @@ extern "C" {
 #include "cuda/matvec_mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
+#include "cuda/rows.cuh"
 #include "cuda/unit_dot.cuh"
 
 #include <cuda_bf16.h>
@@ -823,31 +824,7 @@ extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, i
 }
 
 extern "C" bool ts_cuda_matmul_supports(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_F32:
-    case TS_TYPE_F16:
-    case TS_TYPE_BF16:
-    case TS_TYPE_Q8_0:
-    case TS_TYPE_Q4_0:
-    case TS_TYPE_Q5_0:
-    case TS_TYPE_Q5_1:
-    case TS_TYPE_IQ4_NL:
-    case TS_TYPE_Q4_K:
-    case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K:
-    case TS_TYPE_Q2_K:
-    case TS_TYPE_Q3_K:
-    case TS_TYPE_IQ2_XXS:
-    case TS_TYPE_IQ2_XS:
-    case TS_TYPE_IQ2_S:
-    case TS_TYPE_IQ3_XXS:
-    case TS_TYPE_IQ3_S:
-    case TS_TYPE_IQ1_S:
-    case TS_TYPE_IQ1_M:
-        return true;
-    default:
-        return false;
-    }
+    return row_type_supported(type); // one list of the types the decoders take (rows.cuh)
 }
 
 extern "C" void ts_cuda_matmul_force_rows_per_warp(int rows) {

@@ -6,6 +6,7 @@
 #include "turbospark.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 #include "tokenizer/chat.h"
 
 #include <cjson/cJSON.h>
@@ -34,6 +35,8 @@ static const char *json_text(chat_input *in, const cJSON *v) {
 }
 
 static int parse(const char *what, const char *text, int want_array, cJSON **out, char *err, size_t errlen) {
+    *out = NULL; /* a NUL (\\u0000) would end a cJSON string early: refused, as the server refuses it */
+    if (ts_json_check_text(what, text, strlen(text), "a chat's rendering", err, errlen)) return -1;
     *out = cJSON_Parse(text);
     if (!*out) return ts_errf(err, errlen, "%s is not valid JSON", what);
     if (want_array ? !cJSON_IsArray(*out) : !cJSON_IsObject(*out))

@@ -3,6 +3,7 @@
 #include "engine/json_schema.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -97,8 +98,18 @@ static int ws(cx *c) {
     return c->ws = r;
 }
 
+/* The class of the bytes of chars. */
+static int cls_of(cx *c, const char *chars) {
+    uint64_t b[4] = {0};
+    for (const char *p = chars; *p; p++) b[(unsigned char)*p >> 6] |= 1ull << (*p & 63);
+    return ts_grammar_class(c->g, b);
+}
+
 /* One character of a string: plain bytes (any byte >= 0x80 counts as one: fast, for free strings),
- * or escapes; utf8: a whole UTF-8 character (for minLength / maxLength). */
+ * or escapes; utf8: a whole UTF-8 character (for minLength / maxLength). A \u escape stands for a
+ * Unicode character other than NUL: \u0000 and lone surrogates are left out (a reader that makes C
+ * strings, cJSON's tool-call parsing among them, would cut the string there or refuse it), and a
+ * surrogate pair is one character. */
 static int chr(cx *c, bool utf8) {
     int *slot = utf8 ? &c->chr_u8 : &c->chr;
     if (*slot) return *slot;
@@ -106,15 +117,31 @@ static int chr(cx *c, bool utf8) {
     uint64_t plain[4] = {0};
     for (int b = 0x20; b < (utf8 ? 0x80 : 0x100); b++)
         if (b != '"' && b != '\\') plain[b >> 6] |= 1ull << (b & 63);
-    uint64_t esc[4] = {0}, hex[4] = {0};
-    for (const char *p = "\"\\/bfnrt"; *p; p++) esc[(unsigned char)*p >> 6] |= 1ull << (*p & 63);
-    for (const char *p = "0123456789abcdefABCDEF"; *p; p++) hex[(unsigned char)*p >> 6] |= 1ull << (*p & 63);
-    int r = new_rule(c), cont = cls(c, 0x80, 0xbf), h = ts_grammar_class(c->g, hex);
+    /* factored so that the matcher's stacks part only after the bytes they share (as fast as one
+     * escape rule): chr ::= plain | "\\" esc;  esc ::= ["\\/bfnrt] | "u" u4;
+     * u4 ::= [1-9a-cA-Ce-fE-F] h h h | [dD] d3 | "0" z3  (1000-CFFF, E000-FFFF; D...; 0...)
+     * d3 ::= [0-7] h h | [89abAB] h h "\\u" [dD] [c-fC-F] h h  (D000-D7FF; a pair)
+     * z3 ::= nz h h | "0" nz h | "00" nz  (0100-0FFF, 0010-00FF, 0001-000F) */
+    int r = new_rule(c), esc = new_rule(c), u4 = new_rule(c), d3 = new_rule(c), z3 = new_rule(c);
+    int cont = cls(c, 0x80, 0xbf), h = cls_of(c, "0123456789abcdefABCDEF");
+    int nz = cls_of(c, "123456789abcdefABCDEF"), d = cls_of(c, "dD");
     ts_gseq_class(&s, ts_grammar_class(c->g, plain)), alt(c, r, &s);
-    lit(c, &s, "\\"), ts_gseq_class(&s, ts_grammar_class(c->g, esc)), alt(c, r, &s);
-    lit(c, &s, "\\u");
-    for (int i = 0; i < 4; i++) ts_gseq_class(&s, h);
-    alt(c, r, &s);
+    lit(c, &s, "\\"), ts_gseq_ref(&s, esc), alt(c, r, &s);
+    ts_gseq_class(&s, cls_of(c, "\"\\/bfnrt")), alt(c, esc, &s);
+    lit(c, &s, "u"), ts_gseq_ref(&s, u4), alt(c, esc, &s);
+    ts_gseq_class(&s, cls_of(c, "123456789abcABCefEF"));
+    for (int i = 0; i < 3; i++) ts_gseq_class(&s, h);
+    alt(c, u4, &s);
+    ts_gseq_class(&s, d), ts_gseq_ref(&s, d3), alt(c, u4, &s);
+    lit(c, &s, "0"), ts_gseq_ref(&s, z3), alt(c, u4, &s);
+    ts_gseq_class(&s, cls_of(c, "01234567")), ts_gseq_class(&s, h), ts_gseq_class(&s, h), alt(c, d3, &s);
+    ts_gseq_class(&s, cls_of(c, "89abAB")), ts_gseq_class(&s, h), ts_gseq_class(&s, h), lit(c, &s, "\\u");
+    ts_gseq_class(&s, d), ts_gseq_class(&s, cls_of(c, "cdefCDEF")), ts_gseq_class(&s, h),
+        ts_gseq_class(&s, h);
+    alt(c, d3, &s);
+    ts_gseq_class(&s, nz), ts_gseq_class(&s, h), ts_gseq_class(&s, h), alt(c, z3, &s);
+    lit(c, &s, "0"), ts_gseq_class(&s, nz), ts_gseq_class(&s, h), alt(c, z3, &s);
+    lit(c, &s, "00"), ts_gseq_class(&s, nz), alt(c, z3, &s);
     if (utf8) {
         ts_gseq_class(&s, cls(c, 0xc2, 0xdf)), ts_gseq_class(&s, cont), alt(c, r, &s);
         ts_gseq_class(&s, cls(c, 0xe0, 0xef)), ts_gseq_class(&s, cont), ts_gseq_class(&s, cont),
@@ -449,6 +476,10 @@ int ts_json_schema_grammar(const char *schema, ts_grammar **out, char *err, size
     if (!schema) {
         body = object_any(&c, -1);
     } else {
+        if (ts_json_check_text("the JSON schema", schema, strlen(schema), "a grammar", err, errlen)) {
+            ts_grammar_free(c.g);
+            return -1;
+        }
         cJSON *sc = cJSON_Parse(schema);
         if (!sc) fail(&c, "the JSON schema is not valid JSON%s%s", "", "");
         body = compile(&c, sc, 0);
@@ -462,6 +493,11 @@ int ts_tool_call_grammar(const char *tools_json, const char *only, bool parallel
     *out = NULL;
     cx c = {.g = ts_grammar_new(), .err = err, .errlen = errlen};
     if (!c.g) return ts_errf(err, errlen, "out of memory building a grammar");
+    if (tools_json &&
+        ts_json_check_text("the tools", tools_json, strlen(tools_json), "a grammar", err, errlen)) {
+        ts_grammar_free(c.g);
+        return -1;
+    }
     cJSON *tools = cJSON_Parse(tools_json ? tools_json : "");
     if (!cJSON_IsArray(tools)) fail(&c, "the tools are not a JSON array%s%s", "", "");
     ts_gseq s = {0};

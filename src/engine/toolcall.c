@@ -2,6 +2,7 @@
 #include "engine/toolcall.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -11,6 +12,9 @@ static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
 
 int ts_toolcall_init(ts_toolcall_parser *p, const char *tools_json, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
+    if (tools_json &&
+        ts_json_check_text("the tools", tools_json, strlen(tools_json), "the tool-call parser", err, errlen))
+        return -1;
     if (tools_json && !(p->tools = cJSON_Parse(tools_json)))
         return ts_errf(err, errlen, "the tools are not valid JSON");
     return 0;
@@ -50,9 +54,17 @@ static const char *param_type(const cJSON *tools, const char *fn, const char *pa
     return NULL;
 }
 
+/* Whether JSON text s[0..n) holds a string cJSON would read wrongly (ts_json_check): a NUL would cut a
+ * name or an argument short, so such a block is no call and stays in the content as written. */
+static bool json_unsafe(const char *s, size_t n) {
+    ts_json_issue is;
+    return ts_json_check(s, n, NULL, 0, &is) != 0;
+}
+
 /* <function=NAME> (<parameter=P>\nVALUE\n</parameter>)* </function> */
 static int parse_xml(const cJSON *tools, const char *s, size_t n, char **name, char **arguments) {
     const char *e = s + n, *p = s + 10; /* past "<function=" */
+    if (memchr(s, 0, n)) return -1;     /* a NUL byte: names and values are C strings below */
     const char *gt = memchr(p, '>', (size_t)(e - p));
     if (!gt || gt == p) return -1;
     char *fn = dup_n(p, (size_t)(gt - p));
@@ -81,7 +93,7 @@ static int parse_xml(const cJSON *tools, const char *s, size_t n, char **name, c
         char *val = dup_n(v, (size_t)(ve - v));
         const char *ty = param_type(tools, fn, pn);
         cJSON *j = NULL;
-        if (val && !(ty && !strcmp(ty, "string"))) {
+        if (val && !(ty && !strcmp(ty, "string")) && !json_unsafe(val, strlen(val))) {
             j = cJSON_Parse(val);
             if (j && cJSON_IsString(j) && !ty) cJSON_Delete(j), j = NULL; /* quoted text stays text */
         }
@@ -109,7 +121,7 @@ int ts_toolcall_parse_body(const void *tools, const char *s, size_t n, char **na
     while (n && is_ws(s[n - 1])) n--;
     *name = *arguments = NULL;
     if (n >= 10 && !memcmp(s, "<function=", 10)) return parse_xml(tools, s, n, name, arguments);
-    if (!n || *s != '{') return -1;
+    if (!n || *s != '{' || memchr(s, 0, n) || json_unsafe(s, n)) return -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(s, n, &end, false);
     if (!o || end != s + n) return cJSON_Delete(o), -1;

@@ -120,6 +120,39 @@ static bool valid_utf8(const char *s, size_t n) {
     return bad == 0;
 }
 
+/* Every string of a body, keys included, checked before cJSON reads it (ts_json_check in
+ * turbospark.h): a NUL (\u0000) is refused by the field's name unless `carry` lists the field (a
+ * text taken with its length), and so are lone surrogate escapes and invalid UTF-8; a \u escape
+ * without four hex digits (cJSON would read it as \u0000) or that JSON does not have is not JSON. */
+static int check_strings(const char *body, size_t n, ts_json_carry *carry, int n_carry, ts_api_error *e) {
+    ts_json_issue is;
+    if (!ts_json_check(body, n, carry, n_carry, &is)) return 0;
+    char msg[sizeof e->message];
+    ts_json_issue_text(&is, "this server", msg, sizeof msg);
+    if (is.kind == TS_JSON_BAD_ESCAPE)
+        return BAD(e, "invalid_json", NULL, "the request body is not valid JSON: %s", msg);
+    return BAD(e, "invalid_value", is.path[0] ? is.path : NULL, "%s", msg);
+}
+
+/* The text of the string v that the check carried (c: a NUL allowed), NUL bytes included, as a
+ * copy in *out (a malloc'd, NUL-terminated buffer) with its length. 0, −1 with e, −2 out of memory. */
+static int carried_text(const cJSON *v, const ts_json_carry *c, char **out, size_t *n, ts_api_error *e) {
+    ts_text t = {0};
+    if (!c || !c->tok || !c->nul) { /* no NUL: cJSON's string is the whole text */
+        if (ts_text_append(&t, v->valuestring, strlen(v->valuestring))) return -2;
+    } else {
+        if (ts_json_decode(c->tok, c->n, &t)) return ts_text_free(&t), -2;
+        if (strcmp(t.s, v->valuestring) != 0) { /* not the string cJSON read: never guess */
+            ts_text_free(&t);
+            return BAD(e, "invalid_value", c->path,
+                       "'%s' contains a NUL character (\\u0000), which this server cannot carry here",
+                       c->path);
+        }
+    }
+    *out = t.s, *n = t.n;
+    return 0;
+}
+
 /* ---- fields refused by name ----------------------------------------------------------------- */
 
 static int refuse_unsupported(const cJSON *o, ts_api_kind kind, ts_api_error *e) {
@@ -607,8 +640,11 @@ static int token_ids(const cJSON *a, const char *pname, ts_api_request *r, ts_ap
     return 0;
 }
 
-static int parse_prompt(const cJSON *o, ts_api_request *r, ts_api_error *e) {
+/* carry: what the string check found at "prompt" and "prompt[0]" (a prompt may hold NUL: the
+ * tokenizer takes its length). */
+static int parse_prompt(const cJSON *o, const ts_json_carry carry[2], ts_api_request *r, ts_api_error *e) {
     const cJSON *p = member(o, "prompt");
+    const ts_json_carry *c = &carry[0];
     if (!p) return BAD(e, "missing_required_parameter", "prompt", "'prompt' is required");
     if (cJSON_IsArray(p)) {
         int n = cJSON_GetArraySize(p);
@@ -617,8 +653,10 @@ static int parse_prompt(const cJSON *o, ts_api_request *r, ts_api_error *e) {
         if (n > 1)
             return BAD(e, "unsupported_parameter", "prompt",
                        "several prompts in one request are not supported: send one request per prompt");
+        if (cJSON_IsArray(p->child) && !p->child->child)
+            return BAD(e, "invalid_value", "prompt[0]", "'prompt[0]' is an empty array");
         if (cJSON_IsArray(p->child)) return token_ids(p->child, "prompt[0]", r, e);
-        p = p->child;
+        p = p->child, c = &carry[1];
         if (!cJSON_IsString(p))
             return BAD(e, "invalid_type", "prompt[0]",
                        "'prompt[0]' must be a string or an array of token ids");
@@ -627,9 +665,9 @@ static int parse_prompt(const cJSON *o, ts_api_request *r, ts_api_error *e) {
         return BAD(e, "invalid_type", "prompt",
                    "'prompt' must be a string, an array of token ids or a one-element array, not %s",
                    type_name(p));
-    r->prompt_len = strlen(p->valuestring);
-    if (!(r->prompt = own_copy(r, p->valuestring, r->prompt_len))) return -2;
-    return 0;
+    int rc = carried_text(p, c, &r->prompt, &r->prompt_len, e);
+    if (!rc && own(r, r->prompt)) free(r->prompt), r->prompt = NULL, rc = -2;
+    return rc;
 }
 
 /* JSON values in s[0..n) (keys included), counting stops past max. Not a validator: malformed
@@ -708,6 +746,8 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
             "the request body holds more than %zu JSON values, this server's limit (it allows 8 "
             "per token of context): a prompt or message list that long cannot fit the context",
             max_values);
+    ts_json_carry carry[2] = {{.path = "prompt"}, {.path = "prompt[0]"}};
+    if (check_strings(body, n, carry, kind == TS_API_COMPLETION ? 2 : 0, e)) return -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, n, &end, false);
     if (!o) {
@@ -726,7 +766,7 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
     if (!rc) rc = refuse_unsupported(o, kind, e);
     if (!rc) rc = parse_choices(o, kind, r, e);
     if (!rc) rc = parse_common(o, r, e);
-    if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    if (!rc) rc = kind == TS_API_CHAT ? parse_messages(o, r, e) : parse_prompt(o, carry, r, e);
     if (!rc && kind == TS_API_CHAT) rc = parse_tools(o, r, e);
     if (!rc) rc = parse_llama_constraints(o, r, e);
     char serr[256];
@@ -744,7 +784,8 @@ int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_
 }
 
 /* A JSON object body for the small endpoints (the same limits as ts_api_parse). */
-static cJSON *parse_object(const char *body, size_t n, size_t max_values, ts_api_error *e) {
+static cJSON *parse_object(const char *body, size_t n, size_t max_values, ts_json_carry *carry, int n_carry,
+                           ts_api_error *e) {
     memset(e, 0, sizeof *e);
     if (memchr(body, 0, n))
         return BAD(e, "invalid_json", NULL, "the request body holds a NUL byte: not JSON text"), NULL;
@@ -753,6 +794,7 @@ static cJSON *parse_object(const char *body, size_t n, size_t max_values, ts_api
                            "the request body holds more than %zu JSON values, this server's limit",
                            max_values),
                NULL;
+    if (check_strings(body, n, carry, n_carry, e)) return NULL;
     cJSON *o = cJSON_ParseWithLength(body, n);
     if (!o) return BAD(e, "invalid_json", NULL, "the request body is not valid JSON"), NULL;
     if (!cJSON_IsObject(o)) {
@@ -767,7 +809,8 @@ int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_
                           ts_api_error *e) {
     memset(r, 0, sizeof *r);
     r->parse_special = true;
-    cJSON *o = parse_object(body, n, max_values, e);
+    ts_json_carry carry = {.path = "content"}; /* the text may hold NUL: the tokenizer takes its length */
+    cJSON *o = parse_object(body, n, max_values, &carry, 1, e);
     if (!o) return -1;
     const cJSON *c = member(o, "content"), *v;
     int rc = 0;
@@ -778,13 +821,8 @@ int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_
     if (!rc && (v = member(o, "add_special"))) rc = want_bool(v, "add_special", &r->add_special, e);
     if (!rc && (v = member(o, "parse_special"))) rc = want_bool(v, "parse_special", &r->parse_special, e);
     if (!rc && (v = member(o, "with_pieces"))) rc = want_bool(v, "with_pieces", &r->with_pieces, e);
-    if (!rc) {
-        r->n_content = strlen(c->valuestring);
-        if (!(r->content = malloc(r->n_content + 1)))
-            rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-        else
-            memcpy(r->content, c->valuestring, r->n_content + 1);
-    }
+    if (!rc && (rc = carried_text(c, &carry, &r->content, &r->n_content, e)) == -2)
+        rc = ts_api_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
     cJSON_Delete(o);
     return rc;
 }
@@ -792,7 +830,7 @@ int ts_api_parse_tokenize(const char *body, size_t n, size_t max_values, ts_api_
 int ts_api_parse_detokenize(const char *body, size_t n, size_t max_values, int32_t n_vocab, ts_tokens *ids,
                             ts_api_error *e) {
     *ids = (ts_tokens){0};
-    cJSON *o = parse_object(body, n, max_values, e);
+    cJSON *o = parse_object(body, n, max_values, NULL, 0, e);
     if (!o) return -1;
     const cJSON *a = member(o, "tokens"), *t;
     int rc = 0, i = 0;
@@ -853,20 +891,9 @@ const char *ts_api_filename_problem(const char *s, size_t n) {
     return NULL;
 }
 
-/* Whether the body's JSON text holds the escape \u0000 (cJSON ends a string there, so a name would
- * silently lose its tail). */
-static bool has_nul_escape(const char *body, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (body[i] != '\\') continue;
-        if (body[i + 1] == 'u' && i + 5 < n && !memcmp(body + i + 2, "0000", 4)) return true;
-        i++; /* the escaped character */
-    }
-    return false;
-}
-
 int ts_api_parse_slot_file(const char *body, size_t n, size_t max_values, char **filename, ts_api_error *e) {
     *filename = NULL;
-    cJSON *o = parse_object(body, n, max_values, e);
+    cJSON *o = parse_object(body, n, max_values, NULL, 0, e);
     if (!o) return -1;
     const cJSON *f = member(o, "filename");
     const char *why = NULL;
@@ -876,9 +903,7 @@ int ts_api_parse_slot_file(const char *body, size_t n, size_t max_values, char *
                  "'filename' is required (a file name in the slot directory)");
     else if (!cJSON_IsString(f))
         rc = BAD(e, "invalid_type", "filename", "'filename' must be a string, not %s", type_name(f));
-    else if ((why = has_nul_escape(body, n)
-                        ? "it holds a control character"
-                        : ts_api_filename_problem(f->valuestring, strlen(f->valuestring)))) {
+    else if ((why = ts_api_filename_problem(f->valuestring, strlen(f->valuestring)))) {
         char clip[136];
         rc = BAD(e, "invalid_value", "filename",
                  "invalid filename '%s': %s; give a plain file name in the slot directory",
@@ -960,8 +985,10 @@ int ts_api_error_json(const ts_api_error *e, ts_text *out) {
     rc |= put(out, ",\"type\":");
     rc |= ts_json_string(out, e->type ? e->type : "invalid_request_error",
                          strlen(e->type ? e->type : "invalid_request_error"));
-    rc |= put(out, ",\"param\":");
-    rc |= e->param[0] ? ts_json_string(out, e->param, strlen(e->param)) : put(out, "null");
+    rc |= put(out, ",\"param\":"); /* a field's path may hold a client's key: sanitized as well */
+    if (ts_utf8_sanitize(e->param, strlen(e->param), &msg) < 0) return -1;
+    rc |= e->param[0] ? ts_json_string(out, msg.s, msg.n) : put(out, "null");
+    ts_text_free(&msg);
     rc |= put(out, ",\"code\":");
     rc |= e->code ? ts_json_string(out, e->code, strlen(e->code)) : put(out, "null");
     rc |= put(out, "}}");

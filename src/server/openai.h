@@ -20,6 +20,14 @@
  * gbnf.h) and top-level json_schema on both endpoints; n (1 to TS_API_MAX_CHOICES choices);
  * logprobs (chat: true, with top_logprobs 0 to 20; completions: 0 to 20).
  *
+ * Strings: every string of a body, keys and fields the server ignores included, is checked before
+ * cJSON reads it (ts_json_check in turbospark.h). cJSON ends a C string at \u0000, so a NUL is refused with a
+ * 400 naming the field ("'messages[2].content' contains a NUL character (\u0000), which this server
+ * cannot carry"), except in the two texts that go to the tokenizer with their length, a completion's
+ * prompt and /tokenize's content, which carry it whole. Lone surrogate escapes and raw bytes that are
+ * not UTF-8 are refused the same way (code invalid_value); a \u escape without four hex digits is
+ * invalid JSON.
+ *
  * Responses are written by hand with a JSON string escaper (generated text may hold any valid
  * UTF-8, NUL included). */
 #ifndef TS_SERVER_OPENAI_H
@@ -116,13 +124,15 @@ const char *ts_api_clip(const char *s, size_t max, char *buf, size_t buflen);
  * objects; keys count too) are counted by a scan that allocates nothing; a body of more than
  * max_values (0: no limit) is refused with 413. The tree then costs at most about 64 bytes a value
  * plus the body's string bytes, whatever the body holds (an 8 MiB array of token ids would
- * otherwise be ~4 M values, ~350 MB). */
+ * otherwise be ~4 M values, ~350 MB). A text prompt is r->prompt[0 .. prompt_len), which may hold
+ * NUL bytes (above). */
 int ts_api_parse(ts_api_kind kind, const char *body, size_t n, const ts_sampler_params *defaults,
                  size_t max_values, ts_api_request *r, ts_api_error *e);
 void ts_api_request_free(ts_api_request *r);
 
 /* llama-server's POST /tokenize body: {"content": string, "add_special": false, "parse_special":
- * true, "with_pieces": false}. *content points into a copy the caller frees. 0, or −1 with e. */
+ * true, "with_pieces": false}. *content is a copy the caller frees, n_content bytes (NUL bytes of
+ * \u0000 included) and a NUL after them. 0, or −1 with e. */
 typedef struct ts_api_tokenize {
     char *content;
     size_t n_content;

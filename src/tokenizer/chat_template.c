@@ -3,6 +3,7 @@
 #include "tokenizer/chat.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -92,7 +93,10 @@ static cJSON *tool_call_json(const ts_chat_tool_call *c) {
     cJSON_AddItemToObject(call, "type", cJSON_CreateString("function"));
     cJSON_AddItemToObject(call, "function", fn);
     cJSON_AddItemToObject(fn, "name", cJSON_CreateString(c->name ? c->name : ""));
-    cJSON *args = c->arguments ? cJSON_Parse(c->arguments) : NULL;
+    ts_json_issue is; /* text cJSON would read wrongly (a \\u0000 cut short) stays text */
+    cJSON *args = c->arguments && !ts_json_check(c->arguments, strlen(c->arguments), NULL, 0, &is)
+                      ? cJSON_Parse(c->arguments)
+                      : NULL;
     if (args && !cJSON_IsObject(args)) cJSON_Delete(args), args = NULL;
     cJSON_AddItemToObject(fn, "arguments",
                           args ? args : cJSON_CreateString(c->arguments ? c->arguments : ""));

@@ -9,6 +9,7 @@
 #include "turbospark.h"
 
 #include "common/error.h"
+#include "common/json_check.h"
 #include "gguf/gguf.h"
 
 #include <cjson/cJSON.h>
@@ -59,6 +60,13 @@ static cJSON *load_json(const char *dir, const char *name, bool required, char *
     char *text = slurp(dir, name, (size_t)1 << 30, &absent, err, errlen);
     if (!text) {
         if (!absent || required) *rc = absent ? ts_errf(err, errlen, "%s has no %s", dir, name) : -1;
+        return NULL;
+    }
+    char what[4200]; /* a token cut at \u0000 by cJSON would alias another: refused */
+    snprintf(what, sizeof what, "%s/%s", dir, name);
+    if (ts_json_check_text(what, text, strlen(text), "the tokenizer", err, errlen)) {
+        free(text);
+        *rc = -1;
         return NULL;
     }
     cJSON *j = cJSON_Parse(text);

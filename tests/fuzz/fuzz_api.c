@@ -7,12 +7,19 @@
  *   - an accepted request is consistent: chat has 1+ messages with a role and content, a completion
  *     has a prompt (text or ids), at most 16 stop strings of valid UTF-8, and sampling values the
  *     sampler accepts as they are (ts_sampler_check);
+ *   - no string is cut short by \u0000 (cJSON ends its C strings there): a chat request whose body
+ *     holds the escape is refused; a completion's text prompt is valid UTF-8, agrees with cJSON's
+ *     string up to its first NUL and holds a NUL only when the body has the escape; the same body
+ *     as /tokenize's {"content"} likewise;
+ *   - the string check (ts_json_check) on the body itself: when it finds nothing and cJSON
+ *     parses the body, the body holds no \u0000 and every string and key of the tree is valid UTF-8;
  *   - ts_api_clip never cuts a character and stays within its buffer;
  *   - a slot action's file name (the same body read as {"filename"}) is accepted only when it is a
  *     plain name: valid UTF-8, no path separator, no "..".
  * libFuzzer: fuzz_api (tests/fuzz/CMakeLists.txt, scripts/fuzz.sh api). Without it, api_replay runs
  * every file of tests/fuzz/corpus_api through the same body (a test of the default suite, under
  * ASan + UBSan in the sanitizer build). */
+#include "common/json_check.h"
 #include "engine/sampler.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +45,38 @@ static bool valid_utf8(const char *s, size_t n) {
     return bad == 0;
 }
 
+/* Whether the text holds the escape \u0000 (an odd run of backslashes before "u0000"). */
+static bool has_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return true;
+        i++; /* the escaped character */
+    }
+    return false;
+}
+
+/* A text the request carries with its length (a NUL allowed) against cJSON's reading of the field
+ * (obj.key, or obj.key[0] when that is an array): the same up to the first NUL, valid UTF-8,
+ * NUL-terminated, and a NUL only when the body holds \u0000. */
+static void check_carried(const char *body, size_t n, const char *key, const char *s, size_t len) {
+    cJSON *j = cJSON_ParseWithLength(body, n), *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (cJSON_IsArray(v)) v = v->child;
+    CHECK(cJSON_IsString(v) && strcmp(v->valuestring, s) == 0);
+    CHECK(s[len] == 0 && len >= strlen(s) && valid_utf8(s, len));
+    if (len > strlen(s)) CHECK(has_nul_escape(body, n));
+    cJSON_Delete(j);
+}
+
+/* Every string and key of a tree is valid UTF-8. */
+static bool tree_utf8(const cJSON *v) {
+    for (; v; v = v->next) {
+        if (v->string && !valid_utf8(v->string, strlen(v->string))) return false;
+        if (cJSON_IsString(v) && !valid_utf8(v->valuestring, strlen(v->valuestring))) return false;
+        if (v->child && !tree_utf8(v->child)) return false;
+    }
+    return true;
+}
+
 int ts_fuzz_api_one(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     ts_api_kind kind = data[0] & 1 ? TS_API_COMPLETION : TS_API_CHAT;
@@ -48,6 +87,16 @@ int ts_fuzz_api_one(const uint8_t *data, size_t size) {
     ts_api_request r;
     ts_api_error e;
     char err[256];
+    ts_json_issue is;
+    if (!ts_json_check(body, n, NULL, 0, &is)) {
+        const char *end = NULL; /* one value and nothing after it, as the server parses */
+        cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, false);
+        while (j && end < body + n && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+        if (j && end == body + n) CHECK(!has_nul_escape(body, n) && tree_utf8(j));
+        cJSON_Delete(j);
+    } else {
+        CHECK(is.kind != TS_JSON_OK && strlen(is.path) < sizeof is.path && is.at < n);
+    }
     if (ts_api_parse(kind, body, n, &def, max_values, &r, &e)) {
         CHECK(e.status == 400 || e.status == 413 || e.status == 500);
         ts_text out = {0};
@@ -60,6 +109,8 @@ int ts_fuzz_api_one(const uint8_t *data, size_t size) {
     } else {
         if (kind == TS_API_CHAT) {
             CHECK(r.n_msgs >= 1);
+            CHECK(!has_nul_escape(body, n)); /* no field of a chat request carries a NUL */
+            CHECK(valid_utf8(r.messages_json, strlen(r.messages_json)));
             cJSON *ms = cJSON_Parse(r.messages_json); /* what ts_chat_apply reads */
             CHECK(cJSON_IsArray(ms) && (size_t)cJSON_GetArraySize(ms) == r.n_msgs);
             const cJSON *m;
@@ -68,11 +119,19 @@ int ts_fuzz_api_one(const uint8_t *data, size_t size) {
             cJSON_Delete(ms);
         } else {
             CHECK(r.prompt_is_ids ? r.prompt_ids.n >= 1 : r.prompt != NULL);
+            if (!r.prompt_is_ids) check_carried(body, n, "prompt", r.prompt, r.prompt_len);
         }
         CHECK(r.n_stops >= 0 && r.n_stops <= TS_API_MAX_STOPS);
         for (int i = 0; i < r.n_stops; i++) CHECK(valid_utf8(r.stops[i], strlen(r.stops[i])));
         CHECK(ts_sampler_check(&r.sp, err, sizeof err) == 0);
         ts_api_request_free(&r);
+    }
+    ts_api_tokenize t; /* the same body as /tokenize's {"content"} */
+    if (ts_api_parse_tokenize(body, n, max_values, &t, &e)) {
+        CHECK(!t.content && (e.status == 400 || e.status == 413 || e.status == 500));
+    } else {
+        check_carried(body, n, "content", t.content, t.n_content);
+        free(t.content);
     }
     char *name = NULL; /* the same body as a slot action's {"filename"} */
     if (ts_api_parse_slot_file(body, n, max_values, &name, &e)) {

@@ -209,6 +209,15 @@ static void test_chat_apply_refusals(void **state) {
                       "enable_thinking must be true or false");
     expect_chat_error(chatml, user, "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", NULL,
                       "tools");
+    /* a NUL (\u0000) would end a cJSON string early: refused by its place (ts_json_check) */
+    expect_chat_error(qwen3, "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]", NULL, NULL,
+                      "the messages: '[0].content' contains a NUL character (\\u0000)");
+    expect_chat_error(qwen3, user, "[{\"type\": \"function\", \"function\": {\"name\": \"f\\u0000\"}}]", NULL,
+                      "the tools: '[0].function.name' contains a NUL");
+    expect_chat_error(qwen3, user, NULL, "{\"x\": \"\\ud800\"}",
+                      "the template variables: 'x' holds the lone surrogate");
+    expect_chat_error(qwen3, "[{\"role\": \"user\", \"content\": \"\xc0\x80\"}]", NULL, NULL,
+                      "'[0].content' is not valid UTF-8");
     char err[512];
     assert_int_equal(ts_chat_new(t, "jinja9", NULL, true, &c, NULL, 0, err, sizeof err), -1);
     assert_null(c);
@@ -237,6 +246,19 @@ static void test_chat_apply_refusals(void **state) {
         !strstr(out, "{\"name\": \"g\", \"arguments\": {\"a\":1}}"))
         fail_msg("tool calls rendered as:\n%s", out);
     free(out);
+    /* arguments text holding \u0000 is not turned into an object (cJSON would cut the string): a
+     * Jinja template gets the text as given */
+    char file[4096];
+    snprintf(file, sizeof file, "%s/templates/qwen3.jinja", fixtures());
+    ts_chat *jq = new_chat(t, NULL, file);
+    const char *nul_args =
+        "[{\"role\": \"user\", \"content\": \"go\"}, {\"role\": \"assistant\", \"content\": "
+        "null, \"tool_calls\": [{\"function\": {\"name\": \"g\", \"arguments\": "
+        "\"{\\\"a\\\": \\\"x\\\\u0000y\\\"}\"}}]}]";
+    assert_int_equal(ts_chat_apply(jq, nul_args, NULL, NULL, false, &out, NULL, err, sizeof err), 0);
+    if (!strstr(out, "\"arguments\": {\"a\": \"x\\u0000y\"}}")) fail_msg("arguments rendered as:\n%s", out);
+    free(out);
+    ts_chat_free(jq);
     /* a Jinja template reads the template variables it mentions */
     char path[300];
     snprintf(path, sizeof path, "/tmp/ts_test_api_%d.jinja", (int)getpid());

@@ -144,6 +144,15 @@ static void test_safetensors_broken(void **state) {
         data, 8, 0, 0, "overflows");
     st_fails("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", data, 8, 0, 0, "data_offsets");
     st_fails("{\"a\":5}", data, 8, 0, 0, "not an object");
+    /* a name cJSON would cut at \u0000 (and so pass for "a"), and the other strings it misreads */
+    st_fails("{\"a\\u0000x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8, 0, 0,
+             "the header: a key of the top-level object contains a NUL character (\\u0000)");
+    st_fails("{\"a\":{\"dtype\":\"F32\\u0000\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8, 0, 0,
+             "'a.dtype' contains a NUL");
+    st_fails("{\"a\\ud800\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8, 0, 0,
+             "lone surrogate");
+    st_fails("{\"a\xc0\x80\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8, 0, 0,
+             "not valid UTF-8");
 }
 
 /* Random byte edits of a valid file (header and data): every result opens cleanly or is refused with
@@ -220,6 +229,9 @@ static void test_safetensors_index(void **state) {
     write_text(path, "{\"weight_map\":{\"x\":\"../part-1.safetensors\"}}");
     assert_int_equal(ts_st_open_dir(g_dir, &st, err, sizeof err), -1);
     assert_non_null(strstr(err, "not a plain file name"));
+    write_text(path, "{\"weight_map\":{\"x\":\"part-1.safetensors\\u0000x\"}}");
+    assert_int_equal(ts_st_open_dir(g_dir, &st, err, sizeof err), -1);
+    assert_non_null(strstr(err, "'weight_map.x' contains a NUL"));
     write_text(path, "{\"weight_map\":{\"x\":\"missing.safetensors\"}}");
     assert_int_equal(ts_st_open_dir(g_dir, &st, err, sizeof err), -1);
     assert_non_null(strstr(err, "cannot open"));
@@ -314,6 +326,9 @@ static void test_config_refusals(void **state) {
                  "output gate is 'silu'");
     config_fails("\"output_gate_type\":\"sigmoid\",", "", "output_gate_type unset, so hidden_act");
     config_fails("\"hidden_act\":\"silu\"", "\"hidden_act\":\"gelu\"", "hidden_act 'gelu'");
+    /* "silu\u0000x" would read as "silu" */
+    config_fails("\"hidden_act\":\"silu\"", "\"hidden_act\":\"silu\\u0000x\"",
+                 "'text_config.hidden_act' contains a NUL character");
     config_fails("\"num_experts\":512,", "\"num_experts\":512,\"norm_topk_prob\":false,", "norm_topk_prob");
     config_fails("\"indexer_kv_heads\":1", "\"indexer_kv_heads\":2", "indexer_kv_heads is 2");
     config_fails("\"ple_layer_ids\":[2]", "\"ple_layer_ids\":[2,3]", "more than one layer");

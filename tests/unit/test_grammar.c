@@ -252,6 +252,28 @@ static void test_walks_validate(void **state) {
     assert_true(ended >= 50); /* the walks are meant to finish: a grammar that never ends would show here */
 }
 
+/* \u escapes: any Unicode character but NUL; a surrogate pair is one character, a lone surrogate none
+ * (a C-string reader such as the tool-call parser would cut the string at \u0000 or refuse it). */
+static void test_unicode_escapes(void **state) {
+    (void)state;
+    ts_grammar *free_ = compile("{\"type\":\"string\"}"),
+               *one = compile("{\"type\":\"string\",\"maxLength\":1}");
+    static const char *const good[] = {
+        "\"\\u0001\"",        "\"\\u001f\"",        "\"\\u0041\"",       "\"\\u00E9\"", "\"\\u0fff\"",
+        "\"\\u1000\"",        "\"\\ucfff\"",        "\"\\uD7FF\"",       "\"\\ue000\"", "\"\\uFFFF\"",
+        "\"\\ud83d\\ude00\"", "\"\\uDBFF\\uDFFF\"", "\"\\uD800\\uDC00\""};
+    static const char *const bad[] = {"\"\\u0000\"",  "\"a\\u0000b\"",      "\"\\ud800\"",
+                                      "\"\\udc00\"",  "\"\\ud83d\\u0041\"", "\"\\ude00\\ud83d\"",
+                                      "\"\\ud83dx\"", "\"\\u00g0\""};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (!takes(free_, good[i]) || !takes(one, good[i])) fail_msg("refused: %s", good[i]);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (takes(free_, bad[i])) fail_msg("taken: %s", bad[i]);
+    assert_false(takes(one, "\"\\u0041\\u0042\"")); /* two characters */
+    ts_grammar_free(free_), ts_grammar_free(one);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     const char *cases[][2] = {
@@ -265,6 +287,10 @@ static void test_refusals(void **state) {
         {"[1]", "must be an object"},
         {"{\"type\":\"string\",\"maxLength\":100000}", "more than 100000 grammar rules"},
         {"{", "not valid JSON"},
+        /* strings cJSON would cut short or misread (ts_json_check) */
+        {"{\"const\":\"a\\u0000b\"}", "the JSON schema: 'const' contains a NUL character"},
+        {"{\"properties\":{\"a\\u0000\":{}}}", "a key of 'properties' contains a NUL"},
+        {"{\"enum\":[\"\\udc00\"]}", "'enum[0]' holds the lone surrogate"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         ts_grammar *g = NULL;
@@ -346,6 +372,10 @@ static void test_tool_call_grammar(void **state) {
         "{\"type\":\"function\",\"function\":{\"name\":\"count\"}}]";
     ts_grammar *g;
     char err[256];
+    assert_int_equal(ts_tool_call_grammar("[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000\"}}]",
+                                          NULL, true, &g, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "the tools: '[0].function.name' contains a NUL"));
     assert_int_equal(ts_tool_call_grammar(tools, NULL, true, &g, err, sizeof err), 0);
     const char *one =
         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ur\"}}\n</tool_call>";
@@ -416,9 +446,13 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_accepts_and_refuses), cmocka_unit_test(test_mask_equals_brute_force),
-        cmocka_unit_test(test_walks_validate),      cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_tool_call_grammar),   cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_accepts_and_refuses),
+        cmocka_unit_test(test_mask_equals_brute_force),
+        cmocka_unit_test(test_walks_validate),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_unicode_escapes),
+        cmocka_unit_test(test_tool_call_grammar),
+        cmocka_unit_test(test_gbnf),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -158,9 +158,164 @@ static void test_completion_prompts(void **state) {
     assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[[1,2]]}", &r, &e), 0);
     assert_int_equal(r.prompt_ids.n, 2);
     ts_api_request_free(&r);
-    /* embedded NUL via \u0000 ends the C string: the prompt is what precedes it */
+    refused(TS_API_COMPLETION, "{\"prompt\":[[]]}", 400, "prompt[0]", "invalid_value"); /* found by fuzzing */
+    /* \u0000 in a prompt is carried whole: the tokenizer takes the text with its length */
     assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":\"ab\\u0000cd\"}", &r, &e), 0);
+    assert_int_equal(r.prompt_len, 5);
+    assert_memory_equal(r.prompt, "ab\0cd", 6);
     ts_api_request_free(&r);
+    assert_int_equal(parse(TS_API_COMPLETION, "{\"prompt\":[\"\\u0000x\\u0000\"]}", &r, &e), 0);
+    assert_int_equal(r.prompt_len, 3);
+    assert_memory_equal(r.prompt, "\0x\0", 4);
+    ts_api_request_free(&r);
+}
+
+/* Every string a request may hold, with \u0000 inside: refused with the field's name, except the
+ * completion prompt and /tokenize's content (carried whole, above and below); lone surrogates,
+ * \u escapes that are not four hex digits and invalid UTF-8 are refused in every field. */
+static void test_nul_fields(void **state) {
+    (void)state;
+    const ts_api_kind C = TS_API_CHAT, P = TS_API_COMPLETION;
+    const char *u = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char b[2048];
+#define WITH(extra) (snprintf(b, sizeof b, "{%s,%s}", u, extra), b)
+#define NUL "\\u0000"
+    static const struct {
+        const char *extra, *param;
+    } chat[] = {
+        {"\"model\":\"demo" NUL "\"", "model"},
+        {"\"stop\":\"a" NUL "b\"", "stop"},
+        {"\"stop\":[\"x\",\"a" NUL "\"]", "stop[1]"},
+        {"\"user\":\"" NUL "\"", "user"}, /* a field the server ignores is refused too */
+        {"\"grammar\":\"root ::= \\\"a" NUL "\\\"\"", "grammar"},
+        {"\"json_schema\":{\"type\":\"string\",\"enum\":[\"a" NUL "\"]}", "json_schema.enum[0]"},
+        {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{"
+         "\"const\":\"" NUL "\"}}}",
+         "response_format.json_schema.schema.const"},
+        {"\"response_format\":{\"type\":\"json_object" NUL "\"}", "response_format.type"},
+        {"\"chat_template_kwargs\":{\"x\":\"" NUL "\"}", "chat_template_kwargs.x"},
+        {"\"tool_choice\":\"auto" NUL "\"", "tool_choice"},
+        {"\"logit_bias\":{\"11" NUL "\":5}", "logit_bias"}, /* a key */
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f" NUL "\"}}]",
+         "tools[0].function.name"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"" NUL "\"}}]",
+         "tools[0].function.description"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{"
+         "\"x\":{"
+         "\"description\":\"" NUL "\"}}}}}]",
+         "tools[0].function.parameters.properties.x.description"},
+        {"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f" NUL "\"}}",
+         "tool_choice.function.name"},
+    };
+    char want[256];
+    for (size_t i = 0; i < sizeof chat / sizeof *chat; i++) {
+        ts_api_request r;
+        ts_api_error e;
+        WITH(chat[i].extra);
+        if (parse(C, b, &r, &e) == 0) fail_msg("accepted: %s", b);
+        if (e.status != 400 || strcmp(e.param, chat[i].param) || strcmp(e.code, "invalid_value"))
+            fail_msg("%s\n  -> %d param '%s' code '%s': %s", b, e.status, e.param, e.code, e.message);
+        snprintf(want, sizeof want,
+                 "%s'%s' contains a NUL character (\\u0000), which this server cannot carry",
+                 strstr(chat[i].extra, NUL "\":") ? "a key of " : "", chat[i].param);
+        assert_string_equal(e.message, want);
+    }
+    static const struct {
+        const char *body, *param;
+    } msgs[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"},{"
+         "\"role\":"
+         "\"user\",\"content\":\"abc" NUL "def\"}]}",
+         "messages[2].content"},
+        {"{\"messages\":[{\"role\":\"user" NUL "\",\"content\":\"a\"}]}", "messages[0].role"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":"
+         "\"text\","
+         "\"text\":\"b" NUL "\"}]}]}",
+         "messages[0].content[1].text"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text" NUL "\",\"text\":\"a\"}]}]}",
+         "messages[0].content[0].type"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"r" NUL "\"}]}",
+         "messages[0].reasoning_content"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":"
+         "\"function\","
+         "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":\\\"" NUL "\\\"}\"}}]}]}",
+         "messages[0].tool_calls[0].function.arguments"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":"
+         "\"function\","
+         "\"function\":{\"name\":\"f\",\"arguments\":{\"x\":\"" NUL "\"}}}]}]}",
+         "messages[0].tool_calls[0].function.arguments.x"},
+        {"{\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"c" NUL "\",\"content\":\"ok\"}]}",
+         "messages[0].tool_call_id"},
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof *msgs; i++) {
+        refused(C, msgs[i].body, 400, msgs[i].param, "invalid_value");
+        refused(P, msgs[i].body, 400, msgs[i].param,
+                "invalid_value"); /* refused before the fields are read */
+    }
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens" NUL "\":1}", 400, "",
+            "invalid_value"); /* a key of the body: param null */
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"con" NUL "tent\":\"hi\"}]}", 400, "messages[0]",
+            "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"stop\":[\"" NUL "\"]}", 400, "stop[0]", "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"suffix\":\"" NUL "\"}", 400, "suffix", "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"model\":\"" NUL "\"}", 400, "model", "invalid_value");
+    refused(P, "{\"prompt\":\"x\",\"prompt_x\":\"" NUL "\"}", 400, "prompt_x", "invalid_value");
+    /* the other escapes cJSON would read wrongly, and raw bytes that are not UTF-8 */
+    refused(P, "{\"prompt\":\"a\\ud800b\"}", 400, "prompt", "invalid_value");
+    refused(P, "{\"prompt\":\"a\\udfffb\"}", 400, "prompt", "invalid_value");
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud83d x\"}]}", 400, "messages[0].content",
+            "invalid_value");
+    refused(P, "{\"prompt\":\"a\\uZZZZb\"}", 400, "", "invalid_json"); /* cJSON reads \uZZZZ as \u0000 */
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"\\u00g0\"}]}", 400, "", "invalid_json");
+    refused(P,
+            "{\"prompt\":\"a\xc0\x80"
+            "b\"}",
+            400, "prompt", "invalid_value"); /* an overlong NUL */
+    refused(P, "{\"prompt\":\"And \xff\xfe the\"}", 400, "prompt", "invalid_value");
+    refused(P, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "prompt", "invalid_value"); /* an encoded surrogate */
+    refused(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\xc3\"}]}", 400, "messages[0].content",
+            "invalid_value");
+    ts_api_request r;
+    ts_api_error e;
+    assert_int_equal(parse(P, "{\"prompt\":\"\\ud83d\\ude00 \xf0\x9f\x98\x80 \\\\u0000\"}", &r, &e), 0);
+    assert_string_equal(r.prompt, "\xf0\x9f\x98\x80 \xf0\x9f\x98\x80 \\u0000"); /* a pair; a backslash */
+    ts_api_request_free(&r);
+    /* a duplicate "prompt": cJSON reads the first, and so does the carried text */
+    assert_int_equal(parse(P, "{\"prompt\":\"a" NUL "b\",\"prompt\":\"c" NUL "d\"}", &r, &e), 0);
+    assert_int_equal(r.prompt_len, 3);
+    assert_memory_equal(r.prompt, "a\0b", 3);
+    ts_api_request_free(&r);
+    assert_int_equal(parse(P, "{\"prompt\":\"ab\",\"prompt\":\"c" NUL "d\"}", &r, &e), 0);
+    assert_int_equal(r.prompt_len, 2);
+    ts_api_request_free(&r);
+
+    /* /tokenize: content carried whole; every other string refused */
+    ts_api_tokenize t;
+    const char *tb = "{\"content\":\"x" NUL "y" NUL "\",\"with_pieces\":true}";
+    assert_int_equal(ts_api_parse_tokenize(tb, strlen(tb), 0, &t, &e), 0);
+    assert_int_equal(t.n_content, 4);
+    assert_memory_equal(t.content, "x\0y\0", 5);
+    assert_true(t.with_pieces);
+    free(t.content);
+    static const char *const tbad[][2] = {
+        {"{\"content\":\"x\",\"extra\":\"" NUL "\"}", "extra"},
+        {"{\"content\":\"x\\udc00\"}", "content"},
+        {"{\"content\":\"\xc0\xaf\"}", "content"},
+        {"{\"x\":{\"content\":\"" NUL "\"}}", "x.content"},
+    };
+    for (size_t i = 0; i < sizeof tbad / sizeof *tbad; i++) {
+        if (ts_api_parse_tokenize(tbad[i][0], strlen(tbad[i][0]), 0, &t, &e) == 0)
+            fail_msg("accepted %s", tbad[i][0]);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, tbad[i][1]);
+    }
+    /* /detokenize: no text in, but its body is checked the same way */
+    ts_tokens ids;
+    const char *db = "{\"tokens\":[1],\"note\":\"" NUL "\"}";
+    assert_int_equal(ts_api_parse_detokenize(db, strlen(db), 0, 100, &ids, &e), -1);
+    assert_string_equal(e.param, "note");
+#undef NUL
+#undef WITH
 }
 
 static void test_refusals(void **state) {
@@ -625,16 +780,27 @@ static void test_error_utf8(void **state) {
     assert_string_equal(ts_api_clip("\xf0\x9f\x98\x80x", 2, buf, sizeof buf), "...");
     ts_api_request r;
     ts_api_error e;
-    char body[400]; /* a role of 40 two-byte characters and an invalid byte: echoed clipped, sanitized */
-    int n = snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"\xff");
+    char body[400]; /* a role of 40 two-byte characters: echoed clipped at a character */
+    int n = snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"");
     for (int i = 0; i < 40; i++) n += snprintf(body + n, sizeof body - (size_t)n, "\xc3\xa9");
     snprintf(body + n, sizeof body - (size_t)n, "\",\"content\":\"x\"}]}");
     assert_int_equal(parse(TS_API_CHAT, body, &r, &e), -1);
+    assert_string_equal(e.param, "messages[0].role");
     ts_text out = {0};
     assert_int_equal(ts_api_error_json(&e, &out), 0);
     ts_text clean = {0};
     assert_int_equal(ts_utf8_sanitize(out.s, out.n, &clean), 0); /* valid UTF-8 */
     cJSON_Delete(parse_json(out.s, out.n));
+    ts_text_free(&out), ts_text_free(&clean);
+    /* an invalid byte in a body is refused before anything echoes it (ts_json_check) ... */
+    body[22] = (char)0xff;
+    assert_int_equal(parse(TS_API_CHAT, body, &r, &e), -1);
+    assert_string_equal(e.param, "messages[0].role");
+    assert_non_null(strstr(e.message, "not valid UTF-8 (byte 22)"));
+    /* ... and a message holding one anyway is written with U+FFFD */
+    ts_api_fail(&e, 400, "t", NULL, NULL, "role '%s'", "\xff\xc3");
+    assert_int_equal(ts_api_error_json(&e, &out), 0);
+    assert_int_equal(ts_utf8_sanitize(out.s, out.n, &clean), 0);
     assert_non_null(strstr(out.s, "\xef\xbf\xbd")); /* U+FFFD for the 0xff byte */
     ts_text_free(&out), ts_text_free(&clean);
     /* a message cut at its 512-byte end is cut at a character boundary */
@@ -666,8 +832,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),        cmocka_unit_test(test_tool_fields),
         cmocka_unit_test(test_completion_prompts), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_responses),          cmocka_unit_test(test_textgen_stops),
-        cmocka_unit_test(test_error_utf8),         cmocka_unit_test(test_slot_filenames),
+        cmocka_unit_test(test_nul_fields),         cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_textgen_stops),      cmocka_unit_test(test_error_utf8),
+        cmocka_unit_test(test_slot_filenames),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

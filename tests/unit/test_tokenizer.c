@@ -438,6 +438,17 @@ static void test_writer_keys(void **state) {
     assert_non_null(strstr(err, "4000"));
     assert_int_not_equal(ts_tokenizer_write_gguf(w, "/nonexistent-dir", 0, err, sizeof err), 0);
     assert_non_null(strstr(err, "tokenizer.json"));
+    /* a token cJSON would cut at \u0000 (and so pass for another) is refused with its place */
+    char tmp[] = "/tmp/ts_tok_nul_XXXXXX", file[64];
+    assert_non_null(mkdtemp(tmp));
+    snprintf(file, sizeof file, "%s/tokenizer.json", tmp);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"a\\u0000\":1},\"merges\":[]}}", f);
+    fclose(f);
+    assert_int_not_equal(ts_tokenizer_write_gguf(w, tmp, 0, err, sizeof err), 0);
+    if (!strstr(err, "tokenizer.json: a key of 'model.vocab' contains a NUL character")) fail_msg("%s", err);
+    unlink(file), rmdir(tmp);
     ts_gguf_writer_free(w);
 }
 

@@ -64,6 +64,34 @@ static const fixture k_fix[] = {
     /* malformed blocks stay content as written */
     {"<tool_call>\nnot json\n</tool_call> after", "<tool_call>\nnot json\n</tool_call> after", 0, {0}, {0}},
     {"<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", 0, {0}, {0}},
+    /* a string cJSON would cut short (\u0000) or misread (\uZZZZ reads as \u0000): no call, the block
+     * stays content as written (ts_json_check) */
+    {"<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a\\u0000b\"}}</tool_call>",
+     "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"a\\u0000b\"}}</tool_call>",
+     0,
+     {0},
+     {0}},
+    {"<tool_call>{\"name\": \"f\\u0000g\"}</tool_call>",
+     "<tool_call>{\"name\": \"f\\u0000g\"}</tool_call>",
+     0,
+     {0},
+     {0}},
+    {"<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"\\uZZZZ\"}}</tool_call>",
+     "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"\\uZZZZ\"}}</tool_call>",
+     0,
+     {0},
+     {0}},
+    /* an escaped backslash before u0000 is text; an XML value holding \u0000 stays the text it is */
+    {"<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"\\\\u0000\"}}</tool_call>",
+     "",
+     1,
+     {"f"},
+     {"{\"q\":\"\\\\u0000\"}"}},
+    {"<tool_call><function=f><parameter=a>\n{\"k\": \"\\u0000\"}\n</parameter></function></tool_call>",
+     "",
+     1,
+     {"f"},
+     {"{\"a\":\"{\\\"k\\\": \\\"\\\\u0000\\\"}\"}"}},
     /* no blocks: all content, whitespace included */
     {"And it came to pass <tool_ca", "And it came to pass <tool_ca", 0, {0}, {0}},
     {"  text  \n", "  text  \n", 0, {0}, {0}},
@@ -109,7 +137,28 @@ static void test_fixtures(void **state) {
     }
 }
 
+/* A NUL byte the model wrote inside an XML call (names and values are C strings): no call, the block
+ * stays content, NUL included. */
+static void test_nul_byte(void **state) {
+    (void)state;
+    static const char text[] =
+        "<tool_call><function=f><parameter=a>\nx\0y\n</parameter></function></tool_call>";
+    ts_toolcall_parser p;
+    char err[128];
+    assert_int_equal(ts_toolcall_init(&p, k_tools, err, sizeof err), 0);
+    ts_text c = {0};
+    assert_int_equal(ts_toolcall_push(&p, text, sizeof text - 1, &c), 0);
+    assert_int_equal(ts_toolcall_finish(&p, &c), 0);
+    assert_int_equal(p.n_calls, 0);
+    assert_int_equal(c.n, sizeof text - 1);
+    assert_memory_equal(c.s, text, sizeof text - 1);
+    ts_text_free(&c);
+    ts_toolcall_free(&p);
+    assert_int_equal(ts_toolcall_init(&p, "[{\"function\":{\"name\":\"\\u0000\"}}]", err, sizeof err), -1);
+    assert_non_null(strstr(err, "the tools: '[0].function.name' contains a NUL"));
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixtures)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fixtures), cmocka_unit_test(test_nul_byte)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
