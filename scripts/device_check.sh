@@ -3,6 +3,7 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
@@ -68,6 +69,14 @@ sweep)
     timeout 100 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 --ctx 1 -r 2 2>/dev/null | grep -E "tg"
   done
   unset TURBOSPARK_CUDA_GEMV_TC TURBOSPARK_TC_WARPS TURBOSPARK_TC_PER_SM
+  ;;
+table)
+  # The warm per-kernel table of one decode step at batch ${2:-64} (where a many-streams step goes).
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  timeout 400 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b${2:-64}.csv" \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b ${2:-64} --ctx 1 -r 1 > /dev/null 2>&1
+  echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b${2:-64}.csv" | tee "$out/ncu_b${2:-64}.md" | head -40
   ;;
 diag)
   # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and
