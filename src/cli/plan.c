@@ -341,7 +341,7 @@ int ts_cmd_plan(int argc, char **argv) {
                gpu_mem_given
                    ? " (--gpu-mem)"
                    : " (default: an H200 as the CUDA runtime reports it; the backend plans with the "
-                     "free memory once its context exists, a little less: see --help)");
+                     "free memory once its context exists, which is lower: see --help)");
         printf("weights      %s on the GPU (matrices in their file encoding, vectors fp32)\n",
                fmt_bytes(b1, sizeof b1, (double)base.weights));
         if (has_table)
