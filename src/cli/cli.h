@@ -15,6 +15,7 @@ int ts_cmd_imatrix(int argc, char **argv);
 int ts_cmd_logits(int argc, char **argv);
 int ts_cmd_generate(int argc, char **argv);
 int ts_cmd_bench(int argc, char **argv);
+int ts_cmd_plan(int argc, char **argv);
 int ts_cmd_perplexity(int argc, char **argv);
 int ts_cmd_run(int argc, char **argv);
 int ts_cmd_chat(int argc, char **argv);

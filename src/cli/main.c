@@ -22,6 +22,8 @@ static const command k_commands[] = {
     {"tokenize", ts_cmd_tokenize, "text to token ids with a model's tokenizer (or a Hugging Face folder's)"},
     {"perplexity", ts_cmd_perplexity, "perplexity of a token file in llama.cpp's convention"},
     {"bench", ts_cmd_bench, "prompt and generation tokens/s against the memory-bandwidth floor"},
+    {"plan", ts_cmd_plan,
+     "GPU memory of a model (weights, table, state) and how many sequences of each context fit"},
     {"synth", ts_cmd_synth,
      "write a synthetic qwen4exp GGUF (released or tiny config, random or sparse data)"},
     {"convert", ts_cmd_convert, "convert a transformers qwen4_exp checkpoint to GGUF"},

@@ -7,6 +7,7 @@ extern "C" {
 }
 #include "cuda/forward.h"
 #include "cuda/layers.h"
+#include "model/memplan.h"
 
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -21,15 +22,9 @@ extern "C" {
 
 namespace {
 
-constexpr size_t kAlign = 256;         // every sub-allocation
-constexpr size_t kStage = 64u << 20;   // pinned staging buffer for uploads (two of them)
-constexpr size_t kMargin = 1ull << 30; // kept free on the GPU by the plan (cuBLAS-free, but the
-                                       // driver, graphs and fragmentation need some)
-constexpr int kMaxLogitRows = 256;     // rows of logits computed per output launch
-
-size_t align_up(size_t n) {
-    return (n + kAlign - 1) / kAlign * kAlign;
-}
+// Sizes, alignment and the margin kept free come from the memory plan (src/model/memplan.h).
+constexpr size_t kStage = 64u << 20;                     // pinned staging buffer for uploads (two of them)
+constexpr int kMaxLogitRows = TS_MEMPLAN_MAX_LOGIT_ROWS; // rows of logits computed per output launch
 
 int cuda_err(char *err, size_t errlen, const char *what, cudaError_t e) {
     return ts_errf(err, errlen, "%s failed on the GPU: %s (%s)", what, cudaGetErrorString(e),
@@ -58,9 +53,9 @@ struct uploader {
     size_t errlen;
     int rc = 0;
 
-    void *take(size_t bytes) {
+    void *take(size_t bytes) {                  // bytes as the memory plan counts them (aligned)
         void *p = base ? base + used : nullptr; // a dry uploader with a base only lays out
-        used += align_up(bytes);
+        used += bytes;
         return p;
     }
     void tick(size_t bytes) {
@@ -153,7 +148,7 @@ void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
     const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     const size_t rb = ts_row_size(t->type, t->ne[0]), bytes = rb * (size_t)rows;
     out->type = t->type, out->ne0 = t->ne[0], out->rows = rows, out->row_bytes = rb;
-    uint8_t *d = (uint8_t *)u.take(bytes + 16);
+    uint8_t *d = (uint8_t *)u.take(ts_memplan_matrix_bytes(t));
     out->data = d;
     if (u.dry) return;
     if (!u.random) {
@@ -168,7 +163,7 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
     *out = nullptr;
     if (!t || u.rc) return;
     const size_t n = (size_t)t->nelements, bytes = n * sizeof(float);
-    float *d = (float *)u.take(bytes);
+    float *d = (float *)u.take(ts_memplan_vector_bytes(t));
     *out = d;
     if (u.dry) return;
     float *h = (float *)malloc(bytes);
@@ -193,20 +188,17 @@ void up_vec(uploader &u, const ts_gguf_tensor *t, const float **out, bool negati
 
 // Matrices of one encoding uploaded back to back, so that one product computes all their rows:
 // views[i] addresses tensor i's rows inside the region, *joined all of them. False, uploading
-// nothing, when a tensor is missing, their types or row lengths differ, or rows are not 16-byte
-// multiples (the kernels need each view 16-byte aligned).
+// nothing, when ts_memplan_joinable says no (a tensor is missing, their types or row lengths differ,
+// or rows are not 16-byte multiples: the kernels need each view 16-byte aligned) or the products
+// cannot read the type.
 bool up_joined(uploader &u, const ts_gguf_tensor *const *t, int n, ts_cuda_tensor *const *views,
                ts_cuda_tensor *joined) {
     memset(joined, 0, sizeof *joined);
-    for (int i = 0; i < n; i++)
-        if (!t[i] || t[i]->type != t[0]->type || t[i]->ne[0] != t[0]->ne[0] || t[i]->ne[2] != 1 ||
-            t[i]->ne[3] != 1)
-            return false;
+    if (!ts_memplan_joinable(t, n) || !ts_cuda_matmul_supports(t[0]->type)) return false;
     const size_t rb = ts_row_size(t[0]->type, t[0]->ne[0]);
-    if (rb % 16 != 0 || !ts_cuda_matmul_supports(t[0]->type)) return false;
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += t[i]->ne[1];
-    uint8_t *base = (uint8_t *)u.take(rb * (size_t)total + 16);
+    uint8_t *base = (uint8_t *)u.take(ts_memplan_joined_bytes(t, n));
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         *views[i] =
@@ -358,74 +350,13 @@ size_t tab_ints(int64_t N) {
     return (size_t)(5 * N + 1);
 }
 
-size_t work_bytes(const ts_hparams *hp, int64_t N, int64_t ctx) {
-    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
-    const int64_t cd = ts_gdn_conv_dim(hp);
-    const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
-    const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
-    int64_t F = hp->n_ff_shexp;
-    for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
-    const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
-    const int64_t gu =
-        N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
-    const int64_t floats[] = {N * W,
-                              N * W,
-                              N * W,
-                              N * r,
-                              N * H,
-                              N * H,
-                              N * C,
-                              N * cd,
-                              N * cd,
-                              N * vd,
-                              N * vd,
-                              2 * N * hp->ssm_nv,
-                              N * nh * 2 * hd,
-                              2 * N * kvw,
-                              N * (int64_t)hp->idx_n_head * hp->idx_head_dim,
-                              N * hp->idx_head_dim,
-                              N * nh * hd,
-                              N * E,
-                              N * k,
-                              N * k,
-                              gu,
-                              N * k * H,
-                              N,
-                              /* route_count */ N,
-                              /* hc_ss */ N * C * ((H + 255) / 256),
-                              N * NE,
-                              N * H,
-                              /* Rsel, xsel, logits */ N * W,
-                              N * H,
-                              (N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab};
-    size_t total = 0;
-    for (int64_t f : floats) total += align_up((size_t)f * 4);
-    size_t s = ts_cuda_gdn_scratch_bytes(hp, N, ctx);
-    size_t q = ts_cuda_qsa_scratch_bytes(hp, N, ctx), p = ts_cuda_ple_scratch_bytes(hp, N, ctx);
-    size_t e = ts_cuda_moe_scratch_bytes(hp, N, ctx);
-    s = s > q ? s : q, s = s > p ? s : p, s = s > e ? s : e;
-    return total + align_up(s);
-}
-
-size_t seq_bytes(const ts_hparams *hp, int64_t n_ctx) {
-    const int64_t kvw = ts_qsa_kv_width(hp);
-    size_t b = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (hp->kind[l] == TS_LAYER_QSA)
-            b += 2 * align_up((size_t)(n_ctx * kvw) * 4) + align_up((size_t)(n_ctx * hp->idx_head_dim) * 4) +
-                 align_up((size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim) * 4);
-        else
-            b += align_up((size_t)ts_gdn_conv_floats(hp) * 4) + align_up((size_t)ts_gdn_state_floats(hp) * 4);
-    }
-    if (hp->ple_layer >= 0) b += align_up((size_t)ts_ple_conv_floats(hp) * 4) + align_up(TS_MAX_NGRAM * 4);
-    return b;
-}
-
 int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     const ts_hparams *hp = &c->m->hp;
     const int64_t N = c->o.max_rows;
     if (c->work_mem) cudaFree(c->work_mem), c->work_mem = nullptr;
-    const size_t bytes = work_bytes(hp, N, ctx);
+    ts_memplan_work L; // the regions and the blocks' scratch (src/model/memplan.h)
+    ts_memplan_work_layout(hp, N, ctx, &L);
+    const size_t bytes = L.total;
     cudaError_t e = cudaMalloc(&c->work_mem, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -436,41 +367,27 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
                        " rows at context %" PRId64 ", %.2f GiB free",
                        gib(bytes), N, ctx, gib(fr));
     }
-    const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
-    const int64_t cd = ts_gdn_conv_dim(hp);
-    const int64_t vd = (int64_t)hp->ssm_nv * hp->ssm_dv, nh = hp->n_head, hd = hp->head_dim;
-    const int64_t kvw = (int64_t)hp->n_head_kv * hd, E = hp->n_expert, k = hp->n_expert_used;
-    int64_t F = hp->n_ff_shexp;
-    for (uint32_t l = 0; l < hp->n_layer; l++) F = F > hp->n_ff_exp[l] ? F : hp->n_ff_exp[l];
-    const int64_t NE = (int64_t)hp->ple_nh * hp->ple_dh;
-    const int64_t gu =
-        N * k * 2 * F > N * 2 * (int64_t)hp->n_ff_shexp ? N * k * 2 * F : N * 2 * (int64_t)hp->n_ff_shexp;
-    uint8_t *p = (uint8_t *)c->work_mem;
-    auto take = [&](int64_t nfloats) {
-        void *q = p;
-        p += align_up((size_t)nfloats * 4);
-        return q;
-    };
+    uint8_t *base = (uint8_t *)c->work_mem;
+    auto at = [&](int region) { return (void *)(base + L.off[region]); };
     ts_cuda_work &w = c->w;
     w.cm = &c->cm, w.hp = hp, w.max_rows = N;
-    w.R = (float *)take(N * W), w.xn = (float *)take(N * W), w.mix = (float *)take(N * W);
-    w.lr = (float *)take(N * r), w.x = (float *)take(N * H), w.y = (float *)take(N * H),
-    w.inj = (float *)take(N * C);
-    w.qkv = (float *)take(N * cd), w.u = (float *)take(N * cd), w.z = (float *)take(N * vd),
-    w.o = (float *)take(N * vd);
-    w.ba = (float *)take(2 * N * hp->ssm_nv), w.qg = (float *)take(N * nh * 2 * hd),
-    w.kv = (float *)take(2 * N * kvw);
-    w.iq = (float *)take(N * (int64_t)hp->idx_n_head * hp->idx_head_dim),
-    w.ik = (float *)take(N * hp->idx_head_dim);
-    w.att = (float *)take(N * nh * hd), w.router = (float *)take(N * E), w.topk_id = (int32_t *)take(N * k);
-    w.topk_w = (float *)take(N * k), w.gu = (float *)take(gu), w.eo = (float *)take(N * k * H),
-    w.sg = (float *)take(N), w.route_count = (unsigned *)take(N),
-    w.hc_ss = (float *)take(N * C * ((H + 255) / 256));
-    w.emb = (float *)take(N * NE), w.pv = (float *)take(N * H);
-    c->Rsel = (float *)take(N * W), c->xsel = (float *)take(N * H);
-    c->logits = (float *)take((N < kMaxLogitRows ? N : kMaxLogitRows) * (int64_t)hp->n_vocab);
-    w.scratch = p;
-    w.scratch_bytes = bytes - (size_t)(p - (uint8_t *)c->work_mem);
+    w.R = (float *)at(TS_WORK_R), w.xn = (float *)at(TS_WORK_XN), w.mix = (float *)at(TS_WORK_MIX);
+    w.lr = (float *)at(TS_WORK_LR), w.x = (float *)at(TS_WORK_X), w.y = (float *)at(TS_WORK_Y),
+    w.inj = (float *)at(TS_WORK_INJ);
+    w.qkv = (float *)at(TS_WORK_QKV), w.u = (float *)at(TS_WORK_U), w.z = (float *)at(TS_WORK_Z),
+    w.o = (float *)at(TS_WORK_O);
+    w.ba = (float *)at(TS_WORK_BA), w.qg = (float *)at(TS_WORK_QG), w.kv = (float *)at(TS_WORK_KV);
+    w.iq = (float *)at(TS_WORK_IQ), w.ik = (float *)at(TS_WORK_IK);
+    w.att = (float *)at(TS_WORK_ATT), w.router = (float *)at(TS_WORK_ROUTER),
+    w.topk_id = (int32_t *)at(TS_WORK_TOPK_ID);
+    w.topk_w = (float *)at(TS_WORK_TOPK_W), w.gu = (float *)at(TS_WORK_GU), w.eo = (float *)at(TS_WORK_EO),
+    w.sg = (float *)at(TS_WORK_SG), w.route_count = (unsigned *)at(TS_WORK_ROUTE_COUNT),
+    w.hc_ss = (float *)at(TS_WORK_HC_SS);
+    w.emb = (float *)at(TS_WORK_EMB), w.pv = (float *)at(TS_WORK_PV);
+    c->Rsel = (float *)at(TS_WORK_RSEL), c->xsel = (float *)at(TS_WORK_XSEL);
+    c->logits = (float *)at(TS_WORK_LOGITS);
+    w.scratch = base + L.scratch_off;
+    w.scratch_bytes = L.scratch;
     c->scratch_ctx = ctx;
     c->b.max_ctx = ctx;
     if (cudaMemset(w.route_count, 0, (size_t)N * sizeof(unsigned)) != cudaSuccess)
@@ -634,35 +551,31 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
         rc = ts_errf(err, errlen, "out of memory");
 
-    // the plan
+    // the plan (src/model/memplan.h); the dry upload checks every tensor's type, and that the uploader
+    // lays the weights out in the bytes the plan counts
+    ts_memplan mp;
+    ts_memplan_make(m, o->plan_ctx, o->plan_seqs, o->max_rows, &mp);
+    ts_cuda_plan &P = c->plan;
+    P.weights = mp.weights, P.table = mp.table, P.seq_state = mp.seq_state, P.work = mp.work;
     uploader dry{true, o->random_weights};
     dry.err = err, dry.errlen = errlen;
-    ts_cuda_plan &P = c->plan;
     if (!rc) {
         up_trunk(dry, m, &c->cm);
-        P.weights = dry.used;
+        const size_t trunk = dry.used;
         dry.used = 0;
         up_table(dry, m, &c->cm);
-        P.table = dry.used;
         rc = dry.rc;
+        if (!rc && (trunk != P.weights || dry.used != P.table))
+            rc = ts_errf(
+                err, errlen,
+                "internal error: the CUDA uploader lays out %zu bytes of weights and %zu of PLE table, "
+                "the memory plan (src/model/memplan.c) counts %zu and %zu",
+                trunk, dry.used, P.weights, P.table);
     }
-    P.seq_state = seq_bytes(hp, o->plan_ctx);
-    P.work = work_bytes(hp, o->max_rows, o->plan_ctx);
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
-    const size_t need = P.weights + P.seq_state * (size_t)o->plan_seqs + P.work + kMargin;
     if (!rc) {
-        P.table_on_host = o->ple == TS_PLE_HOST || (o->ple == TS_PLE_AUTO && need + P.table > P.free_bytes);
-        const size_t dev_need = need + (P.table_on_host ? 0 : P.table);
-        if (dev_need > P.free_bytes)
-            rc = ts_errf(err, errlen,
-                         "the model does not fit on %s: it needs %.2f GiB (weights %.2f, PLE table %.2f%s, "
-                         "state %.2f for %d sequence(s) of %" PRId64
-                         " tokens, workspaces %.2f, margin %.2f) and %.2f GiB "
-                         "are free of %.2f",
-                         c->device_name, gib(dev_need), gib(P.weights), gib(P.table),
-                         P.table_on_host ? " in host memory" : "", gib(P.seq_state * (size_t)o->plan_seqs),
-                         o->plan_seqs, o->plan_ctx, gib(P.work), gib(kMargin), gib(P.free_bytes),
-                         gib(P.total_bytes));
+        rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
+        P.table_on_host = mp.table_on_host;
     }
 
     // the upload
@@ -829,46 +742,48 @@ extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx
 extern "C" int ts_cuda_seq_new(ts_cuda_ctx *c, int64_t n_ctx, ts_cuda_seq **out, char *err, size_t errlen) {
     *out = nullptr;
     const ts_hparams *hp = &c->m->hp;
-    if (n_ctx < 1 || n_ctx > INT32_MAX / 2)
-        return ts_errf(err, errlen, "a CUDA sequence holds 1 to %d tokens (asked %" PRId64 ")", INT32_MAX / 2,
-                       n_ctx);
+    if (n_ctx < 1 || n_ctx > TS_MEMPLAN_MAX_SEQ_CTX)
+        return ts_errf(err, errlen, "a CUDA sequence holds 1 to %d tokens (asked %" PRId64 ")",
+                       TS_MEMPLAN_MAX_SEQ_CTX, n_ctx);
     ts_cuda_seq *q = (ts_cuda_seq *)calloc(1, sizeof *q);
     if (!q) return ts_errf(err, errlen, "out of memory");
-    q->c = c, q->n_ctx = n_ctx, q->bytes = seq_bytes(hp, n_ctx);
+    q->c = c, q->n_ctx = n_ctx, q->bytes = ts_memplan_seq_bytes(hp, n_ctx, nullptr);
     q->ptr = (void **)calloc((size_t)hp->n_layer * TS_CUDA_STATE_KINDS, sizeof(void *));
     cudaError_t e = q->ptr ? cudaMalloc(&q->mem, q->bytes) : cudaErrorMemoryAllocation;
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t fr = 0, to = 0;
         cudaMemGetInfo(&fr, &to);
+        const size_t asked = q->bytes;
         free(q->ptr), free(q);
         return ts_errf(err, errlen,
                        "out of GPU memory for a sequence of %" PRId64
                        " tokens: %.2f GiB asked, %.2f GiB free",
-                       n_ctx, gib(seq_bytes(hp, n_ctx)), gib(fr));
+                       n_ctx, gib(asked), gib(fr));
     }
-    const int64_t kvw = ts_qsa_kv_width(hp);
+    // the regions in the order and sizes of ts_memplan_seq_bytes
     uint8_t *p = (uint8_t *)q->mem;
     auto take = [&](size_t bytes) {
         void *r = p;
-        p += align_up(bytes);
+        p += ts_memplan_align(bytes);
         return r;
     };
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         void **s = q->ptr + (size_t)l * TS_CUDA_STATE_KINDS;
         if (hp->kind[l] == TS_LAYER_QSA) {
-            s[TS_CUDA_K] = take((size_t)(n_ctx * kvw) * 4), s[TS_CUDA_V] = take((size_t)(n_ctx * kvw) * 4);
-            s[TS_CUDA_IDX_RAW] = take((size_t)(n_ctx * hp->idx_head_dim) * 4);
-            s[TS_CUDA_IDX_BLK] = take((size_t)(ts_qsa_block_rows(hp, n_ctx) * hp->idx_head_dim) * 4);
+            s[TS_CUDA_K] = take(ts_memplan_qsa_kv_bytes(hp, n_ctx)),
+            s[TS_CUDA_V] = take(ts_memplan_qsa_kv_bytes(hp, n_ctx));
+            s[TS_CUDA_IDX_RAW] = take(ts_memplan_idx_raw_bytes(hp, n_ctx));
+            s[TS_CUDA_IDX_BLK] = take(ts_memplan_idx_blk_bytes(hp, n_ctx));
         } else {
-            s[TS_CUDA_CONV] = take((size_t)ts_gdn_conv_floats(hp) * 4);
-            s[TS_CUDA_SSM] = take((size_t)ts_gdn_state_floats(hp) * 4);
+            s[TS_CUDA_CONV] = take(ts_memplan_gdn_conv_bytes(hp));
+            s[TS_CUDA_SSM] = take(ts_memplan_gdn_state_bytes(hp));
         }
     }
     if (hp->ple_layer >= 0) {
         void **s = q->ptr + (size_t)hp->ple_layer * TS_CUDA_STATE_KINDS;
-        s[TS_CUDA_PLE_CONV] = take((size_t)ts_ple_conv_floats(hp) * 4);
-        s[TS_CUDA_PLE_CTX] = take(TS_MAX_NGRAM * 4);
+        s[TS_CUDA_PLE_CONV] = take(ts_memplan_ple_conv_bytes(hp));
+        s[TS_CUDA_PLE_CTX] = take(ts_memplan_ple_ctx_bytes());
     }
     pthread_mutex_lock(&c->mu);
     int rc = n_ctx > c->scratch_ctx ? alloc_work(c, n_ctx, err, errlen) : 0;
@@ -928,23 +843,21 @@ extern "C" size_t ts_cuda_seq_bytes(const ts_cuda_seq *q) {
 // and the GDN convolution history and recurrent state, the PLE convolution history and n-gram
 // context whole. visit(kind, layer, bytes) for each; the pointers come from each sequence's table.
 template <class F> void used_regions(const ts_hparams *hp, int64_t pos, F visit) {
-    const int64_t W = (int64_t)hp->hc_count * hp->n_embd, kvw = (int64_t)hp->n_head_kv * hp->head_dim;
-    const int64_t cd = 2 * (int64_t)hp->ssm_nk * hp->ssm_dk + (int64_t)hp->ssm_nv * hp->ssm_dv;
+    // the sizes of ts_cuda_seq_new's regions (src/model/memplan.h) at n = pos
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (hp->kind[l] == TS_LAYER_QSA) {
-            visit(TS_CUDA_K, l, (size_t)(pos * kvw) * 4);
-            visit(TS_CUDA_V, l, (size_t)(pos * kvw) * 4);
-            visit(TS_CUDA_IDX_RAW, l, (size_t)(pos * hp->idx_head_dim) * 4);
-            visit(TS_CUDA_IDX_BLK, l, (size_t)((pos / hp->compress + 1) * hp->idx_head_dim) * 4);
+            visit(TS_CUDA_K, l, ts_memplan_qsa_kv_bytes(hp, pos));
+            visit(TS_CUDA_V, l, ts_memplan_qsa_kv_bytes(hp, pos));
+            visit(TS_CUDA_IDX_RAW, l, ts_memplan_idx_raw_bytes(hp, pos));
+            visit(TS_CUDA_IDX_BLK, l, ts_memplan_idx_blk_bytes(hp, pos));
         } else {
-            visit(TS_CUDA_CONV, l, (size_t)((hp->ssm_conv - 1) * cd) * 4);
-            visit(TS_CUDA_SSM, l, (size_t)hp->ssm_nv * hp->ssm_dk * hp->ssm_dv * 4);
+            visit(TS_CUDA_CONV, l, ts_memplan_gdn_conv_bytes(hp));
+            visit(TS_CUDA_SSM, l, ts_memplan_gdn_state_bytes(hp));
         }
     }
     if (hp->ple_layer >= 0) {
-        visit(TS_CUDA_PLE_CONV, (uint32_t)hp->ple_layer,
-              (size_t)((int64_t)(hp->ple_conv - 1) * hp->ple_n * W) * 4);
-        visit(TS_CUDA_PLE_CTX, (uint32_t)hp->ple_layer, (size_t)TS_MAX_NGRAM * 4);
+        visit(TS_CUDA_PLE_CONV, (uint32_t)hp->ple_layer, ts_memplan_ple_conv_bytes(hp));
+        visit(TS_CUDA_PLE_CTX, (uint32_t)hp->ple_layer, ts_memplan_ple_ctx_bytes());
     }
 }
 

@@ -64,6 +64,7 @@
 #include "cuda/cp_async.cuh"
 #include "cuda/layers.h"
 #include "cuda/pdl.cuh"
+#include "model/memplan.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -564,23 +565,7 @@ void launch_reg(const RecArgs &a, const ts_cuda_batch &b, const GdnDims &d, cuda
     ts_cu::launch(gdn_recur_reg<P, M>, dim3((unsigned)b.n_seq * d.nv), dim3(threads), 0, s, a, b, d);
 }
 
-size_t alpha_bytes(const ts_hparams *hp, int64_t rows) {
-    return ((size_t)rows * hp->ssm_nv * sizeof(float) + 15) / 16 * 16;
-}
-
 } // namespace
-
-// One row of the joined z|β|α product (batch 1): nv·dv + 2·nv floats.
-size_t zba_bytes(const ts_hparams *hp) {
-    return ((size_t)hp->ssm_nv * (hp->ssm_dv + 2) * sizeof(float) + 15) / 16 * 16;
-}
-
-extern "C" size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
-    (void)max_ctx;
-    // the α logits, then the log-decays (in place); or, at one row, the joined z|β|α row
-    const size_t a = alpha_bytes(hp, max_rows), z = zba_bytes(hp);
-    return a > z ? a : z;
-}
 
 extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l,
                            const float *x, float *y, cudaStream_t s) {
@@ -596,7 +581,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     d.chunk_min = INT64_MAX;           // set below when the chunked form runs
     d.key_dim = (int64_t)d.nk * d.dk, d.vdim = (int64_t)d.nv * d.dv, d.cd = ts_gdn_conv_dim(hp);
     if (d.nk <= 0 || d.nv <= 0 || d.dk <= 0 || d.dv <= 0 || d.Kc <= 0) return -1;
-    if (!w->scratch || w->scratch_bytes < alpha_bytes(hp, N)) return -1;
+    if (!w->scratch || w->scratch_bytes < ts_memplan_gdn_alpha_bytes(hp, N)) return -1;
     const int64_t vseg = (d.vdim + kConvThreads - 1) / kConvThreads, segs = 2 * (int64_t)d.nk + vseg + 1;
     const int64_t chunks = (d.cd + kStateThreads - 1) / kStateThreads;
     if (segs > 65535 || N > INT32_MAX || chunks * b->n_seq > INT32_MAX ||
@@ -608,7 +593,7 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     // 1. projections (z, β and α as one product of their joined rows at one row: z, β and α then
     //    lie back to back in scratch; the kernels below index row 0 only)
     if (ts_cuda_matmul(&L->attn_qkv, 0, d.cd, x, N, w->qkv, s)) return -1;
-    if (N == 1 && L->gate_beta_alpha.data && w->scratch_bytes >= zba_bytes(hp)) {
+    if (N == 1 && L->gate_beta_alpha.data && w->scratch_bytes >= ts_memplan_gdn_zba_bytes(hp)) {
         z = static_cast<float *>(w->scratch), beta = z + d.vdim, lg = beta + d.nv;
         if (ts_cuda_matmul(&L->gate_beta_alpha, 0, d.vdim + 2 * d.nv, x, 1, z, s)) return -1;
     } else {

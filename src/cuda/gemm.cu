@@ -101,6 +101,7 @@ extern "C" {
 #include "cuda/gemm.h"
 #include "cuda/gemm_decode.cuh"
 #include "cuda/gemm_tile.cuh"
+#include "model/memplan.h"
 
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -172,14 +173,12 @@ __global__ void __launch_bounds__(1024)
 
 // ---- expert plan sizes ----------------------------------------------------------------------------
 
-constexpr int kPlanSmem = 96 * 1024; // counters in shared memory
+// The plan's sizes are the memory plan's (src/model/memplan.h), which the workspaces reserve.
+constexpr int kPlanSmem = TS_MEMPLAN_EXPERT_PLAN_SMEM; // counters in shared memory
 
 // Warps (item ranges) of the plan kernel for E experts; 0 if the counters do not fit.
 int plan_ranges(int64_t E) {
-    const int64_t E1 = E + 1;
-    if (E < 1 || E1 > INT_MAX / 64) return 0;
-    const int64_t r = (kPlanSmem / 4 - 3 * E1 - 1) / E1;
-    return r < 1 ? 0 : (r > 32 ? 32 : static_cast<int>(r));
+    return ts_memplan_expert_plan_ranges(E);
 }
 // Items a tile from the mean items per expert m = n / E: the TT of least padded columns per unit of
 // efficiency, ⌈m / TT⌉·TT / kCfgEff, for balanced experts (16: 0.65, 32: 0.8, 64: 0.92):
@@ -188,15 +187,13 @@ int plan_tile(int64_t n, int64_t E) {
     return n <= 16 * E ? 16 : (n <= 32 * E ? 32 : 64);
 }
 int64_t plan_max_tiles(int64_t n, int64_t E, int tt) {
-    const int64_t groups = n < E + 1 ? n : E + 1;
-    return (n + groups * (tt - 1)) / tt;
+    return ts_memplan_expert_plan_max_tiles(n, E, tt);
 }
 inline size_t align256(size_t b) {
-    return (b + 255) & ~static_cast<size_t>(255);
+    return ts_memplan_align(b);
 }
 size_t plan_bytes_for(int64_t n, int64_t max_tiles) {
-    return align256(static_cast<size_t>(n) * sizeof(int32_t)) +
-           align256(static_cast<size_t>(max_tiles) * 16) + 256;
+    return ts_memplan_expert_plan_bytes_for(n, max_tiles);
 }
 
 // ---- host: launches ---------------------------------------------------------------------------------
@@ -388,13 +385,7 @@ extern "C" bool ts_cuda_expert_plan_supported(int64_t n_experts) {
 }
 
 extern "C" size_t ts_cuda_expert_plan_bytes(int64_t n_items, int64_t n_experts) {
-    if (n_items < 0 || plan_ranges(n_experts) == 0) return 0;
-    int64_t mt = 0;
-    for (int tt = 16; tt <= 64; tt *= 2) {
-        const int64_t m = plan_max_tiles(n_items, n_experts, tt);
-        if (m > mt) mt = m;
-    }
-    return plan_bytes_for(n_items, mt);
+    return ts_memplan_expert_plan_bytes(n_items, n_experts);
 }
 
 extern "C" int ts_cuda_expert_plan_build(const int32_t *ids_dev, int64_t n_items, int64_t n_experts,

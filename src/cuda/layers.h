@@ -185,7 +185,8 @@ typedef struct ts_cuda_work {
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */
-    /* per-block scratch, bytes as asked by ts_cuda_<block>_scratch_bytes (the max over blocks) */
+    /* per-block scratch, bytes as asked by ts_memplan_<block>_scratch (src/model/memplan.h; the max
+     * over blocks) */
     void *scratch;
     size_t scratch_bytes;
 } ts_cuda_work;
@@ -221,20 +222,17 @@ int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *
  * both states. */
 int ts_cuda_ple(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, float *R,
                 cudaStream_t s);
-size_t ts_cuda_ple_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx);
 
 /* GDN of layer l: x (N × H) → y (N × H); updates TS_CUDA_CONV and TS_CUDA_SSM of each sequence,
  * the rows of one sequence in order (the recurrence). */
 int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
                 float *y, cudaStream_t s);
-size_t ts_cuda_gdn_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx);
 
 /* QSA of layer l: x (N × H) → y (N × H); writes K/V and indexer caches at each row's position,
  * completes indexer blocks, selects blocks (dense while nb ≤ Kb or TURBOSPARK_QSA_FORCE_DENSE=1;
  * ties: higher score, then lower block index) and attends. */
 int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
                 float *y, cudaStream_t s);
-size_t ts_cuda_qsa_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx);
 
 /* MoE of layer l: router softmax over E (fp32), top-k (ties: lower expert id), renormalised,
  * SwiGLU experts chosen on the device (no host sync), plus the shared expert scaled by
@@ -245,7 +243,6 @@ int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, 
  * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). */
 int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s);
-size_t ts_cuda_moe_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx);
 
 /* ---- shared small ops (src/cuda/ops.cu) ----------------------------------------------------- */
 

@@ -38,7 +38,7 @@
 // pads every tile to its width, so it pays once experts get several items each. It runs when
 // N ≥ kGroupedMinRows (64: decode batches never change) and N·k ≥ kGroupedMinItemsPerExpert·E (4:
 // below that most tiles would hold one or two items; released shapes: N ≥ 205), and when the plan
-// fits the scratch (ts_cuda_moe_scratch_bytes reserves it whenever the plan is supported). Both
+// fits the scratch (ts_memplan_moe_scratch reserves it whenever the plan is supported). Both
 // constants are estimates to be measured on the H200 (ts_cuda_moe_force_grouped switches the path
 // for comparisons). The results do not depend on the path beyond fp32 rounding, nor, on the
 // grouped path, on how the items fall into tiles.
@@ -46,7 +46,7 @@
 // Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
 // w->sg (N), w->eo (N·k × H), w->gu (N·k × 2F: expert gate/up rows of stride G = 2F, used when
 // that stride is a multiple of 4 floats, i.e. every x/y row 16-byte aligned), and from w->scratch
-// (ts_cuda_moe_scratch_bytes): the shared expert's gate/up values and, for expert widths F that
+// (ts_memplan_moe_scratch): the shared expert's gate/up values and, for expert widths F that
 // are not a multiple of 4, the expert gate/up rows with a padded stride.
 //
 // Numerics: fp32 everywhere. Sums run in a different order than the CPU's (parallel reductions;
@@ -59,6 +59,7 @@
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
+#include "model/memplan.h"
 
 extern "C" {
 #include "quant/quant.h"
@@ -86,10 +87,10 @@ constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (
 int g_moe_grouped = -1; // ts_cuda_moe_force_grouped: -1 thresholds, 0 never, 1 always
 
 inline int64_t round_up4(int64_t n) {
-    return (n + 3) & ~static_cast<int64_t>(3);
+    return ts_memplan_round_up4(n);
 }
 inline size_t align256(size_t b) {
-    return (b + 255) & ~static_cast<size_t>(255);
+    return ts_memplan_align(b);
 }
 
 // ---- router ----------------------------------------------------------------------------------
@@ -396,41 +397,19 @@ bool same_encoding(const ts_cuda_tensor &a, const ts_cuda_tensor &b) {
     return a.type == b.type && a.ne0 == b.ne0 && a.row_bytes == b.row_bytes;
 }
 
-// Floats of the shared expert's gate/up region for N rows: gate N × Fs at 0, up N × Fs at
-// round_up4(N·Fs) (the fused N = 1 launch puts up at Fs, inside the same region).
+// The shared expert's gate/up region and the expert gate/up rows' stride are the memory plan's
+// (src/model/memplan.h): gate N × Fs at 0, up N × Fs at round_up4(N·Fs) (the fused N = 1 launch puts
+// up at Fs, inside the same region); item stride G and up offset uoff (one launch writes gate then up
+// back to back, uoff = F; two launches, of different types, each start 16-byte aligned), the rows in
+// w->gu when G == 2F, else in scratch (neither happens to F % 4 == 0).
 int64_t shared_floats(int64_t N, int64_t Fs) {
-    return round_up4(N * Fs) + N * Fs;
+    return ts_memplan_moe_shared_floats(N, Fs);
 }
-
-// Expert gate/up rows: item stride G and up offset uoff. One launch writes gate then up back to
-// back (uoff = F); two launches (gate and up of different types) each start 16-byte aligned.
-// The rows live in w->gu when G == 2F, else in scratch; neither happens to F % 4 == 0.
 void expert_layout(int64_t F, bool one_launch, int64_t *G, int64_t *uoff) {
-    *uoff = one_launch ? F : round_up4(F);
-    *G = one_launch ? round_up4(2 * F) : 2 * round_up4(F);
+    ts_memplan_moe_expert_layout(F, one_launch, G, uoff);
 }
 
 } // namespace
-
-extern "C" size_t ts_cuda_moe_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
-    (void)max_ctx;
-    if (!hp || max_rows <= 0) return 0;
-    const int64_t Fs = hp->n_ff_shexp, k = hp->n_expert_used;
-    size_t routed = 0;
-    for (uint32_t l = 0; hp->n_ff_exp && l < hp->n_layer; l++) {
-        const int64_t F = hp->n_ff_exp[l];
-        if (F % 4 == 0) continue; // rows in w->gu
-        const size_t b = static_cast<size_t>(max_rows * k * 2 * round_up4(F)) * sizeof(float);
-        if (b > routed) routed = b;
-    }
-    // + the expert plan of the grouped path (items sorted by expert and the work list: about
-    // 4·N·k + 16·(N·k / 16 + E) bytes), placed after the two regions above
-    const size_t plan = ts_cuda_expert_plan_supported(hp->n_expert)
-                            ? ts_cuda_expert_plan_bytes(max_rows * k, static_cast<int64_t>(hp->n_expert))
-                            : 0;
-    return align256(static_cast<size_t>(shared_floats(max_rows, Fs)) * sizeof(float)) + align256(routed) +
-           plan;
-}
 
 extern "C" void ts_cuda_moe_force_grouped(int mode) {
     g_moe_grouped = mode < 0 ? -1 : (mode > 0 ? 1 : 0);

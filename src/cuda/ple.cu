@@ -281,11 +281,6 @@ bool table_ok(const ts_cuda_tensor &t, int64_t dh) {
 
 } // namespace
 
-extern "C" size_t ts_cuda_ple_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
-    (void)hp, (void)max_rows, (void)max_ctx;
-    return 0; // w->emb, w->mix, w->xn and w->pv suffice; history rows are read from the states
-}
-
 extern "C" int ts_cuda_ple(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, float *R,
                            cudaStream_t s) {
     const ts_hparams *hp = w->hp;

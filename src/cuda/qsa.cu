@@ -26,7 +26,7 @@
 //                          are complete by then.
 //   4. selection           skipped entirely when no row can be sparse (TURBOSPARK_QSA_FORCE_DENSE
 //                          set, or max_ctx/B ≤ Kb). Rows are taken in passes of rows_pass rows so
-//                          the score buffer stays bounded (see qsa_layout):
+//                          the score buffer stays bounded (ts_memplan_qsa):
 //      qsa_score_kernel    grid (⌈(max_ctx/B)/64⌉, rows_pass): 64 blocks of one row per thread
 //                          block (early exit past the row's nb, or when the row is dense). A warp
 //                          scores 4 blocks at a time against 4 indexer heads at a time: lanes
@@ -74,6 +74,7 @@
 // rows of one sequence per thread block (a tensor-core flash-attention) would reuse them.
 // TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
 #include "cuda/layers.h"
+#include "model/memplan.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -92,13 +93,12 @@ constexpr int kTopkThreads = 1024; // top-k kernel
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kAttThreads = 256; // attention kernel
 constexpr int kAttWarps = kAttThreads / 32;
-constexpr int kAttCh = 32;          // positions per sub-chunk (one per lane in the softmax step)
-constexpr int kMaxGH = 16;          // query heads per attention thread block
-constexpr int kMinSplitLen = 64;    // positions per split at least
-constexpr int64_t kAttTarget = 256; // thread blocks the split count aims at
+constexpr int kAttCh = 32; // positions per sub-chunk (one per lane in the softmax step)
+// the scratch layout, the split count and the head groups are the memory plan's (src/model/memplan.h)
+constexpr int kMaxGH = TS_MEMPLAN_QSA_MAX_GH;          // query heads per attention thread block
+constexpr int kMinSplitLen = TS_MEMPLAN_QSA_MIN_SPLIT; // positions per split at least
 constexpr int kCombineThreads = 256;
-constexpr int64_t kScoreBudget = int64_t(1) << 24; // floats of block scores per pass (64 MiB)
-constexpr int kMaxHeadDim = 2 * kAttThreads;       // hd ≤ 512
+constexpr int kMaxHeadDim = 2 * kAttThreads; // hd ≤ 512
 
 // Shapes of the layer, from the host hparams (kernel argument).
 struct qsa_shape {
@@ -650,75 +650,6 @@ bool force_dense() {
     return cached != 0;
 }
 
-size_t align256(size_t n) {
-    return (n + 255) & ~(size_t)255;
-}
-
-// Query heads per attention thread block, and how many such groups a kv head has.
-void head_groups(int64_t G, int *ngroups, int *gh_max) {
-    const int64_t ng = (G + kMaxGH - 1) / kMaxGH;
-    *ngroups = (int)ng;
-    *gh_max = (int)((G + ng - 1) / ng);
-}
-
-// Splits of each row's allowed list.
-int split_count(int64_t N, int64_t nkv, int ngroups, int64_t max_n) {
-    const int64_t by_len = (max_n + kMinSplitLen - 1) / kMinSplitLen;
-    const int64_t blocks = N * nkv * ngroups;
-    int64_t by_occ = (kAttTarget + blocks - 1) / blocks;
-    if (by_occ < 1) by_occ = 1;
-    int64_t s = by_len < by_occ ? by_len : by_occ;
-    return (int)(s < 1 ? 1 : s);
-}
-
-// The longest allowed list of any row.
-int64_t max_allowed(const ts_hparams *hp, int64_t max_ctx, bool dense) {
-    if (dense) return max_ctx;
-    const int64_t cap = ((int64_t)hp->idx_top_blocks + 1) * hp->compress;
-    return max_ctx < cap ? max_ctx : cap;
-}
-
-// Whether any row at context max_ctx can be sparse.
-bool can_be_sparse(const ts_hparams *hp, int64_t max_ctx, bool dense) {
-    return !dense && hp->compress > 0 && max_ctx / hp->compress > (int64_t)hp->idx_top_blocks;
-}
-
-// Scratch regions (bytes, each 256-aligned), in this order.
-struct qsa_layout {
-    size_t vbuf;    // N × nkv·hd values when they cannot follow the keys in w->kv aligned
-    size_t sel;     // N × Kb int32 selected blocks
-    size_t scores;  // rows_pass × nbm floats
-    size_t part_o;  // N × nh × nsplit × hd floats (nsplit > 1)
-    size_t part_ml; // N × nh × nsplit × 2 floats (nsplit > 1)
-    int64_t rows_pass;
-    int nsplit;
-    size_t total() const { return vbuf + sel + scores + part_o + part_ml; }
-};
-
-qsa_layout make_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, bool dense) {
-    qsa_layout o = {};
-    const int64_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim, kvw = nkv * hd;
-    if (kvw % 4 != 0) o.vbuf = align256((size_t)(N * kvw) * sizeof(float));
-    if (can_be_sparse(hp, max_ctx, dense)) {
-        const int64_t nbm = max_ctx / hp->compress;
-        int64_t rp = kScoreBudget / nbm;
-        if (rp < 1) rp = 1;
-        if (rp > N) rp = N;
-        if (rp > 65535) rp = 65535; // grid.y
-        o.rows_pass = rp;
-        o.sel = align256((size_t)(N * hp->idx_top_blocks) * sizeof(int32_t));
-        o.scores = align256((size_t)(rp * nbm) * sizeof(float));
-    }
-    int ngroups, gh_max;
-    head_groups(nh / (nkv > 0 ? nkv : 1), &ngroups, &gh_max);
-    o.nsplit = split_count(N, nkv, ngroups, max_allowed(hp, max_ctx, dense));
-    if (o.nsplit > 1) {
-        o.part_o = align256((size_t)(N * nh * o.nsplit * hd) * sizeof(float));
-        o.part_ml = align256((size_t)(N * nh * o.nsplit * 2) * sizeof(float));
-    }
-    return o;
-}
-
 bool launched() {
     return cudaGetLastError() == cudaSuccess;
 }
@@ -734,22 +665,6 @@ bool launch_attn(dim3 grid, size_t smem, cudaStream_t s, const ts_cuda_batch &b,
 
 } // namespace
 
-extern "C" size_t ts_cuda_qsa_scratch_bytes(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
-    if (max_rows < 1) max_rows = 1;
-    if (max_ctx < 1) max_ctx = 1;
-    // every region grows with N except the partials (N · nsplit(N)), which exist only while N·nkv < 256:
-    // take the largest over N, and the dense worst case (FORCE_DENSE can be set at run time)
-    size_t best = 0;
-    const int64_t nmax = max_rows < kAttTarget ? max_rows : kAttTarget;
-    for (int64_t N = 1; N <= nmax; N++) {
-        const qsa_layout a = make_layout(hp, N, max_ctx, true), c = make_layout(hp, N, max_ctx, false);
-        const size_t pa = a.part_o + a.part_ml, pc = c.part_o + c.part_ml;
-        best = best > pa ? best : pa, best = best > pc ? best : pc;
-    }
-    const qsa_layout full = make_layout(hp, max_rows, max_ctx, false);
-    return full.vbuf + full.sel + full.scores + best;
-}
-
 extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l,
                            const float *x, float *y, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
@@ -761,8 +676,9 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         hp->n_rot % 2 != 0 || hp->n_rot > hd || hp->n_rot > di || b->max_ctx < 1)
         return -1;
     const bool dense = force_dense();
-    const qsa_layout lay = make_layout(hp, N, b->max_ctx, dense);
-    if (lay.total() > w->scratch_bytes) return -1;
+    ts_memplan_qsa lay;
+    ts_memplan_qsa_layout(hp, N, b->max_ctx, dense, &lay);
+    if (ts_memplan_qsa_total(&lay) > w->scratch_bytes) return -1;
 
     qsa_shape q;
     q.nh = (int)nh, q.nkv = (int)nkv, q.hd = (int)hd, q.G = (int)(nh / nkv);
@@ -806,7 +722,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     if (!launched()) return -1;
 
     // 4. block selection, in passes of rows_pass rows
-    if (can_be_sparse(hp, b->max_ctx, dense) && q.Kb > 0) {
+    if (ts_memplan_qsa_can_be_sparse(hp, b->max_ctx, dense) && q.Kb > 0) {
         const unsigned chunks = (unsigned)((q.nbm + kScoreChunk - 1) / kScoreChunk);
         for (int64_t r0 = 0; r0 < N; r0 += lay.rows_pass) {
             const int64_t rp = N - r0 < lay.rows_pass ? N - r0 : lay.rows_pass;
@@ -821,7 +737,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     // 5. attention (6. combine when split)
     {
         int ngroups, gh_max;
-        head_groups(q.G, &ngroups, &gh_max);
+        ts_memplan_qsa_head_groups(q.G, &ngroups, &gh_max);
         const int nsplit = lay.nsplit;
         const dim3 grid((unsigned)N, (unsigned)(nkv * ngroups), (unsigned)nsplit);
         const size_t smem =

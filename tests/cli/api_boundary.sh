@@ -3,7 +3,7 @@
 # generate, tokenize) live on the public API alone: every #include of theirs that names a header of
 # this repository is include/turbospark.h or a header of the file's own folder. One exception:
 # cli/serve.c starts the server through its entry header, server/server.h (which holds to the same
-# rule). The file tools (convert, quantize, inspect, synth, devices) may use the internal modules.
+# rule). The file tools (convert, quantize, inspect, synth, devices, plan) may use the internal modules.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"

@@ -17,7 +17,7 @@ arch=${TS_CUDA_ARCH:--gencode=arch=compute_90a,code=sm_90a}
 mkdir -p "$out/obj"
 
 cflags=(-std=c11 -O2 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Isrc -Iinclude -I"$cuda_inc")
-core=(src/quant/*.c src/common/half.c src/common/error.c src/cpu/ops.c src/cpu/dot.c)
+core=(src/quant/*.c src/common/half.c src/common/error.c src/cpu/ops.c src/cpu/dot.c src/model/memplan.c)
 pids=()
 for f in "${core[@]}" tests/cuda/test_cuda_matmul.c tests/cuda/bench_cuda_matmul.c tests/cuda/test_cuda_gemm.c; do
   "$cc" "${cflags[@]}" -c "$f" -o "$out/obj/$(basename "$f" .c).o" &

@@ -19,6 +19,7 @@
  *   test_cuda_forward [DIR]   (writes its synthetic files into DIR, default $TS_TMP or /tmp) */
 #include "cpu/forward.h"
 #include "cuda/forward.h"
+#include "model/memplan.h"
 #include "model/qwen4exp.h"
 #include "model/synth.h"
 #include "quant/quant.h"
@@ -153,6 +154,20 @@ static void check_model(const char *name, const char *path) {
     trace_buf tc = {.W = W}, tg = {.W = W};
     ts_session *sc = session(m, n_ctx, UB, TS_BACKEND_CPU), *sg = session(m, n_ctx, UB, TS_BACKEND_CUDA);
     if (!sc || !sg) goto out;
+    { /* 0: the backend allocated what the memory plan (src/model/memplan.h) computes on the host */
+        ts_backend_info info;
+        size_t trunk, table;
+        ts_memplan_weights(m, &trunk, &table);
+        CHECK(!ts_model_backend_info(m, TS_BACKEND_CUDA, &info, err, sizeof err), "backend info: %s", err);
+        CHECK(info.weight_bytes == trunk && info.table_bytes == table &&
+                  info.seq_state_bytes == ts_memplan_seq_bytes(hp, n_ctx, NULL) &&
+                  info.work_bytes == ts_memplan_work_bytes(hp, UB, n_ctx) &&
+                  ts_cuda_seq_bytes(ts_session_cuda_seq(sg)) == ts_memplan_seq_bytes(hp, n_ctx, NULL),
+              "the CUDA plan (weights %" PRIu64 ", table %" PRIu64 ", state %" PRIu64 ", workspaces %" PRIu64
+              ") is not the host plan's (%zu, %zu, %zu, %zu)",
+              info.weight_bytes, info.table_bytes, info.seq_state_bytes, info.work_bytes, trunk, table,
+              ts_memplan_seq_bytes(hp, n_ctx, NULL), ts_memplan_work_bytes(hp, UB, n_ctx));
+    }
     ts_cpu_set_trace(record, &tc);
     eval(sc, ids, T_PROMPT, lc, true);
     ts_cpu_set_trace(NULL, NULL);

@@ -1,0 +1,308 @@
+/* The CUDA memory plan's arithmetic (src/model/memplan.h) against values computed by hand: the tiny
+ * config (every region, the weights of an all-F32 file, a sparse and a dense QSA scratch), and the
+ * released config at 4,096 and 262,144 tokens (state, workspaces, one 262K sequence on an H200);
+ * a model made from the hyperparameters plans the same bytes as the synthetic file of the same mix. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "convert/mix.h"
+#include "model/memplan.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GIB ((size_t)1 << 30)
+
+static char g_path[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_path, sizeof g_path, "/tmp/ts_test_memplan_%d.gguf", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(g_path);
+    return 0;
+}
+
+typedef struct {
+    const ts_mix *mix;
+    uint32_t type;
+    const ts_hparams *hp;
+} types;
+
+static uint32_t type_of(void *ctx, const ts_tensor_spec *s) {
+    const types *t = ctx;
+    if (s->role != 'm') return TS_TYPE_F32;
+    return t->mix ? ts_mix_type(t->mix, t->hp, s) : ts_synth_fallback_type(t->type, s->ne[0]);
+}
+
+/* A model of hp's tensors without a file (hp is consumed). */
+static ts_model *virtual_model(ts_hparams *hp, const ts_mix *mix, uint32_t type) {
+    char err[256];
+    const ts_hparams view = *hp;
+    types t = {mix, type, &view};
+    ts_model *m;
+    if (ts_memplan_model_new(hp, (ts_layout){0}, false, type_of, &t, &m, err, sizeof err))
+        fail_msg("%s", err);
+    return m;
+}
+
+/* ---- the tiny config: H 64, C 4 (W 256), r 32, nh 4, nkv 2, hd 32, ni 2, di 16, B 4, Kb 4, Kc 4,
+ * nk 2, dk 16, nv 6, dv 16, E 8, k 2, F = Fs = 32, NH 4, dh 16, Kp 4, n 3, V 512; layers GDN,
+ * GDN + PLE, GDN, QSA. */
+
+static void test_tiny_state(void **state) {
+    (void)state;
+    char err[256];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_tiny(&hp, err, sizeof err), 0);
+    /* n = 100 tokens. QSA: K and V 100·64·4 = 25,600 each; raw indexer keys 100·16·4 = 6,400; pooled
+     * (100/4 + 1)·16·4 = 1,664 → 1,792 aligned. */
+    assert_int_equal(ts_memplan_qsa_kv_bytes(&hp, 100), 25600);
+    assert_int_equal(ts_memplan_idx_raw_bytes(&hp, 100), 6400);
+    assert_int_equal(ts_memplan_idx_blk_bytes(&hp, 100), 1664);
+    /* GDN: conv (4 − 1)·(2·2·16 + 6·16) = 480 floats = 1,920 → 2,048; state 6·16·16·4 = 6,144 */
+    assert_int_equal(ts_memplan_gdn_conv_bytes(&hp), 1920);
+    assert_int_equal(ts_memplan_gdn_state_bytes(&hp), 6144);
+    /* PLE: conv (4 − 1)·3·256·4 = 9,216; n-gram context 8 ids = 32 → 256 */
+    assert_int_equal(ts_memplan_ple_conv_bytes(&hp), 9216);
+    ts_memplan_seq s;
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 100, &s), 93440);
+    assert_int_equal(s.qsa_kv, 2 * 25600);
+    assert_int_equal(s.qsa_idx, 6400 + 1792);
+    assert_int_equal(s.gdn, 3 * (2048 + 6144));
+    assert_int_equal(s.ple, 9216 + 256);
+    assert_int_equal(s.total, 93440);
+    ts_hparams_free(&hp);
+}
+
+static void test_tiny_work(void **state) {
+    (void)state;
+    char err[256];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_tiny(&hp, err, sizeof err), 0);
+    /* one row: every region 256-aligned; R, xn, mix 1,024 each, lr 32 floats → 256, x, y, inj 256
+     * each, qkv and u 160 floats → 768, z and o 96 → 512, β|α 256, qg 256 floats = 1,024, kv 128 =
+     * 512, iq 256, ik 256, att 512, router 256, top-k ids and weights 256 each, gu 2·2·32 = 128
+     * floats = 512, eo 2·64 = 512, sg, route counters, hc_ss, emb, pv 256 each, Rsel 1,024, xsel 256,
+     * logits 512 floats = 2,048: 15,872 bytes before the scratch */
+    ts_memplan_work w;
+    ts_memplan_work_layout(&hp, 1, 16, &w);
+    assert_int_equal(w.off[TS_WORK_XN], 1024);
+    assert_int_equal(w.off[TS_WORK_QKV], 4096);
+    assert_int_equal(w.off[TS_WORK_GU], 10240);
+    assert_int_equal(w.off[TS_WORK_LOGITS], 13824);
+    assert_int_equal(w.scratch_off, 15872);
+    /* scratch at context 16: GDN max(α 6 floats → 32, z|β|α 6·18·4 = 432) = 432; QSA 0 (16/4 = 4
+     * blocks, not more than Kb: dense, one split); MoE: shared 32 + 32 floats = 256, no padded expert
+     * rows (F % 4 = 0), expert plan of 2 items in 8 experts: 256 + 256 (2 tiles) + 256 = 768 */
+    assert_int_equal(ts_memplan_gdn_scratch(&hp, 1, 16), 432);
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 16), 0);
+    assert_int_equal(ts_memplan_expert_plan_bytes(2, 8), 768);
+    assert_int_equal(ts_memplan_moe_scratch(&hp, 1, 16), 1024);
+    assert_int_equal(w.scratch, 1024);
+    assert_int_equal(w.total, 16896);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 16), 16896);
+    /* context 100: 25 blocks > Kb, so rows can be sparse: selected blocks 4 ints → 256, scores of one
+     * row 25 floats → 256; the dense worst case (FORCE_DENSE) splits the 100 positions in 2 (one row,
+     * 2 kv heads: 128 splits wanted, ⌈100/64⌉ = 2 allowed): partials 1·4·2·32 floats = 1,024 and
+     * 1·4·2·2 → 256 */
+    ts_memplan_qsa q;
+    ts_memplan_qsa_layout(&hp, 1, 100, false, &q);
+    assert_int_equal(q.rows_pass, 1);
+    assert_int_equal(q.nsplit, 1);
+    assert_int_equal(ts_memplan_qsa_total(&q), 512);
+    ts_memplan_qsa_layout(&hp, 1, 100, true, &q);
+    assert_int_equal(q.nsplit, 2);
+    assert_int_equal(ts_memplan_qsa_total(&q), 1280);
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 100), 256 + 256 + 1280);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 100), 15872 + 1792);
+    ts_hparams_free(&hp);
+}
+
+/* Every tiny tensor F32: a matrix is its bytes + 16, aligned; a vector its floats; a hyper-connection's
+ * down and inject rows (36 of 1,024 bytes) and a GDN layer's z|β|α (108 rows of 256 bytes) are joined. */
+static const size_t k_tiny_f32_trunk =
+    131328 + 131328 /* token_embd, output */ + 67072 /* final mixer: norm 1,024, down 33,024, up 33,024 */ +
+    4 * 142336 /* two HC modules a layer: 1,024 + 37,120 + 33,024 each */ +
+    4 * 225280 /* MoE: router 2,304, experts 3 × 65,792, shared 3 × 8,448 + 256 */
+    + 3 * 97280 /* GDN: qkv 41,216, out 24,832, z|β|α 27,904, vectors 3,328 */ +
+    145920   /* QSA: q 65,792, k, v 16,640, out 33,024, idx 8,448 + 4,352, norms 1,024 */
+    + 89600; /* PLE: key 65,792, value 16,640, norms 3,072, conv 4,096 */
+static const size_t k_tiny_f32_table = 33024; /* 16 × 512 rows × 4 + 16, aligned */
+
+static void test_tiny_weights(void **state) {
+    (void)state;
+    char err[256];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_tiny(&hp, err, sizeof err), 0);
+    ts_synth_opts o = {.type = TS_TYPE_F32, .seed = 1, .sparse = true};
+    assert_int_equal(ts_synth_write(&hp, &o, g_path, err, sizeof err), 0);
+    ts_model *file;
+    if (ts_model_load(g_path, &file, err, sizeof err)) fail_msg("%s", err);
+    size_t trunk, table;
+    ts_memplan_weights(file, &trunk, &table);
+    assert_int_equal(trunk, k_tiny_f32_trunk);
+    assert_int_equal(table, k_tiny_f32_table);
+    ts_model *v = virtual_model(&hp, NULL, TS_TYPE_F32);
+    ts_memplan a, b;
+    ts_memplan_make(file, 100, 3, 8, &a);
+    ts_memplan_make(v, 100, 3, 8, &b);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(a.weights, k_tiny_f32_trunk);
+    assert_int_equal(a.seq_state, 93440);
+    ts_memplan_model_free(v);
+    ts_model_free(file);
+}
+
+/* synth's mixes, as `synth --type MIX` writes them: ts_mix_type for every matrix */
+static int mix_edit(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
+    const types *t = ctx;
+    if (spec->role == 'm') *type = ts_mix_type(t->mix, t->hp, spec);
+    return 1;
+}
+
+/* A model made from the hyperparameters plans what the synthetic file of the same types plans. */
+static void test_virtual_equals_file(void **state) {
+    (void)state;
+    const char *names[] = {"q4_k_m", "ud_q2_k_xl", "q8_0", "q4_K"};
+    for (int i = 0; i < 4; i++) {
+        char err[256];
+        ts_hparams hp;
+        assert_int_equal(ts_hparams_mid(&hp, err, sizeof err), 0);
+        const ts_mix *mix = ts_mix_from_name(names[i]);
+        const int t = ts_type_from_name(names[i]);
+        assert_true(mix || t >= 0);
+        types tc = {mix, mix ? mix->base : (uint32_t)t, &hp};
+        ts_synth_opts o = {.type = tc.type, .seed = 1, .sparse = true};
+        if (mix) o.edit = mix_edit, o.edit_ctx = &tc;
+        assert_int_equal(ts_synth_write(&hp, &o, g_path, err, sizeof err), 0);
+        ts_model *file, *v = virtual_model(&hp, mix, tc.type);
+        if (ts_model_load(g_path, &file, err, sizeof err)) fail_msg("%s", err);
+        ts_memplan a, b;
+        ts_memplan_make(file, 4096, 2, 64, &a);
+        ts_memplan_make(v, 4096, 2, 64, &b);
+        assert_memory_equal(&a, &b, sizeof a);
+        ts_memplan_model_free(v);
+        ts_model_free(file);
+    }
+}
+
+/* ---- the released config: 36 GDN and 12 QSA layers, W 10240, kv width 512, di 128, B 4, Kb 512,
+ * E 512, k 10, F = Fs = 640, V 248,320. */
+
+static void test_released_state(void **state) {
+    (void)state;
+    char err[256];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_released(&hp, err, sizeof err), 0);
+    /* fixed: GDN 36 × (conv 3·10240·4 = 122,880 + state 48·128·128·4 = 3,145,728); PLE conv
+     * 3·3·10240·4 = 368,640 + context 256 */
+    const size_t fixed = 36 * (122880 + 3145728) + 368640 + 256;
+    /* 4,096 tokens, per QSA layer: K, V 4096·512·4 = 8,388,608 each, raw indexer keys 4096·128·4 =
+     * 2,097,152, pooled (1024 + 1)·128·4 = 524,800 (a multiple of 256) */
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), fixed + 12 * (2 * 8388608 + 2097152 + 524800));
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), 350828800);
+    /* 262,144 tokens: K, V 536,870,912 each, raw keys 134,217,728, pooled 65,537·512 = 33,554,944 */
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 262144, NULL),
+                     fixed + (size_t)12 * (2 * 536870912ull + 134217728 + 33554944));
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 262144, NULL), 15016212736ull); /* 13.98 GiB */
+    ts_hparams_free(&hp);
+}
+
+static void test_released_work(void **state) {
+    (void)state;
+    char err[256];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_released(&hp, err, sizeof err), 0);
+    /* 512 rows: every region a multiple of 512·4 bytes, so no padding */
+    const size_t N = 512;
+    const size_t regions =
+        4 * (3 * N * 10240 /* R, xn, mix */ + N * 320 + 2 * N * 2560 + N * 4 + 2 * N * 10240 /* qkv, u */ +
+             2 * N * 6144 /* z, o */ + 2 * N * 48 + N * 24 * 2 * 256 /* qg */ + 2 * N * 512 /* kv */ +
+             N * 4 * 128 + N * 128 + N * 24 * 256 /* att */ + N * 512 /* router */ + 2 * N * 10 +
+             N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + 2 * N + N * 4 * 10 /* hc_ss */ +
+             2 * N * 2560 /* emb, pv */ + N * 10240 + N * 2560 /* Rsel, xsel */ + 256 * 248320 /* logits */);
+    assert_int_equal(regions, 553324544);
+    /* GDN 512·48·4 = 98,304; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
+     * items: 20,480 + 800 tiles·16 + 256 = 33,536 */
+    assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304);
+    assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 33536);
+    assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 33536);
+    /* QSA at 4,096: 1,024 blocks > 512: selected blocks 512·512·4 = 1,048,576, scores of 512 rows
+     * (16 M floats / 1,024 blocks = 16,384 ≥ 512) 512·1024·4 = 2,097,152; partials largest at 127
+     * rows, dense, 2 splits: 254·24·256·4 = 6,242,304 and 254·24·2·4 = 48,768 → 48,896 */
+    ts_memplan_qsa q;
+    ts_memplan_qsa_layout(&hp, 127, 4096, true, &q);
+    assert_int_equal(q.nsplit, 2);
+    assert_int_equal(q.part_o + q.part_ml, 6242304 + 48896);
+    const size_t qsa4k = 1048576 + 2097152 + 6291200;
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 4096), qsa4k);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + qsa4k); /* 536.7 MiB */
+    /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864 */
+    ts_memplan_qsa_layout(&hp, 512, 262144, false, &q);
+    assert_int_equal(q.rows_pass, 256);
+    const size_t qsa262k = 1048576 + 67108864 + 6291200;
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 262144), qsa262k);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 598.7 MiB */
+    ts_hparams_free(&hp);
+}
+
+/* One 262,144-token sequence on an H200 (139.8 GiB as the runtime reports it) with the q4_k_m mix,
+ * the table on the GPU or in host memory. */
+static void test_released_262k_fits(void **state) {
+    (void)state;
+    char err[512];
+    ts_hparams hp;
+    assert_int_equal(ts_hparams_released(&hp, err, sizeof err), 0);
+    ts_model *m = virtual_model(&hp, ts_mix_from_name("q4_k_m"), 0);
+    ts_memplan p;
+    ts_memplan_make(m, 262144, 1, 512, &p);
+    /* the trunk's file bytes (synth --sizes: 84,051,279,360; vectors are F32 in the file too) plus
+     * 256 for each of the 714 matrix allocations (16 spare bytes, padded; every matrix is a multiple
+     * of 256 bytes): token_embd, output, the final mixer's down and up; per layer two HC modules of 2
+     * (down|inject joined, up) and the MoE's 7; per GDN layer qkv, out and z|β|α joined; per QSA layer
+     * 6; the PLE layer's 2: 4 + 48·11 + 36·3 + 12·6 + 2. And 64 for each ssm_a and ssm_dt (48 floats,
+     * 192 bytes, padded to 256) of the 36 GDN layers. */
+    assert_int_equal(p.weights, 84051279360ull + 714 * 256 + 72 * 64);
+    assert_int_equal(p.table, 110ull * 320001536 + 256); /* Q5_0 rows of 160: 110 bytes, + 16 padded */
+    const size_t h200 = (size_t)(139.8 * GIB);
+    assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 1);
+    assert_int_equal(ts_memplan_seqs_fit(&p, true, h200), 4);
+    assert_int_equal(ts_memplan_place(&p, TS_PLE_AUTO, h200, h200, "an H200", err, sizeof err), 0);
+    assert_false(p.table_on_host);
+    assert_int_equal(p.device, p.weights + p.table + p.seq_state + p.work + TS_MEMPLAN_MARGIN);
+    /* two such sequences do not fit with the table on the GPU: auto puts it in host memory */
+    ts_memplan_make(m, 262144, 2, 512, &p);
+    assert_int_equal(ts_memplan_place(&p, TS_PLE_AUTO, h200, h200, "an H200", err, sizeof err), 0);
+    assert_true(p.table_on_host);
+    /* and forced onto the GPU they are refused with the numbers */
+    assert_int_equal(ts_memplan_place(&p, TS_PLE_DEVICE, h200, h200, "an H200", err, sizeof err), -1);
+    assert_non_null(strstr(err, "the model does not fit on an H200: it needs "));
+    assert_non_null(strstr(err, "state 27.97 for 2 sequence(s) of 262144 tokens"));
+    assert_non_null(strstr(err, "and 139.80 GiB are free of 139.80"));
+    ts_memplan_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_state),
+        cmocka_unit_test(test_tiny_work),
+        cmocka_unit_test_setup_teardown(test_tiny_weights, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_virtual_equals_file, setup, teardown),
+        cmocka_unit_test(test_released_state),
+        cmocka_unit_test(test_released_work),
+        cmocka_unit_test(test_released_262k_fits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
