@@ -195,6 +195,28 @@ __device__ __forceinline__ float unit_amax(const float (&v)[16]) {
     return amax;
 }
 
+// The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input and
+// convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
+// round (the shuffles inside need all lanes), ok = u < units.
+template <class At, class Convert>
+__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
+    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
+        float v[kStageRounds][16];
+#pragma unroll
+        for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            load_unit(at(u < units ? u : 0), u < units, v[r]); // unit 0: a valid address
+        }
+#pragma unroll
+        for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break;
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            convert(u, u < units, v[r]);
+        }
+    }
+}
+
 // x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
 // the 16 units of a (row, super-block) are neighbouring lanes and share its max.
 __device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride, uint32_t *xs,
@@ -205,47 +227,32 @@ __device__ void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int
         return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
                16 * (q & 1);
     };
-    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
-        float v[kStageRounds][16];
+    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+        const int h = q >> 1, j = q & 1;
+        float amax = unit_amax(v);
 #pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            load_unit(u < units ? at(u) : x, u < units, v[r]);
+        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        uint32_t a[8];
+        float sum = tc_x_quarter(v, scale, a);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+        if (!ok) return;
+        uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
+#pragma unroll
+        for (int ii = 0; ii < 4;
+             ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+            *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                make_uint2(a[2 * ii], a[2 * ii + 1]);
+        if (q == 0) {
+            uint2 hl;
+            tc_x_sums(sum, other, hl.x, hl.y);
+            xsum[rs * 4 + t] = hl;
+            if (t == 0) xsc[rs] = inv;
         }
-#pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            const bool ok = u < units;
-            const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-            const int h = q >> 1, j = q & 1;
-            float amax = unit_amax(v[r]);
-#pragma unroll
-            for (int off = 1; off < 16; off <<= 1)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-            float inv;
-            const float scale = tc_x_scale(amax, inv);
-            uint32_t a[8];
-            float sum = tc_x_quarter(v[r], scale, a);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the sub-block's sum (quarters j = 0, 1)
-            const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
-            if (ok) {
-                uint32_t *lane_xs = xs + static_cast<size_t>(rs) * kTcXsSuper + t * kTcXsLane;
-#pragma unroll
-                for (int ii = 0; ii < 4;
-                     ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
-                    *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
-                        make_uint2(a[2 * ii], a[2 * ii + 1]);
-                if (q == 0) {
-                    uint2 hl;
-                    tc_x_sums(sum, other, hl.x, hl.y);
-                    xsum[rs * 4 + t] = hl;
-                    if (t == 0) xsc[rs] = inv;
-                }
-            }
-        }
-    }
+    });
 }
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
@@ -256,36 +263,23 @@ __device__ void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, in
                                 float *xsc) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
     const int ng = ne0 / G, units = nx * ng * UPG;
-    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
-        float v[kStageRounds][16];
+    auto at = [&](int u) { // unit u's first input; rg = row·ng + group
+        const int rg = u / UPG;
+        return x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG);
+    };
+    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+        const int m = u % UPG, rg = u / UPG;
+        float amax = unit_amax(v);
 #pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            const int rg = u / UPG; // rg = row·ng + group
-            load_unit(u < units ? x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG)
-                                : x,
-                      u < units, v[r]);
-        }
+        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        if (!ok) return;
+        uint32_t *w = xs + (static_cast<size_t>(rg) * UPG + m) * 8;
 #pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            const int m = u % UPG, rg = u / UPG;
-            float amax = unit_amax(v[r]);
-#pragma unroll
-            for (int off = 1; off < UPG; off <<= 1)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-            float inv;
-            const float scale = tc_x_scale(amax, inv);
-            if (u < units) {
-                uint32_t *w = xs + (static_cast<size_t>(rg) * UPG + m) * 8;
-#pragma unroll
-                for (int t = 0; t < 4; t++) tc_x_inorder(v[r], scale, t, w[2 * t], w[2 * t + 1]);
-                if (m == 0) xsc[rg] = inv;
-            }
-        }
-    }
+        for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
+        if (m == 0) xsc[rg] = inv;
+    });
 }
 
 // One super-block's part of a chunk for lane (g, t): its 17 MMAs and d·C − 64·dmin·C_min for rows 2t and
