@@ -6,6 +6,7 @@ extern "C" {
 #include "quant/quant.h"
 }
 #include "cuda/forward.h"
+#include "cuda/gemm_tc.h"
 #include "cuda/layers.h"
 #include "model/memplan.h"
 
@@ -388,6 +389,7 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     c->logits = (float *)at(TS_WORK_LOGITS);
     w.scratch = base + L.scratch_off;
     w.scratch_bytes = L.scratch;
+    w.tcx = at(TS_WORK_TCX), w.tcx_bytes = (size_t)L.elems[TS_WORK_TCX] * 4;
     c->scratch_ctx = ctx;
     c->b.max_ctx = ctx;
     if (cudaMemset(w.route_count, 0, (size_t)N * sizeof(unsigned)) != cudaSuccess)
@@ -1017,6 +1019,7 @@ extern "C" int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int3
                                ids[i][t], q[i]->pos + t, V - 1);
     }
     pthread_mutex_lock(&c->mu);
+    ts_cuda_tc_scratch_set(c->w.tcx, c->w.tcx_bytes); // this thread's prefill products (gemm_tc.h)
     int rc = 0;
     int32_t *t_ids = c->tab_host, *t_pos = t_ids + N, *t_seq = t_ids + 2 * N, *t_row0 = t_ids + 3 * N,
             *t_lrows = t_ids + 4 * N + 1;

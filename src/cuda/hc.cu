@@ -422,18 +422,18 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     if (w->xn_unnormed) return -1; // the write chose hc_write_ss_kernel for a read it could not fuse
 
     if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
-        if (ts_cuda_matmul(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
+        if (ts_cuda_matmul_unrounded(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
         hc_act_split_kernel<<<blocks_for(N * (r + C)), kThreads, 0, s>>>(w->mix, N, r, C, w->lr, inj);
     } else {
-        if (ts_cuda_matmul(&hc->down, 0, r, w->xn, N, w->lr, s)) return -1;
-        if (with_inj && ts_cuda_matmul(&hc->inject, 0, C, w->xn, N, inj, s)) return -1;
+        if (ts_cuda_matmul_unrounded(&hc->down, 0, r, w->xn, N, w->lr, s)) return -1;
+        if (with_inj && ts_cuda_matmul_unrounded(&hc->inject, 0, C, w->xn, N, inj, s)) return -1;
         const int64_t n_lr = N * r, n_inj = with_inj ? N * C : 0;
         hc_act_kernel<<<blocks_for(n_lr + n_inj), kThreads, 0, s>>>(w->lr, n_lr, inj, n_inj,
                                                                     static_cast<float>(C));
     }
     if (cudaGetLastError() != cudaSuccess) return -1;
 
-    if (ts_cuda_matmul(&hc->up, 0, W, w->lr, N, w->mix, s)) return -1;
+    if (ts_cuda_matmul_unrounded(&hc->up, 0, W, w->lr, N, w->mix, s)) return -1;
     hc_mix_kernel<<<blocks_for(N * H), kThreads, 0, s>>>(w->mix, w->xn, N, H, C, x);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

@@ -189,6 +189,10 @@ typedef struct ts_cuda_work {
      * over blocks) */
     void *scratch;
     size_t scratch_bytes;
+    /* x records of the tensor-core prefill products (src/cuda/gemm_tc.h), registered for the forward's
+     * thread with ts_cuda_tc_scratch_set */
+    void *tcx;
+    size_t tcx_bytes;
 } ts_cuda_work;
 
 /* ---- the blocks (each enqueues on stream s; returns 0, or -1 if a launch failed) ------------- */

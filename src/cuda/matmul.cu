@@ -52,6 +52,7 @@ extern "C" {
 #include "cuda/cuda_common.h"
 #include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_tc.h"
 #include "cuda/gemv_tc.h"
 #include "cuda/matmul.h"
 #include "cuda/matvec_mma.cuh"
@@ -790,6 +791,13 @@ int dense_tc(uint32_t type, int64_t ne0, int64_t T, size_t row_bytes, int64_t ro
     if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole)) return kTcMaxTokens;
     return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole) ? kMaxT : 0;
 }
+// A dense product of T tokens beyond the GEMV's (T ≥ the GEMM threshold) goes to the tensor-core GEMM when it
+// takes the type and its x records fit the thread's scratch (gemm_tc.h); a test forcing a SIMT variant keeps
+// it on the fp32 GEMM.
+bool gemm_tc_applies(uint32_t type, int64_t ne0, int64_t T) {
+    return g_forced_rows_per_warp == 0 && g_x_shared && T >= ts_cuda_gemm_min_tokens() &&
+           ts_cuda_gemm_tc_takes(type, ne0, T);
+}
 bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out) {
     return rows_per_expert % 8 == 0 && row_off % 8 == 0 && n_out % 8 == 0;
 }
@@ -810,7 +818,8 @@ bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool 
 
 extern "C" int64_t ts_cuda_matmul_rounds_x(uint32_t type, int64_t ne0, int64_t T, int64_t row0,
                                            int64_t n_out) {
-    return dense_tc(type, ne0, T, ts_row_size(type, ne0), row0, n_out) > 0 ? tc_gemv_group(type) : 0;
+    if (dense_tc(type, ne0, T, ts_row_size(type, ne0), row0, n_out) > 0) return tc_gemv_group(type);
+    return gemm_tc_applies(type, ne0, T) ? tc_gemv_group(type) : 0;
 }
 
 extern "C" int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div,
@@ -882,8 +891,11 @@ extern "C" void ts_cuda_tensor_free(ts_cuda_tensor *t) {
     t->data = nullptr;
 }
 
-extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
-                              int64_t T, float *y_dev, cudaStream_t s) {
+namespace {
+
+// ts_cuda_matmul (may_round) and ts_cuda_matmul_unrounded (never the tensor cores, which round x).
+int matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T, float *y_dev,
+           bool may_round, cudaStream_t s) {
     if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
     if (row0 < 0 || n_out < 0 || T < 0 || row0 > W->rows || n_out > W->rows - row0) return -1;
     if (W->ne0 <= 0 || W->ne0 > INT_MAX / kMaxT || n_out > INT_MAX) return -1;
@@ -895,8 +907,8 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
     if (!tr || W->ne0 % tr->block_size != 0 || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
     const int ne0 = static_cast<int>(W->ne0), no = static_cast<int>(n_out);
     const uint8_t *w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
-    if (const int width =
-            dense_tc(W->type, W->ne0, T, W->row_bytes, row0, n_out)) { // tensor cores (gemv_tc.h)
+    if (const int width = may_round ? dense_tc(W->type, W->ne0, T, W->row_bytes, row0, n_out)
+                                    : 0) { // tensor cores (gemv_tc.h)
         for (int64_t t0 = 0; t0 < T; t0 += width) {
             const int tc = static_cast<int>(T - t0 < width ? T - t0 : width);
             if (tc_gemv(W->type, w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, tc, y_dev + t0 * n_out, s))
@@ -904,7 +916,10 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         }
         return 0;
     }
-    // prefill-sized T: the tiled GEMM reads W once per tile of up to 128 tokens (src/cuda/gemm.cu)
+    // prefill-sized T: the tensor-core GEMM for its types (src/cuda/gemm_tc.cu, x rounded as above), else
+    // the fp32 tiled GEMM; both read W once per tile of up to 64 / 128 tokens
+    if (may_round && gemm_tc_applies(W->type, W->ne0, T))
+        return ts_cuda_gemm_tc(W, row0, n_out, x_dev, T, y_dev, s);
     if (T >= ts_cuda_gemm_min_tokens()) return ts_cuda_gemm(W, row0, n_out, x_dev, T, y_dev, s);
     if (T == 1 && mma_enabled() && mma_type(W->type) &&
         mma_smem_bytes(ne0) <= static_cast<size_t>(kXsBudgetBytes))
@@ -997,6 +1012,18 @@ extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_o
         }
     }
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
+                              int64_t T, float *y_dev, cudaStream_t s) {
+    return matmul(W, row0, n_out, x_dev, T, y_dev, true, s);
+}
+
+extern "C" int ts_cuda_matmul_unrounded(const ts_cuda_tensor *W, int64_t row0, int64_t n_out,
+                                        const float *x_dev, int64_t T, float *y_dev, cudaStream_t s) {
+    return matmul(W, row0, n_out, x_dev, T, y_dev, false, s);
 }
 
 extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,

@@ -60,6 +60,11 @@ void ts_cuda_tensor_free(ts_cuda_tensor *t);
 int ts_cuda_matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                    float *y_dev, cudaStream_t s);
 
+/* ts_cuda_matmul without the tensor-core kernels, which round x to fp16 (gemv_tc.h, gemm_tc.h): fp32
+ * products for the hyper-connection reads, whose CPU twin never rounds (src/cpu/hc.c). */
+int ts_cuda_matmul_unrounded(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
+                             int64_t T, float *y_dev, cudaStream_t s);
+
 /* Expert products: n_items independent GEMVs (T = 1 each) whose weight rows are picked on the
  * device, for MoE layers (src/cuda/moe.cu). Item i (i < n_items) with expert e = ids_dev[i]:
  *

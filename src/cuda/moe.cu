@@ -56,6 +56,7 @@
 // order with separate fp32 products and sums) follows the CPU's operations one for one. No
 // fast-math intrinsics: expf and IEEE division.
 #include "cuda/gemm.h"
+#include "cuda/gemm_tc.h"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
@@ -502,6 +503,9 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     auto experts = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
                        int64_t n_out, const float *xs, int64_t x_div, int64_t x_stride, float *ys,
                        int64_t y_stride) {
+        if (grouped && ts_cuda_gemm_tc_experts_takes(&plan, Wp->type, Wp->ne0, x_div)) // gemm_tc.h
+            return ts_cuda_gemm_tc_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
+                                           y_stride, s);
         return grouped ? ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride,
                                               ys, y_stride, s)
                        : ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div,

@@ -109,6 +109,7 @@ enum {
     TS_WORK_RSEL, /* the logit rows gathered from R */
     TS_WORK_XSEL, /* their final mixer output */
     TS_WORK_LOGITS,
+    TS_WORK_TCX, /* x records of the tensor-core prefill products (src/cuda/gemm_tc.h) */
     TS_WORK_REGIONS
 };
 typedef struct ts_memplan_work {

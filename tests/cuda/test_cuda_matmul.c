@@ -19,6 +19,7 @@
  * sum of the dequantized weights is printed too. */
 #include "cpu/cpu.h"
 #include "cuda/cuda_common.h"
+#include "cuda/gemm_tc.h"
 #include "cuda/matmul.h"
 #include "test_util.h"
 #include "quant/quant.h"
@@ -104,7 +105,7 @@ static void reference_rows(void *ctx, int64_t i0, int64_t i1) {
 typedef struct {
     int64_t ne0, ne1, ne2; /* tensor shape (rows = ne1·ne2) */
     int64_t row0, n_out;
-    int T[4];
+    int T[5];
     int nT;
     int variants[5]; /* GPU runs: rows per warp forced to v (0 = automatic); -1: automatic, x read
                         through L1 instead of shared memory */
@@ -383,6 +384,11 @@ int main(int argc, char **argv) {
     printf("test_cuda_matmul: seed %llu, bound |gpu - cpu| <= %.0e * sum|w*x|\n", (unsigned long long)seed,
            REL_BOUND);
     int fails = check_refusals();
+    /* x records of the tensor-core GEMM (gemm_tc.h): enough for 128 rows of 10240 inputs */
+    void *tcx = NULL;
+    const size_t tcx_bytes = (size_t)128 * 10240 / 128 * 288;
+    TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
+    ts_cuda_tc_scratch_set(tcx, tcx_bytes);
     tstats stats[N_TYPES];
     memset(stats, 0, sizeof stats);
     const double t_start = (double)clock();
@@ -396,11 +402,13 @@ int main(int argc, char **argv) {
             {k ? 768 : 320, 1, 1, 0, 1, {1, 5}, 2, {0, -1}, 2},
             {k ? 256 : 640, 9, 1, 2, 7, {3}, 1, {0, 4}, 2},
             /* an expert slice: 2560 → 640 of expert 2 of 3 */
-            /* (T = 11, 16: one tensor-core launch of 16 tokens; 40: launches of 16, 16 and 8) */
-            {2560, 640, 3, 1280, 640, {1, 11, 16, 40}, 4, {0, 1, 2, 4, -1}, 5},
+            /* (T = 11, 16: one tensor-core launch of 16 tokens; 40: launches of 16, 16 and 8; 100: the
+               tensor-core GEMM, two token tiles of 64, the second partial) */
+            {2560, 640, 3, 1280, 640, {1, 11, 16, 40, 100}, 5, {0, 1, 2, 4, -1}, 5},
             /* 6144 → 2560 with an odd number of rows and row0 ≠ 0 (T = 12, 20: launches of 8 tokens where
-               16 rows of x do not fit in shared memory) */
-            {6144, 2560, 1, 3, 2557, {1, 2, 12, 20}, 4, {0, 1, 2, 4, -1}, 5},
+               16 rows of x do not fit in shared memory; 70: the tensor-core GEMM, rows of Q6_K, Q8_0 and
+               Q5_0 not 16-byte aligned) */
+            {6144, 2560, 1, 3, 2557, {1, 2, 12, 20, 70}, 5, {0, 1, 2, 4, -1}, 5},
             /* 2560 → 10240 */
             {2560, 10240, 1, 0, 10240, {1, 8}, 2, {0, 1, 4}, 3},
             /* plain types only: a row length that is not a multiple of 8 (scalar path) */

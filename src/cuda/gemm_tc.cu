@@ -1,0 +1,563 @@
+// Prefill products on the tensor cores: y = W·x for many tokens (dense) or for the items of a grouped
+// expert plan (gemm.h), Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0 weights in their file encoding. The contract is
+// gemm_tc.h's. The numerics are the decode GEMV's (gemv_tc.cuh): x rounded to fp16 once per (row,
+// group of 256 or 128 inputs) after a power-of-two scale, the weights exact in fp16 (q·sc for the
+// K-quants, q for the in-order types), fp32 accumulation in the MMAs, the scales applied in fp32 per
+// super-block (K-quants), block (Q8_0, Q5_0) or sub-block (Q6_K). A token's result differs from the
+// GEMV's only by the order of fp32 additions, and the CPU twin with TURBOSPARK_CPU_ROUND_X rounds the
+// same operands the same way.
+//
+// Two kernels a product:
+//  1. tc_x_prep_kernel: every x row, once, into one record per (row, group) in the scratch
+//     (ts_cuda_tc_scratch_set): the A fragments in the GEMV's lane order, then (K-quants) the four
+//     sub-block-sum words, then the scale 2^-s. Records are 576 bytes (K-quants: 512 + 32 + 4, padded)
+//     or G/2·4 + 32 bytes (in-order: 288 for Q8_0 / Q5_0, 544 for Q6_K): strides that put the lanes'
+//     16-byte (8-byte) fragment loads of 8 (4) consecutive tokens on distinct banks.
+//  2. gemm_tc_kernel: a block of 8 warps computes 128 output rows × up to 64 tokens (items), K in
+//     steps of one group. Warp w owns rows 16w .. 16w + 15 (two MMA n-tiles of 8 rows) and all the
+//     block's token tiles of 16. Per step it builds the B fragments of its two row tiles once from the
+//     staged weight bytes (kquant_b_frags / inorder_b_frag, the GEMV's builders) and runs them against
+//     each token tile's A fragments from shared memory: per K-quant step and (row tile, token tile)
+//     16 + 1 MMAs, then acc += 2^-s·(d·C − 64·dmin·C_min) in fp32.
+//     Shared memory is a ring of NS stages, each the x records of the block's tokens for one group
+//     and the weight bytes of the 128 rows for that group (aligned 16-byte lines covering them:
+//     Q6_K, Q8_0 and Q5_0 blocks are only 2-byte aligned; the byte offset is recomputed when read),
+//     filled by cp.async NS − 1 steps ahead, one barrier a step.
+// Expert tiles take their items from the plan (tile q: expert e, items sorted[start .. start + cnt)),
+// the x record of item i is that of x row ⌊i / x_div⌋, its outputs go to y + i·y_stride; a bad expert
+// id gives NaN outputs and reads no weight.
+extern "C" {
+#include "quant/quant.h"
+}
+#include "cuda/cuda_device.h"
+#include "cuda/gemm_tc.h"
+#include "cuda/gemv_tc.h"
+#include "cuda/tc_stage.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdint.h>
+
+namespace ts_cu {
+
+namespace {
+
+constexpr int kWarpsTc = 8;             // warps a block
+constexpr int kRowsTc = 16 * kWarpsTc;  // output rows a block
+constexpr int kTokTc = 64;              // tokens (items) a block tile
+constexpr int kTokTiles = kTokTc / 16;  // MMA token tiles of 16
+constexpr size_t kSmemMax = 227 * 1024; // shared memory a block may use
+constexpr int kPrepRows = 8;            // x rows a block of the prep kernel stages
+
+// ---- per type: the step (one x group), its record and its weight bytes --------------------------------
+
+// A block's bytes and inputs, from the GEMV's tables of the two kinds.
+template <int TYPE, bool INORDER> struct tc_block {
+    static constexpr int BS = tc_kquant<TYPE>::BS, QK = kTcSuper;
+};
+template <int TYPE> struct tc_block<TYPE, true> {
+    static constexpr int BS = tc_inorder<TYPE>::BS, QK = tc_inorder<TYPE>::QK;
+};
+
+template <int TYPE> struct tc_step {
+    static constexpr bool kInorder = tc_kind<TYPE>::kInorder;
+    static constexpr int G = tc_kind<TYPE>::G;                     // inputs a step
+    static constexpr int REC = kInorder ? G / 2 * 4 + 32 : 576;    // bytes of an x record
+    static constexpr int SC = kInorder ? G / 2 : 136;              // u32 offset of the scale
+    static constexpr int BS = tc_block<TYPE, kInorder>::BS;        // bytes a block
+    static constexpr int QK = tc_block<TYPE, kInorder>::QK;        // inputs a block
+    static constexpr int SB = G / QK * BS;                         // weight bytes a step and row
+    static constexpr bool kAligned = SB % 16 == 0;                 // (with rows a multiple of 16 bytes)
+    static constexpr int LINES = kAligned ? SB / 16 : SB / 16 + 2; // 16-byte lines covering a step's row
+    // row stride in shared memory: 16 past a multiple of 128, so 8 rows' loads at one offset spread
+    static constexpr int RS = LINES * 16 + (16 - (LINES * 16) % 128 + 128) % 128;
+    static constexpr size_t STAGE = static_cast<size_t>(kTokTc) * REC + static_cast<size_t>(kRowsTc) * RS;
+};
+
+// The arguments of a launch (validated by the host functions below).
+struct tc_gemm_args {
+    const uint8_t *w0, *w1; // dense: W->data + row0·rb, NULL; experts: W->data, W2->data or NULL
+    size_t rb;              // bytes per row (both tensors)
+    int ng;                 // steps (groups) a row
+    int n_out, n_part;      // output rows (P·n_part); rows ≥ n_part come from w1
+    int64_t rows_per_expert, row_off;
+    int e_max;           // largest expert whose rows lie inside both tensors
+    const uint8_t *xrec; // the x records: [x rows][ng][REC bytes]
+    int x_div;           // item i's x row is ⌊i / x_div⌋ (dense: 1)
+    float *y;
+    int64_t y_stride;      // floats from one token's (item's) outputs to the next
+    int T;                 // dense: tokens
+    const int32_t *sorted; // experts: the plan (tiles == NULL: dense)
+    const int4 *tiles;
+    const int32_t *n_tiles;
+};
+
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ float half_at(const uint8_t *p) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
+}
+
+// ---- kernel 1: x records ----------------------------------------------------------------------------
+
+template <int TYPE>
+__global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict__ x, int nx, int ne0,
+                                                        int64_t x_stride, uint8_t *__restrict__ rec) {
+    using S = tc_step<TYPE>;
+    const int r0 = static_cast<int>(blockIdx.x) * kPrepRows, n = min(kPrepRows, nx - r0);
+    const int ng = ne0 / S::G;
+    uint32_t *base = reinterpret_cast<uint32_t *>(rec + static_cast<size_t>(r0) * ng * S::REC);
+    constexpr int step = S::REC / 4; // u32 a record
+    if constexpr (S::kInorder)
+        stage_x_inorder<S::G>(x + static_cast<size_t>(r0) * x_stride, n, ne0, x_stride, base,
+                              reinterpret_cast<float *>(base + S::SC), step, step);
+    else
+        stage_x_kquant(x + static_cast<size_t>(r0) * x_stride, n, ng, x_stride, base,
+                       reinterpret_cast<uint2 *>(base + 128), reinterpret_cast<float *>(base + S::SC), step,
+                       step / 2, step);
+}
+
+// ---- kernel 2: the GEMM -------------------------------------------------------------------------------
+
+// acc[r][tt] (r: row tile, tt: token tile): tokens 16tt + g (.x rows 2t, .y 2t + 1) and 16tt + g + 8 (.z, .w).
+template <int TYPE, int NS>
+__global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm_args a) {
+    using S = tc_step<TYPE>;
+    extern __shared__ __align__(128) uint8_t sm[];
+    __shared__ int items[kTokTc]; // the block tile's items (dense: tokens)
+    __shared__ int xrows[kTokTc]; // their x rows
+    const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
+              t = lane & 3;
+    const int o0 = static_cast<int>(blockIdx.x) * kRowsTc;
+    const int n_tiles = a.tiles ? *a.n_tiles : (a.T + kTokTc - 1) / kTokTc;
+
+    for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
+        int e = 0, start, cnt;
+        if (a.tiles) {
+            const int4 ti = a.tiles[q];
+            e = ti.x, start = ti.y, cnt = ti.z;
+        } else {
+            start = q * kTokTc, cnt = min(kTokTc, a.T - start);
+        }
+        __syncthreads(); // the previous tile is done with items and the stages
+        if (tid < kTokTc) {
+            const int j = min(tid, cnt - 1); // tokens past the tile repeat its last one (never stored)
+            const int it = a.tiles ? a.sorted[start + j] : start + j;
+            items[tid] = it;
+            xrows[tid] = it / a.x_div;
+        }
+        __syncthreads();
+        if (e < 0 || e > a.e_max) { // bad expert id: NaN outputs, no weight read
+            const float nan = __int_as_float(0x7fffffff);
+            for (int idx = tid; idx < kRowsTc * cnt; idx += kWarpsTc * 32) {
+                const int j = idx / kRowsTc, m = idx - j * kRowsTc;
+                if (o0 + m < a.n_out) a.y[static_cast<int64_t>(items[j]) * a.y_stride + o0 + m] = nan;
+            }
+            continue;
+        }
+        const size_t r0 = (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) +
+                           static_cast<size_t>(a.row_off)) *
+                          a.rb;
+        // first byte of block row m (rows past n_out repeat the last row: computed, never stored)
+        auto row_of = [&](int m) -> const uint8_t * {
+            const int o = min(o0 + m, a.n_out - 1);
+            return o < a.n_part ? a.w0 + r0 + static_cast<size_t>(o) * a.rb
+                                : (a.w1 ? a.w1 : a.w0) + r0 + static_cast<size_t>(o - a.n_part) * a.rb;
+        };
+        // stage k of the ring ← step s: the x records of the tile's tokens, the weight lines of its rows
+        auto issue = [&](int s) {
+            uint8_t *xs = sm + static_cast<size_t>(s % NS) * S::STAGE;
+            uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
+            constexpr int XL = S::REC / 16;
+            for (int idx = tid; idx < kTokTc * XL; idx += kWarpsTc * 32) {
+                const int j = idx / XL, l = idx - j * XL;
+                cp16(xs + j * S::REC + 16 * l,
+                     a.xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
+            }
+            for (int idx = tid; idx < kRowsTc * S::LINES; idx += kWarpsTc * 32) {
+                const int m = idx / S::LINES, l = idx - m * S::LINES;
+                const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
+                const uintptr_t first = p & ~static_cast<uintptr_t>(15);
+                if (first + 16 * l < p + S::SB) // lines past the step's bytes are not read
+                    cp16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
+            }
+        };
+        const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
+        float4 acc[2][kTokTiles];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int tt = 0; tt < kTokTiles; tt++) acc[r][tt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < a.ng) issue(s);
+            cp_commit();
+        }
+        for (int s = 0; s < a.ng; s++) {
+            cp_wait<NS - 2>();
+            __syncthreads(); // step s has landed for every thread; stage (s − 1) % NS is free
+            if (s + NS - 1 < a.ng) issue(s + NS - 1);
+            cp_commit();
+            const uint8_t *xs = sm + static_cast<size_t>(s % NS) * S::STAGE;
+            const uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
+            // this warp's rows: tile r holds rows 16·warp + 8r + (0..7); lane g builds row g's fragments,
+            // lane t reads the scales of rows 2t and 2t + 1
+            auto wrow = [&](int m) { // the staged bytes of block row m at step s
+                const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
+                return ws + m * S::RS + (p & 15u);
+            };
+            if constexpr (!S::kInorder) {
+                uint32_t B[2][16][2], Bmin[2];
+                float2 f0[2], f1[2]; // {d, dmin} of rows 2t, 2t + 1
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int rb = 16 * warp + 8 * r;
+                    kquant_b_frags<TYPE>(wrow(rb + g), t, B[r], Bmin[r]);
+                    const uint32_t dd0 = *reinterpret_cast<const uint32_t *>(wrow(rb + 2 * t));
+                    const uint32_t dd1 = *reinterpret_cast<const uint32_t *>(wrow(rb + 2 * t + 1));
+                    f0[r] = __half22float2(*reinterpret_cast<const __half2 *>(&dd0));
+                    f1[r] = __half22float2(*reinterpret_cast<const __half2 *>(&dd1));
+                }
+#pragma unroll
+                for (int tt = 0; tt < kTokTiles; tt++) {
+                    if (tt >= ntt) break;
+                    const uint8_t *rg = xs + (16 * tt + g) * S::REC, *rg8 = rg + 8 * S::REC;
+                    const uint4 *xa = reinterpret_cast<const uint4 *>(rg) + 8 * t;
+                    const uint4 *xa8 = reinterpret_cast<const uint4 *>(rg8) + 8 * t;
+                    float c[2][4] = {}, c1[2][4] = {}, cm[2][4] = {};
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const uint4 av = xa[i ^ t], a8 = xa8[i ^ t];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            mma_f16(c[r], av.x, a8.x, av.y, a8.y, B[r][2 * i][0], B[r][2 * i][1]);
+                            mma_f16(c1[r], av.z, a8.z, av.w, a8.w, B[r][2 * i + 1][0], B[r][2 * i + 1][1]);
+                        }
+                    }
+                    const uint2 sx = reinterpret_cast<const uint2 *>(rg + 512)[t],
+                                sx8 = reinterpret_cast<const uint2 *>(rg8 + 512)[t];
+                    const float e0 = reinterpret_cast<const float *>(rg)[S::SC],
+                                e8 = reinterpret_cast<const float *>(rg8)[S::SC];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        mma_f16(cm[r], sx.x, sx8.x, sx.y, sx8.y, Bmin[r], Bmin[r]);
+                        const float v0 = fmaf(f0[r].x, c[r][0] + c1[r][0], -64.0f * f0[r].y * cm[r][0]);
+                        const float v1 = fmaf(f1[r].x, c[r][1] + c1[r][1], -64.0f * f1[r].y * cm[r][1]);
+                        const float v2 = fmaf(f0[r].x, c[r][2] + c1[r][2], -64.0f * f0[r].y * cm[r][2]);
+                        const float v3 = fmaf(f1[r].x, c[r][3] + c1[r][3], -64.0f * f1[r].y * cm[r][3]);
+                        acc[r][tt].x = fmaf(e0, v0, acc[r][tt].x);
+                        acc[r][tt].y = fmaf(e0, v1, acc[r][tt].y);
+                        acc[r][tt].z = fmaf(e8, v2, acc[r][tt].z);
+                        acc[r][tt].w = fmaf(e8, v3, acc[r][tt].w);
+                    }
+                }
+            } else if constexpr (TYPE == TS_TYPE_Q6_K) { // 16 MMAs, each its sub-block's int8 scale; d once
+                using Q = tc_inorder<TYPE>;
+                uint32_t B[2][16][2];
+                float d0[2], d1[2];
+                const uint8_t *s0[2], *s1[2]; // rows 2t, 2t + 1 of each tile
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int rb = 16 * warp + 8 * r;
+                    const uint8_t *rw = wrow(rb + g);
+#pragma unroll
+                    for (int m = 0; m < 16; m++) inorder_b_frag<TYPE>(rw, m, t, B[r][m][0], B[r][m][1]);
+                    s0[r] = wrow(rb + 2 * t), s1[r] = wrow(rb + 2 * t + 1);
+                    d0[r] = half_at(s0[r] + Q::BS - 2), d1[r] = half_at(s1[r] + Q::BS - 2);
+                }
+#pragma unroll
+                for (int tt = 0; tt < kTokTiles; tt++) {
+                    if (tt >= ntt) break;
+                    const uint8_t *rg = xs + (16 * tt + g) * S::REC, *rg8 = rg + 8 * S::REC;
+                    const uint2 *xa = reinterpret_cast<const uint2 *>(rg) + t;
+                    const uint2 *xa8 = reinterpret_cast<const uint2 *>(rg8) + t;
+                    float qv[2][4] = {};
+#pragma unroll
+                    for (int m = 0; m < 16; m++) {
+                        const uint2 av = xa[m * 4], a8 = xa8[m * 4];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_f16(c, av.x, a8.x, av.y, a8.y, B[r][m][0], B[r][m][1]);
+                            const float sc0 = static_cast<float>(static_cast<int8_t>(s0[r][192 + m]));
+                            const float sc1 = static_cast<float>(static_cast<int8_t>(s1[r][192 + m]));
+                            qv[r][0] = fmaf(sc0, c[0], qv[r][0]), qv[r][1] = fmaf(sc1, c[1], qv[r][1]);
+                            qv[r][2] = fmaf(sc0, c[2], qv[r][2]), qv[r][3] = fmaf(sc1, c[3], qv[r][3]);
+                        }
+                    }
+                    const float e0 = reinterpret_cast<const float *>(rg)[S::SC],
+                                e8 = reinterpret_cast<const float *>(rg8)[S::SC];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc[r][tt].x = fmaf(e0, d0[r] * qv[r][0], acc[r][tt].x);
+                        acc[r][tt].y = fmaf(e0, d1[r] * qv[r][1], acc[r][tt].y);
+                        acc[r][tt].z = fmaf(e8, d0[r] * qv[r][2], acc[r][tt].z);
+                        acc[r][tt].w = fmaf(e8, d1[r] * qv[r][3], acc[r][tt].w);
+                    }
+                }
+            } else { // Q8_0, Q5_0: a step is 4 blocks of 2 MMAs, each block its d
+                using Q = tc_inorder<TYPE>;
+                constexpr int NB = S::G / Q::QK; // 4
+                uint32_t B[2][2 * NB][2];
+                float d0[2][NB], d1[2][NB];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int rb = 16 * warp + 8 * r;
+                    const uint8_t *rw = wrow(rb + g), *w0 = wrow(rb + 2 * t), *w1 = wrow(rb + 2 * t + 1);
+#pragma unroll
+                    for (int b = 0; b < NB; b++) {
+#pragma unroll
+                        for (int m = 0; m < 2; m++)
+                            inorder_b_frag<TYPE>(rw + b * Q::BS, m, t, B[r][2 * b + m][0],
+                                                 B[r][2 * b + m][1]);
+                        d0[r][b] = half_at(w0 + b * Q::BS), d1[r][b] = half_at(w1 + b * Q::BS);
+                    }
+                }
+#pragma unroll
+                for (int tt = 0; tt < kTokTiles; tt++) {
+                    if (tt >= ntt) break;
+                    const uint8_t *rg = xs + (16 * tt + g) * S::REC, *rg8 = rg + 8 * S::REC;
+                    const uint2 *xa = reinterpret_cast<const uint2 *>(rg) + t;
+                    const uint2 *xa8 = reinterpret_cast<const uint2 *>(rg8) + t;
+                    float sv[2][4] = {};
+#pragma unroll
+                    for (int b = 0; b < NB; b++) {
+                        const uint2 av0 = xa[(2 * b) * 4], a80 = xa8[(2 * b) * 4];
+                        const uint2 av1 = xa[(2 * b + 1) * 4], a81 = xa8[(2 * b + 1) * 4];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_f16(c, av0.x, a80.x, av0.y, a80.y, B[r][2 * b][0], B[r][2 * b][1]);
+                            mma_f16(c, av1.x, a81.x, av1.y, a81.y, B[r][2 * b + 1][0], B[r][2 * b + 1][1]);
+                            sv[r][0] = fmaf(d0[r][b], c[0], sv[r][0]),
+                            sv[r][1] = fmaf(d1[r][b], c[1], sv[r][1]);
+                            sv[r][2] = fmaf(d0[r][b], c[2], sv[r][2]),
+                            sv[r][3] = fmaf(d1[r][b], c[3], sv[r][3]);
+                        }
+                    }
+                    const float e0 = reinterpret_cast<const float *>(rg)[S::SC],
+                                e8 = reinterpret_cast<const float *>(rg8)[S::SC];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc[r][tt].x = fmaf(e0, sv[r][0], acc[r][tt].x);
+                        acc[r][tt].y = fmaf(e0, sv[r][1], acc[r][tt].y);
+                        acc[r][tt].z = fmaf(e8, sv[r][2], acc[r][tt].z);
+                        acc[r][tt].w = fmaf(e8, sv[r][3], acc[r][tt].w);
+                    }
+                }
+            }
+        }
+        cp_wait<0>();
+        // outputs: token 16tt + g (and + 8), rows o0 + 16·warp + 8r + 2t, + 1
+#pragma unroll
+        for (int tt = 0; tt < kTokTiles; tt++) {
+            if (tt >= ntt) break;
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int o = o0 + 16 * warp + 8 * r + 2 * t;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int j = 16 * tt + g + 8 * h;
+                    if (j >= cnt) continue;
+                    float *yr = a.y + static_cast<int64_t>(items[j]) * a.y_stride;
+                    const float v0 = h ? acc[r][tt].z : acc[r][tt].x, v1 = h ? acc[r][tt].w : acc[r][tt].y;
+                    if (o < a.n_out) yr[o] = v0;
+                    if (o + 1 < a.n_out) yr[o + 1] = v1;
+                }
+            }
+        }
+    }
+}
+
+// ---- host ----------------------------------------------------------------------------------------------
+
+thread_local void *g_scratch = nullptr;
+thread_local size_t g_scratch_bytes = 0;
+
+template <int TYPE> int stages_for() {
+    const size_t st = tc_step<TYPE>::STAGE;
+    const int ns = static_cast<int>((kSmemMax - 1024) / st);
+    return ns >= 4 ? 4 : ns;
+}
+
+template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
+    const auto kernel = gemm_tc_kernel<TYPE, NS>;
+    const size_t smem = static_cast<size_t>(NS) * tc_step<TYPE>::STAGE;
+    static bool opted_in = false; // one flag per instantiation
+    if (!opted_in) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(smem)) != cudaSuccess)
+            return -1;
+        opted_in = true;
+    }
+    kernel<<<dim3(gx, gy), kWarpsTc * 32, smem, s>>>(a);
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+// x records, then the GEMM.
+template <int TYPE>
+int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy,
+        cudaStream_t s) {
+    uint8_t *rec = static_cast<uint8_t *>(g_scratch);
+    tc_x_prep_kernel<TYPE><<<(nx + kPrepRows - 1) / kPrepRows, 256, 0, s>>>(x, nx, ne0, x_stride, rec);
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    a.xrec = rec;
+    a.ng = ne0 / tc_step<TYPE>::G;
+    switch (stages_for<TYPE>()) {
+    case 4:
+        return launch_gemm<TYPE, 4>(a, gx, gy, s);
+    case 3:
+        return launch_gemm<TYPE, 3>(a, gx, gy, s);
+    default:
+        return -1;
+    }
+}
+
+int run_type(uint32_t type, const float *x, int nx, int64_t x_stride, int ne0, const tc_gemm_args &a,
+             unsigned gx, unsigned gy, cudaStream_t s) {
+    switch (type) {
+    case TS_TYPE_Q4_K:
+        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+    case TS_TYPE_Q5_K:
+        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+    case TS_TYPE_Q6_K:
+        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+    case TS_TYPE_Q8_0:
+        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, s);
+    case TS_TYPE_Q5_0:
+        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, s);
+    default:
+        return -1;
+    }
+}
+
+size_t record_bytes(uint32_t type) {
+    switch (type) {
+    case TS_TYPE_Q4_K:
+        return tc_step<TS_TYPE_Q4_K>::REC;
+    case TS_TYPE_Q5_K:
+        return tc_step<TS_TYPE_Q5_K>::REC;
+    case TS_TYPE_Q6_K:
+        return tc_step<TS_TYPE_Q6_K>::REC;
+    case TS_TYPE_Q8_0:
+        return tc_step<TS_TYPE_Q8_0>::REC;
+    case TS_TYPE_Q5_0:
+        return tc_step<TS_TYPE_Q5_0>::REC;
+    default:
+        return 0;
+    }
+}
+
+} // namespace
+
+} // namespace ts_cu
+
+using namespace ts_cu;
+
+extern "C" void ts_cuda_tc_scratch_set(void *dev, size_t bytes) {
+    g_scratch = (reinterpret_cast<uintptr_t>(dev) & 15u) ? nullptr : dev;
+    g_scratch_bytes = g_scratch ? bytes : 0;
+}
+
+extern "C" size_t ts_cuda_gemm_tc_scratch_bytes(uint32_t type, int64_t ne0, int64_t x_rows) {
+    const int G = tc_gemv_group(type);
+    if (!G || ne0 <= 0 || ne0 % G != 0 || x_rows <= 0) return 0;
+    return static_cast<size_t>(x_rows) * static_cast<size_t>(ne0 / G) * record_bytes(type);
+}
+
+extern "C" bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows) {
+    const size_t need = ts_cuda_gemm_tc_scratch_bytes(type, ne0, x_rows);
+    return tc_gemv_enabled() && need > 0 && x_rows <= INT_MAX / 2 && ne0 <= (1 << 20) && g_scratch &&
+           need <= g_scratch_bytes;
+}
+
+extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
+                               int64_t T, float *y_dev, cudaStream_t s) {
+    if (!W || !W->data || row0 < 0 || n_out < 0 || T < 0 || row0 > W->rows || n_out > W->rows - row0)
+        return -1;
+    if (n_out > INT_MAX - 256 || T > INT_MAX - 256) return -1;
+    if (n_out == 0 || T == 0) return 0;
+    if (!ts_cuda_gemm_tc_takes(W->type, W->ne0, T) || W->row_bytes != ts_row_size(W->type, W->ne0)) return -1;
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return -1;
+    tc_gemm_args a = {};
+    a.w0 = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    a.rb = W->row_bytes;
+    a.n_out = a.n_part = static_cast<int>(n_out);
+    a.x_div = 1;
+    a.y = y_dev;
+    a.y_stride = n_out;
+    a.T = static_cast<int>(T);
+    const int64_t tiles = (T + kTokTc - 1) / kTokTc;
+    return run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
+                    static_cast<unsigned>((n_out + kRowsTc - 1) / kRowsTc),
+                    static_cast<unsigned>(tiles < 65535 ? tiles : 65535), s);
+}
+
+extern "C" bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
+                                              int64_t x_div) {
+    if (!plan || x_div < 2 || plan->tile > kTokTc) return false;
+    const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
+    return ts_cuda_gemm_tc_takes(type, ne0, (plan->n_items + xd - 1) / xd);
+}
+
+extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                       const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                       int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                       float *y_dev, int64_t y_stride, cudaStream_t s) {
+    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || !W || !W->data) return -1;
+    if (!ts_cuda_gemm_tc_experts_takes(plan, W->type, W->ne0, x_div) ||
+        W->row_bytes != ts_row_size(W->type, W->ne0))
+        return -1;
+    if (rows_per_expert < 1 || row_off < 0 || n_out < 0 || row_off > rows_per_expert ||
+        n_out > rows_per_expert - row_off)
+        return -1;
+    int64_t rows = W->rows;
+    if (W2) {
+        if (!W2->data || W2->type != W->type || W2->ne0 != W->ne0 || W2->row_bytes != W->row_bytes ||
+            (reinterpret_cast<uintptr_t>(W2->data) & 15u))
+            return -1;
+        if (W2->rows < rows) rows = W2->rows;
+    }
+    const int64_t parts = W2 ? 2 : 1;
+    if (n_out > (INT_MAX - 256) / parts) return -1;
+    if (row_off > rows || n_out > rows - row_off) return -1; // expert 0's slice must exist
+    int64_t e_max = (rows - row_off - n_out) / rows_per_expert;
+    if (e_max > INT_MAX) e_max = INT_MAX;
+    if (n_out == 0 || plan->n_items == 0 || plan->max_tiles == 0) return 0;
+    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return -1;
+    if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out) return -1;
+    const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
+    tc_gemm_args a = {};
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
+    a.rb = W->row_bytes;
+    a.n_part = static_cast<int>(n_out);
+    a.n_out = static_cast<int>(parts * n_out);
+    a.rows_per_expert = rows_per_expert;
+    a.row_off = row_off;
+    a.e_max = static_cast<int>(e_max);
+    a.x_div = static_cast<int>(xd);
+    a.y = y_dev;
+    a.y_stride = y_stride;
+    a.sorted = plan->sorted;
+    a.tiles = static_cast<const int4 *>(plan->tiles);
+    a.n_tiles = plan->n_tiles;
+    const int nx = static_cast<int>((plan->n_items + xd - 1) / xd);
+    return run_type(W->type, x_dev, nx, x_stride, static_cast<int>(W->ne0), a,
+                    static_cast<unsigned>((a.n_out + kRowsTc - 1) / kRowsTc),
+                    static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), s);
+}

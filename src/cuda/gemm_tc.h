@@ -1,0 +1,55 @@
+/* Prefill products on the tensor cores (src/cuda/gemm_tc.cu): the dense and grouped expert products of
+ * gemm.h for the types the tensor-core GEMV takes (Q4_K, Q5_K, Q6_K: groups of 256 inputs; Q8_0, Q5_0:
+ * 128), with its numerics: x rounded to fp16 once per (row, group) after a power-of-two scale, weights
+ * exact, fp32 accumulation (gemv_tc.cuh). So a token's result is the GEMV's up to the order of fp32
+ * additions, whatever the batch.
+ *
+ * The x rows are first converted into records in a device scratch that the caller registers for its
+ * thread (ts_cuda_tc_scratch_set: the CUDA forward gives its workspace's TCX region, tests their own);
+ * without one large enough, ts_cuda_gemm_tc_takes says no and the fp32 GEMM (gemm.h) runs instead.
+ * ts_cuda_matmul (matmul.h) and the MoE block (src/cuda/moe.cu) call these by themselves. */
+#ifndef TS_CUDA_GEMM_TC_H
+#define TS_CUDA_GEMM_TC_H
+
+#include "cuda/gemm.h"
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The calling thread's scratch for x records (device memory, 16-byte aligned; NULL: none). */
+void ts_cuda_tc_scratch_set(void *dev, size_t bytes);
+
+/* Bytes of x records for x_rows rows of ne0 inputs of this type (0: a type or width it does not take). */
+size_t ts_cuda_gemm_tc_scratch_bytes(uint32_t type, int64_t ne0, int64_t x_rows);
+
+/* Whether a product of x_rows rows of ne0 inputs of this type runs here: a type and width it takes, the
+ * tensor-core products not switched off (TURBOSPARK_CUDA_GEMV_TC=0), the thread's scratch large enough. */
+bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows);
+
+/* ts_cuda_gemm's contract (gemm.h) when ts_cuda_gemm_tc_takes(W->type, W->ne0, T); -1 otherwise. */
+int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
+                    float *y_dev, cudaStream_t s);
+
+/* Whether ts_cuda_gemm_tc_experts runs a plan's product: items sharing their x rows (x_div ≥ 2: the routed
+ * gate/up products; the down products, an x row an item, stay on the fp32 GEMM as the GEMV path keeps them
+ * on fp32 kernels) and ts_cuda_gemm_tc_takes for the x rows. */
+bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
+                                   int64_t x_div);
+
+/* ts_cuda_gemm_experts's contract (gemm.h) when ts_cuda_gemm_tc_experts_takes; -1 otherwise. */
+int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                            const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
+                            int64_t y_stride, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

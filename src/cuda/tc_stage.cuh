@@ -1,0 +1,147 @@
+// Device pieces the tensor-core products share (the decode GEMV, gemv_tc.cu, and the prefill GEMM,
+// gemm_tc.cu): the MMA, the two kinds of weight types, and x rounded to fp16 A fragments
+// (gemv_tc.cuh says how and why). The staging functions write a (row, group)'s fragments, sums and
+// scale at the given steps: the GEMV packs them in three arrays of shared memory, the GEMM in one record
+// per (row, group) in global memory (gemm_tc.cu).
+#ifndef TS_CUDA_TC_STAGE_CUH
+#define TS_CUDA_TC_STAGE_CUH
+
+#include "cuda/gemv_tc.cuh"
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace ts_cu {
+
+// C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
+// A rows g (a01: k-slots 2t, 2t+1; a45: 2t+8, 2t+9) and g + 8 (a23, a67): tokens g and g + 8.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a01, uint32_t a23, uint32_t a45, uint32_t a67,
+                                        uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b0), "r"(b1));
+}
+
+// ---- the two kinds of types ------------------------------------------------------------------------
+//
+// Q4_K, Q5_K: 256-input super-blocks, the scales folded into B (kquant_b_frags). Q8_0, Q5_0, Q6_K: MMAs
+// in input order, each scaled after the fact (inorder_b_frag); x staged per group of G inputs.
+template <int TYPE> struct tc_kind {
+    static constexpr bool kInorder = TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 || TYPE == TS_TYPE_Q6_K;
+    static constexpr int G =
+        TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0 ? 128 : kTcSuper; // inputs a scale of x
+    static_assert(G % 128 == 0, "x groups are whole multiples of 128 inputs");
+};
+
+// x staging loads kStageRounds rounds of units (one unit a thread a round) before converting any, so
+// their L2 round trips overlap instead of following one another (one round was ~1 µs of a launch).
+constexpr int kStageRounds = 4;
+
+// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok.
+__device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 f =
+            ok ? __ldg(reinterpret_cast<const float4 *>(p) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+}
+__device__ __forceinline__ float unit_amax(const float (&v)[16]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+    return amax;
+}
+
+// The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input and
+// convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
+// round (the shuffles inside need all lanes), ok = u < units.
+template <class At, class Convert>
+__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
+    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
+        float v[kStageRounds][16];
+#pragma unroll
+        for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            load_unit(at(u < units ? u : 0), u < units, v[r]); // unit 0: a valid address
+        }
+#pragma unroll
+        for (int r = 0; r < kStageRounds; r++) {
+            if (u0 + r * static_cast<int>(blockDim.x) >= units) break;
+            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+            convert(u, u < units, v[r]);
+        }
+    }
+}
+
+// x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
+// the 16 units of a (row, super-block) are neighbouring lanes and share its max.
+__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
+                                      int sum_step = 4, int sc_step = 1) {
+    const int units = nx * nsb * 16;
+    auto at = [&](int u) { // unit u's first input
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
+        return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
+               16 * (q & 1);
+    };
+    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+        const int h = q >> 1, j = q & 1;
+        float amax = unit_amax(v);
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        uint32_t a[8];
+        float sum = tc_x_quarter(v, scale, a);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
+        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+        if (!ok) return;
+        uint32_t *lane_xs = xs + static_cast<size_t>(rs) * xs_step + t * kTcXsLane;
+#pragma unroll
+        for (int ii = 0; ii < 4;
+             ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
+            *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                make_uint2(a[2 * ii], a[2 * ii + 1]);
+        if (q == 0) {
+            uint2 hl;
+            tc_x_sums(sum, other, hl.x, hl.y);
+            xsum[static_cast<size_t>(rs) * sum_step + t] = hl;
+            if (t == 0) xsc[static_cast<size_t>(rs) * sc_step] = inv;
+        }
+    });
+}
+
+// x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
+// for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
+// lanes and share its max.
+template <int G>
+__device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
+                                       uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
+    constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
+    const int ng = ne0 / G, units = nx * ng * UPG;
+    auto at = [&](int u) { // unit u's first input; rg = row·ng + group
+        const int rg = u / UPG;
+        return x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG);
+    };
+    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+        const int m = u % UPG, rg = u / UPG;
+        float amax = unit_amax(v);
+#pragma unroll
+        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        if (!ok) return;
+        uint32_t *w = xs + static_cast<size_t>(rg) * xs_step + m * 8;
+#pragma unroll
+        for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
+        if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
+    });
+}
+
+} // namespace ts_cu
+
+#endif
