@@ -72,8 +72,9 @@ void ts_prefix_tree_touch(ts_prefix_tree *t, ts_prefix_entry *e);
 /* Keeps snap (stated to be snap_bytes) and a copy of logits (NULL: none) under ids[0 .. n) as the
  * most recently used entry, evicting least recently used ones until it fits (*evicted: how many).
  * A key already kept keeps its snapshot (snap is given back), becomes the most recently used, and
- * gets the logits when it had none (ts_prefix_tree_add_logits). 0, or −1 when refused: an empty
- * key, an entry larger than the whole budget (nothing evicted), or out of memory. */
+ * gets the logits when it had none (ts_prefix_tree_add_logits, whose result is returned). 0, or −1
+ * when refused: an empty key, an entry larger than the whole budget (nothing evicted), or out of
+ * memory. */
 int ts_prefix_tree_put(ts_prefix_tree *t, const int32_t *ids, size_t n, void *snap, size_t snap_bytes,
                        const float *logits, uint64_t *evicted);
 /* Gives e a copy of logits when it has none, evicting least recently used entries other than e until
