@@ -134,6 +134,18 @@ static int64_t max64(int64_t a, int64_t b) {
     return a > b ? a : b;
 }
 
+/* Every buffer a workspace allocates, for the allocation check and for freeing (one list). */
+enum { N_WORK_BUFFERS = 34 };
+static void work_buffers(const ts_cpu_work *w, void *all[N_WORK_BUFFERS]) {
+    void *const b[N_WORK_BUFFERS] = {w->R,     w->xn,      w->mix,          w->lr,    w->x,       w->y,
+                                     w->inj,   w->vec,     w->vec2,         w->qkv,   w->u,       w->z,
+                                     w->o,     w->ba,      w->qg,           w->kv,    w->ik,      w->iq,
+                                     w->att,   w->scores,  w->probs,        w->order, w->allowed, w->router,
+                                     w->moe_w, w->moe_idx, w->xg,           w->gu,    w->eo,      w->emb,
+                                     w->pv,    w->pn,      (void *)w->hist, w->lg};
+    memcpy(all, b, sizeof b);
+}
+
 ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, char *err, size_t errlen) {
     const ts_hparams *hp = &m->hp;
     if (ubatch < 1 || n_ctx < 1) {
@@ -187,12 +199,8 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
     w->hist = malloc((size_t)(conv_hist + T) * sizeof *w->hist);
     w->bytes += (size_t)(conv_hist + T) * sizeof *w->hist;
     w->n_lg = T * (hp->n_vocab < LOGIT_SLICE ? hp->n_vocab : LOGIT_SLICE), w->lg = work_alloc(w, w->n_lg);
-    void *all[] = {w->R,     w->xn,      w->mix,          w->lr,    w->x,       w->y,
-                   w->inj,   w->vec,     w->vec2,         w->qkv,   w->u,       w->z,
-                   w->o,     w->ba,      w->qg,           w->kv,    w->ik,      w->iq,
-                   w->att,   w->scores,  w->probs,        w->order, w->allowed, w->router,
-                   w->moe_w, w->moe_idx, w->xg,           w->gu,    w->eo,      w->emb,
-                   w->pv,    w->pn,      (void *)w->hist, w->lg};
+    void *all[N_WORK_BUFFERS];
+    work_buffers(w, all);
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (!all[i]) {
             ts_errf(err, errlen,
@@ -206,12 +214,8 @@ ts_cpu_work *ts_cpu_work_new(const ts_model *m, int64_t ubatch, int64_t n_ctx, c
 
 void ts_cpu_work_free(ts_cpu_work *w) {
     if (!w) return;
-    void *all[] = {w->R,     w->xn,      w->mix,          w->lr,    w->x,       w->y,
-                   w->inj,   w->vec,     w->vec2,         w->qkv,   w->u,       w->z,
-                   w->o,     w->ba,      w->qg,           w->kv,    w->ik,      w->iq,
-                   w->att,   w->scores,  w->probs,        w->order, w->allowed, w->router,
-                   w->moe_w, w->moe_idx, w->xg,           w->gu,    w->eo,      w->emb,
-                   w->pv,    w->pn,      (void *)w->hist, w->lg};
+    void *all[N_WORK_BUFFERS];
+    work_buffers(w, all);
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     free(w);
 }

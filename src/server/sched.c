@@ -1,6 +1,7 @@
 /* The continuous-batching scheduler (see sched.h for the step and the guarantees). */
 #include "server/sched.h"
 
+#include "server/prefix_tree.h"
 #include "server/slotfile.h"
 
 #include <errno.h>
@@ -94,16 +95,6 @@ typedef struct slot {
     bool in_step;
 } slot;
 
-/* A prefix cache entry: the state after ids[0 .. n) and the logits of the last of them. */
-typedef struct cache_entry {
-    int32_t *ids;
-    size_t n;
-    ts_snapshot *snap;
-    float *logits; /* [n_vocab] */
-    size_t bytes;
-    uint64_t last_use;
-} cache_entry;
-
 struct ts_sched {
     ts_model *m;
     const ts_tokenizer *tok;
@@ -130,10 +121,7 @@ struct ts_sched {
     int64_t *b_n;
     float **b_logits;
     int *b_slot, *order;
-    /* the prefix cache: scheduler thread only */
-    cache_entry *cache;
-    int n_cache, cap_cache;
-    size_t cache_used;
+    ts_prefix_tree *cache; /* the prefix cache (NULL: off): scheduler thread only */
 };
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -351,93 +339,48 @@ static bool slot_free(const slot *sl) {
 }
 
 /* ---- the prefix cache ----------------------------------------------------------------------- */
-/* A longest-prefix map from token sequences to snapshots of the whole state after them (GDN
- * recurrent state and conv history, QSA K/V and indexer keys up to that position, PLE context and
- * conv history) and the logits of their last token: taken when a prompt has been evaluated and
- * when a reply ends; a new prompt restores the longest entry that is a prefix of it (the whole of
- * it: no evaluation at all before the first token). Least recently used entries go first when the
- * budget (--cache-ram) is reached. Lookups scan the entries (tens to hundreds: microseconds next to
- * a step); the scheduler thread alone touches it, so it needs no lock. */
+/* A longest-prefix map (prefix_tree.h) from token sequences to snapshots of the whole state after
+ * them (GDN recurrent state and conv history, QSA K/V and indexer keys up to that position, PLE
+ * context and conv history) and the logits of their last token: taken when a prompt has been
+ * evaluated, when a reply ends, and every cache_every tokens of a prefill (without logits there); a
+ * new prompt restores the longest entry that is a prefix of it (the whole of it, with its logits:
+ * no evaluation at all before the first token). Least recently used entries go first when the
+ * budget (--cache-ram, which counts the tree's token ids and nodes too) is reached. The scheduler
+ * thread alone touches it, so it needs no lock. */
 
-static void cache_entry_free(cache_entry *e) {
-    free(e->ids), free(e->logits), ts_snapshot_free(e->snap);
+static void cache_snap_free(void *snap) {
+    ts_snapshot_free(snap);
 }
 
 static void cache_publish(ts_sched *s, uint64_t hits, uint64_t tokens, uint64_t evictions) {
-    ts_metrics_cache(s->mt, hits, tokens, evictions, s->cache_used, (uint64_t)s->n_cache);
-}
-
-/* The longest entry whose tokens begin prompt[0 .. n), or NULL. */
-static cache_entry *cache_find(ts_sched *s, const int32_t *prompt, size_t n) {
-    cache_entry *best = NULL;
-    for (int i = 0; i < s->n_cache; i++) {
-        cache_entry *e = &s->cache[i];
-        if ((e->n < n || (e->n == n && e->logits)) && (!best || e->n > best->n) &&
-            !memcmp(e->ids, prompt, e->n * sizeof *prompt))
-            best = e;
-    }
-    return best;
+    ts_metrics_cache(s->mt, hits, tokens, evictions, ts_prefix_tree_bytes(s->cache),
+                     ts_prefix_tree_entries(s->cache));
 }
 
 /* Keeps the state sl's session holds (its held tokens), with its logits row when with_logits (the
  * end of a prompt or a reply; not in the middle of a prefill, where no logits were computed).
- * Failures (memory) only mean nothing is cached. */
+ * Failures (memory, or larger than the budget) only mean nothing is cached. */
 static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
     const size_t n = sl->held.n;
-    if (!s->p.cache_bytes || !s->p.cache_prompt || n == 0 || !sl->job || !sl->job->cache_prompt) return;
-    for (int i = 0; i < s->n_cache; i++)
-        if (s->cache[i].n == n && !memcmp(s->cache[i].ids, sl->held.ids, n * sizeof *sl->held.ids)) {
-            s->cache[i].last_use = ++s->counter;
-            if (with_logits && !s->cache[i].logits &&
-                (s->cache[i].logits = malloc((size_t)s->n_vocab * sizeof *sl->logits))) {
-                memcpy(s->cache[i].logits, sl->logits, (size_t)s->n_vocab * sizeof *sl->logits);
-                s->cache[i].bytes += (size_t)s->n_vocab * sizeof *sl->logits;
-                s->cache_used += (size_t)s->n_vocab * sizeof *sl->logits;
-            }
-            return;
-        }
-    char err[256];
-    cache_entry e = {.n = n};
-    if (ts_session_snapshot(sl->sess, &e.snap, err, sizeof err)) return;
-    e.bytes = ts_snapshot_bytes(e.snap) + n * sizeof *e.ids +
-              (with_logits ? (size_t)s->n_vocab * sizeof *e.logits : 0);
-    e.ids = malloc(n * sizeof *e.ids);
-    if (with_logits) e.logits = malloc((size_t)s->n_vocab * sizeof *e.logits);
-    if (e.bytes > s->p.cache_bytes || !e.ids || (with_logits && !e.logits)) {
-        cache_entry_free(&e);
-        return;
-    }
-    memcpy(e.ids, sl->held.ids, n * sizeof *e.ids);
-    if (with_logits) memcpy(e.logits, sl->logits, (size_t)s->n_vocab * sizeof *e.logits);
+    if (!s->cache || n == 0 || !sl->job || !sl->job->cache_prompt) return;
+    const float *logits = with_logits ? sl->logits : NULL;
     uint64_t evicted = 0;
-    while (s->n_cache > 0 && s->cache_used + e.bytes > s->p.cache_bytes) { /* least recently used first */
-        int lru = 0;
-        for (int i = 1; i < s->n_cache; i++)
-            if (s->cache[i].last_use < s->cache[lru].last_use) lru = i;
-        s->cache_used -= s->cache[lru].bytes;
-        cache_entry_free(&s->cache[lru]);
-        s->cache[lru] = s->cache[--s->n_cache];
-        evicted++;
+    ts_prefix_entry *e = ts_prefix_tree_get(s->cache, sl->held.ids, n);
+    if (e) { /* kept already: no new snapshot, but its logits if it had none */
+        ts_prefix_tree_touch(s->cache, e);
+        if (logits) ts_prefix_tree_add_logits(s->cache, e, logits, &evicted);
+    } else {
+        char err[256];
+        ts_snapshot *snap;
+        if (ts_session_snapshot(sl->sess, &snap, err, sizeof err)) return;
+        ts_prefix_tree_put(s->cache, sl->held.ids, n, snap, ts_snapshot_bytes(snap), logits, &evicted);
     }
-    if (s->n_cache == s->cap_cache) {
-        int cap = s->cap_cache ? 2 * s->cap_cache : 16;
-        cache_entry *c = realloc(s->cache, (size_t)cap * sizeof *c);
-        if (!c) {
-            cache_entry_free(&e);
-            cache_publish(s, 0, 0, evicted);
-            return;
-        }
-        s->cache = c, s->cap_cache = cap;
-    }
-    e.last_use = ++s->counter;
-    s->cache[s->n_cache++] = e;
-    s->cache_used += e.bytes;
     cache_publish(s, 0, 0, evicted);
 }
 
 /* Starts choice c of j in sl (c > 0: waiting for choice 0's prompt). Under mu. A failure ends the
  * choice (and, through slot_end_locked, the choices waiting for it). */
-static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, cache_entry *ce) {
+static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ts_prefix_entry *ce) {
     char err[256];
     ts_sampler_params sp = j->sp;
     sp.seed += (uint64_t)c; /* each choice its own stream of random numbers */
@@ -448,9 +391,9 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ca
         return;
     }
     if (ce && ts_session_restore(sl->sess, ce->snap, err, sizeof err) == 0) { /* the prefix cache */
-        memcpy(sl->held.ids, ce->ids, ce->n * sizeof *ce->ids);
+        memcpy(sl->held.ids, j->prompt, ce->n * sizeof *j->prompt); /* ce's tokens begin the prompt */
         sl->held.n = reuse = ce->n;
-        ce->last_use = ++s->counter;
+        ts_prefix_tree_touch(s->cache, ce);
         if (ce->n == j->n_prompt) { /* the whole prompt: its logits too */
             memcpy(sl->logits, ce->logits, (size_t)s->n_vocab * sizeof *sl->logits);
             sl->ready = true;
@@ -529,9 +472,9 @@ static void admit_locked(ts_sched *s) {
                 best = i, best_reuse = r;
         }
         if (best < 0 || n_free < j->n_choices) return;
-        cache_entry *ce = NULL;
-        if (s->p.cache_bytes && s->p.cache_prompt && j->cache_prompt &&
-            (ce = cache_find(s, j->prompt, j->n_prompt)) && ce->n > best_reuse) {
+        ts_prefix_entry *ce = NULL;
+        if (s->cache && j->cache_prompt && (ce = ts_prefix_tree_find(s->cache, j->prompt, j->n_prompt)) &&
+            ce->n > best_reuse) {
             for (int i = 0; i < s->p.n_slots; i++) /* the least recently used free slot takes it */
                 if (slot_free(&s->slots[i]) && s->slots[i].last_use <= s->slots[best].last_use) best = i;
             best_reuse = ce->n;
@@ -891,6 +834,12 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
+    ts_prefix_tree_params tp = {
+        .budget = p->cache_bytes, .n_logits = (size_t)s->n_vocab, .free_snap = cache_snap_free};
+    if (p->cache_bytes && p->cache_prompt && ts_prefix_tree_new(&tp, &s->cache)) {
+        ts_sched_free(s);
+        return ts_errf(err, errlen, "out of memory");
+    }
     if (p->backend == TS_BACKEND_CUDA &&
         !ts_model_backend_ready(m, TS_BACKEND_CUDA)) { /* plan for every slot; one micro-batch holds a step */
         ts_cuda_params cp = {.plan_ctx = p->n_ctx,
@@ -962,8 +911,7 @@ void ts_sched_free(ts_sched *s) {
     pthread_mutex_destroy(&s->mu);
     ts_grammar_vocab_free(s->gvocab);
     ts_tokens_free(&s->close_seq);
-    for (int i = 0; i < s->n_cache; i++) cache_entry_free(&s->cache[i]);
-    free(s->cache);
+    ts_prefix_tree_free(s->cache);
     free(s);
 }
 
