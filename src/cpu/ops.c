@@ -238,11 +238,11 @@ void ts_cpu_set_matmul_hook(ts_cpu_matmul_hook fn, void *ctx) {
     g_matmul_hook = fn, g_matmul_hook_ctx = ctx;
 }
 
-/* ---- TURBOSPARK_CPU_ROUND_X: the CUDA decode products' rounding of x, emulated (a diagnostic) ------
+/* ---- TURBOSPARK_CPU_ROUND_X: the CUDA tensor-core products' rounding of x, emulated ---------------
  *
  * When on, every product that may round (ts_cpu_matmul, ts_cpu_matmul_each; not the _unrounded ones)
  * whose weights are Q4_K, Q5_K, Q6_K (groups of 256 inputs), Q8_0 or Q5_0 (128), with rows a whole
- * number of groups, multiplies W by x rounded as the tensor-core GEMV rounds it (ts_round_x_like_tc,
+ * number of groups, multiplies W by x rounded as the tensor-core GEMV and GEMM round it (ts_round_x_like_tc,
  * src/quant/round_x.c) instead of x: each token's x separately, whatever T. Read once. The rounded x
  * lives in a buffer of the calling thread that grows to the largest T·ne0 seen and is kept (the one
  * allocation while evaluating; the switch is off in normal use). */

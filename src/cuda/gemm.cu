@@ -60,7 +60,8 @@
 // ---- dispatch -----------------------------------------------------------------------------------------
 //
 // ts_cuda_matmul (matmul.cu) calls ts_cuda_gemm when T ≥ TS_CUDA_GEMM_MIN_TOKENS (16) and the product
-// does not run on the tensor-core GEMV (types and widths it takes, up to 64 tokens): from there on the
+// runs neither on the tensor-core GEMV (types and widths it takes, up to 64 tokens) nor on the
+// tensor-core GEMM (gemm_tc.h: the same types beyond; and ts_cuda_moe its grouped gate/up): from there on the
 // SIMT GEMV runs at least two launches that each read all of W, at T = 8 already far below the FP32
 // rate (the x-through-L1 path), while the 128 × 16 tile reads W once.
 //
@@ -91,7 +92,8 @@
 // y + item·y_stride + o, the weight rows are those of expert e (both parts for split gate/up
 // tensors: output rows o < n_part from W, the rest from W2), exactly where the GEMV path puts them.
 //
-// TODO (tuning on the H200): tensor cores are out (tf32/bf16 would break parity); a 3-stage
+// TODO (tuning on the H200): the fp32 products left here in prefill (the routed experts' down, the
+// hyper-connections', the types gemm_tc.cu does not take) to the tensor cores, with their decode twins; a 3-stage
 // pipeline or 256-row tiles for large T; split-K for tiny n_out with long rows (the HC inject,
 // 10240 → 4) where 16 outputs a thread × K FMAs is the latency floor.
 extern "C" {

@@ -33,6 +33,7 @@ extern "C" {
 #include "cuda/gemm_tc.h"
 #include "cuda/gemv_tc.h"
 #include "cuda/tc_stage.cuh"
+#include "model/memplan.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -62,14 +63,14 @@ template <int TYPE> struct tc_block<TYPE, true> {
 
 template <int TYPE> struct tc_step {
     static constexpr bool kInorder = tc_kind<TYPE>::kInorder;
-    static constexpr int G = tc_kind<TYPE>::G;                     // inputs a step
-    static constexpr int REC = kInorder ? G / 2 * 4 + 32 : 576;    // bytes of an x record
-    static constexpr int SC = kInorder ? G / 2 : 136;              // u32 offset of the scale
-    static constexpr int BS = tc_block<TYPE, kInorder>::BS;        // bytes a block
-    static constexpr int QK = tc_block<TYPE, kInorder>::QK;        // inputs a block
-    static constexpr int SB = G / QK * BS;                         // weight bytes a step and row
-    static constexpr bool kAligned = SB % 16 == 0;                 // (with rows a multiple of 16 bytes)
-    static constexpr int LINES = kAligned ? SB / 16 : SB / 16 + 2; // 16-byte lines covering a step's row
+    static constexpr int G = tc_kind<TYPE>::G;                        // inputs a step
+    static constexpr int REC = kInorder ? G / 2 * 4 + 32 : 576;       // bytes of an x record
+    static constexpr int SC = kInorder ? G / 2 : 136;                 // u32 offset of the scale
+    static constexpr int BS = tc_block<TYPE, kInorder>::BS;           // bytes a block
+    static constexpr int QK = tc_block<TYPE, kInorder>::QK;           // inputs a block
+    static constexpr int SB = G / QK * BS;                            // weight bytes a step and row
+    static constexpr bool kWholeLines = SB % 16 == 0;                 // (with rows a multiple of 16 bytes)
+    static constexpr int LINES = kWholeLines ? SB / 16 : SB / 16 + 2; // 16-byte lines covering a step's row
     // row stride in shared memory: 16 past a multiple of 128, so 8 rows' loads at one offset spread
     static constexpr int RS = LINES * 16 + (16 - (LINES * 16) % 128 + 128) % 128;
     static constexpr size_t STAGE = static_cast<size_t>(kTokTc) * REC + static_cast<size_t>(kRowsTc) * RS;
@@ -469,16 +470,13 @@ extern "C" void ts_cuda_tc_scratch_set(void *dev, size_t bytes) {
     g_scratch_bytes = g_scratch ? bytes : 0;
 }
 
-extern "C" size_t ts_cuda_gemm_tc_scratch_bytes(uint32_t type, int64_t ne0, int64_t x_rows) {
-    const int G = tc_gemv_group(type);
-    if (!G || ne0 <= 0 || ne0 % G != 0 || x_rows <= 0) return 0;
-    return static_cast<size_t>(x_rows) * static_cast<size_t>(ne0 / G) * record_bytes(type);
-}
-
 extern "C" bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows) {
-    const size_t need = ts_cuda_gemm_tc_scratch_bytes(type, ne0, x_rows);
-    return tc_gemv_enabled() && need > 0 && x_rows <= INT_MAX / 2 && ne0 <= (1 << 20) && g_scratch &&
-           need <= g_scratch_bytes;
+    const size_t need = ts_memplan_tc_x_bytes(type, ne0, x_rows); // the records' sizes: the memory plan's
+    const int G = tc_gemv_group(type);
+    // the plan's record size must be this file's (a mismatch refuses rather than overrun the region)
+    return tc_gemv_enabled() && need > 0 && G > 0 &&
+           need == static_cast<size_t>(x_rows) * static_cast<size_t>(ne0 / G) * record_bytes(type) &&
+           x_rows <= INT_MAX / 2 && ne0 <= (1 << 20) && g_scratch && need <= g_scratch_bytes;
 }
 
 extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,

@@ -6,7 +6,8 @@
  *
  * The x rows are first converted into records in a device scratch that the caller registers for its
  * thread (ts_cuda_tc_scratch_set: the CUDA forward gives its workspace's TCX region, tests their own);
- * without one large enough, ts_cuda_gemm_tc_takes says no and the fp32 GEMM (gemm.h) runs instead.
+ * without one large enough, ts_cuda_gemm_tc_takes says no and the fp32 GEMM (gemm.h) runs instead. Record sizes:
+ * ts_memplan_tc_x_bytes (src/model/memplan.h).
  * ts_cuda_matmul (matmul.h) and the MoE block (src/cuda/moe.cu) call these by themselves. */
 #ifndef TS_CUDA_GEMM_TC_H
 #define TS_CUDA_GEMM_TC_H
@@ -24,9 +25,6 @@ extern "C" {
 
 /* The calling thread's scratch for x records (device memory, 16-byte aligned; NULL: none). */
 void ts_cuda_tc_scratch_set(void *dev, size_t bytes);
-
-/* Bytes of x records for x_rows rows of ne0 inputs of this type (0: a type or width it does not take). */
-size_t ts_cuda_gemm_tc_scratch_bytes(uint32_t type, int64_t ne0, int64_t x_rows);
 
 /* Whether a product of x_rows rows of ne0 inputs of this type runs here: a type and width it takes, the
  * tensor-core products not switched off (TURBOSPARK_CUDA_GEMV_TC=0), the thread's scratch large enough. */

@@ -286,6 +286,27 @@ size_t ts_memplan_moe_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ct
 
 /* ---- workspaces ------------------------------------------------------------------------------- */
 
+size_t ts_memplan_tc_x_bytes(uint32_t type, int64_t ne0, int64_t rows) {
+    int64_t group, rec;
+    switch (type) {
+    case TS_TYPE_Q4_K:
+    case TS_TYPE_Q5_K:
+        group = 256, rec = 576; /* 512 bytes of fragments, 32 of sub-block sums, the scale, padding */
+        break;
+    case TS_TYPE_Q6_K:
+        group = 256, rec = 544; /* 512 bytes of fragments, the scale, padding */
+        break;
+    case TS_TYPE_Q8_0:
+    case TS_TYPE_Q5_0:
+        group = 128, rec = 288;
+        break;
+    default:
+        return 0;
+    }
+    if (ne0 <= 0 || ne0 % group != 0 || rows <= 0) return 0;
+    return (size_t)rows * (size_t)(ne0 / group) * (size_t)rec;
+}
+
 void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_memplan_work *o) {
     memset(o, 0, sizeof *o);
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;

@@ -119,6 +119,12 @@ typedef struct ts_memplan_work {
     size_t scratch;                 /* its bytes: the largest of the GDN, QSA, PLE and MoE scratch */
     size_t total;
 } ts_memplan_work;
+/* Bytes of the tensor-core prefill products' x records (src/cuda/gemm_tc.cu) for rows rows of ne0 inputs
+ * of this type: a record per (row, group) of 576 bytes per 256 inputs (Q4_K, Q5_K), 544 (Q6_K) or 288
+ * per 128 (Q8_0, Q5_0); 0 for other types or widths that are not a whole number of groups. The TCX
+ * region holds N rows of the widest input at the largest rate, 72 4-byte words per 128 inputs. */
+size_t ts_memplan_tc_x_bytes(uint32_t type, int64_t ne0, int64_t rows);
+
 /* For micro-batches of up to max_rows rows of sequences of up to ctx tokens. */
 void ts_memplan_work_layout(const ts_hparams *hp, int64_t max_rows, int64_t ctx, ts_memplan_work *out);
 size_t ts_memplan_work_bytes(const ts_hparams *hp, int64_t max_rows, int64_t ctx);

@@ -25,6 +25,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_tc.h"
+#include "model/memplan.h"
 #include "model/synth.h"
 #include "cuda/matmul.h"
 #include "test_util.h"
@@ -454,7 +455,7 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
 
     /* the tensor-core grouped GEMM (gemm_tc.h) where it takes the type: x rounded as the GEMV path rounds it
        (the reference `other`), so within the bound of it; bad ids NaN */
-    const size_t tcx_bytes = ts_cuda_gemm_tc_scratch_bytes(type, H, N);
+    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
     if (tcx_bytes > 0) {
         void *tcx;
         TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
