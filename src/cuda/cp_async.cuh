@@ -1,5 +1,5 @@
 // Asynchronous copies global → shared memory (cp.async, sm_80+), used by the kernels that stage
-// weight bytes (matmul.cu, hc.cu) or the next row's vectors (gdn.cu) ahead of their use. (gemm.cu keeps
+// weight bytes (matmul.cu, hc.cu, gemm_tc.cu) or the next row's vectors (gdn.cu) ahead of their use. (gemm.cu keeps
 // its own inside dev_env, the device half of the environment that test_cuda_gemm_host emulates: the
 // same instructions; routing them through these changed the tiled kernel's PTX, so it stays.)
 #ifndef TS_CUDA_CP_ASYNC_CUH

@@ -29,6 +29,7 @@
 extern "C" {
 #include "quant/quant.h"
 }
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_device.h"
 #include "cuda/gemm_tc.h"
 #include "cuda/gemv_tc.h"
@@ -94,16 +95,6 @@ struct tc_gemm_args {
     const int32_t *n_tiles;
 };
 
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ float half_at(const uint8_t *p) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
 }
@@ -181,15 +172,15 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             constexpr int XL = S::REC / 16;
             for (int idx = tid; idx < kTokTc * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
-                cp16(xs + j * S::REC + 16 * l,
-                     a.xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
+                cp_async16(xs + j * S::REC + 16 * l,
+                           a.xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
             }
             for (int idx = tid; idx < kRowsTc * S::LINES; idx += kWarpsTc * 32) {
                 const int m = idx / S::LINES, l = idx - m * S::LINES;
                 const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
                 const uintptr_t first = p & ~static_cast<uintptr_t>(15);
                 if (first + 16 * l < p + S::SB) // lines past the step's bytes are not read
-                    cp16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
+                    cp_async16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
             }
         };
         const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
@@ -202,13 +193,13 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
 #pragma unroll
         for (int s = 0; s < NS - 1; s++) {
             if (s < a.ng) issue(s);
-            cp_commit();
+            cp_async_commit();
         }
         for (int s = 0; s < a.ng; s++) {
-            cp_wait<NS - 2>();
+            cp_async_wait<NS - 2>();
             __syncthreads(); // step s has landed for every thread; stage (s − 1) % NS is free
             if (s + NS - 1 < a.ng) issue(s + NS - 1);
-            cp_commit();
+            cp_async_commit();
             const uint8_t *xs = sm + static_cast<size_t>(s % NS) * S::STAGE;
             const uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
             // this warp's rows: tile r holds rows 16·warp + 8r + (0..7); lane g builds row g's fragments,
@@ -358,7 +349,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                 }
             }
         }
-        cp_wait<0>();
+        cp_async_wait<0>();
         // outputs: token 16tt + g (and + 8), rows o0 + 16·warp + 8r + 2t, + 1
 #pragma unroll
         for (int tt = 0; tt < kTokTiles; tt++) {
