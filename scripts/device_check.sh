@@ -4,8 +4,8 @@
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
-#   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP) and an Nsight Systems kernel
-#                                         summary of one P-token prompt (P = 8192)
+#   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
+#                                         table of a 512-token prompt
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
@@ -33,6 +33,10 @@ gate)
   done
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 200 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
   echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  if [ -x $D/test_cuda_gemm ]; then
+    (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
+    echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
+  fi
   wait
   ls -la $rel
   ;;
@@ -81,24 +85,15 @@ table)
   echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b${2:-64}.csv" | tee "$out/ncu_b${2:-64}.md" | head -40
   ;;
 prefill)
-  # Prefill figures, then where one ${2:-8192}-token prompt's GPU time goes, kernel by kernel (nsys).
+  # Prefill figures, then where one 512-token prompt's GPU time goes, kernel by kernel (ncu with warm
+  # caches; the sum includes bench's one decode step; nsys cannot write reports on this machine).
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
-  P=${2:-8192}
-  timeout 300 $B bench -m $rel --backend cuda --random-weights -p 512,$P -n 1 -b 1 --ctx 1 -r 1 2> "$out/pp.err" |
+  timeout 300 $B bench -m $rel --backend cuda --random-weights -p 512,${2:-8192} -n 1 -b 1 --ctx 1 -r 1 2> "$out/pp.err" |
     tee "$out/pp.txt" | grep -E "pp|tg"
-  timeout 300 nsys profile -o "$out/pp$P" --force-overwrite true -t cuda --stats=false \
-    $B bench -m $rel --backend cuda --random-weights -p $P -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
-  echo "nsys rc=$?"
-  nsys stats --report cuda_gpu_kern_sum --format csv -o "$out/pp$P" "$out/pp$P.nsys-rep" > /dev/null 2>&1
-  python3 - "$out/pp${P}_cuda_gpu_kern_sum.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-tot = sum(float(r["Total Time (ns)"]) for r in rows)
-print(f"total GPU kernel time {tot/1e6:.1f} ms, {len(rows)} kernels")
-for r in rows[:25]:
-    t = float(r["Total Time (ns)"])
-    print(f'{t/1e6:9.2f} ms {100*t/tot:5.1f} % {int(r["Instances"]):6d}x  {r["Name"][:110]}')
-PY
+  timeout 300 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_pp512.csv" \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $B bench -m $rel --backend cuda --random-weights -p 512 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+  echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_pp512.csv" | tee "$out/ncu_pp512.md" | head -30
   ;;
 diag)
   # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and

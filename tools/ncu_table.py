@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-kernel table of one decode step from an Nsight Compute CSV (scripts/device_check.sh bench ncu):
+"""Per-kernel table of one decode step (or prompt) from an Nsight Compute CSV (scripts/device_check.sh):
 kernels grouped by name, with launches, total and mean time, bytes moved and achieved TB/s, largest
 total first, and the step's sum. ncu runs every kernel alone with cold caches, so short kernels read
 high; the sum exceeds the graph step's time by the launch overlap that a graph and PDL give.
@@ -20,7 +20,7 @@ def main():
         k["n"].add(row["ID"])
         if row["Metric Name"] == "gpu__time_duration.sum":
             k["ns"] += val * {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}[unit.lower()]
-        else:
+        elif row["Metric Name"].startswith("dram__bytes"): # other metrics (percentages, ...) are not summed
             scale = {"byte": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9, "gb": 1e9}
             k["bytes"] += val * scale[unit.lower()]
     rows = sorted(per.items(), key=lambda kv: -kv[1]["ns"])
