@@ -429,11 +429,14 @@ extern "C" int ts_cuda_expert_plan_build(const int32_t *ids_dev, int64_t n_items
     return 0;
 }
 
-extern "C" int ts_cuda_gemm_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
-                                    const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
-                                    int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
-                                    float *y_dev, int64_t y_stride, cudaStream_t s) {
-    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || !type_ok(W)) return -1;
+extern "C" int ts_cuda_expert_gemm_check(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                         const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                         int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                         const float *y_dev, int64_t y_stride, int64_t *parts_out,
+                                         int64_t *e_max_out) {
+    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || !W || !W->data ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return -1;
     if (rows_per_expert < 1 || row_off < 0 || n_out < 0 || x_div < 1 || row_off > rows_per_expert ||
         n_out > rows_per_expert - row_off)
         return -1;
@@ -454,6 +457,19 @@ extern "C" int ts_cuda_gemm_experts(const ts_cuda_expert_plan *plan, const ts_cu
         (reinterpret_cast<uintptr_t>(y_dev) & 15u))
         return -1;
     if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out || y_stride % 4 != 0) return -1;
+    *parts_out = parts, *e_max_out = e_max;
+    return 1;
+}
+
+extern "C" int ts_cuda_gemm_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                    const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                    int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                    float *y_dev, int64_t y_stride, cudaStream_t s) {
+    if (!type_ok(W)) return -1;
+    int64_t parts, e_max;
+    const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
+                                             x_stride, y_dev, y_stride, &parts, &e_max);
+    if (ok <= 0) return ok;
     const int cfg = plan->tile == 16 ? 4 : (plan->tile == 32 ? 3 : (plan->tile == 64 ? 1 : -1));
     if (cfg < 0) return -1;
 

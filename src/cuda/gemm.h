@@ -83,6 +83,16 @@ int ts_cuda_gemm_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *
                          int64_t rows_per_expert, int64_t row_off, int64_t n_out, const float *x_dev,
                          int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s);
 
+/* The argument checks of ts_cuda_gemm_experts (and of the tensor-core twin, gemm_tc.h), past the type:
+ * the plan built, W (and W2: same type, width and row bytes) 16-byte aligned, the slice inside both,
+ * x and y aligned with strides as documented above. Returns -1 for invalid arguments, 0 when there is
+ * nothing to compute (no rows or no items), 1 with *parts (1 or 2) and *e_max (the largest expert whose
+ * rows lie inside both tensors) set. */
+int ts_cuda_expert_gemm_check(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                              const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                              int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                              const float *y_dev, int64_t y_stride, int64_t *parts, int64_t *e_max);
+
 /* ---- knobs for tests and benchmarks (not thread-safe against concurrent launches) ---------------- */
 
 /* The T from which ts_cuda_matmul switches to the GEMM (≤ 0: back to TS_CUDA_GEMM_MIN_TOKENS;

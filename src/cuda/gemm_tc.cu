@@ -95,6 +95,14 @@ struct tc_gemm_args {
     const int32_t *n_tiles;
 };
 
+// acc += a group's sums times its x scales: 2^-s of token g (rows 2t, 2t + 1: v0, v1) and of token g + 8 (v2, v3).
+__device__ __forceinline__ void add_scaled(float4 &acc, float e0, float e8, float v0, float v1, float v2,
+                                           float v3) {
+    acc.x = fmaf(e0, v0, acc.x);
+    acc.y = fmaf(e0, v1, acc.y);
+    acc.z = fmaf(e8, v2, acc.z);
+    acc.w = fmaf(e8, v3, acc.w);
+}
 __device__ __forceinline__ float half_at(const uint8_t *p) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
 }
@@ -247,10 +255,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                         const float v1 = fmaf(f1[r].x, c[r][1] + c1[r][1], -64.0f * f1[r].y * cm[r][1]);
                         const float v2 = fmaf(f0[r].x, c[r][2] + c1[r][2], -64.0f * f0[r].y * cm[r][2]);
                         const float v3 = fmaf(f1[r].x, c[r][3] + c1[r][3], -64.0f * f1[r].y * cm[r][3]);
-                        acc[r][tt].x = fmaf(e0, v0, acc[r][tt].x);
-                        acc[r][tt].y = fmaf(e0, v1, acc[r][tt].y);
-                        acc[r][tt].z = fmaf(e8, v2, acc[r][tt].z);
-                        acc[r][tt].w = fmaf(e8, v3, acc[r][tt].w);
+                        add_scaled(acc[r][tt], e0, e8, v0, v1, v2, v3);
                     }
                 }
             } else if constexpr (TYPE == TS_TYPE_Q6_K) { // 16 MMAs, each its sub-block's int8 scale; d once
@@ -291,10 +296,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                                 e8 = reinterpret_cast<const float *>(rg8)[S::SC];
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
-                        acc[r][tt].x = fmaf(e0, d0[r] * qv[r][0], acc[r][tt].x);
-                        acc[r][tt].y = fmaf(e0, d1[r] * qv[r][1], acc[r][tt].y);
-                        acc[r][tt].z = fmaf(e8, d0[r] * qv[r][2], acc[r][tt].z);
-                        acc[r][tt].w = fmaf(e8, d1[r] * qv[r][3], acc[r][tt].w);
+                        add_scaled(acc[r][tt], e0, e8, d0[r] * qv[r][0], d1[r] * qv[r][1], d0[r] * qv[r][2],
+                                   d1[r] * qv[r][3]);
                     }
                 }
             } else { // Q8_0, Q5_0: a step is 4 blocks of 2 MMAs, each block its d
@@ -341,10 +344,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                                 e8 = reinterpret_cast<const float *>(rg8)[S::SC];
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
-                        acc[r][tt].x = fmaf(e0, sv[r][0], acc[r][tt].x);
-                        acc[r][tt].y = fmaf(e0, sv[r][1], acc[r][tt].y);
-                        acc[r][tt].z = fmaf(e8, sv[r][2], acc[r][tt].z);
-                        acc[r][tt].w = fmaf(e8, sv[r][3], acc[r][tt].w);
+                        add_scaled(acc[r][tt], e0, e8, sv[r][0], sv[r][1], sv[r][2], sv[r][3]);
                     }
                 }
             }
@@ -505,30 +505,13 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
                                        const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
                                        int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
                                        float *y_dev, int64_t y_stride, cudaStream_t s) {
-    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || !W || !W->data) return -1;
-    if (!ts_cuda_gemm_tc_experts_takes(plan, W->type, W->ne0, x_div) ||
+    if (!W || !ts_cuda_gemm_tc_experts_takes(plan, W->type, W->ne0, x_div) ||
         W->row_bytes != ts_row_size(W->type, W->ne0))
         return -1;
-    if (rows_per_expert < 1 || row_off < 0 || n_out < 0 || row_off > rows_per_expert ||
-        n_out > rows_per_expert - row_off)
-        return -1;
-    int64_t rows = W->rows;
-    if (W2) {
-        if (!W2->data || W2->type != W->type || W2->ne0 != W->ne0 || W2->row_bytes != W->row_bytes ||
-            (reinterpret_cast<uintptr_t>(W2->data) & 15u))
-            return -1;
-        if (W2->rows < rows) rows = W2->rows;
-    }
-    const int64_t parts = W2 ? 2 : 1;
-    if (n_out > (INT_MAX - 256) / parts) return -1;
-    if (row_off > rows || n_out > rows - row_off) return -1; // expert 0's slice must exist
-    int64_t e_max = (rows - row_off - n_out) / rows_per_expert;
-    if (e_max > INT_MAX) e_max = INT_MAX;
-    if (n_out == 0 || plan->n_items == 0 || plan->max_tiles == 0) return 0;
-    if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
-        (reinterpret_cast<uintptr_t>(W->data) & 15u))
-        return -1;
-    if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out) return -1;
+    int64_t parts, e_max;
+    const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
+                                             x_stride, y_dev, y_stride, &parts, &e_max);
+    if (ok <= 0) return ok;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
     tc_gemm_args a = {};
     a.w0 = static_cast<const uint8_t *>(W->data);
