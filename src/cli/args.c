@@ -421,3 +421,16 @@ void ts_cli_args_help(FILE *f, unsigned g) {
     fprintf(f, "  llama.cpp flags that mean nothing here (-ngl, -fa, --mlock, --no-mmap, ...) are accepted "
                "with a note.\n");
 }
+
+void ts_cli_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}

@@ -91,4 +91,8 @@ void ts_cli_unescape(char *s);
 int ts_cli_long(const char *s, long lo, long hi, long *v);
 int ts_cli_float(const char *s, float lo, float hi, float *v);
 
+/* s as a JSON string to f, quoted, '"' and '\\' escaped, control bytes as \u00XX (a model path may hold
+ * anything). */
+void ts_cli_json_str(FILE *f, const char *s);
+
 #endif

@@ -152,20 +152,6 @@ static int bench_option(void *ctx, int id, const char *v) {
     return bad ? -1 : 0;
 }
 
-/* A JSON string (the model path may hold anything). */
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 /* One result: the runs' tokens/s t[0..n) (the warm-up excluded). */
 typedef struct bench_row {
     const char *model, *backend, *device, *test;
@@ -202,12 +188,12 @@ static void print_row(FILE *f, int fmt, bool *first, const bench_row *r, double 
                 r->n_gen, r->n_batch, r->n_depth, mean, sd, med, r->floor_tps);
     } else {
         fprintf(f, "%s  {\"model_filename\": ", *first ? "" : ",\n");
-        json_str(f, r->model);
+        ts_cli_json_str(f, r->model);
         fprintf(f,
                 ", \"model_size\": %" PRIu64 ", \"model_n_params\": %" PRIu64
                 ", \"backend\": \"%s\", \"device\": ",
                 r->size, r->params, r->backend);
-        json_str(f, r->device);
+        ts_cli_json_str(f, r->device);
         fprintf(f,
                 ", \"n_threads\": %d, \"test\": \"%s\", \"n_prompt\": %ld, \"n_gen\": %ld, \"n_batch\": %ld, "
                 "\"n_depth\": %ld,"

@@ -114,19 +114,6 @@ static int parse_gpu_mem(const char *s, size_t *out) {
     return 0;
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 /* The longest context one sequence can hold (with the workspaces sized for it) in free bytes: 0
  * when none, else at most TS_MEMPLAN_MAX_SEQ_CTX. */
 static int64_t longest_ctx(const ts_model *m, int64_t max_rows, bool on_host, size_t free_bytes) {
@@ -327,7 +314,7 @@ int ts_cmd_plan(int argc, char **argv) {
     int status = 0;
     if (json) {
         printf("{\"model\": ");
-        json_str(stdout, what);
+        ts_cli_json_str(stdout, what);
         printf(
             ", \"gpu_mem_bytes\": %zu, \"weights_bytes\": %zu, \"table_bytes\": %zu, \"margin_bytes\": %zu, "
             "\"max_rows\": %ld, \"seq_fixed_bytes\": %zu, \"seq_token_bytes\": %.1f, \"n_ctx_train\": "
