@@ -14,7 +14,7 @@
 // elementwise kernel for both activations (lr and inj), the up product, and one kernel for the
 // stream mix. Decode is latency-bound (96 reads a token), so fusions save launches: the write of a
 // block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj, then
-// the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 4 rows
+// the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 64 rows
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
 // down|inject product and hc_up_mix_kernel). Elementwise kernels map one thread to one output
 // element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
@@ -194,7 +194,9 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
 //     thread per (row, unit of 32 weights), unit sums added in unit order) and the mix
 //     x[t, i] = (Σ_c σ(M_c) · Xn[t, c·H + i]) / C.
 // Same math as the five-launch path up to fp32 summation order; deterministic.
-constexpr int kFusedMaxRows = 4;
+// Up to 64 rows (batched decode; the split product runs in launches of 4 tokens), fp32 as the CPU twin's
+// hyper-connections; larger micro-batches (prefill) take the five launches.
+constexpr int kFusedMaxRows = 64;
 constexpr int kFusedMaxIB = 8;
 constexpr size_t kFusedSmemBudget = 44 * 1024;
 

@@ -534,7 +534,7 @@ inline int blocks_for(int n_out, int R) {
 // x is staged in shared memory when T·ne0 floats fit this (all T = 1 shapes of the model; T = 2 up
 // to 6144): beyond it the block kernels read x through L1, uncoalesced (see the design note).
 constexpr int kXsBudgetBytes = 48 * 1024;
-constexpr int kMaxSplitT = 4; // tokens of ts_cuda_matmul_split
+constexpr int kMaxSplitT = 4; // tokens of one ts_cuda_matmul_split launch (more: several launches)
 
 bool g_x_shared = true;
 
@@ -1202,20 +1202,28 @@ template <int TYPE, int T> void launch_split_T(const split_args &a) {
            a.xstride, a.y, a.ysplit);
 }
 
+// T tokens in launches of up to kMaxSplitT (x staged in shared memory); each token's partial sums land
+// where one launch of all T would put them (split q at q·ysplit, ysplit = T·n_out) and do not depend on
+// the launch it rode in.
 template <int TYPE> void launch_split(int T, const split_args &a) {
-    switch (T) {
-    case 1:
-        launch_split_T<TYPE, 1>(a);
-        break;
-    case 2:
-        launch_split_T<TYPE, 2>(a);
-        break;
-    case 3:
-        launch_split_T<TYPE, 3>(a);
-        break;
-    default:
-        launch_split_T<TYPE, 4>(a);
-        break;
+    for (int t0 = 0; t0 < T; t0 += kMaxSplitT) {
+        split_args c = a;
+        c.x = a.x + static_cast<size_t>(t0) * static_cast<size_t>(a.xstride);
+        c.y = a.y + static_cast<size_t>(t0) * static_cast<size_t>(a.n_out);
+        switch (T - t0 < kMaxSplitT ? T - t0 : kMaxSplitT) {
+        case 1:
+            launch_split_T<TYPE, 1>(c);
+            break;
+        case 2:
+            launch_split_T<TYPE, 2>(c);
+            break;
+        case 3:
+            launch_split_T<TYPE, 3>(c);
+            break;
+        default:
+            launch_split_T<TYPE, 4>(c);
+            break;
+        }
     }
 }
 
@@ -1231,11 +1239,12 @@ extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int 
     const ts_type_traits *tr = ts_type_get(W->type);
     if (!tr || is_plain(W->type) || !ts_cuda_matmul_supports(W->type) || !g_x_shared) return 1;
     if (W->ne0 % splits != 0 || (W->ne0 / splits) % tr->block_size != 0 || x_stride < W->ne0 ||
-        x_stride % 4 != 0 || x_stride > INT_MAX || T > kMaxSplitT ||
+        x_stride % 4 != 0 || x_stride > INT_MAX || T > INT_MAX / 2 ||
         W->row_bytes != ts_row_size(W->type, W->ne0) || (reinterpret_cast<uintptr_t>(W->data) & 15u))
         return 1;
     const int ne0 = static_cast<int>(W->ne0 / splits);
-    if (T * ne0 * sizeof(float) > static_cast<size_t>(kXsBudgetBytes)) return 1;
+    if ((T < kMaxSplitT ? T : kMaxSplitT) * ne0 * sizeof(float) > static_cast<size_t>(kXsBudgetBytes))
+        return 1;
     const size_t wsplit = ts_row_size(W->type, ne0);
     if (wsplit % 16 != 0 && (W->type == TS_TYPE_Q4_K || W->type == TS_TYPE_Q5_K)) return 1; // A16 blocks
     const split_args a = {static_cast<const uint8_t *>(W->data),

@@ -100,9 +100,9 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
  *
  * for q < splits, t < T, o < n_out (rows 0 .. n_out − 1 of W). The caller sums the splits (in a fixed
  * order, so results are deterministic). Returns 1, enqueuing nothing, when the shape is not one
- * the split kernel takes (plain types, ne0/splits not a multiple of the block size, T > 4, a split
- * of x beyond the 48 KiB staged in shared memory): the caller then uses ts_cuda_matmul. 0 when
- * enqueued, -1 for invalid arguments or a failed launch. Capturable; warm up outside capture as
+ * the split kernel takes (plain types, ne0/splits not a multiple of the block size, a split of x of
+ * min(T, 4) tokens beyond the 48 KiB staged in shared memory): the caller then uses ts_cuda_matmul.
+ * More than 4 tokens run as launches of up to 4, each token as it would alone. 0 when enqueued, -1 for invalid arguments or a failed launch. Capturable; warm up outside capture as
  * for ts_cuda_matmul. PRECONDITIONS: x_dev, y_dev device pointers, 16-byte aligned; x_stride a
  * multiple of 4, ≥ ne0. */
 int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
