@@ -141,8 +141,9 @@ void up_mat(uploader &u, const ts_gguf_tensor *t, ts_cuda_tensor *out) {
     if (!ts_cuda_matmul_supports(t->type)) {
         u.rc = ts_errf(u.err, u.errlen,
                        "tensor '%s' has type %s, which the CUDA backend cannot read yet (supported: "
-                       "F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, "
-                       "IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): requantize the file",
+                       "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, "
+                       "Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): requantize the "
+                       "file",
                        tname(t, nb, sizeof nb), ts_type_name(t->type));
         return;
     }

@@ -268,9 +268,11 @@ template <int TYPE> int resident_type(int cfg) {
     X(TS_TYPE_BF16)                                                                                          \
     X(TS_TYPE_Q8_0)                                                                                          \
     X(TS_TYPE_Q4_0)                                                                                          \
+    X(TS_TYPE_Q4_1)                                                                                          \
     X(TS_TYPE_Q5_0)                                                                                          \
     X(TS_TYPE_Q5_1)                                                                                          \
     X(TS_TYPE_IQ4_NL)                                                                                        \
+    X(TS_TYPE_IQ4_XS)                                                                                        \
     X(TS_TYPE_Q4_K)                                                                                          \
     X(TS_TYPE_Q5_K)                                                                                          \
     X(TS_TYPE_Q6_K)                                                                                          \

@@ -20,7 +20,8 @@
 // Alignment of base: whatever the row had in global memory modulo 16 (the staging keeps it): 16
 // for Q4_K / Q5_K (their rows are 16-byte multiples), 2 for the other block types, the element
 // size for plain types. Reads may run up to 4 bytes past the chunk's last byte (lds_words_a2):
-// the staging buffer keeps a spare line per row. The low-bit 256-element types (Q2_K, Q3_K,
+// the staging buffer keeps a spare line per row. Q4_1 and IQ4_XS are checked on the host only (no
+// GPU run yet). The low-bit 256-element types (Q2_K, Q3_K,
 // IQ1_S .. IQ3_S) decode through the run decoders of quant_decode.cuh (gdec_runs).
 //
 // Everything is __host__ __device__: tests/cuda/test_cuda_gemm_decode.cu runs the staging
@@ -115,6 +116,26 @@ template <> struct gdec<TS_TYPE_Q4_0> {
             gdec_bytes<8>((q[i] >> sh) & 0x0F0F0F0Fu, v);
 #pragma unroll
             for (int j = 0; j < 4; j++) w[4 * i + j] = mul_rn(v[j], d);
+        }
+    }
+};
+
+// Q4_1: fp16 d, fp16 m, nibbles as Q4_0; y = q·d + m.
+template <> struct gdec<TS_TYPE_Q4_1> {
+    static constexpr int QK = 32, BS = 20, KC = 128;
+    static constexpr bool PLAIN = false;
+    static TS_HD void decode16(const uint8_t *base, int e, int, float (&w)[16]) {
+        const uint8_t *b = base + (e >> 5) * BS;
+        const float d = ts_cu_half_to_float(lds_u16(b)), m = ts_cu_half_to_float(lds_u16(b + 2));
+        const int sh = (e & 16) ? 4 : 0;
+        uint32_t q[4];
+        lds_words_a2<4>(b + 4, q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v[4];
+            gdec_bytes<0>((q[i] >> sh) & 0x0F0F0F0Fu, v);
+#pragma unroll
+            for (int j = 0; j < 4; j++) w[4 * i + j] = add_rn(mul_rn(v[j], d), m);
         }
     }
 };
@@ -234,6 +255,31 @@ template <> struct gdec<TS_TYPE_Q5_K> {
             gdec_bytes<0>(((q[i] >> sh) & 0x0F0F0F0Fu) | (((qh[i] >> sb) & 0x01010101u) << 4), v);
 #pragma unroll
             for (int k = 0; k < 4; k++) w[4 * i + k] = sub_rn(mul_rn(dl, v[k]), ml);
+        }
+    }
+};
+
+// IQ4_XS: sub-block ib = j / 32 of the super-block (6-bit scale ls, qtype<IQ4_XS>::scale6), its
+// nibbles placed as IQ4_NL in qs[16ib ..] (qs at 8); y = (d·(ls − 32))·kv[q]. 136-byte blocks:
+// 2-byte aligned for the decoder (8 at best).
+template <> struct gdec<TS_TYPE_IQ4_XS> {
+    static constexpr int QK = 256, BS = 136, KC = 256;
+    static constexpr bool PLAIN = false;
+    static TS_HD void decode16(const uint8_t *base, int e, int, float (&w)[16]) {
+        const uint8_t *b = base + (e >> 8) * BS;
+        const int j = e & 255, ib = j >> 5, sh = (j & 16) ? 4 : 0;
+        const float dl = mul_rn(ts_cu_half_to_float(lds_u16(b)),
+                                static_cast<float>(qtype<TS_TYPE_IQ4_XS>::scale6(b, ib) - 32));
+        uint32_t q[4];
+        lds_words_a2<4>(b + 8 + 16 * ib, q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t n = (q[i] >> sh) & 0x0F0F0F0Fu;
+            const uint32_t y = n | (n >> 4);
+            float v[4];
+            gdec_bytes<128>(iq4nl_lookup4((y & 0xFFu) | ((y >> 8) & 0xFF00u)), v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[4 * i + k] = mul_rn(dl, v[k]);
         }
     }
 };

@@ -331,6 +331,9 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     case TS_TYPE_Q4_0:
         f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>;
         break;
+    case TS_TYPE_Q4_1:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_1>;
+        break;
     case TS_TYPE_Q5_0:
         f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>;
         break;
@@ -339,6 +342,9 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
         break;
     case TS_TYPE_IQ4_NL:
         f.kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>;
+        break;
+    case TS_TYPE_IQ4_XS:
+        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ4_XS>;
         break;
     case TS_TYPE_Q4_K:
         f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>;

@@ -5,8 +5,8 @@
 //
 //  * One warp owns R whole rows (R = 1, 2 or 4) and loops over them in steps of 32 "units", one
 //    unit a lane. A unit is 32 weights that share their scales: a 32-element block (Q8_0, Q4_0,
-//    Q5_0, Q5_1, IQ4_NL) or an eighth of a 256-element super-block (Q4_K, Q5_K, Q6_K, and the
-//    low-bit Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), seen as two runs of
+//    Q4_1, Q5_0, Q5_1, IQ4_NL) or an eighth of a 256-element super-block (Q4_K, Q5_K, Q6_K, IQ4_XS,
+//    and the low-bit Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), seen as two runs of
 //    16 consecutive elements (src/cuda/quant_decode.cuh). Reusing each decoded weight for
 //    T ≤ 8 tokens costs only the FMAs.
 //  * x is staged once per thread block in shared memory (T·ne0 floats up to 48 KiB), swizzled so
@@ -962,6 +962,9 @@ int matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_
         case TS_TYPE_Q4_0:
             launch_type<TS_TYPE_Q4_0>(R, tc, a);
             break;
+        case TS_TYPE_Q4_1:
+            launch_type<TS_TYPE_Q4_1>(R, tc, a);
+            break;
         case TS_TYPE_Q5_0:
             launch_type<TS_TYPE_Q5_0>(R, tc, a);
             break;
@@ -970,6 +973,9 @@ int matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_
             break;
         case TS_TYPE_IQ4_NL:
             launch_type<TS_TYPE_IQ4_NL>(R, tc, a);
+            break;
+        case TS_TYPE_IQ4_XS:
+            launch_type<TS_TYPE_IQ4_XS>(R, tc, a);
             break;
         case TS_TYPE_Q4_K:
             launch_type<TS_TYPE_Q4_K>(R, tc, a);
@@ -1126,6 +1132,9 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     case TS_TYPE_Q4_0:
         launch_experts_type<TS_TYPE_Q4_0>(R, L);
         break;
+    case TS_TYPE_Q4_1:
+        launch_experts_type<TS_TYPE_Q4_1>(R, L);
+        break;
     case TS_TYPE_Q5_0:
         launch_experts_type<TS_TYPE_Q5_0>(R, L);
         break;
@@ -1134,6 +1143,9 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         break;
     case TS_TYPE_IQ4_NL:
         launch_experts_type<TS_TYPE_IQ4_NL>(R, L);
+        break;
+    case TS_TYPE_IQ4_XS:
+        launch_experts_type<TS_TYPE_IQ4_XS>(R, L);
         break;
     case TS_TYPE_Q4_K:
         launch_experts_type<TS_TYPE_Q4_K>(R, L);
@@ -1266,6 +1278,9 @@ extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int 
     case TS_TYPE_Q4_0:
         launch_split<TS_TYPE_Q4_0>(t, a);
         break;
+    case TS_TYPE_Q4_1:
+        launch_split<TS_TYPE_Q4_1>(t, a);
+        break;
     case TS_TYPE_Q5_0:
         launch_split<TS_TYPE_Q5_0>(t, a);
         break;
@@ -1274,6 +1289,9 @@ extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int 
         break;
     case TS_TYPE_IQ4_NL:
         launch_split<TS_TYPE_IQ4_NL>(t, a);
+        break;
+    case TS_TYPE_IQ4_XS:
+        launch_split<TS_TYPE_IQ4_XS>(t, a);
         break;
     case TS_TYPE_Q4_K:
         launch_split<TS_TYPE_Q4_K>(t, a);

@@ -9,11 +9,12 @@
  * from T = ts_cuda_gemm_min_tokens() (16) on, ts_cuda_matmul runs the tiled GEMM of
  * src/cuda/gemm.h instead (same contract and numerics, within fp32 rounding).
  *
- * Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K (tier 1), and the
- * low-bit types of the community's MoE files: Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S (SIMT GEMV and GEMM only: no tensor-core or integer-MMA path; their kernels are
- * compiled and their decoders host-tested, tests/cuda/test_cuda_decode.cu, but have not yet run on
- * a GPU). */
+ * Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K, Q6_K (tier 1),
+ * and the low-bit types of the community's MoE files: Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S (SIMT GEMV and GEMM only: no tensor-core or integer-MMA path; their kernels
+ * are compiled and their decoders host-tested, tests/cuda/test_cuda_decode.cu, but have not yet run
+ * on a GPU). Q4_1 and IQ4_XS are in the same state: SIMT GEMV and GEMM, decoders host-tested bit for
+ * bit, no GPU run yet. */
 #ifndef TS_CUDA_MATMUL_H
 #define TS_CUDA_MATMUL_H
 

@@ -245,6 +245,27 @@ template <> struct qtype<TS_TYPE_Q4_0> {
     }
 };
 
+// Q4_1: fp16 d, fp16 m, nibbles placed as Q4_0; w = d·q + m.
+template <> struct qtype<TS_TYPE_Q4_1> {
+    static constexpr int QK = 32, BS = 20, UPB = 1, BIAS = 0;
+    static constexpr bool HAS_MIN = true, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD void decode(const uint8_t *b, int, unit_t &u) {
+        const float d = ts_cu_half_to_float(lds_u16(b)), m = ts_cu_half_to_float(lds_u16(b + 2));
+        uint32_t w[4];
+        lds_words_a2<4>(b + 4, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
+            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+        }
+        u.scale[0] = u.scale[1] = d;
+        u.min[0] = u.min[1] = m;
+        u.e[0] = 0;
+        u.e[1] = 16;
+    }
+};
+
 // IQ4_NL: nibbles placed as Q4_0, each an index into the codebook; w = d·kv[q].
 template <> struct qtype<TS_TYPE_IQ4_NL> {
     static constexpr int QK = 32, BS = 18, UPB = 1, BIAS = 128;
@@ -264,6 +285,35 @@ template <> struct qtype<TS_TYPE_IQ4_NL> {
         u.scale[0] = u.scale[1] = d;
         u.e[0] = 0;
         u.e[1] = 16;
+    }
+};
+
+// IQ4_XS (136 bytes: fp16 d, uint16 scales_h at 2 — 2 high scale bits per 32 elements —,
+// scales_l[4] at 4 — a low scale nibble per 32 elements, sub-block ib in nibble ib % 2 of byte
+// ib / 2 —, qs[128] at 8): eight IQ4_NL blocks without their d. Unit k is sub-block k, nibbles of
+// qs[16k .. 16k + 16) placed as IQ4_NL; w = (d·(ls − 32))·kv[q] with the 6-bit ls, the reference's
+// two roundings (dl = d·(ls − 32) is the unit's scale). 136-byte blocks: 8-byte aligned at most.
+template <> struct qtype<TS_TYPE_IQ4_XS> {
+    static constexpr int QK = 256, BS = 136, UPB = 8, BIAS = 128;
+    static constexpr bool HAS_MIN = false, A16 = false;
+    static constexpr int XSW = 0;
+    static TS_HD int scale6(const uint8_t *b, int ib) {
+        return ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) |
+               static_cast<int>(((lds_u16(b + 2) >> (2 * ib)) & 3u) << 4);
+    }
+    static TS_HD void decode(const uint8_t *b, int k, unit_t &u) {
+        const float dl = ts_cu_half_to_float(lds_u16(b)) * static_cast<float>(scale6(b, k) - 32);
+        uint32_t w[4];
+        lds_words_a2<4>(b + 8 + 16 * k, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t a = iq4nl_lookup4(w[i] & 0xFFFFu), c = iq4nl_lookup4(w[i] >> 16);
+            u.q[0][i] = ts_cu_prmt(a, c, 0x6420u);
+            u.q[1][i] = ts_cu_prmt(a, c, 0x7531u);
+        }
+        u.scale[0] = u.scale[1] = dl;
+        u.e[0] = 32 * k;
+        u.e[1] = 32 * k + 16;
     }
 };
 
@@ -644,7 +694,7 @@ template <> struct qtype<TS_TYPE_IQ1_M> {
 // the low 3 bits (a permutation inside each aligned group of 8 float4s, so any prefix of whole
 // groups maps onto itself), with H chosen per unit layout so that the 8 lanes of a quarter-warp
 // land in 8 distinct bank groups:
-//   XSW 0, 32-element blocks and the run-form types (unit k = elements 32k .. 32k + 31):
+//   XSW 0, 32-element blocks, IQ4_XS and the run-form types (unit k = elements 32k .. 32k + 31):
 //                             lane j reads f = 8j + c          -> H(v) = v
 //   XSW 1, Q4_K / Q5_K:       lane k reads 16(k/2) + 4(k%2) + c -> H(v) = rotate v right by 1
 //   XSW 2, Q6_K:              lane k reads 32(k/4) + 8((k/2)%2) + 4(k%2) + c -> H(v) = 2(v&1) + v/4

@@ -22,10 +22,11 @@
 //                                         store(i, value) for i = first, first + step, ... < n,
 //                                         the type switched on once (a thread's share of a row)
 //   tensor_row(t, r)                      first byte of row r of a ts_cuda_tensor
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, and the low-bit Q2_K,
-// Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (grids from iq_tables.cuh). `row` is
-// the first byte of the row (F32 rows 4-byte aligned, F16/BF16 2-byte aligned; block formats any
-// alignment).
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K, Q6_K, and the
+// low-bit Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (grids from
+// iq_tables.cuh). Q4_1 and IQ4_XS are checked on the host (test_cuda_decode, test_cuda_gemm_decode)
+// but not yet on a GPU. `row` is the first byte of the row (F32 rows 4-byte aligned, F16/BF16
+// 2-byte aligned; block formats any alignment).
 #ifndef TS_CUDA_ROWS_CUH
 #define TS_CUDA_ROWS_CUH
 
@@ -123,12 +124,34 @@ template <> struct row_format<TS_TYPE_Q4_0> {
     }
 };
 
+// Q4_1: fp16 d, fp16 m, nibbles as Q4_0; y = q·d + m.
+template <> struct row_format<TS_TYPE_Q4_1> {
+    static constexpr int QK = 32, BS = 20;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int q = (b[4 + (j & 15)] >> (j < 16 ? 0 : 4)) & 0xf;
+        return add_rn(mul_rn(static_cast<float>(q), ld_half(b)), ld_half(b + 2));
+    }
+};
+
 // IQ4_NL: nibbles placed as Q4_0, each an index into the codebook; y = d·kv[q].
 template <> struct row_format<TS_TYPE_IQ4_NL> {
     static constexpr int QK = 32, BS = 18;
     static TS_HD float value(const uint8_t *b, int j) {
         const int q = (b[2 + (j & 15)] >> (j < 16 ? 0 : 4)) & 0xf;
         return mul_rn(ld_half(b), static_cast<float>(iq4nl_value(q)));
+    }
+};
+
+// IQ4_XS: fp16 d, uint16 scales_h at 2, scales_l[4] at 4, qs[128] at 8; sub-block ib = j / 32 has
+// the 6-bit scale ls (qtype<IQ4_XS>::scale6) and its nibbles placed as IQ4_NL in qs[16ib ..];
+// y = (d·(ls − 32))·kv[q].
+template <> struct row_format<TS_TYPE_IQ4_XS> {
+    static constexpr int QK = 256, BS = 136;
+    static TS_HD float value(const uint8_t *b, int j) {
+        const int ib = j >> 5, l = j & 31;
+        const float dl = mul_rn(ld_half(b), static_cast<float>(qtype<TS_TYPE_IQ4_XS>::scale6(b, ib) - 32));
+        const int q = (b[8 + 16 * ib + (l & 15)] >> (l < 16 ? 0 : 4)) & 0xf;
+        return mul_rn(dl, static_cast<float>(iq4nl_value(q)));
     }
 };
 
@@ -350,9 +373,11 @@ TS_HD bool row_type_supported(uint32_t type) {
     case TS_TYPE_BF16:
     case TS_TYPE_Q8_0:
     case TS_TYPE_Q4_0:
+    case TS_TYPE_Q4_1:
     case TS_TYPE_Q5_0:
     case TS_TYPE_Q5_1:
     case TS_TYPE_IQ4_NL:
+    case TS_TYPE_IQ4_XS:
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
     case TS_TYPE_Q6_K:
@@ -385,12 +410,16 @@ TS_HD float row_value(uint32_t type, const uint8_t *row, int64_t i) {
         return row_elem<TS_TYPE_Q8_0>(row, i);
     case TS_TYPE_Q4_0:
         return row_elem<TS_TYPE_Q4_0>(row, i);
+    case TS_TYPE_Q4_1:
+        return row_elem<TS_TYPE_Q4_1>(row, i);
     case TS_TYPE_Q5_0:
         return row_elem<TS_TYPE_Q5_0>(row, i);
     case TS_TYPE_Q5_1:
         return row_elem<TS_TYPE_Q5_1>(row, i);
     case TS_TYPE_IQ4_NL:
         return row_elem<TS_TYPE_IQ4_NL>(row, i);
+    case TS_TYPE_IQ4_XS:
+        return row_elem<TS_TYPE_IQ4_XS>(row, i);
     case TS_TYPE_Q4_K:
         return row_elem<TS_TYPE_Q4_K>(row, i);
     case TS_TYPE_Q5_K:
@@ -449,6 +478,9 @@ TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t fi
     case TS_TYPE_Q4_0:
         row_for_each_t<TS_TYPE_Q4_0>(row, n, first, step, store);
         break;
+    case TS_TYPE_Q4_1:
+        row_for_each_t<TS_TYPE_Q4_1>(row, n, first, step, store);
+        break;
     case TS_TYPE_Q5_0:
         row_for_each_t<TS_TYPE_Q5_0>(row, n, first, step, store);
         break;
@@ -457,6 +489,9 @@ TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t fi
         break;
     case TS_TYPE_IQ4_NL:
         row_for_each_t<TS_TYPE_IQ4_NL>(row, n, first, step, store);
+        break;
+    case TS_TYPE_IQ4_XS:
+        row_for_each_t<TS_TYPE_IQ4_XS>(row, n, first, step, store);
         break;
     case TS_TYPE_Q4_K:
         row_for_each_t<TS_TYPE_Q4_K>(row, n, first, step, store);

@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint32_t k_types[] = {TS_TYPE_Q8_0,    TS_TYPE_Q4_K,    TS_TYPE_Q4_0,   TS_TYPE_Q5_0,
-                                   TS_TYPE_Q5_1,    TS_TYPE_IQ4_NL,  TS_TYPE_Q5_K,   TS_TYPE_Q6_K,
-                                   TS_TYPE_F16,     TS_TYPE_BF16,    TS_TYPE_F32,    TS_TYPE_Q2_K,
-                                   TS_TYPE_Q3_K,    TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S,
-                                   TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,   TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
+static const uint32_t k_types[] = {
+    TS_TYPE_Q8_0,  TS_TYPE_Q4_K,    TS_TYPE_Q4_0,   TS_TYPE_Q5_0,  TS_TYPE_Q5_1,    TS_TYPE_IQ4_NL,
+    TS_TYPE_Q5_K,  TS_TYPE_Q6_K,    TS_TYPE_F16,    TS_TYPE_BF16,  TS_TYPE_F32,     TS_TYPE_Q2_K,
+    TS_TYPE_Q3_K,  TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS, TS_TYPE_IQ3_S,
+    TS_TYPE_IQ1_S, TS_TYPE_IQ1_M,   TS_TYPE_Q4_1,   TS_TYPE_IQ4_XS};
 enum { N_TYPES = sizeof k_types / sizeof k_types[0] };
 
 typedef struct {

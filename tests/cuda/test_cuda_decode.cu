@@ -10,13 +10,15 @@
 //   - decode to scale·(byte − BIAS) (+ min) equal to ts_dequantize_row's value within 2 ulps of
 //     |scale·q| + |min| (the reference rounds one product or one difference in fp32; we compare in
 //     double), and, rounded as one fp32 product (+ one fp32 sum for a min), to the very float of
-//     ts_dequantize_row (required for the low-bit types Q2_K, Q3_K, IQ1_S .. IQ3_S, whose decoders
-//     are exact by construction; counted and reported for the others), and
+//     ts_dequantize_row (required for the low-bit types Q2_K, Q3_K, IQ1_S .. IQ3_S and for Q4_1 and
+//     IQ4_XS, whose decoders are exact by construction; counted and reported for the others), and
 //   - convert each byte exactly with the PRMT trick (2^23 + byte − (2^23 + BIAS) = byte − BIAS);
 // and row_format<TYPE>::value (rows.cuh) must give ts_dequantize_row's float bit for bit.
 // The lattice types also get swept blocks: every grid index of their table, every sign index /
 // sign byte, both signs of IQ1's delta, under super-scales ±0, ±the smallest subnormal, the largest
-// subnormal, the smallest normal, ±65504 and 1 (Q2_K / Q3_K: the same d and dmin values).
+// subnormal, the smallest normal, ±65504 and 1 (Q2_K / Q3_K: the same d and dmin values); Q4_1 and
+// IQ4_XS get swept blocks too: every nibble at every element, every 6-bit IQ4_XS scale in every
+// sub-block, under the same d (and Q4_1's m) values.
 // Also exhaustive checks of the IQ4_NL permute lookup, of the fifth-bit spread, of the computed
 // i-quant sign bytes (iq_ksigns against ggml's ksigns_iq2xs table), and of the shared-memory layout
 // of x (x_swizzle): a permutation of the staged float4s, and for the loads the kernel makes (lane ->
@@ -51,6 +53,13 @@ double next_gauss() {
 
 template <int TYPE> void fix_scales(uint8_t *b) {
     rng_fix_scales(&g_rng, TYPE, b);
+}
+
+// The 4-bit Q4_1 and IQ4_XS: like the run-form types, their units must reproduce the reference bit
+// for bit (one rounded product, plus one sum for Q4_1's min), and they get swept blocks
+// (sweep_nibble_block of test_util.h).
+bool is_nibble_type(int type) {
+    return type == TS_TYPE_Q4_1 || type == TS_TYPE_IQ4_XS;
 }
 
 bool is_run_type(int type) {
@@ -95,6 +104,7 @@ uint32_t set_bits(uint32_t v, int at, int n, uint32_t x) {
 template <int TYPE> void sweep_block(uint8_t *b, int t) {
     const uint16_t d = t % (kNumEdge + 1) < kNumEdge ? kEdgeScales[t % (kNumEdge + 1)] : 0;
     const bool set_d = t % (kNumEdge + 1) < kNumEdge;
+    sweep_nibble_block(TYPE, b, t);
     for (int g = 0; g < 32; g++) {
         const uint32_t n = static_cast<uint32_t>(t * 32 + g);
         switch (TYPE) {
@@ -153,6 +163,10 @@ template <int TYPE> void sweep_block(uint8_t *b, int t) {
     case TS_TYPE_Q3_K:
         put_u16(b + 108, d);
         break;
+    case TS_TYPE_Q4_1:
+        put_u16(b, d);
+        put_u16(b + 2, kEdgeScales[(t / 3) % kNumEdge]);
+        break;
     case TS_TYPE_IQ1_M:
         for (int w = 0; w < 4; w++)
             b[48 + 2 * w + 1] =
@@ -180,8 +194,8 @@ template <int TYPE> int check_type(const char *name) {
     double worst = 0;
     int fails = 0;
     long inexact = 0, row_bad = 0, weights = 0;
-    const bool must_be_exact = is_run_type(TYPE);
-    const int sweeps = is_run_type(TYPE) ? 128 : 0, trials = sweeps + 4000;
+    const bool must_be_exact = is_run_type(TYPE) || is_nibble_type(TYPE);
+    const int sweeps = must_be_exact ? 128 : 0, trials = sweeps + 4000;
     for (int trial = 0; trial < trials && fails < 10; trial++) {
         const int off = Q::A16 ? 16 * (trial % 2) : 2 * (trial % 8);
         uint8_t *b = buf + off;
@@ -381,9 +395,11 @@ int main() {
     int bad = check_lookups();
     bad += check_type<TS_TYPE_Q8_0>("q8_0");
     bad += check_type<TS_TYPE_Q4_0>("q4_0");
+    bad += check_type<TS_TYPE_Q4_1>("q4_1");
     bad += check_type<TS_TYPE_Q5_0>("q5_0");
     bad += check_type<TS_TYPE_Q5_1>("q5_1");
     bad += check_type<TS_TYPE_IQ4_NL>("iq4_nl");
+    bad += check_type<TS_TYPE_IQ4_XS>("iq4_xs");
     bad += check_type<TS_TYPE_Q4_K>("q4_K");
     bad += check_type<TS_TYPE_Q5_K>("q5_K");
     bad += check_type<TS_TYPE_Q6_K>("q6_K");
@@ -398,9 +414,11 @@ int main() {
     bad += check_type<TS_TYPE_IQ1_M>("iq1_m");
     bad += check_swizzle<TS_TYPE_Q8_0>("q8_0");
     bad += check_swizzle<TS_TYPE_Q4_0>("q4_0");
+    bad += check_swizzle<TS_TYPE_Q4_1>("q4_1");
     bad += check_swizzle<TS_TYPE_Q5_0>("q5_0");
     bad += check_swizzle<TS_TYPE_Q5_1>("q5_1");
     bad += check_swizzle<TS_TYPE_IQ4_NL>("iq4_nl");
+    bad += check_swizzle<TS_TYPE_IQ4_XS>("iq4_xs");
     bad += check_swizzle<TS_TYPE_Q4_K>("q4_K");
     bad += check_swizzle<TS_TYPE_Q5_K>("q5_K");
     bad += check_swizzle<TS_TYPE_Q6_K>("q6_K");

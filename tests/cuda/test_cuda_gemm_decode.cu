@@ -38,11 +38,15 @@ double next_gauss() {
     return rng_gauss(&g_rng);
 }
 
-// Random bytes for a whole row of blocks, fp16 fields made finite.
+// Random bytes for a whole row of blocks, fp16 fields made finite; 4-bit blocks swept.
 template <int TYPE> void random_blocks(uint8_t *row, int nb) {
     using D = gdec<TYPE>;
     for (int i = 0; i < nb * D::BS; i++) row[i] = static_cast<uint8_t>(next_u64());
-    for (int b = 0; b < nb; b++) rng_fix_scales(&g_rng, TYPE, row + b * D::BS);
+    static int sweep = 0; // Q4_1 / IQ4_XS: swept nibbles and scales (test_util.h)
+    for (int b = 0; b < nb; b++) {
+        sweep_nibble_block(TYPE, row + b * D::BS, sweep++);
+        rng_fix_scales(&g_rng, TYPE, row + b * D::BS);
+    }
 }
 
 template <int TYPE> int check_row(const char *name, int ne0, int mis0, bool random_bytes) {
@@ -151,9 +155,11 @@ int main() {
     bad += check_type<TS_TYPE_BF16>("bf16");
     bad += check_type<TS_TYPE_Q8_0>("q8_0");
     bad += check_type<TS_TYPE_Q4_0>("q4_0");
+    bad += check_type<TS_TYPE_Q4_1>("q4_1");
     bad += check_type<TS_TYPE_Q5_0>("q5_0");
     bad += check_type<TS_TYPE_Q5_1>("q5_1");
     bad += check_type<TS_TYPE_IQ4_NL>("iq4_nl");
+    bad += check_type<TS_TYPE_IQ4_XS>("iq4_xs");
     bad += check_type<TS_TYPE_Q4_K>("q4_K");
     bad += check_type<TS_TYPE_Q5_K>("q5_K");
     bad += check_type<TS_TYPE_Q6_K>("q6_K");

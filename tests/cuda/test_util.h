@@ -53,6 +53,7 @@ static inline void put_u16(uint8_t *p, uint16_t v) {
  * type has them; IQ1_M's d is spread over the top nibbles of its four scale words (at 48). */
 static inline void rng_fix_scales(rng_t *r, uint32_t type, uint8_t *b) {
     switch (type) {
+    case TS_TYPE_Q4_1:
     case TS_TYPE_Q5_1:
     case TS_TYPE_Q4_K:
     case TS_TYPE_Q5_K:
@@ -78,6 +79,29 @@ static inline void rng_fix_scales(rng_t *r, uint32_t type, uint8_t *b) {
     default:
         put_u16(b, rng_scale_fp16(r));
         break;
+    }
+}
+
+/* Sweep t of a 4-bit block (Q4_1, IQ4_XS; other types untouched), over its random bytes: element e
+ * takes nibble (t + e) mod 16 and IQ4_XS's sub-block ib the 6-bit scale (8t + ib) mod 64, so 16
+ * consecutive sweeps put every nibble at every element and 8 every scale in every sub-block. The
+ * fp16 fields are left to the caller. */
+static inline void sweep_nibble_block(uint32_t type, uint8_t *b, int t) {
+    if (type == TS_TYPE_Q4_1) {
+        for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(((t + j) & 15) | (((t + j + 16) & 15) << 4));
+    } else if (type == TS_TYPE_IQ4_XS) {
+        unsigned sh = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const unsigned ls = (unsigned)(8 * t + ib) & 63u;
+            b[4 + ib / 2] =
+                (uint8_t)((b[4 + ib / 2] & ~(0xF << (4 * (ib % 2)))) | ((ls & 15u) << (4 * (ib % 2))));
+            sh |= (ls >> 4) << (2 * ib);
+            for (int j = 0; j < 16; j++) {
+                const int e = 32 * ib + j;
+                b[8 + 16 * ib + j] = (uint8_t)(((t + e) & 15) | (((t + e + 16) & 15) << 4));
+            }
+        }
+        put_u16(b + 2, (uint16_t)sh);
     }
 }
 
