@@ -353,8 +353,9 @@ static void expert_items(void *ctx, int64_t i0, int64_t i1) {
                 inexact++;
                 if (u > wu || yr[o] != yr[o]) wu = yr[o] != yr[o] ? INT64_MAX : u;
             }
-            if (orow) {
-                const double rel = fabs((double)yr[o] - (double)orow[o]) / (mag > 0 ? mag : 1e-30);
+            if (orow || c->bound_only) { /* bound_only without `other`: against the chain itself */
+                const double ref = orow ? (double)orow[o] : (double)want;
+                const double rel = fabs((double)yr[o] - ref) / (mag > 0 ? mag : 1e-30);
                 if (!(rel <= REL_BOUND)) oob++;
                 if (rel > wr || rel != rel) wr = rel != rel ? INFINITY : rel;
             }
@@ -453,10 +454,16 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
     st->runs++;
     st->fails += !report_experts("gate/up", ec, type, rc, &c, plan.tile);
 
-    /* the tensor-core grouped GEMM (gemm_tc.h) where it takes the type: x rounded as the GEMV path rounds it
-       (the reference `other`), so within the bound of it; bad ids NaN */
+    /* the tensor-core grouped GEMM (gemm_tc.h) where it takes the type, x rounded: within the bound of the
+       GEMV path where that rounds x alike (the reference `other`), else of the chain over x rounded by
+       ts_round_x_like_tc (at N·k beyond the GEMV's tensor-core sizes); bad ids NaN */
     const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
     if (tcx_bytes > 0) {
+        float *xr = NULL;
+        if (!gemv_rounds) {
+            xr = malloc(sizeof(float) * (size_t)(N * H));
+            ts_round_x_like_tc(x, N * H, ts_tc_x_group(type), xr);
+        }
         void *tcx;
         TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
         ts_cuda_tc_scratch_set(tcx, tcx_bytes);
@@ -467,8 +474,8 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
         float *gut = malloc(sizeof(float) * (size_t)(NK * G));
         TS_CUDA_CHECK(cudaMemcpy(gut, gu_d, sizeof(float) * (size_t)(NK * G), cudaMemcpyDeviceToHost));
         expert_cmp ct = c;
-        ct.other = gu2, ct.y = gut, ct.inexact = ct.out_of_bound = ct.bad_nan = ct.worst_ulps = 0,
-        ct.worst_rel = 0;
+        ct.other = gemv_rounds ? gu2 : NULL, ct.x = gemv_rounds ? x : xr, ct.y = gut,
+        ct.inexact = ct.out_of_bound = ct.bad_nan = ct.worst_ulps = 0, ct.worst_rel = 0;
         ct.bound_only = 1;
         pthread_mutex_init(&ct.mu, NULL);
         parallel_for(n_check, expert_items, &ct);
@@ -476,6 +483,7 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
         st->fails += !report_experts("gate/up tc", ec, type, rt, &ct, plan.tile);
         ts_cuda_tc_scratch_set(NULL, 0);
         free(gut);
+        free(xr);
         TS_CUDA_CHECK(cudaFree(tcx));
     }
 
