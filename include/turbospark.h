@@ -125,16 +125,20 @@ size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed
 
 /* Makes dst hold the sequence src holds (every cache and recurrent state up to its position), as if
  * dst had evaluated the same tokens: several continuations of one prompt evaluated once. Both
- * sessions are of one model and backend, and dst's context holds src's tokens. The CPU backend
- * only for now (the CUDA backend refuses with a sentence and leaves dst as it was). */
+ * sessions are of one model and backend, and dst's context holds src's tokens. On the CUDA backend
+ * the copy is device to device. */
 int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t errlen);
 
 /* A snapshot: a sequence's whole state at its current position, packed (position-indexed caches up
  * to that position only), kept apart from any session, e.g. in a prefix cache. Restoring it into a
  * session of the same model (whose context holds its tokens) gives that session exactly the state
- * the snapshotted one had. The CPU backend only for now. */
+ * the snapshotted one had. A snapshot is held in host memory on both backends (a CUDA session's
+ * state is copied from the GPU, and back on a restore). */
 typedef struct ts_snapshot ts_snapshot;
 int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen);
+/* What ts_snapshot_bytes would say of a snapshot of s taken now, without taking it (0 where the
+ * backend takes none): a caller with a budget can leave out one that cannot fit. */
+size_t ts_session_snapshot_bytes(const ts_session *s);
 int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t errlen);
 int64_t ts_snapshot_pos(const ts_snapshot *snap);
 size_t ts_snapshot_bytes(const ts_snapshot *snap);

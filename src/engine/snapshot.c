@@ -61,6 +61,11 @@ int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_
     return 0;
 }
 
+size_t ts_session_snapshot_bytes(const ts_session *s) {
+    const ts_backend_ops *be = ts_backend_ops_of(ts_session_backend(s));
+    return be->snapshot_bytes ? sizeof(ts_snapshot) + be->snapshot_bytes(ts_session_backend_seq(s)) : 0;
+}
+
 int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t errlen) {
     const ts_backend_ops *be = ts_backend_ops_of(ts_session_backend(s));
     if (snap->m != ts_session_model(s))

@@ -291,6 +291,7 @@ static void test_session_copy(void **state) {
     assert_int_equal(ts_session_snapshot(a, &snap, err, sizeof err), 0);
     assert_int_equal(ts_snapshot_pos(snap), 51);
     assert_true(ts_snapshot_bytes(snap) < ts_session_state_bytes(a)); /* caches only up to the position */
+    assert_int_equal(ts_session_snapshot_bytes(a), ts_snapshot_bytes(snap));
     assert_int_equal(ts_session_eval(b, other, 7, lb, false, err, sizeof err), 0);
     assert_int_not_equal(ts_session_restore(small, snap, err, sizeof err), 0);
     assert_int_equal(ts_session_restore(b, snap, err, sizeof err), 0);
