@@ -1480,7 +1480,7 @@ int ts_serve(const ts_server_opts *o) {
                           .max_queue = o->max_queue,
                           .threads = o->threads,
                           .cache_prompt = o->cache_prompt,
-                          .cache_bytes = o->backend == TS_BACKEND_CPU && o->cache_prompt ? o->cache_ram : 0,
+                          .cache_bytes = o->cache_prompt ? o->cache_ram : 0,
                           .cache_every = o->cache_every,
                           .backend = o->backend,
                           .random_weights = o->random_weights};

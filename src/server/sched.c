@@ -345,8 +345,10 @@ static bool slot_free(const slot *sl) {
  * evaluated, when a reply ends, and every cache_every tokens of a prefill (without logits there); a
  * new prompt restores the longest entry that is a prefix of it (the whole of it, with its logits:
  * no evaluation at all before the first token). Least recently used entries go first when the
- * budget (--cache-ram, which counts the tree's token ids and nodes too) is reached. The scheduler
- * thread alone touches it, so it needs no lock. */
+ * budget (--cache-ram, which counts the tree's token ids and nodes too) is reached. Snapshots and
+ * logits live in host memory on both backends: a CUDA snapshot is the sequence's used regions copied
+ * from the GPU (ts_cuda_seq_snapshot_save), and a restore copies them back into the slot's own
+ * sequence. The scheduler thread alone touches it, so it needs no lock. */
 
 static void cache_snap_free(void *snap) {
     ts_snapshot_free(snap);
@@ -372,6 +374,8 @@ static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
     } else {
         char err[256];
         ts_snapshot *snap;
+        /* one larger than the whole budget would be refused: not copied (on CUDA, from the GPU) */
+        if (ts_session_snapshot_bytes(sl->sess) > s->p.cache_bytes) return;
         if (ts_session_snapshot(sl->sess, &snap, err, sizeof err)) return;
         ts_prefix_tree_put(s->cache, sl->held.ids, n, snap, ts_snapshot_bytes(snap), logits, &evicted);
     }

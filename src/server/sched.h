@@ -55,7 +55,7 @@ typedef struct ts_sched_params {
     int max_queue;       /* jobs waiting beyond the slots; more are refused */
     int threads;         /* CPU threads for the forward (0: the OpenMP default) */
     bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
-    size_t cache_bytes;  /* the prefix cache's budget, its tree included (0: off; serve: CPU backend only) */
+    size_t cache_bytes;  /* the prefix cache's budget in host memory, its tree included (0: off) */
     int64_t cache_every; /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
     ts_backend backend;  /* where the slots' sessions run */
     bool random_weights; /* CUDA: weights filled with random valid blocks (ts_cuda_params) */

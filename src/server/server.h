@@ -52,7 +52,7 @@ typedef struct ts_server_opts {
     int threads; /* CPU threads for the forward (0: default) */
     double drain_seconds;
     bool cache_prompt;
-    size_t cache_ram;           /* bytes the prefix cache may hold: snapshots, logits, its tree (0: off) */
+    size_t cache_ram;           /* host bytes the prefix cache holds: snapshots, logits, tree (0: off) */
     int64_t cache_every;        /* prompt tokens between snapshots during a prefill (0: prompt ends only) */
     const char *slot_save_path; /* the directory of POST /slots/{id}?action=save|restore, or NULL (off) */
     bool quiet;                 /* no per-request log lines */
