@@ -6,6 +6,8 @@
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
 #                                         table of a 512-token prompt
+#   bash scripts/device_check.sh cache    serve --backend cuda with the prefix cache
+#                                         (tests/cuda/serve_cache_cuda.sh on the demo model)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
@@ -53,6 +55,11 @@ bench)
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
     echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu.csv" | tee "$out/ncu_table.md" | head -40
   fi
+  ;;
+cache)
+  # The server's prefix cache on the GPU: cached and cold answers equal (python3 and the demo model).
+  (TS_BIN=$B TS_TMP=/tmp/sc timeout 170 bash tests/cuda/serve_cache_cuda.sh) > "$out/serve_cache.txt" 2>&1
+  echo "serve cache rc=$?"; tail -14 "$out/serve_cache.txt"
   ;;
 realwidth)
   # The gate at the released widths: the realwidth_4l fixture made by transformers on this GPU (fp32),
