@@ -92,6 +92,11 @@ int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, c
 #define TS_PROFILE_MAX_KINDS 16
 int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
                             double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen);
+/* The same for one decode step of n_seq ≥ 1 sessions together (a batch as ts_batch_eval takes it:
+ * one model and backend, each session once), session i consuming ids[i]. */
+int ts_batch_profile_step(ts_session *const *s, const int32_t *ids, int n_seq,
+                          const char *names[TS_PROFILE_MAX_KINDS], double ms[TS_PROFILE_MAX_KINDS], char *err,
+                          size_t errlen);
 
 /* Bytes one decode step must move (the floor of a step's time is their sum over the bandwidth):
  * every dense weight once, the expected union of the experts that `batch` sequences route to, their

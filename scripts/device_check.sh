@@ -88,7 +88,7 @@ table)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
   timeout 400 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b${2:-64}.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b ${2:-64} --ctx 1 -r 1 > /dev/null 2>&1
+    $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b ${2:-64} --profile-batch ${2:-64} --ctx 1 -r 1 > /dev/null 2>&1
   echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b${2:-64}.csv" | tee "$out/ncu_b${2:-64}.md" | head -40
   ;;
 prefill)

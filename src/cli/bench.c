@@ -47,6 +47,7 @@ static void bench_usage(FILE *f) {
            "N]\n"
            "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
            "[--random-weights]\n"
+           "                        [--profile-batch B]\n"
            "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
            "  -n, --n-gen N         tokens decoded per sequence\n"
            "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
@@ -57,12 +58,14 @@ static void bench_usage(FILE *f) {
            "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
            "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
            "                        reading the file (for synthetic files: turbospark synth --released "
-           "--sparse)\n");
+           "--sparse)\n"
+           "  --profile-batch B     CUDA, md: the per-block table of one decode step at batch B (default 1;\n"
+           "                        B ≤ the largest -b; 0: none); a profiler range for `ncu\n"
+           "                        --profile-from-start off` covers that step alone\n");
     ts_cli_args_help(f, TS_ARGS_UBATCH);
-    fprintf(
-        f,
-        "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
-        "fraction of it; with md on CUDA also the GPU time of each block kind in one batch-1 decode step.\n");
+    fprintf(f,
+            "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
+            "fraction of it; with md on CUDA also the GPU time of each block kind in one decode step.\n");
 }
 
 static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
@@ -85,11 +88,11 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
 static double median(double *v, int n);
 
 enum { OUT_MD, OUT_JSON, OUT_CSV };
-enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH };
+enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH };
 
 typedef struct bench_opts {
     const char *ple;
-    long pl[MAX_LIST], bl[MAX_LIST], n, reps, ctx;
+    long pl[MAX_LIST], bl[MAX_LIST], n, reps, ctx, profile_batch;
     int np, nb, out;
     bool random_weights;
 } bench_opts;
@@ -104,6 +107,7 @@ static const struct option k_bench_opts[] = {
     {"output", required_argument, NULL, 'o'},
     {"ple", required_argument, NULL, OPT_PLE},
     {"random-weights", no_argument, NULL, OPT_RANDOM_WEIGHTS},
+    {"profile-batch", required_argument, NULL, OPT_PROFILE_BATCH},
     {0},
 };
 
@@ -132,6 +136,9 @@ static int bench_option(void *ctx, int id, const char *v) {
         break;
     case OPT_RANDOM_WEIGHTS:
         o->random_weights = true;
+        break;
+    case OPT_PROFILE_BATCH:
+        bad = ts_cli_long(v, 0, 4096, &o->profile_batch);
         break;
     case 'o':
         if (!strcmp(v, "md"))
@@ -229,6 +236,7 @@ int ts_cmd_bench(int argc, char **argv) {
                     .n = 128,
                     .reps = 3,
                     .ctx = 128,
+                    .profile_batch = 1,
                     .np = 1,
                     .nb = 1,
                     .out = OUT_MD};
@@ -274,6 +282,12 @@ int ts_cmd_bench(int argc, char **argv) {
     long pmax = 0, bmax = 0;
     for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
     for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
+    if (o.profile_batch > bmax) {
+        fprintf(stderr,
+                "turbospark bench: --profile-batch %ld is more sequences than the largest batch (-b) %ld\n",
+                o.profile_batch, bmax);
+        return 2;
+    }
     const int64_t seq_ctx = (pmax > ctx + (reps + 1) * n ? pmax : ctx + (reps + 1) * n) + 1;
     char err[1024] = "";
     ts_model *m;
@@ -402,17 +416,16 @@ int ts_cmd_bench(int argc, char **argv) {
     }
     if (o.out == OUT_JSON) printf("%s]\n", first ? "" : "\n");
     if (rc) fprintf(stderr, "turbospark bench: %s\n", *err ? err : "failed");
-    if (!rc && be == TS_BACKEND_CUDA &&
-        o.out == OUT_MD) { /* where the time of one batch-1 decode step goes */
+    const int pb = (int)o.profile_batch;
+    if (!rc && be == TS_BACKEND_CUDA && o.out == OUT_MD && pb > 0) { /* where the time of one step goes */
         const char *names[TS_PROFILE_MAX_KINDS];
         double ms[TS_PROFILE_MAX_KINDS], total = 0;
-        random_ids(step, 1, V, &rng); /* session 0's state, one more token */
-        const int kinds = ts_session_pos(ss[0]) < seq_ctx
-                              ? ts_session_profile_step(ss[0], step[0], names, ms, err, sizeof err)
-                              : -1;
+        random_ids(step, pb, V, &rng); /* sessions 0 … pb − 1, one more token each */
+        const int kinds = ts_batch_profile_step(ss, step, pb, names, ms, err, sizeof err);
+        if (kinds < 0) fprintf(stderr, "turbospark bench: the per-block profile: %s\n", err);
         if (kinds > 0) {
             for (int k = 0; k < kinds; k++) total += ms[k];
-            printf("\n| block (batch 1, one decode step) | GPU ms | share |\n|---|---|---|\n");
+            printf("\n| block (batch %d, one decode step) | GPU ms | share |\n|---|---|---|\n", pb);
             for (int k = 0; k < kinds; k++)
                 printf("| %s | %.3f | %.1f%% |\n", names[k], ms[k], total > 0 ? 100 * ms[k] / total : 0);
             printf("| total (blocks timed one by one) | %.3f | |\n", total);

@@ -97,11 +97,15 @@ static double cuda_bandwidth(void *ctx) {
     return ts_cuda_measure_bandwidth(ctx);
 }
 
-static int cuda_profile_step(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err,
-                             size_t errlen) {
+static int cuda_profile_step(void *ctx, void *const *seqs, const int32_t *ids, int n_seq, const char **names,
+                             double *ms, char *err, size_t errlen) {
     _Static_assert(TS_PROF_KINDS <= TS_PROFILE_MAX_KINDS, "more block kinds than the public API reports");
-    ts_cuda_seq *q = ((cuda_seq *)seq)->q;
-    if (ts_cuda_profile_step(ctx, &q, &id, 1, ms, err, errlen)) return -1;
+    ts_cuda_seq **q = malloc((size_t)n_seq * sizeof *q);
+    if (!q) return ts_errf(err, errlen, "out of memory");
+    for (int i = 0; i < n_seq; i++) q[i] = ((cuda_seq *)seqs[i])->q;
+    const int rc = ts_cuda_profile_step(ctx, q, ids, n_seq, ms, err, errlen);
+    free(q);
+    if (rc) return -1;
     for (int k = 0; k < TS_PROF_KINDS; k++) names[k] = ts_cuda_prof_names[k];
     return TS_PROF_KINDS;
 }

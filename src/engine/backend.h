@@ -62,10 +62,10 @@ typedef struct ts_backend_ops {
     void (*info)(const void *ctx, ts_backend_info *out); /* out is zeroed, backend set */
     double (*bandwidth)(void *ctx); /* measured read bandwidth of the memory the weights are in, bytes/s */
     /* Benchmarks: the time of each block kind (names[k], ms[k], k < the returned count ≤
-     * TS_PROFILE_MAX_KINDS) over one decode step of seq (one token, checked by the engine; seq
-     * advances by one), or −1 with err. NULL: not available. */
-    int (*profile_step)(void *ctx, void *seq, int32_t id, const char **names, double *ms, char *err,
-                        size_t errlen);
+     * TS_PROFILE_MAX_KINDS) over one decode step of the n_seq sequences seqs (token ids[i] each, checked
+     * by the engine; each advances by one), or −1 with err. NULL: not available. */
+    int (*profile_step)(void *ctx, void *const *seqs, const int32_t *ids, int n_seq, const char **names,
+                        double *ms, char *err, size_t errlen);
     bool needs_plan; /* the context needs a memory plan: ts_model_cuda_init or a first session makes it */
 } ts_backend_ops;
 

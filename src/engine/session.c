@@ -224,17 +224,6 @@ int ts_session_eval(ts_session *s, const int32_t *ids, int64_t n, float *logits,
     return 0;
 }
 
-int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
-                            double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen) {
-    if (!s->be->profile_step)
-        return ts_errf(err, errlen, "profiling a step is not available on the %s backend", s->be->name);
-    if (ts_session_pos(s) + 1 > s->p.n_ctx)
-        return ts_errf(err, errlen, "the session is full (%" PRId64 " tokens): nothing left to profile",
-                       s->p.n_ctx);
-    if (check_ids(s->m, &id, 1, ts_session_pos(s), err, errlen)) return -1;
-    return s->be->profile_step(s->ctx, s->seq, id, names, ms, err, errlen);
-}
-
 int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, char *err, size_t errlen) {
     *bytes_per_s = 0;
     const ts_backend_ops *be = ts_backend_ops_of(b);
@@ -248,10 +237,11 @@ int ts_model_measure_bandwidth(ts_model *m, ts_backend b, double *bytes_per_s, c
     return 0;
 }
 
-int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits,
-                  int n_seq, char *err, size_t errlen) {
+/* A batch's sessions (one model and backend, each once) and their tokens (ids[i][0 … n[i]) fit and are
+ * valid): checked before anything runs, so that a refused batch leaves every session as it was. */
+static int check_batch(ts_session *const *s, const int32_t *const *ids, const int64_t *n, int n_seq,
+                       char *err, size_t errlen) {
     if (n_seq < 0) return ts_errf(err, errlen, "a batch of %d sessions: the count must be ≥ 0", n_seq);
-    /* check everything first, so that a refused batch leaves every session as it was */
     for (int i = 0; i < n_seq; i++) {
         if (s[i]->m != s[0]->m)
             return ts_errf(err, errlen, "a batch must hold sessions of one model (session %d differs)", i);
@@ -270,6 +260,12 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
         if (check_ids(s[i]->m, ids[i], n[i], ts_session_pos(s[i]), e2, sizeof e2))
             return ts_errf(err, errlen, "batch entry %d: %s", i, e2);
     }
+    return 0;
+}
+
+int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t *n, float *const *logits,
+                  int n_seq, char *err, size_t errlen) {
+    if (check_batch(s, ids, n, n_seq, err, errlen)) return -1;
     if (n_seq == 0) return 0;
     ts_session *host = s[0]; /* the largest context, the first such */
     for (int i = 1; i < n_seq; i++)
@@ -282,4 +278,27 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
             rc = ts_errf(err, errlen, "batch entry %d: %s", i, e2);
     }
     return rc;
+}
+
+int ts_batch_profile_step(ts_session *const *s, const int32_t *ids, int n_seq,
+                          const char *names[TS_PROFILE_MAX_KINDS], double ms[TS_PROFILE_MAX_KINDS], char *err,
+                          size_t errlen) {
+    if (n_seq < 1)
+        return ts_errf(err, errlen, "profiling a step of %d sessions: the count must be ≥ 1", n_seq);
+    if (!s[0]->be->profile_step)
+        return ts_errf(err, errlen, "profiling a step is not available on the %s backend", s[0]->be->name);
+    const int32_t **idp = malloc((size_t)n_seq * sizeof *idp);
+    int64_t *one = malloc((size_t)n_seq * sizeof *one);
+    void **seqs = malloc((size_t)n_seq * sizeof *seqs);
+    int rc = !idp || !one || !seqs ? ts_errf(err, errlen, "out of memory") : 0;
+    for (int i = 0; !rc && i < n_seq; i++) idp[i] = ids + i, one[i] = 1, seqs[i] = s[i]->seq;
+    if (!rc) rc = check_batch(s, idp, one, n_seq, err, errlen);
+    if (!rc) rc = s[0]->be->profile_step(s[0]->ctx, seqs, ids, n_seq, names, ms, err, errlen);
+    free(idp), free(one), free(seqs);
+    return rc;
+}
+
+int ts_session_profile_step(ts_session *s, int32_t id, const char *names[TS_PROFILE_MAX_KINDS],
+                            double ms[TS_PROFILE_MAX_KINDS], char *err, size_t errlen) {
+    return ts_batch_profile_step(&s, &id, 1, names, ms, err, errlen);
 }

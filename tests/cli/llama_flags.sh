@@ -107,6 +107,8 @@ PY
 "$TS_BIN" bench -m "$m" -p 16 -n 4 -r 2 >bench.md 2>/dev/null || bad "bench md"
 grep -q "^| .* ± " bench.md || bad "bench md has no ± column: $(cat bench.md)"
 "$TS_BIN" bench -m "$m" -o xml >/dev/null 2>&1 && bad "bench -o xml accepted"
+"$TS_BIN" bench -m "$m" -p 16 -n 4 -b 1,2 --profile-batch 4 >/dev/null 2>err.txt && bad "bench --profile-batch 4 with -b 1,2 accepted"
+grep -q "more sequences than the largest batch" err.txt || bad "bench --profile-batch: $(cat err.txt)"
 
 [ $fail -eq 0 ] && echo "llama_flags: ok"
 exit $fail

@@ -392,6 +392,12 @@ static void test_backend_info(void **state) {
     double ms[TS_PROFILE_MAX_KINDS];
     assert_int_equal(ts_session_profile_step(s, 1, names, ms, err, sizeof err), -1);
     assert_non_null(strstr(err, "not available on the CPU backend"));
+    const int32_t two[2] = {1, 2};
+    ts_session *pair[2] = {s, s};
+    assert_int_equal(ts_batch_profile_step(pair, two, 0, names, ms, err, sizeof err), -1);
+    assert_non_null(strstr(err, "the count must be ≥ 1"));
+    assert_int_equal(ts_batch_profile_step(pair, two, 2, names, ms, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not available on the CPU backend"));
     double bw;
     assert_int_equal(ts_model_measure_bandwidth(g_m, (ts_backend)7, &bw, err, sizeof err), -1);
     assert_non_null(strstr(err, "unknown backend 7"));
