@@ -45,6 +45,15 @@ template <int BIAS> TS_HD void gdec_bytes(uint32_t w, float *out) {
     out[3] = byte_plus_2p23<3>(w) - kMagic;
 }
 
+// The 16 nibbles of a 32-element block's 16 qs bytes at qs (2-byte aligned), low (sh 0: elements 0–15)
+// or high (sh 4: 16–31), as floats q − BIAS.
+template <int BIAS> TS_HD void gdec_nibbles16(const uint8_t *qs, int sh, float (&v)[16]) {
+    uint32_t q[4];
+    lds_words_a2<4>(qs, q);
+#pragma unroll
+    for (int i = 0; i < 4; i++) gdec_bytes<BIAS>((q[i] >> sh) & 0x0F0F0F0Fu, v + 4 * i);
+}
+
 template <int TYPE> struct gdec;
 
 // ---- plain types ------------------------------------------------------------------------------
@@ -107,16 +116,10 @@ template <> struct gdec<TS_TYPE_Q4_0> {
     static TS_HD void decode16(const uint8_t *base, int e, int, float (&w)[16]) {
         const uint8_t *b = base + (e >> 5) * BS;
         const float d = ts_cu_half_to_float(lds_u16(b));
-        const int sh = (e & 16) ? 4 : 0;
-        uint32_t q[4];
-        lds_words_a2<4>(b + 2, q);
+        float v[16];
+        gdec_nibbles16<8>(b + 2, (e & 16) ? 4 : 0, v);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float v[4];
-            gdec_bytes<8>((q[i] >> sh) & 0x0F0F0F0Fu, v);
-#pragma unroll
-            for (int j = 0; j < 4; j++) w[4 * i + j] = mul_rn(v[j], d);
-        }
+        for (int j = 0; j < 16; j++) w[j] = mul_rn(v[j], d);
     }
 };
 
@@ -127,16 +130,10 @@ template <> struct gdec<TS_TYPE_Q4_1> {
     static TS_HD void decode16(const uint8_t *base, int e, int, float (&w)[16]) {
         const uint8_t *b = base + (e >> 5) * BS;
         const float d = ts_cu_half_to_float(lds_u16(b)), m = ts_cu_half_to_float(lds_u16(b + 2));
-        const int sh = (e & 16) ? 4 : 0;
-        uint32_t q[4];
-        lds_words_a2<4>(b + 4, q);
+        float v[16];
+        gdec_nibbles16<0>(b + 4, (e & 16) ? 4 : 0, v);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float v[4];
-            gdec_bytes<0>((q[i] >> sh) & 0x0F0F0F0Fu, v);
-#pragma unroll
-            for (int j = 0; j < 4; j++) w[4 * i + j] = add_rn(mul_rn(v[j], d), m);
-        }
+        for (int j = 0; j < 16; j++) w[j] = add_rn(mul_rn(v[j], d), m);
     }
 };
 

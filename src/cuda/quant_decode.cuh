@@ -203,6 +203,16 @@ struct unit_t {
     int e[2]; // element offset of each run inside the block
 };
 
+// 16 bytes of packed nibbles into a unit's two runs: the low nibbles (run 0) and the high ones (run 1),
+// one a byte.
+TS_HD void nibble_runs(const uint32_t (&w)[4], unit_t &u) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u.q[0][i] = w[i] & 0x0F0F0F0Fu;
+        u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+    }
+}
+
 template <int TYPE> struct qtype;
 
 // Q8_0: fp16 d, 32 int8 quants; w = d·q.
@@ -234,11 +244,7 @@ template <> struct qtype<TS_TYPE_Q4_0> {
         const float d = ts_cu_half_to_float(lds_u16(b));
         uint32_t w[4];
         lds_words_a2<4>(b + 2, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
-            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
-        }
+        nibble_runs(w, u);
         u.scale[0] = u.scale[1] = d;
         u.e[0] = 0;
         u.e[1] = 16;
@@ -254,11 +260,7 @@ template <> struct qtype<TS_TYPE_Q4_1> {
         const float d = ts_cu_half_to_float(lds_u16(b)), m = ts_cu_half_to_float(lds_u16(b + 2));
         uint32_t w[4];
         lds_words_a2<4>(b + 4, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
-            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
-        }
+        nibble_runs(w, u);
         u.scale[0] = u.scale[1] = d;
         u.min[0] = u.min[1] = m;
         u.e[0] = 0;
@@ -373,11 +375,7 @@ template <> struct qtype<TS_TYPE_Q4_K> {
         const float d = ts_cu_half_to_float(dd & 0xFFFFu), dmin = ts_cu_half_to_float(dd >> 16);
         uint32_t w[4];
         lds_words_a16(b + 16 + 32 * p + l0, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u.q[0][i] = w[i] & 0x0F0F0F0Fu;
-            u.q[1][i] = (w[i] >> 4) & 0x0F0F0F0Fu;
-        }
+        nibble_runs(w, u);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int sc, m;
