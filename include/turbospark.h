@@ -64,6 +64,10 @@ typedef struct ts_cuda_params {
     bool progress;        /* an upload progress bar on stderr */
     bool random_weights;  /* benchmarks on synthetic files: every weight filled with random valid
                               blocks on the GPU instead of the file's bytes */
+    uint64_t gpu_mem;     /* 0: the whole GPU; else act as a GPU of this many bytes: the backend
+                              holds the rest of the device's memory unused for its lifetime, so the
+                              plan and every allocation see only this much (a smaller card on a
+                              larger one, measured rather than computed) */
 } ts_cuda_params;
 
 /* What a backend of a model holds, once set up (by ts_model_cuda_init or its first session). */

@@ -10,6 +10,10 @@
 #                                         (tests/cuda/serve_cache_cuda.sh on the demo model)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
+#   bash scripts/device_check.sh kl       the low-bit mixes' KL at the released widths
+#                                         (tests/cuda/realwidth_kl.sh on that fixture)
+#   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
+#                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -61,14 +65,29 @@ cache)
   (TS_BIN=$B TS_TMP=/tmp/sc timeout 170 bash tests/cuda/serve_cache_cuda.sh) > "$out/serve_cache.txt" 2>&1
   echo "serve cache rc=$?"; tail -14 "$out/serve_cache.txt"
   ;;
-realwidth)
-  # The gate at the released widths: the realwidth_4l fixture made by transformers on this GPU (fp32),
-  # then tests/cuda/realwidth.sh with this bundle's binary.
+realwidth | kl)
+  # The realwidth_4l fixture made by transformers on this GPU (fp32), then tests/cuda/realwidth.sh
+  # (the gate at the released widths) or tests/cuda/realwidth_kl.sh with this bundle's binary.
   [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
     (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
   echo "fixture rc=$?"; tail -3 "$out/rw_make.txt"
-  (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/realwidth.sh) > "$out/realwidth.txt" 2>&1
-  echo "realwidth rc=$?"; cat "$out/realwidth.txt" | tail -14
+  t=$([ $1 = kl ] && echo realwidth_kl || echo realwidth)
+  (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/$t.sh) > "$out/$t.txt" 2>&1
+  echo "$t rc=$?"; cat "$out/$t.txt" | tail -14
+  ;;
+ud)
+  # UD mixes at the released shapes on the GPU held to a smaller card's memory (bench --gpu-mem): an
+  # 80 GB card reports 79.1 GiB, a 48 GB one 44.5; q4_k_m must be refused at 79.1.
+  for spec in ud_iq2_xxs:79.1:1,8,64 ud_q2_k_xl:79.1:1,8 ud_iq1_m:44.5:1,4 q4_k_m:79.1:1; do
+    IFS=: read -r mix mem bs <<<"$spec"
+    f=/tmp/rel_$mix.gguf
+    [ $mix = q4_k_m ] && f=$rel
+    [ -f $f ] || $B synth --released --sparse --type $mix -o $f > /dev/null 2>&1
+    echo "== $mix, --gpu-mem $mem --ple host, -b $bs"
+    timeout 200 $B bench -m $f --backend cuda --random-weights --gpu-mem $mem --ple host -p 0 -n 32 -b $bs --ctx 1 -r 2 \
+      2> "$out/ud_$mix.err" | tee "$out/ud_$mix.txt" | grep -E "tg|GPU|memory|block"
+    echo "rc=${PIPESTATUS[0]}"; grep -E "^bench:|turbospark bench" "$out/ud_$mix.err" | head -3
+  done
   ;;
 sweep)
   # The tensor-core GEMV's knobs at one token: dense products on it (TURBOSPARK_CUDA_GEMV_TC=2),

@@ -47,7 +47,7 @@ static void bench_usage(FILE *f) {
            "N]\n"
            "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
            "[--random-weights]\n"
-           "                        [--profile-batch B]\n"
+           "                        [--profile-batch B] [--gpu-mem GiB]\n"
            "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
            "  -n, --n-gen N         tokens decoded per sequence\n"
            "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
@@ -61,7 +61,10 @@ static void bench_usage(FILE *f) {
            "--sparse)\n"
            "  --profile-batch B     CUDA, md: the per-block table of one decode step at batch B (default 1;\n"
            "                        B ≤ the largest -b; 0: none); a profiler range for `ncu\n"
-           "                        --profile-from-start off` covers that step alone\n");
+           "                        --profile-from-start off` covers that step alone\n"
+           "  --gpu-mem GiB         CUDA: run as on a GPU of this much memory (as 80, or 48GB): the rest of\n"
+           "                        the device is held unused, so the memory plan and every allocation see\n"
+           "                        only this much (what fits a smaller card, measured on a larger one)\n");
     ts_cli_args_help(f, TS_ARGS_UBATCH);
     fprintf(f,
             "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
@@ -88,13 +91,14 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
 static double median(double *v, int n);
 
 enum { OUT_MD, OUT_JSON, OUT_CSV };
-enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH };
+enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, OPT_GPU_MEM };
 
 typedef struct bench_opts {
     const char *ple;
     long pl[MAX_LIST], bl[MAX_LIST], n, reps, ctx, profile_batch;
     int np, nb, out;
     bool random_weights;
+    size_t gpu_mem; /* bytes; 0: the whole GPU */
 } bench_opts;
 
 static const struct option k_bench_opts[] = {
@@ -108,6 +112,7 @@ static const struct option k_bench_opts[] = {
     {"ple", required_argument, NULL, OPT_PLE},
     {"random-weights", no_argument, NULL, OPT_RANDOM_WEIGHTS},
     {"profile-batch", required_argument, NULL, OPT_PROFILE_BATCH},
+    {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
     {0},
 };
 
@@ -139,6 +144,16 @@ static int bench_option(void *ctx, int id, const char *v) {
         break;
     case OPT_PROFILE_BATCH:
         bad = ts_cli_long(v, 0, 4096, &o->profile_batch);
+        break;
+    case OPT_GPU_MEM:
+        if (ts_cli_gpu_mem(v, &o->gpu_mem)) {
+            fprintf(
+                stderr,
+                "turbospark bench: --gpu-mem takes a GPU's memory in GiB, a number above 0 (as 80, 47.5 or "
+                "48GB; from 1 MiB to 64 TiB), not '%s'\n",
+                v);
+            return -1;
+        }
         break;
     case 'o':
         if (!strcmp(v, "md"))
@@ -270,6 +285,10 @@ int ts_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "turbospark bench: --ple is auto, gpu or host (got '%s')\n", ple);
         return 2;
     }
+    if (o.gpu_mem && be != TS_BACKEND_CUDA) {
+        fprintf(stderr, "turbospark bench: --gpu-mem needs --backend cuda\n");
+        return 2;
+    }
     if (random_weights && be != TS_BACKEND_CUDA) {
         fprintf(stderr, "turbospark bench: --random-weights needs --backend cuda\n");
         return 2;
@@ -304,7 +323,8 @@ int ts_cmd_bench(int argc, char **argv) {
                              .plan_seqs = (int)bmax,
                              .max_rows = ub > bmax ? ub : bmax,
                              .progress = true,
-                             .random_weights = random_weights};
+                             .random_weights = random_weights,
+                             .gpu_mem = o.gpu_mem};
         if (ts_model_cuda_init(m, &cp, err, sizeof err)) {
             fprintf(stderr, "turbospark bench: %s\n", err);
             ts_model_free(m);
@@ -319,9 +339,11 @@ int ts_cmd_bench(int argc, char **argv) {
         snprintf(device_name, sizeof device_name, "%s", P.device);
         device = device_name;
         fprintf(stderr,
-                "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence\n",
+                "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence; "
+                "GPU memory %.2f GiB%s, %.2f free when planned\n",
                 device, P.weight_bytes / 1073741824.0, P.table_bytes / 1073741824.0,
-                P.table_on_host ? "in pinned host memory" : "on the GPU", P.seq_state_bytes / 1048576.0);
+                P.table_on_host ? "in pinned host memory" : "on the GPU", P.seq_state_bytes / 1048576.0,
+                P.total_bytes / 1073741824.0, o.gpu_mem ? " (--gpu-mem)" : "", P.free_bytes / 1073741824.0);
     }
     if (ts_model_measure_bandwidth(m, be, &bw, err, sizeof err)) {
         fprintf(stderr, "turbospark bench: %s\n", err);

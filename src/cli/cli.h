@@ -35,6 +35,9 @@ int ts_cli_encode(const ts_tokenizer *t, const char *text, size_t len, bool pars
 /* --backend NAME of the commands that run the model (backend.c): "cpu" or "cuda"; -1 with a
  * message on stderr for an unknown name or cuda in a build without it. */
 int ts_cli_backend(const char *name, ts_backend *out);
+/* A GPU memory size: GiB as a decimal number, optionally followed by "GiB", or "GB" for 10^9 bytes
+ * (1 MiB to 64 TiB); 0 or −1 (not a size). */
+int ts_cli_gpu_mem(const char *s, size_t *out);
 #define TS_CLI_BACKEND_HELP                                                                                  \
     "  --backend cpu|cuda  where the forward runs (cuda: the first GPU; weights are uploaded once)\n"
 

@@ -97,23 +97,6 @@ static int parse_ctx_list(const char *s, int64_t *out, int *n) {
     return 0;
 }
 
-/* GiB as a decimal number, optionally followed by "GiB", or "GB" for 10^9 bytes. */
-static int parse_gpu_mem(const char *s, size_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v <= 0) return -1;
-    double scale = GIB;
-    if (!strcmp(end, "GB"))
-        scale = 1e9;
-    else if (*end && strcmp(end, "GiB"))
-        return -1;
-    const double bytes = v * scale;
-    if (bytes < 1048576.0 || bytes > 1099511627776.0 * 64) return -1; /* 1 MiB to 64 TiB */
-    *out = (size_t)bytes;
-    return 0;
-}
-
 /* The longest context one sequence can hold (with the workspaces sized for it) in free bytes: 0
  * when none, else at most TS_MEMPLAN_MAX_SEQ_CTX. */
 static int64_t longest_ctx(const ts_model *m, int64_t max_rows, bool on_host, size_t free_bytes) {
@@ -174,7 +157,7 @@ int ts_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--type")) {
             type_name = v;
         } else if (!strcmp(a, "--gpu-mem")) {
-            if (parse_gpu_mem(v, &gpu_mem)) {
+            if (ts_cli_gpu_mem(v, &gpu_mem)) {
                 fprintf(
                     stderr,
                     "turbospark plan: --gpu-mem takes the GPU's memory in GiB, a number above 0 (as 139.8, "

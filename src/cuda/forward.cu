@@ -316,6 +316,7 @@ struct ts_cuda_ctx {
     void *weights = nullptr;    // device arena of the weights (and the table when on the GPU)
     void *table_host = nullptr; // pinned host table
     void *consts = nullptr;     // device hash constants and per-head table descriptors
+    void *ballast = nullptr;    // the device memory beyond o.gpu_mem, held unused (ts_cuda_params)
     cudaStream_t stream = nullptr;
     pthread_mutex_t mu;
     // workspaces
@@ -510,6 +511,23 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
 
 // ---- public functions ---------------------------------------------------------------------------
 
+// Makes the device look like a GPU of cap bytes: what the driver already holds (total − free) counts
+// against the cap as it would on that GPU, and the rest of the free memory is allocated and held.
+static int hold_beyond(ts_cuda_ctx *c, uint64_t cap, char *err, size_t errlen) {
+    size_t fr = 0, to = 0;
+    cudaMemGetInfo(&fr, &to);
+    if (cap >= to) return 0;
+    const size_t used = to - fr;
+    if (cap <= used)
+        return ts_errf(err, errlen,
+                       "a GPU memory cap of %.2f GiB leaves nothing: %s already holds %.2f GiB of its %.2f",
+                       gib(cap), c->device_name, gib(used), gib(to));
+    const size_t hold = fr - (size_t)(cap - used);
+    cudaError_t e = cudaMalloc(&c->ballast, hold);
+    if (e != cudaSuccess) return cuda_err(err, errlen, "holding the memory beyond the GPU memory cap", e);
+    return 0;
+}
+
 extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_cuda_ctx **out, char *err,
                                size_t errlen) {
     *out = nullptr;
@@ -554,6 +572,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
         rc = ts_errf(err, errlen, "out of memory");
 
+    if (!rc && o->gpu_mem) rc = hold_beyond(c, o->gpu_mem, err, errlen);
+
     // the plan (src/model/memplan.h); the dry upload checks every tensor's type, and that the uploader
     // lays the weights out in the bytes the plan counts
     ts_memplan mp;
@@ -576,6 +596,7 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
                 trunk, dry.used, P.weights, P.table);
     }
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
+    if (o->gpu_mem && o->gpu_mem < P.total_bytes) P.total_bytes = o->gpu_mem;
     if (!rc) {
         rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
         P.table_on_host = mp.table_on_host;
@@ -715,7 +736,7 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
     if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]), cudaEventDestroy(c->prof_ev[1]);
     cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev),
-        cudaFree(c->state_dev);
+        cudaFree(c->state_dev), cudaFree(c->ballast);
     if (c->table_host) cudaFreeHost(c->table_host);
     if (c->tab_host) cudaFreeHost(c->tab_host);
     if (c->state_host) cudaFreeHost(c->state_host);

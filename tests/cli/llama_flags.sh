@@ -109,6 +109,10 @@ grep -q "^| .* ± " bench.md || bad "bench md has no ± column: $(cat bench.md)"
 "$TS_BIN" bench -m "$m" -o xml >/dev/null 2>&1 && bad "bench -o xml accepted"
 "$TS_BIN" bench -m "$m" -p 16 -n 4 -b 1,2 --profile-batch 4 >/dev/null 2>err.txt && bad "bench --profile-batch 4 with -b 1,2 accepted"
 grep -q "more sequences than the largest batch" err.txt || bad "bench --profile-batch: $(cat err.txt)"
+"$TS_BIN" bench -m "$m" -p 16 -n 4 --gpu-mem 80x >/dev/null 2>err.txt && bad "bench --gpu-mem 80x accepted"
+grep -q "takes a GPU's memory in GiB" err.txt || bad "bench --gpu-mem 80x: $(cat err.txt)"
+"$TS_BIN" bench -m "$m" -p 16 -n 4 --gpu-mem 80 >/dev/null 2>err.txt && bad "bench --gpu-mem on the CPU accepted"
+grep -q "gpu-mem needs --backend cuda" err.txt || bad "bench --gpu-mem on the CPU: $(cat err.txt)"
 
 [ $fail -eq 0 ] && echo "llama_flags: ok"
 exit $fail
