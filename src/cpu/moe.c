@@ -37,8 +37,8 @@ static void swiglu(ts_cpu_work *w, const ts_gguf_tensor *gate, const ts_gguf_ten
         ts_cpu_matmul(um, u0, F, x, T, u);
     }
     for (int64_t i = 0; i < T * F; i++) g[i] = ts_silu(g[i]) * u[i];
-    if (each) /* the routed down products: fp32 on CUDA at every batch size (TURBOSPARK_CPU_ROUND_X) */
-        ts_cpu_matmul_each_unrounded(down, e * H, H, g, T, out);
+    if (each)
+        ts_cpu_matmul_each(down, e * H, H, g, T, out);
     else
         ts_cpu_matmul(down, e * H, H, g, T, out);
 }

@@ -496,7 +496,7 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
 
 extern "C" bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
                                               int64_t x_div) {
-    if (!plan || x_div < 2 || plan->tile > kTokTc) return false;
+    if (!plan || x_div < 1 || plan->tile > kTokTc) return false;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
     return ts_cuda_gemm_tc_takes(type, ne0, (plan->n_items + xd - 1) / xd);
 }

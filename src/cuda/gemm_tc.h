@@ -34,9 +34,10 @@ bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows);
 int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                     float *y_dev, cudaStream_t s);
 
-/* Whether ts_cuda_gemm_tc_experts runs a plan's product: items sharing their x rows (x_div ≥ 2: the routed
- * gate/up products; the down products, an x row an item, stay on the fp32 GEMM as the GEMV path keeps them
- * on fp32 kernels) and ts_cuda_gemm_tc_takes for the x rows. */
+/* Whether ts_cuda_gemm_tc_experts runs a plan's product: ts_cuda_gemm_tc_takes for its x rows (items
+ * sharing x rows, x_div = k: the routed gate/up products; an x row an item, x_div = 1: the routed down
+ * products, whose inputs the MoE block has already rounded alike for every kernel that may take them,
+ * src/cuda/moe.cu). */
 bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
                                    int64_t x_div);
 

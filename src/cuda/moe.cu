@@ -24,10 +24,18 @@
 //                      plan (ts_cuda_expert_plan_build: items sorted by expert, a work list of
 //                      tiles) and run ts_cuda_gemm_experts instead, same arguments, same outputs
 //   5. swiglu_kernel   h = silu(gate) ⊙ up over both the expert rows and the shared rows, written
-//                      over the gate values (grid-stride, 256 threads)
+//                      over the gate values (a warp a slice of 256 or 128 of a row, grid-stride); the
+//                      experts' h rounded as the tensor-core products round x (below)
 //   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H)
-//   7. expert down     ts_cuda_matmul_experts (or, grouped, ts_cuda_gemm_experts on the same plan),
-//                      N·k items, x row i = item i's h → w->eo (N·k × H)
+//   7. expert down     ts_cuda_matmul_experts (or, grouped, ts_cuda_gemm_tc_experts or
+//                      ts_cuda_gemm_experts on the same plan), N·k items, x row i = item i's h → w->eo
+//                      (N·k × H)
+// The experts' down products: where the tensor-core GEMM may take them (types with a rounding group that
+// divides F, the tensor-core products on), step 5 rounds each h row once per group as those kernels
+// round x (tc_x_scale, fp16, back; the CPU twin: ts_round_x_like_tc). Every kernel that may then run
+// the product, the prefill GEMM on the tensor cores (whose own rounding leaves rounded values as they
+// are) or the fp32 GEMV and GEMM of decode, sees the same inputs: a token's result does not depend on
+// the batch it came in.
 //   8. combine_kernel  y[t, c] = y[t, c]·σ(sg_t), then += w_tj·eo[t, j, c] for j = 0 .. k−1
 //                      (grid-stride over N·H, 256 threads)
 // Grid sizes depend on N and the hyperparameters only (plus the device's SM count inside the
@@ -49,7 +57,8 @@
 // (ts_memplan_moe_scratch): the shared expert's gate/up values and, for expert widths F that
 // are not a multiple of 4, the expert gate/up rows with a padded stride.
 //
-// Numerics: fp32 everywhere. Sums run in a different order than the CPU's (parallel reductions;
+// Numerics: fp32 everywhere but the products' one rounding of x (the tensor-core kernels', and the
+// experts' h of step 5). Sums run in a different order than the CPU's (parallel reductions;
 // the softmax denominator and the shared gate logit are block reductions in a fixed order, so
 // results are deterministic run to run); everything after the matrix products (softmax
 // division, the top-k order, the renormalisation sum in slot order, silu, the combine in slot
@@ -57,6 +66,8 @@
 // fast-math intrinsics: expf and IEEE division.
 #include "cuda/gemm.h"
 #include "cuda/gemm_tc.h"
+#include "cuda/gemv_tc.cuh"
+#include "cuda/gemv_tc.h"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
@@ -354,21 +365,58 @@ struct swiglu_part {
     int64_t width;
 };
 
-// Both parts (the experts' rows, then the shared expert's) in one grid-stride pass, one thread an
-// element: as the CPU's g[i] = ts_silu(g[i]) * u[i].
-__global__ void __launch_bounds__(kEltThreads) swiglu_kernel(swiglu_part a, swiglu_part b) {
+// Both parts (the experts' rows, then the shared expert's) in one grid-stride pass, a warp a slice of
+// kSwigluSlice (or round_a) elements of a row, each lane every 32nd: as the CPU's g[i] = ts_silu(g[i]) * u[i].
+// round_a > 0 (a multiple of 32, ≤ kSwigluSlice): part a's slices are its groups, each rounded as the
+// tensor-core products round x (the group's max|h| → tc_x_scale, h·2^s to fp16 and back, as
+// ts_round_x_like_tc on the host).
+constexpr int kSwigluSlice = 256;
+
+__global__ void __launch_bounds__(kEltThreads) swiglu_kernel(swiglu_part a, swiglu_part b, int round_a) {
     ts_cu::pdl_trigger();
     ts_cu::pdl_wait();
-    const int64_t na = a.rows * a.width, n = na + b.rows * b.width;
-    const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int sa = round_a > 0 ? round_a : kSwigluSlice;
+    const int64_t per_a = (a.width + sa - 1) / sa, per_b = (b.width + kSwigluSlice - 1) / kSwigluSlice;
+    const int64_t na = a.rows * per_a, n = na + b.rows * per_b;
+    const int64_t step = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; i < n;
+         i += step) { // warp-uniform
         const bool in_a = i < na;
-        const int64_t j = in_a ? i : i - na, width = in_a ? a.width : b.width;
-        const int64_t r = j / width, c = j - r * width;
-        const int64_t off = r * (in_a ? a.stride : b.stride) + c;
-        float *g = (in_a ? a.g : b.g) + off;
-        const float *u = (in_a ? a.u : b.u) + off;
-        *g = ts_dsilu(*g) * *u;
+        float *g = in_a ? a.g : b.g;
+        const float *u = in_a ? a.u : b.u;
+        const int64_t stride = in_a ? a.stride : b.stride, pw = in_a ? a.width : b.width;
+        const int64_t per = in_a ? per_a : per_b, j = in_a ? i : i - na, r = j / per;
+        const int width = in_a ? sa : kSwigluSlice;
+        const int64_t c0 = (j - r * per) * width;
+        float h[kSwigluSlice / 32];
+#pragma unroll
+        for (int q = 0; q < kSwigluSlice / 32; q++) {
+            const int64_t c = c0 + lane + 32 * q;
+            h[q] = 0.0f;
+            if (32 * q < width && c < pw) {
+                const int64_t off = r * stride + c;
+                h[q] = ts_dsilu(g[off]) * u[off];
+            }
+        }
+        if (in_a && round_a > 0) { // a whole group (width % round_a == 0)
+            float amax = 0.0f;
+#pragma unroll
+            for (int q = 0; q < kSwigluSlice / 32; q++) amax = fmaxf(amax, fabsf(h[q]));
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = ts_cu::tc_x_scale(amax, inv);
+#pragma unroll
+            for (int q = 0; q < kSwigluSlice / 32; q++)
+                h[q] = __half2float(__float2half_rn(h[q] * scale)) * inv;
+        }
+#pragma unroll
+        for (int q = 0; q < kSwigluSlice / 32; q++) {
+            const int64_t c = c0 + lane + 32 * q;
+            if (32 * q < width && c < pw) g[r * stride + c] = h[q];
+        }
     }
 }
 
@@ -521,11 +569,16 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
              experts(up, nullptr, F, F, x, k, H, gu + uoff, G);
     if (rc != 0) return -1;
 
-    // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass
+    // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass, the experts' rows rounded for their
+    //    down products where the tensor-core GEMM may take those (see the top of this file)
     const swiglu_part pe = {gu, gu + uoff, NK, G, F};
     const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
-    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(NK * F + N * Fs)), dim3(kEltThreads), 0, s, pe, ps) !=
-        cudaSuccess)
+    const int64_t rg = ts_cu::tc_gemv_enabled() ? ts_tc_x_group(L->ffn_down_exps.type) : 0;
+    const int round_a = rg > 0 && rg <= kSwigluSlice && F % rg == 0 ? static_cast<int>(rg) : 0;
+    const int64_t per_row = round_a ? F / round_a : (F + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
+    const int64_t slices = NK * per_row + N * ((Fs + kSwigluSlice - 1) / kSwigluSlice);
+    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, pe, ps,
+                      round_a) != cudaSuccess)
         return -1;
 
     // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
