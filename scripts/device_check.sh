@@ -10,7 +10,7 @@
 #                                         (tests/cuda/serve_cache_cuda.sh on the demo model)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
-#   bash scripts/device_check.sh kl       the low-bit mixes' KL at the released widths
+#   bash scripts/device_check.sh kl       the UD IQ2_XXS mix's KL at the released widths
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
