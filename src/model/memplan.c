@@ -385,7 +385,8 @@ void ts_memplan_make(const ts_model *m, int64_t ctx, int seqs, int64_t max_rows,
 }
 
 size_t ts_memplan_device_bytes(const ts_memplan *p, bool table_on_host) {
-    return p->weights + p->seq_state * (size_t)p->seqs + p->work + p->margin + (table_on_host ? 0 : p->table);
+    return p->weights + p->seq_state * (size_t)p->seqs + p->work + p->snapshots + p->margin +
+           (table_on_host ? 0 : p->table);
 }
 
 int ts_memplan_place(ts_memplan *p, ts_ple_placement ple, size_t free_bytes, size_t total_bytes,
@@ -394,18 +395,27 @@ int ts_memplan_place(ts_memplan *p, ts_ple_placement ple, size_t free_bytes, siz
         ple == TS_PLE_HOST || (ple == TS_PLE_AUTO && ts_memplan_device_bytes(p, false) > free_bytes);
     p->device = ts_memplan_device_bytes(p, p->table_on_host);
     if (p->device <= free_bytes) return 0;
+    if (p->snapshots && p->device - p->snapshots <= free_bytes)
+        return ts_errf(
+            err, errlen,
+            "the %.0f MiB of GPU memory asked for snapshots (serve's --cache-gpu) do not fit on %s: "
+            "the rest of the plan (%.2f GiB: %d sequence(s) of %" PRId64
+            " tokens, weights, workspaces, margin%s) leaves %.0f MiB of the %.2f GiB free",
+            p->snapshots / 1048576.0, device, gib(p->device - p->snapshots), p->seqs, p->ctx,
+            p->table_on_host ? "" : ", PLE table", (free_bytes - (p->device - p->snapshots)) / 1048576.0,
+            gib(free_bytes));
     return ts_errf(
         err, errlen,
         "the model does not fit on %s: it needs %.2f GiB (weights %.2f, PLE table %.2f%s, state %.2f "
-        "for %d sequence(s) of %" PRId64 " tokens, workspaces %.2f, margin %.2f) and %.2f GiB are "
-        "free of %.2f",
+        "for %d sequence(s) of %" PRId64 " tokens, workspaces %.2f, snapshots %.2f, margin %.2f) and %.2f "
+        "GiB are free of %.2f",
         device, gib(p->device), gib(p->weights), gib(p->table), p->table_on_host ? " in host memory" : "",
-        gib(p->seq_state * (size_t)p->seqs), p->seqs, p->ctx, gib(p->work), gib(p->margin), gib(free_bytes),
-        gib(total_bytes));
+        gib(p->seq_state * (size_t)p->seqs), p->seqs, p->ctx, gib(p->work), gib(p->snapshots), gib(p->margin),
+        gib(free_bytes), gib(total_bytes));
 }
 
 int64_t ts_memplan_seqs_fit(const ts_memplan *p, bool table_on_host, size_t free_bytes) {
-    const size_t fixed = p->weights + p->work + p->margin + (table_on_host ? 0 : p->table);
+    const size_t fixed = p->weights + p->work + p->snapshots + p->margin + (table_on_host ? 0 : p->table);
     if (fixed >= free_bytes || p->seq_state == 0) return 0;
     return (int64_t)((free_bytes - fixed) / p->seq_state);
 }

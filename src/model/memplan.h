@@ -184,6 +184,7 @@ typedef struct ts_memplan {
     size_t seq_state;   /* one sequence's state at ctx */
     size_t work;        /* the workspaces at (max_rows, ctx) */
     size_t margin;      /* TS_MEMPLAN_MARGIN */
+    size_t snapshots;   /* GPU memory reserved for snapshots (ts_cuda_params.snapshot_bytes); 0 from make */
     bool table_on_host; /* set by ts_memplan_place */
     size_t device;      /* set by ts_memplan_place: what the GPU must hold */
 } ts_memplan;
@@ -194,11 +195,13 @@ void ts_memplan_make(const ts_model *m, int64_t ctx, int seqs, int64_t max_rows,
 size_t ts_memplan_device_bytes(const ts_memplan *p, bool table_on_host);
 /* Places the table (TS_PLE_AUTO: on the GPU when everything fits free_bytes with it, else host
  * memory) and checks the device bytes against free_bytes: 0, or −1 with the sentence that names the
- * numbers (device: the GPU's name; total_bytes: its memory). */
+ * numbers (device: the GPU's name; total_bytes: its memory). When only the snapshot reservation
+ * does not fit, the sentence says how much the rest of the plan leaves for it. */
 int ts_memplan_place(ts_memplan *p, ts_ple_placement ple, size_t free_bytes, size_t total_bytes,
                      const char *device, char *err, size_t errlen);
 /* How many sequences of p->ctx tokens fit in free_bytes besides the weights, the table (unless on the
- * host), the workspaces and the margin (p->seqs is not read); 0 when not even one. */
+ * host), the workspaces, the snapshot reservation and the margin (p->seqs is not read); 0 when not
+ * even one. */
 int64_t ts_memplan_seqs_fit(const ts_memplan *p, bool table_on_host, size_t free_bytes);
 
 /* ---- a model without a file ------------------------------------------------------------------

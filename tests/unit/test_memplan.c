@@ -294,6 +294,20 @@ static void test_released_262k_fits(void **state) {
     assert_non_null(strstr(err, "the model does not fit on an H200: it needs "));
     assert_non_null(strstr(err, "state 27.97 for 2 sequence(s) of 262144 tokens"));
     assert_non_null(strstr(err, "and 139.80 GiB are free of 139.80"));
+    /* GPU memory for snapshots counts in the plan; past what the rest leaves, it is named */
+    ts_memplan_make(m, 262144, 1, 512, &p);
+    const size_t left = h200 - ts_memplan_device_bytes(&p, false);
+    p.snapshots = left;
+    assert_int_equal(ts_memplan_place(&p, TS_PLE_DEVICE, h200, h200, "an H200", err, sizeof err), 0);
+    assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 1);
+    p.snapshots = left + 1;
+    assert_int_equal(ts_memplan_place(&p, TS_PLE_DEVICE, h200, h200, "an H200", err, sizeof err), -1);
+    assert_non_null(
+        strstr(err, "of GPU memory asked for snapshots (serve's --cache-gpu) do not fit on an H200"));
+    char want[64];
+    snprintf(want, sizeof want, "leaves %.0f MiB of the 139.80 GiB free", left / 1048576.0);
+    assert_non_null(strstr(err, want));
+    assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 0);
     ts_memplan_model_free(m);
 }
 
