@@ -56,18 +56,20 @@ typedef enum ts_ple_placement {
 } ts_ple_placement;
 
 typedef struct ts_cuda_params {
-    int device;           /* CUDA device index */
-    ts_ple_placement ple; /* where the n-gram PLE table lives */
-    int64_t plan_ctx;     /* context per sequence the memory plan reserves for; ≥ 1 */
-    int plan_seqs;        /* sequences the plan reserves for; ≥ 1 */
-    int64_t max_rows;     /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
-    bool progress;        /* an upload progress bar on stderr */
-    bool random_weights;  /* benchmarks on synthetic files: every weight filled with random valid
+    int device;            /* CUDA device index */
+    ts_ple_placement ple;  /* where the n-gram PLE table lives */
+    int64_t plan_ctx;      /* context per sequence the memory plan reserves for; ≥ 1 */
+    int plan_seqs;         /* sequences the plan reserves for; ≥ 1 */
+    int64_t max_rows;      /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
+    bool progress;         /* an upload progress bar on stderr */
+    bool random_weights;   /* benchmarks on synthetic files: every weight filled with random valid
                               blocks on the GPU instead of the file's bytes */
-    uint64_t gpu_mem;     /* 0: the whole GPU; else act as a GPU of this many bytes: the backend
-                              holds the rest of the device's memory unused for its lifetime, so the
-                              plan and every allocation see only this much (a smaller card on a
-                              larger one, measured rather than computed) */
+    uint64_t gpu_mem;      /* 0: the whole GPU; else act as a GPU of this many bytes: the backend
+                               holds the rest of the device's memory unused for its lifetime, so the
+                               plan and every allocation see only this much (a smaller card on a
+                               larger one, measured rather than computed) */
+    size_t snapshot_bytes; /* GPU memory reserved for snapshots kept on the device
+                              (ts_session_snapshot_device), in bytes, part of the memory plan; 0: none */
 } ts_cuda_params;
 
 /* What a backend of a model holds, once set up (by ts_model_cuda_init or its first session). */
@@ -80,6 +82,9 @@ typedef struct ts_backend_info {
     uint64_t work_bytes;      /* workspaces the backend's sequences share (0 on the CPU: per session) */
     uint64_t seq_state_bytes; /* one sequence's state at the planned context (0 on the CPU) */
     uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
+    uint64_t snapshot_bytes;          /* GPU memory reserved for snapshots (ts_cuda_params; 0 on the CPU) */
+    uint64_t snapshot_used_bytes;     /* of which snapshots hold now (their sizes rounded up to 256) */
+    uint64_t snapshot_count;          /* snapshots in that memory now */
 } ts_backend_info;
 
 /* Fills *out; refuses a backend the model has not set up (or this build lacks). */
@@ -141,20 +146,44 @@ int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t er
 /* A snapshot: a sequence's whole state at its current position, packed (position-indexed caches up
  * to that position only), kept apart from any session, e.g. in a prefix cache. Restoring it into a
  * session of the same model (whose context holds its tokens) gives that session exactly the state
- * the snapshotted one had. A snapshot is held in host memory on both backends (a CUDA session's
- * state is copied from the GPU, and back on a restore). */
+ * the snapshotted one had: the state is copied byte for byte, wherever it is kept.
+ *
+ * Where the state is kept (ts_snapshot_place):
+ *   TS_SNAPSHOT_HOST    host memory: ts_session_snapshot (a CUDA session's state copied from the
+ *                       GPU, and back on a restore), ts_snapshot_decode, or a device snapshot moved
+ *                       by ts_snapshot_to_host (then pinned memory: fast copies back to the GPU);
+ *   TS_SNAPSHOT_DEVICE  the GPU memory the model's CUDA backend reserved for snapshots
+ *                       (ts_cuda_params.snapshot_bytes): ts_session_snapshot_device; taking and
+ *                       restoring one are device-to-device copies.
+ * A device snapshot must be freed before its model. */
 typedef struct ts_snapshot ts_snapshot;
+typedef enum ts_snapshot_place { TS_SNAPSHOT_HOST = 0, TS_SNAPSHOT_DEVICE = 1 } ts_snapshot_place;
 int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen);
-/* What ts_snapshot_bytes would say of a snapshot of s taken now, without taking it (0 where the
- * backend takes none): a caller with a budget can leave out one that cannot fit. */
+/* What ts_snapshot_bytes would say of a snapshot of s taken now in host memory, without taking it (0
+ * where the backend takes none): a caller with a budget can leave out one that cannot fit. */
 size_t ts_session_snapshot_bytes(const ts_session *s);
+/* A snapshot of s in the GPU memory reserved for snapshots (CUDA sessions only). Refused with a
+ * sentence on another backend, without a reservation, or when no free block of the reservation is
+ * large enough for it (ts_session_snapshot_fits_device tells beforehand). */
+int ts_session_snapshot_device(const ts_session *s, ts_snapshot **out, char *err, size_t errlen);
+/* Whether ts_session_snapshot_device(s) would find room now. */
+bool ts_session_snapshot_fits_device(const ts_session *s);
 int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t errlen);
 int64_t ts_snapshot_pos(const ts_snapshot *snap);
+ts_snapshot_place ts_snapshot_where(const ts_snapshot *snap);
+/* Bytes of host memory the snapshot holds: its header, and its state when that is in host memory. */
 size_t ts_snapshot_bytes(const ts_snapshot *snap);
+/* Bytes of its state in GPU memory (0 for a host snapshot): ts_snapshot_bytes + this is what
+ * ts_snapshot_bytes says once the snapshot is moved to host memory. */
+size_t ts_snapshot_device_bytes(const ts_snapshot *snap);
+/* Moves a device snapshot's state to pinned host memory (a device-to-host copy) and gives its GPU
+ * memory back; a host snapshot is left as it is. On failure (pinned memory refused, a copy failed)
+ * the snapshot is unchanged. */
+int ts_snapshot_to_host(ts_snapshot *snap, char *err, size_t errlen);
 void ts_snapshot_free(ts_snapshot *snap);
 /* A snapshot as bytes, for a file or another process: *data (malloc'd, *size bytes; the caller
  * frees it) holds a header (format version, backend, position, a fingerprint of the model's
- * tensors: names, types and shapes) and the state. */
+ * tensors: names, types and shapes) and the state (copied from the GPU for a device snapshot). */
 int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char *err, size_t errlen);
 /* The inverse, for model m: refuses, with a sentence, bytes of another format, model or size. */
 int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snapshot **out, char *err,

@@ -74,6 +74,19 @@ static int cuda_snapshot_load(void *p, const void *data, size_t bytes, int64_t p
     return ts_cuda_seq_snapshot_load(((cuda_seq *)p)->q, data, bytes, pos, err, errlen);
 }
 
+static void *cuda_snap_alloc(void *ctx, ts_snapshot_place where, size_t bytes) {
+    return ts_cuda_snap_alloc(ctx, where, bytes);
+}
+static void cuda_snap_free(void *ctx, ts_snapshot_place where, void *p) {
+    ts_cuda_snap_free(ctx, where, p);
+}
+static bool cuda_snap_fits(const void *ctx, size_t bytes) {
+    return ts_cuda_snap_fits((ts_cuda_ctx *)ctx, bytes);
+}
+static int cuda_snap_copy(void *ctx, void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+    return ts_cuda_snap_copy(ctx, dst, src, bytes, err, errlen);
+}
+
 static int64_t cuda_max_rows(const void *ctx, const void *p) {
     (void)p;
     return ts_cuda_ctx_max_rows(ctx);
@@ -91,6 +104,9 @@ static void cuda_info(const void *ctx, ts_backend_info *out) {
     out->weight_bytes = p->weights, out->table_bytes = p->table, out->table_on_host = p->table_on_host;
     out->work_bytes = p->work, out->free_bytes = p->free_bytes, out->total_bytes = p->total_bytes;
     out->seq_state_bytes = p->seq_state;
+    size_t used, count;
+    ts_cuda_snap_usage((ts_cuda_ctx *)ctx, &used, &count);
+    out->snapshot_bytes = p->snapshots, out->snapshot_used_bytes = used, out->snapshot_count = count;
 }
 
 static double cuda_bandwidth(void *ctx) {
@@ -128,6 +144,10 @@ const ts_backend_ops ts_cuda_backend = {
     .snapshot_bytes = cuda_snapshot_bytes,
     .snapshot_save = cuda_snapshot_save,
     .snapshot_load = cuda_snapshot_load,
+    .snap_alloc = cuda_snap_alloc,
+    .snap_free = cuda_snap_free,
+    .snap_fits = cuda_snap_fits,
+    .snap_copy = cuda_snap_copy,
     .needs_plan = true,
 };
 

@@ -3,6 +3,7 @@
 // Interface and behaviour: src/cuda/forward.h; the blocks: src/cuda/layers.h.
 extern "C" {
 #include "common/error.h"
+#include "common/range_alloc.h"
 #include "quant/quant.h"
 }
 #include "cuda/forward.h"
@@ -26,6 +27,7 @@ namespace {
 // Sizes, alignment and the margin kept free come from the memory plan (src/model/memplan.h).
 constexpr size_t kStage = 64u << 20;                     // pinned staging buffer for uploads (two of them)
 constexpr int kMaxLogitRows = TS_MEMPLAN_MAX_LOGIT_ROWS; // rows of logits computed per output launch
+constexpr size_t kSnapAlign = 256; // snapshots kept on the GPU start at multiples of this (cudaMalloc's)
 
 int cuda_err(char *err, size_t errlen, const char *what, cudaError_t e) {
     return ts_errf(err, errlen, "%s failed on the GPU: %s (%s)", what, cudaGetErrorString(e),
@@ -341,6 +343,9 @@ struct ts_cuda_ctx {
     void *trace_ctx = nullptr;
     double *prof = nullptr; // profile accumulation (ms per kind) when set
     cudaEvent_t prof_ev[2];
+    // snapshots kept on the device: one reservation of o.snapshot_bytes, cut into ranges (under mu)
+    void *snap_mem = nullptr;
+    ts_range_alloc *snap_ranges = nullptr;
 };
 
 extern "C" const char *const ts_cuda_prof_names[TS_PROF_KINDS] = {"embed", "hc",  "ple",   "gdn",
@@ -579,7 +584,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     ts_memplan mp;
     ts_memplan_make(m, o->plan_ctx, o->plan_seqs, o->max_rows, &mp);
     ts_cuda_plan &P = c->plan;
-    P.weights = mp.weights, P.table = mp.table, P.seq_state = mp.seq_state, P.work = mp.work;
+    P.weights = mp.weights, P.table = mp.table, P.seq_state = mp.seq_state, P.work = mp.work,
+    P.snapshots = o->snapshot_bytes;
     uploader dry{true, o->random_weights};
     dry.err = err, dry.errlen = errlen;
     if (!rc) {
@@ -597,6 +603,7 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     }
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
     if (o->gpu_mem && o->gpu_mem < P.total_bytes) P.total_bytes = o->gpu_mem;
+    mp.snapshots = o->snapshot_bytes;
     if (!rc) {
         rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
         P.table_on_host = mp.table_on_host;
@@ -721,6 +728,12 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         b.seq_row0 = c->tab_dev + 3 * N;
         b.state = c->state_dev, b.n_layer = (int)hp->n_layer, b.max_ctx = c->scratch_ctx;
     }
+    if (!rc && o->snapshot_bytes) { // last: the plan counted it, and nothing else needs it at first
+        if ((e = cudaMalloc(&c->snap_mem, o->snapshot_bytes)) != cudaSuccess)
+            rc = cuda_err(err, errlen, "reserving GPU memory for snapshots", e);
+        else if (!(c->snap_ranges = ts_range_alloc_new(o->snapshot_bytes, kSnapAlign)))
+            rc = ts_errf(err, errlen, "out of memory");
+    }
     if (rc) {
         ts_cuda_ctx_free(c);
         return -1;
@@ -736,7 +749,8 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
     if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]), cudaEventDestroy(c->prof_ev[1]);
     cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev),
-        cudaFree(c->state_dev), cudaFree(c->ballast);
+        cudaFree(c->state_dev), cudaFree(c->ballast), cudaFree(c->snap_mem);
+    ts_range_alloc_free(c->snap_ranges);
     if (c->table_host) cudaFreeHost(c->table_host);
     if (c->tab_host) cudaFreeHost(c->tab_host);
     if (c->state_host) cudaFreeHost(c->state_host);
@@ -895,9 +909,11 @@ size_t snapshot_size(const ts_hparams *hp, int64_t pos) {
     return n;
 }
 
-// Copies the used regions between two sequences or a sequence and host bytes (one of the three
-// pointers set), on the context's stream, then waits for them. dst's state is zeroed first.
-int copy_state(ts_cuda_seq *dst, const ts_cuda_seq *src, void *host_out, const void *host_in, int64_t pos,
+// Copies the used regions between two sequences or a sequence and packed bytes (one of the three
+// pointers set), on the context's stream, then waits for them. dst's state is zeroed first. The
+// packed bytes may be in host memory (pageable or pinned) or device memory (a snapshot kept on the
+// GPU): cudaMemcpyDefault tells them apart by their address (unified addressing).
+int copy_state(ts_cuda_seq *dst, const ts_cuda_seq *src, void *packed_out, const void *packed_in, int64_t pos,
                char *err, size_t errlen) {
     ts_cuda_ctx *c = (dst ? dst : src)->c;
     const ts_hparams *hp = &c->m->hp;
@@ -910,11 +926,11 @@ int copy_state(ts_cuda_seq *dst, const ts_cuda_seq *src, void *host_out, const v
             e = cudaMemcpyAsync(region(dst, kind, l), region(src, kind, l), bytes, cudaMemcpyDeviceToDevice,
                                 c->stream);
         else if (dst)
-            e = cudaMemcpyAsync(region(dst, kind, l), (const uint8_t *)host_in + off, bytes,
-                                cudaMemcpyHostToDevice, c->stream);
+            e = cudaMemcpyAsync(region(dst, kind, l), (const uint8_t *)packed_in + off, bytes,
+                                cudaMemcpyDefault, c->stream);
         else
-            e = cudaMemcpyAsync((uint8_t *)host_out + off, region(src, kind, l), bytes,
-                                cudaMemcpyDeviceToHost, c->stream);
+            e = cudaMemcpyAsync((uint8_t *)packed_out + off, region(src, kind, l), bytes, cudaMemcpyDefault,
+                                c->stream);
         off += bytes;
     });
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream); // host buffers are the caller's
@@ -953,6 +969,60 @@ extern "C" int ts_cuda_seq_snapshot_load(ts_cuda_seq *q, const void *data, size_
                        "(%zu bytes): it was saved from another model or backend, or it is damaged",
                        bytes, pos, q->n_ctx, want);
     return copy_state(q, nullptr, nullptr, data, pos, err, errlen);
+}
+
+// ---- memory for snapshots -----------------------------------------------------------------------
+// A snapshot kept on the GPU is a range of the context's reservation (a cudaMalloc per snapshot
+// would synchronise the device and could take memory the plan gave to something else); one moved
+// off the GPU is pinned host memory, so that restoring it is a fast host-to-device copy.
+
+extern "C" void *ts_cuda_snap_alloc(ts_cuda_ctx *c, ts_snapshot_place where, size_t bytes) {
+    if (where == TS_SNAPSHOT_HOST) {
+        void *p = nullptr;
+        if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+            cudaGetLastError();
+            return nullptr;
+        }
+        return p;
+    }
+    size_t off = 0;
+    pthread_mutex_lock(&c->mu);
+    const bool ok = c->snap_ranges && ts_range_take(c->snap_ranges, bytes, &off);
+    pthread_mutex_unlock(&c->mu);
+    return ok ? (uint8_t *)c->snap_mem + off : nullptr;
+}
+
+extern "C" void ts_cuda_snap_free(ts_cuda_ctx *c, ts_snapshot_place where, void *p) {
+    if (where == TS_SNAPSHOT_HOST) {
+        cudaFreeHost(p);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    ts_range_give(c->snap_ranges, (size_t)((uint8_t *)p - (uint8_t *)c->snap_mem));
+    pthread_mutex_unlock(&c->mu);
+}
+
+extern "C" bool ts_cuda_snap_fits(ts_cuda_ctx *c, size_t bytes) {
+    pthread_mutex_lock(&c->mu);
+    const bool ok = c->snap_ranges && ts_range_fits(c->snap_ranges, bytes);
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+extern "C" void ts_cuda_snap_usage(ts_cuda_ctx *c, size_t *used, size_t *count) {
+    pthread_mutex_lock(&c->mu);
+    *used = c->snap_ranges ? ts_range_used(c->snap_ranges) : 0;
+    *count = c->snap_ranges ? ts_range_count(c->snap_ranges) : 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+extern "C" int ts_cuda_snap_copy(ts_cuda_ctx *c, void *dst, const void *src, size_t bytes, char *err,
+                                 size_t errlen) {
+    pthread_mutex_lock(&c->mu);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    pthread_mutex_unlock(&c->mu);
+    return e == cudaSuccess ? 0 : cuda_err(err, errlen, "copying a snapshot", e);
 }
 
 // ---- the forward --------------------------------------------------------------------------------

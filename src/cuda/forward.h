@@ -37,6 +37,7 @@ typedef struct ts_cuda_plan {
     bool table_on_host; /* chosen placement of the table */
     size_t seq_state;   /* device bytes of one sequence's state at plan_ctx */
     size_t work;        /* device bytes of the runner's workspaces */
+    size_t snapshots;   /* device bytes reserved for snapshots (ts_cuda_params.snapshot_bytes) */
     size_t free_bytes, total_bytes; /* the GPU's memory when planned */
 } ts_cuda_plan;
 
@@ -59,13 +60,23 @@ int64_t ts_cuda_seq_n_ctx(const ts_cuda_seq *q);
 size_t ts_cuda_seq_bytes(const ts_cuda_seq *q);
 /* Copies of a sequence's state: the regions its position uses (caches up to the position, the
  * recurrent, convolution and n-gram states whole). dst := src within one context (src's tokens fit
- * dst); snapshot bytes for the sequence at its position, written to host memory, and loaded back into
- * a sequence (bytes and pos checked against this model's layout). Each waits for its copies. */
+ * dst); snapshot bytes for the sequence at its position, written to host or device memory (any
+ * pointer: ts_cuda_snap_alloc's, malloc's), and loaded back into a sequence (bytes and pos checked against this model's layout). Each waits for its copies. */
 int ts_cuda_seq_copy(ts_cuda_seq *dst, const ts_cuda_seq *src, char *err, size_t errlen);
 size_t ts_cuda_seq_snapshot_bytes(const ts_cuda_seq *q);
 int ts_cuda_seq_snapshot_save(const ts_cuda_seq *q, void *data, char *err, size_t errlen);
 int ts_cuda_seq_snapshot_load(ts_cuda_seq *q, const void *data, size_t bytes, int64_t pos, char *err,
                               size_t errlen);
+
+/* Memory for snapshots (ts_backend_ops.snap_*): a range of the context's reservation of
+ * ts_cuda_params.snapshot_bytes (TS_SNAPSHOT_DEVICE; NULL when no free range is that large), or
+ * pinned host memory (TS_SNAPSHOT_HOST; NULL when refused); what the reservation holds now (bytes
+ * of its ranges, rounded up to 256, and how many); a copy between any two memories, waited for. */
+void *ts_cuda_snap_alloc(ts_cuda_ctx *c, ts_snapshot_place where, size_t bytes);
+void ts_cuda_snap_free(ts_cuda_ctx *c, ts_snapshot_place where, void *p);
+bool ts_cuda_snap_fits(ts_cuda_ctx *c, size_t bytes);
+void ts_cuda_snap_usage(ts_cuda_ctx *c, size_t *used, size_t *count);
+int ts_cuda_snap_copy(ts_cuda_ctx *c, void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 
 /* One batched step: sequence i consumes ids[i][0..n[i]) at its next positions. logits[i] (may be
  * NULL, and logits itself may be NULL) receives the last token's V logits, or n[i] × V when

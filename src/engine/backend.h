@@ -56,6 +56,16 @@ typedef struct ts_backend_ops {
     size_t (*snapshot_bytes)(const void *seq);
     int (*snapshot_save)(const void *seq, void *data, char *err, size_t errlen);
     int (*snapshot_load)(void *seq, const void *data, size_t bytes, int64_t pos, char *err, size_t errlen);
+    /* Memory for a snapshot's bytes besides malloc, where data above may also be (NULL: the backend
+     * keeps snapshots in malloc'd host memory only). snap_alloc: a block of the context's reserved
+     * device memory (TS_SNAPSHOT_DEVICE; NULL when no free block is that large) or of pinned host
+     * memory (TS_SNAPSHOT_HOST; NULL when refused); snap_free gives either back; snap_fits says
+     * whether a device block of that many bytes is free now; snap_copy copies bytes between any of
+     * these memories and ordinary host memory, and waits for the copy. Safe from any thread. */
+    void *(*snap_alloc)(void *ctx, ts_snapshot_place where, size_t bytes);
+    void (*snap_free)(void *ctx, ts_snapshot_place where, void *p);
+    bool (*snap_fits)(const void *ctx, size_t bytes);
+    int (*snap_copy)(void *ctx, void *dst, const void *src, size_t bytes, char *err, size_t errlen);
     /* Runs the micro-batch (hosted by `host`, one of the context's sequences, whose workspaces the
      * CPU backend uses) and advances its sequences. Writes the logits the tables ask for. */
     int (*forward)(void *ctx, void *host, const ts_micro_batch *mb, char *err, size_t errlen);

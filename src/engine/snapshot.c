@@ -1,5 +1,7 @@
 /* Snapshots of a session's state (include/turbospark.h): in memory (a backend's packed bytes,
- * ts_backend_ops.snapshot_save), as bytes and in files.
+ * ts_backend_ops.snapshot_save), as bytes and in files. This file alone knows where a snapshot's
+ * bytes are (malloc'd host memory, or the backend's pinned host or reserved device memory) and
+ * gives them back.
  *
  * The encoding, little-endian (the machines we run on):
  *   "TSSNAP\0\0"  8 bytes of magic
@@ -23,42 +25,90 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where a snapshot's bytes are, and who gives them back. */
+typedef enum snap_mem {
+    MEM_MALLOC, /* host memory from malloc */
+    MEM_PINNED, /* pinned host memory from the backend (snap_alloc, TS_SNAPSHOT_HOST) */
+    MEM_DEVICE, /* the backend's reserved device memory (snap_alloc, TS_SNAPSHOT_DEVICE) */
+} snap_mem;
+
 struct ts_snapshot {
-    const ts_model *m;
-    ts_backend backend;
-    int64_t pos;
+    const ts_model *m;   /* the model it was taken with (its backend context owns pinned/device memory) */
+    ts_backend backend;  /* the backend whose packed layout data holds */
+    int64_t pos;         /* tokens the state holds */
     size_t n;            /* bytes of data */
-    unsigned char *data; /* the backend's packed state */
+    unsigned char *data; /* the backend's packed state, in memory of kind mem */
+    snap_mem mem;        /* where data is, and so who frees it */
 };
 
 static const char k_magic[8] = {'T', 'S', 'S', 'N', 'A', 'P', 0, 0};
 enum { k_version = 1, k_header = 8 + 4 + 4 + 8 + 8 + 8 };
 
-int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen) {
+/* The backend's context that gave a snapshot its pinned or device memory. */
+static void *snap_ctx(const ts_snapshot *snap) {
+    return snap->m->backend_ctx[snap->backend];
+}
+
+static void data_free(const ts_snapshot *snap) {
+    if (snap->mem == MEM_MALLOC)
+        free(snap->data);
+    else
+        ts_backend_ops_of(snap->backend)
+            ->snap_free(snap_ctx(snap), snap->mem == MEM_DEVICE ? TS_SNAPSHOT_DEVICE : TS_SNAPSHOT_HOST,
+                        snap->data);
+}
+
+/* A snapshot of s's state in memory of kind mem (MEM_MALLOC or MEM_DEVICE). */
+static int take_snapshot(const ts_session *s, snap_mem mem, ts_snapshot **out, char *err, size_t errlen) {
     *out = NULL;
     const ts_backend_ops *be = ts_backend_ops_of(ts_session_backend(s));
     if (!be->snapshot_bytes)
         return ts_errf(err, errlen,
                        "snapshots of a session's state are not implemented on the %s backend yet", be->name);
+    if (mem == MEM_DEVICE && !be->snap_alloc)
+        return ts_errf(err, errlen, "the %s backend keeps no snapshots in device memory", be->name);
     const void *seq = ts_session_backend_seq(s);
     const size_t n = be->snapshot_bytes(seq);
     ts_snapshot *snap = calloc(1, sizeof *snap);
-    unsigned char *buf = malloc(n ? n : 1);
-    if (!snap || !buf) {
-        free(snap), free(buf);
-        return ts_errf(err, errlen, "out of memory for a snapshot of %.1f MiB", n / 1048576.0);
-    }
+    if (!snap) return ts_errf(err, errlen, "out of memory for a snapshot");
     *snap = (ts_snapshot){.m = ts_session_model(s),
                           .backend = ts_session_backend(s),
                           .pos = ts_session_pos(s),
                           .n = n,
-                          .data = buf};
-    if (be->snapshot_save(seq, buf, err, errlen)) {
-        free(snap), free(buf);
+                          .mem = mem};
+    snap->data =
+        mem == MEM_DEVICE ? be->snap_alloc(snap_ctx(snap), TS_SNAPSHOT_DEVICE, n) : malloc(n ? n : 1);
+    if (!snap->data) {
+        free(snap);
+        return mem == MEM_DEVICE
+                   ? ts_errf(err, errlen,
+                             "the GPU memory reserved for snapshots (ts_cuda_params.snapshot_bytes, none by "
+                             "default) has no free block of %.1f MiB for this one",
+                             n / 1048576.0)
+                   : ts_errf(err, errlen, "out of memory for a snapshot of %.1f MiB", n / 1048576.0);
+    }
+    if (be->snapshot_save(seq, snap->data, err, errlen)) {
+        ts_snapshot_free(snap);
         return -1;
     }
     *out = snap;
     return 0;
+}
+
+int ts_session_snapshot(const ts_session *s, ts_snapshot **out, char *err, size_t errlen) {
+    return take_snapshot(s, MEM_MALLOC, out, err, errlen);
+}
+
+int ts_session_snapshot_device(const ts_session *s, ts_snapshot **out, char *err, size_t errlen) {
+    return take_snapshot(s, MEM_DEVICE, out, err, errlen);
+}
+
+bool ts_session_snapshot_fits_device(const ts_session *s) {
+    const ts_backend_ops *be = ts_backend_ops_of(ts_session_backend(s));
+    const ts_model *m = ts_session_model(s);
+    return be->snap_fits && be->snapshot_bytes &&
+           be->snap_fits(m->backend_ctx[ts_session_backend(s)],
+                         be->snapshot_bytes(ts_session_backend_seq(s)));
 }
 
 size_t ts_session_snapshot_bytes(const ts_session *s) {
@@ -83,16 +133,39 @@ int ts_session_restore(ts_session *s, const ts_snapshot *snap, char *err, size_t
     return be->snapshot_load(ts_session_backend_seq(s), snap->data, snap->n, snap->pos, err, errlen);
 }
 
+int ts_snapshot_to_host(ts_snapshot *snap, char *err, size_t errlen) {
+    if (snap->mem != MEM_DEVICE) return 0;
+    const ts_backend_ops *be = ts_backend_ops_of(snap->backend);
+    void *ctx = snap_ctx(snap);
+    unsigned char *host = be->snap_alloc(ctx, TS_SNAPSHOT_HOST, snap->n);
+    if (!host)
+        return ts_errf(err, errlen, "pinned host memory for a snapshot of %.1f MiB was refused",
+                       snap->n / 1048576.0);
+    if (be->snap_copy(ctx, host, snap->data, snap->n, err, errlen)) {
+        be->snap_free(ctx, TS_SNAPSHOT_HOST, host);
+        return -1;
+    }
+    be->snap_free(ctx, TS_SNAPSHOT_DEVICE, snap->data);
+    snap->data = host, snap->mem = MEM_PINNED;
+    return 0;
+}
+
 int64_t ts_snapshot_pos(const ts_snapshot *snap) {
     return snap->pos;
 }
+ts_snapshot_place ts_snapshot_where(const ts_snapshot *snap) {
+    return snap->mem == MEM_DEVICE ? TS_SNAPSHOT_DEVICE : TS_SNAPSHOT_HOST;
+}
 size_t ts_snapshot_bytes(const ts_snapshot *snap) {
-    return sizeof *snap + snap->n;
+    return sizeof *snap + (snap->mem == MEM_DEVICE ? 0 : snap->n);
+}
+size_t ts_snapshot_device_bytes(const ts_snapshot *snap) {
+    return snap->mem == MEM_DEVICE ? snap->n : 0;
 }
 
 void ts_snapshot_free(ts_snapshot *snap) {
     if (!snap) return;
-    free(snap->data);
+    if (snap->data) data_free(snap);
     free(snap);
 }
 
@@ -125,7 +198,15 @@ int ts_snapshot_encode(const ts_snapshot *snap, void **data, size_t *size, char 
     memcpy(p + 16, &snap->pos, 8);
     memcpy(p + 24, &model, 8);
     memcpy(p + 32, &n, 8);
-    memcpy(p + k_header, snap->data, snap->n);
+    if (snap->mem == MEM_DEVICE) {
+        if (ts_backend_ops_of(snap->backend)
+                ->snap_copy(snap_ctx(snap), p + k_header, snap->data, snap->n, err, errlen)) {
+            free(p);
+            return -1;
+        }
+    } else {
+        memcpy(p + k_header, snap->data, snap->n);
+    }
     *data = p, *size = k_header + snap->n;
     return 0;
 }
@@ -165,7 +246,8 @@ int ts_snapshot_decode(const ts_model *m, const void *data, size_t size, ts_snap
         return ts_errf(err, errlen, "out of memory for a snapshot of %.1f MiB", n / 1048576.0);
     }
     memcpy(buf, p + k_header, n);
-    *snap = (ts_snapshot){.m = m, .backend = (ts_backend)backend, .pos = pos, .n = n, .data = buf};
+    *snap = (ts_snapshot){
+        .m = m, .backend = (ts_backend)backend, .pos = pos, .n = n, .data = buf, .mem = MEM_MALLOC};
     *out = snap;
     return 0;
 }

@@ -13,7 +13,10 @@
  *   the same way, TURBOSPARK_CPU_ROUND_X: g_resid_bound below says why);
  *   4. graph replay equal to eager execution over greedy decode steps;
  *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone;
- *   6. a copied session and one restored from a snapshot continue as the original.
+ *   6. a copied session and one restored from a snapshot continue as the original;
+ *   7. snapshots kept in GPU memory (ts_cuda_params.snapshot_bytes) hold the same bytes as host ones,
+ *      restore the same state directly and after a move to pinned host memory, and fill their
+ *      reservation exactly.
  * The sparse-attention regime is reached by the tiny configs (budget 16 tokens: sparse from
  * position 19 of 200). The golden fixtures against transformers run in tests/cuda/golden_cuda.sh.
  *
@@ -328,6 +331,89 @@ static void check_model(const char *name, const char *path) {
         ts_snapshot_free(snap);
         ts_session_free(o), ts_session_free(c), ts_session_free(r);
         free(lo);
+    }
+
+    /* 7: snapshots kept in GPU memory (a model whose CUDA backend reserved room for two): taken by a
+     * device-to-device copy, encoded, restored, moved to pinned host memory and restored again, each
+     * time the same bytes as an ordinary host snapshot; a third is refused until one is freed */
+    {
+        char e7[1024];
+        ts_model *m3 = NULL;
+        ts_session *o = session(m, n_ctx, UB, TS_BACKEND_CUDA), *g = NULL, *r = NULL;
+        ts_snapshot *host = NULL, *dev = NULL, *dev2 = NULL, *dev3 = NULL, *back = NULL;
+        void *want = NULL, *got = NULL;
+        size_t want_n = 0, got_n = 0;
+        float *lo = malloc((size_t)2 * V * sizeof(float));
+        /* the size of a snapshot at this position, from a session of the first model */
+        size_t room = 0;
+        if (o && lo && !eval(o, ids, 150, lo, false)) room = 2 * ts_session_snapshot_bytes(o) + 512;
+        ts_cuda_params cp = {.plan_ctx = n_ctx, .plan_seqs = 2, .max_rows = UB, .snapshot_bytes = room};
+        ts_backend_info bi = {0};
+        int rc =
+            !room || ts_model_load(path, &m3, e7, sizeof e7) || ts_model_cuda_init(m3, &cp, e7, sizeof e7);
+        if (!rc) g = session(m3, n_ctx, UB, TS_BACKEND_CUDA), r = session(m3, n_ctx, UB, TS_BACKEND_CUDA);
+        rc = rc || !g || !r || eval(g, ids, 150, lo, false) || ts_session_snapshot(g, &host, e7, sizeof e7) ||
+             ts_snapshot_encode(host, &want, &want_n, e7, sizeof e7);
+        CHECK(!rc, "setting up the device snapshots: %s", e7);
+        /* same bytes as the host snapshot: the device copy itself, then a session restored from it */
+        bool same_dev = false, same_restored = false, same_spilled = false, refused = false, freed = false;
+        if (!rc && ts_session_snapshot_fits_device(g) &&
+            !ts_session_snapshot_device(g, &dev, e7, sizeof e7) &&
+            ts_snapshot_where(dev) == TS_SNAPSHOT_DEVICE &&
+            !ts_snapshot_encode(dev, &got, &got_n, e7, sizeof e7)) {
+            same_dev = got_n == want_n && !memcmp(got, want, want_n);
+            free(got), got = NULL;
+            if (!ts_session_restore(r, dev, e7, sizeof e7) && !ts_session_snapshot(r, &back, e7, sizeof e7) &&
+                !ts_snapshot_encode(back, &got, &got_n, e7, sizeof e7))
+                same_restored = got_n == want_n && !memcmp(got, want, want_n);
+            free(got), got = NULL;
+            ts_snapshot_free(back), back = NULL;
+            /* room for one more; then none */
+            if (ts_session_snapshot_fits_device(g) && !ts_session_snapshot_device(g, &dev2, e7, sizeof e7)) {
+                refused = !ts_session_snapshot_fits_device(g) &&
+                          ts_session_snapshot_device(g, &dev3, e7, sizeof e7) == -1;
+                ts_model_backend_info(m3, TS_BACKEND_CUDA, &bi, e7, sizeof e7);
+                ts_snapshot_free(dev2), dev2 = NULL;
+                freed = ts_session_snapshot_fits_device(g);
+            }
+            /* moved to pinned host memory: its bytes counted in host memory now, restored the same */
+            const size_t total = ts_snapshot_bytes(dev) + ts_snapshot_device_bytes(dev);
+            ts_session_reset(r);
+            if (!ts_snapshot_to_host(dev, e7, sizeof e7) && ts_snapshot_where(dev) == TS_SNAPSHOT_HOST &&
+                ts_snapshot_bytes(dev) == total && ts_snapshot_device_bytes(dev) == 0 &&
+                !ts_session_restore(r, dev, e7, sizeof e7) && !ts_session_snapshot(r, &back, e7, sizeof e7) &&
+                !ts_snapshot_encode(back, &got, &got_n, e7, sizeof e7))
+                same_spilled = got_n == want_n && !memcmp(got, want, want_n);
+            free(got), got = NULL;
+        }
+        printf(
+            "  device snapshots: equal to a host snapshot %d, restored %d, spilled and restored %d; a third "
+            "refused %d (%" PRIu64 " held, %" PRIu64 " of %" PRIu64 " bytes), room again once freed %d\n",
+            same_dev, same_restored, same_spilled, refused, bi.snapshot_count, bi.snapshot_used_bytes,
+            bi.snapshot_bytes, freed);
+        CHECK(same_dev, "a snapshot kept in GPU memory encodes to other bytes than a host snapshot: %s", e7);
+        CHECK(same_restored, "a session restored from GPU memory holds another state: %s", e7);
+        CHECK(same_spilled, "a snapshot moved to pinned host memory restores another state: %s", e7);
+        CHECK(refused && bi.snapshot_count == 2 && bi.snapshot_bytes == room,
+              "the reservation for two snapshots did not refuse a third (%" PRIu64 " held)",
+              bi.snapshot_count);
+        CHECK(freed, "freeing a device snapshot did not give its room back");
+        /* the restored session continues as the one it was taken from */
+        double d = -1;
+        if (!rc && same_spilled) {
+            int32_t t = argmax(lo, V);
+            d = 0;
+            for (int k = 0; k < 8; k++) {
+                if (eval(g, &t, 1, lo, false) || eval(r, &t, 1, lo + V, false)) break;
+                d = fmax(d, rel_diff(lo + V, lo, V));
+                t = argmax(lo, V);
+            }
+        }
+        CHECK(d == 0, "a session restored from a spilled snapshot differs from the original by %.3g", d);
+        ts_snapshot_free(host), ts_snapshot_free(dev), ts_snapshot_free(dev3), ts_snapshot_free(back);
+        free(want), free(lo);
+        ts_session_free(o), ts_session_free(g), ts_session_free(r);
+        ts_model_free(m3);
     }
 
 out:

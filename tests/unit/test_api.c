@@ -324,6 +324,18 @@ static void test_state_bytes_and_files(void **state) {
     assert_int_equal(ts_snapshot_encode(snap, &data, &size, err, sizeof err), 0);
     assert_int_equal(ts_snapshot_decode(g_m, data, size, &back, err, sizeof err), 0);
     assert_int_equal(ts_snapshot_pos(back), 38);
+    /* a CPU snapshot is in host memory: all its bytes counted there, moving it there does nothing;
+     * GPU memory for one is refused by name */
+    assert_int_equal(ts_snapshot_where(snap), TS_SNAPSHOT_HOST);
+    assert_int_equal(ts_snapshot_device_bytes(snap), 0);
+    assert_int_equal(ts_snapshot_bytes(snap), ts_session_snapshot_bytes(a));
+    assert_int_equal(ts_snapshot_to_host(snap, err, sizeof err), 0);
+    assert_int_equal(ts_snapshot_where(snap), TS_SNAPSHOT_HOST);
+    ts_snapshot *dev = NULL;
+    assert_false(ts_session_snapshot_fits_device(a));
+    assert_int_equal(ts_session_snapshot_device(a, &dev, err, sizeof err), -1);
+    assert_null(dev);
+    assert_non_null(strstr(err, "the CPU backend keeps no snapshots in device memory"));
     ts_session_reset(b);
     assert_int_equal(ts_session_restore(b, back, err, sizeof err), 0);
     expect_same_continuation(a, b);
