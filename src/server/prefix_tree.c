@@ -316,15 +316,20 @@ static node *split(ts_prefix_tree *t, place w, const int32_t *ids, size_t n) {
     return leaf;
 }
 
+/* Evicts the entries less recently used than x, oldest first, until `add` more bytes fit: whether
+ * they do. */
+static bool make_room(ts_prefix_tree *t, const node *x, size_t add, uint64_t *evicted) {
+    while (!fits(t, add) && t->oldest != x) evict_oldest(t, evicted);
+    return fits(t, add);
+}
+
 int ts_prefix_tree_add_logits(ts_prefix_tree *t, ts_prefix_entry *e, const float *logits, uint64_t *evicted) {
     *evicted = 0;
     if (e->logits) return 0;
     const size_t add = t->p.n_logits * sizeof *e->logits;
     float *l = t_alloc(t, NULL, add);
     if (!l) return -1;
-    node *x = node_of(e);
-    while (!fits(t, add) && t->oldest != x) evict_oldest(t, evicted);
-    if (!fits(t, add)) {
+    if (!make_room(t, node_of(e), add, evicted)) {
         free(l);
         return -1;
     }
@@ -332,6 +337,24 @@ int ts_prefix_tree_add_logits(ts_prefix_tree *t, ts_prefix_entry *e, const float
     e->logits = l, e->bytes += add;
     t->entry_bytes += add;
     return 0;
+}
+
+int ts_prefix_tree_set_snap_bytes(ts_prefix_tree *t, ts_prefix_entry *e, size_t snap_bytes,
+                                  uint64_t *evicted) {
+    *evicted = 0;
+    const size_t old = e->bytes - (e->logits ? t->p.n_logits * sizeof *e->logits : 0);
+    if (snap_bytes > old) {
+        const size_t add = snap_bytes - old;
+        if (!make_room(t, node_of(e), add, evicted)) return -1;
+    }
+    t->entry_bytes = t->entry_bytes - old + snap_bytes;
+    e->bytes = e->bytes - old + snap_bytes;
+    return 0;
+}
+
+ts_prefix_entry *ts_prefix_tree_newer(ts_prefix_tree *t, ts_prefix_entry *e) {
+    node *x = e ? node_of(e)->newer : t->oldest;
+    return x ? &x->e : NULL;
 }
 
 int ts_prefix_tree_put(ts_prefix_tree *t, const int32_t *ids, size_t n, void *snap, size_t snap_bytes,

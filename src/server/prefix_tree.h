@@ -77,9 +77,18 @@ void ts_prefix_tree_touch(ts_prefix_tree *t, ts_prefix_entry *e);
  * memory. */
 int ts_prefix_tree_put(ts_prefix_tree *t, const int32_t *ids, size_t n, void *snap, size_t snap_bytes,
                        const float *logits, uint64_t *evicted);
-/* Gives e a copy of logits when it has none, evicting least recently used entries other than e until
- * it fits (*evicted: how many). 0 (also when e had logits), or −1 when it cannot fit or out of memory. */
+/* Gives e a copy of logits when it has none, evicting the entries less recently used than e, oldest
+ * first, until it fits (*evicted: how many). 0 (also when e had logits), or −1 when it cannot fit or out of memory. */
 int ts_prefix_tree_add_logits(ts_prefix_tree *t, ts_prefix_entry *e, const float *logits, uint64_t *evicted);
+/* e's snapshot now counts snap_bytes (its logits aside): a snapshot moved between memories, e.g.
+ * out of GPU memory into host memory that the budget counts. Growing evicts the entries less
+ * recently used than e, oldest first, until it fits (*evicted: how many); −1 when it cannot fit even
+ * then (e unchanged: the caller decides, typically removing it, which is what LRU order asks). */
+int ts_prefix_tree_set_snap_bytes(ts_prefix_tree *t, ts_prefix_entry *e, size_t snap_bytes,
+                                  uint64_t *evicted);
+/* The LRU order, oldest first: the entry used next after e (e NULL: the least recently used
+ * entry), or NULL after the most recently used one. */
+ts_prefix_entry *ts_prefix_tree_newer(ts_prefix_tree *t, ts_prefix_entry *e);
 /* Drops e (its snapshot is given back) and prunes what only it needed. */
 void ts_prefix_tree_remove(ts_prefix_tree *t, ts_prefix_entry *e);
 

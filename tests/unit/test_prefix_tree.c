@@ -224,6 +224,64 @@ static void test_budget_and_lru(void **state) {
     g_n_snaps = 0;
 }
 
+/* A snapshot moved between memories (the GPU tier spilling into host memory): the entry's stated
+ * bytes change, growing evicts only entries less recently used than it, and the LRU walk sees the
+ * order touch and put make. */
+static void test_snapshot_resize_and_walk(void **state) {
+    (void)state;
+    const size_t NB = ts_prefix_tree_node_bytes(), S = 10000, one = S + NB + 4;
+    ts_prefix_tree *t = tree(4 * one);
+    uint64_t ev;
+    assert_null(ts_prefix_tree_newer(t, NULL));
+    assert_int_equal(put(t, KEY(1), 10, false, &ev), 0); /* small: its state is elsewhere */
+    assert_int_equal(put(t, KEY(2), S, false, &ev), 0);
+    assert_int_equal(put(t, KEY(3), 10, true, &ev), 0);
+    assert_int_equal(put(t, KEY(4), S, false, &ev), 0);
+    ts_prefix_entry *e1 = ts_prefix_tree_get(t, KEY(1)), *e3 = ts_prefix_tree_get(t, KEY(3));
+    ts_prefix_tree_touch(t, e1); /* order: 2, 3, 4, 1 */
+    const int32_t order[] = {2, 3, 4, 1};
+    ts_prefix_entry *e = NULL;
+    for (int i = 0; i < 4; i++) {
+        e = ts_prefix_tree_newer(t, e);
+        assert_non_null(e);
+        assert_int_equal(e->n, 1);
+        assert_ptr_equal(e, ts_prefix_tree_get(t, &order[i], 1));
+    }
+    assert_null(ts_prefix_tree_newer(t, e));
+    /* shrinking and growing within the budget: the bytes follow, nothing evicted */
+    const size_t before = ts_prefix_tree_bytes(t);
+    assert_int_equal(ts_prefix_tree_set_snap_bytes(t, e3, 20, &ev), 0);
+    assert_int_equal(ev, 0);
+    assert_int_equal(e3->bytes, 20 + ROW);
+    assert_int_equal(ts_prefix_tree_bytes(t), before + 10);
+    assert_int_equal(ts_prefix_tree_set_snap_bytes(t, e3, 10, &ev), 0);
+    assert_int_equal(ts_prefix_tree_bytes(t), before);
+    /* 3 grows past the room left: 2, older, goes; 4 and 1, newer, stay */
+    assert_int_equal(ts_prefix_tree_set_snap_bytes(t, e3, 3 * S, &ev), 0);
+    assert_int_equal(ev, 1);
+    assert_null(ts_prefix_tree_get(t, KEY(2)));
+    assert_non_null(ts_prefix_tree_get(t, KEY(4)));
+    assert_int_equal(e3->bytes, 3 * S + ROW);
+    check(t, true);
+    /* 3 is the oldest now: growing past the budget evicts nothing newer and is refused, unchanged */
+    const size_t full = ts_prefix_tree_bytes(t);
+    assert_int_equal(ts_prefix_tree_set_snap_bytes(t, e3, 4 * one, &ev), -1);
+    assert_int_equal(ev, 0);
+    assert_int_equal(ts_prefix_tree_bytes(t), full);
+    assert_int_equal(ts_prefix_tree_entries(t), 3);
+    /* 1 grows past the little room left: 3 and 4, both older, go in that order as far as needed */
+    assert_true(4 * one - ts_prefix_tree_bytes(t) < 200);
+    assert_int_equal(ts_prefix_tree_set_snap_bytes(t, e1, 210, &ev), 0);
+    assert_int_equal(ev, 1);
+    assert_null(ts_prefix_tree_get(t, KEY(3)));
+    assert_non_null(ts_prefix_tree_get(t, KEY(4)));
+    assert_true(ts_prefix_tree_bytes(t) <= 4 * one);
+    check(t, true);
+    ts_prefix_tree_free(t);
+    for (int i = 0; i < g_n_snaps; i++) assert_int_equal(g_freed[i], 1);
+    g_n_snaps = 0;
+}
+
 static void test_empty_and_duplicates(void **state) {
     (void)state;
     const size_t NB = ts_prefix_tree_node_bytes(), S = 100;
@@ -607,6 +665,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_splits_and_merges, fresh),
         cmocka_unit_test(test_budget_and_lru),
+        cmocka_unit_test(test_snapshot_resize_and_walk),
         cmocka_unit_test_setup(test_empty_and_duplicates, fresh),
         cmocka_unit_test(test_random_against_reference),
         cmocka_unit_test_setup(test_allocation_failures, fresh),
