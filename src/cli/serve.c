@@ -51,8 +51,14 @@ static void usage(FILE *f) {
         "  --no-cache-prompt    never reuse a slot's previous sequence or the prefix cache\n"
         "  --cache-ram MiB      the prefix cache shared by the slots: snapshots of whole sequence states\n"
         "                       at the end of prompts and replies, least recently used evicted\n"
-        "                       (default 1024; 0: off). Host memory on both backends: with --backend\n"
-        "                       cuda a snapshot is copied from the GPU to host RAM and back\n"
+        "                       (default 1024; 0: off). Host memory: with --backend cuda and no\n"
+        "                       --cache-gpu a snapshot is copied from the GPU to host RAM and back\n"
+        "  --cache-gpu MiB      CUDA: keep the prefix cache's snapshots in this much GPU memory, reserved\n"
+        "                       at start beside the slots (device-to-device copies: the fastest save and\n"
+        "                       restore); when full, the least recently used ones move to pinned host\n"
+        "                       memory, counted by --cache-ram. Default 0 (off): GPU memory left over\n"
+        "                       depends on the model, -np and -c, so you choose it; `turbospark plan`\n"
+        "                       shows what they take\n"
         "  --cache-every N      also a snapshot every N prompt tokens of a prefill (default 2048; 0:\n"
         "                       at prompt ends only), so prompts sharing a long prefix share it\n"
         "  --slot-save-path DIR enable POST /slots/{id}?action=save|restore|erase (llama-server's): a\n"
@@ -159,6 +165,8 @@ int ts_cmd_serve(int argc, char **argv) {
             bad = parse_long(v, 0, INT32_MAX, &k), o.cache_every = k;
         else if (!strcmp(a, "--cache-ram"))
             bad = parse_long(v, 0, 1 << 24, &k), o.cache_ram = (size_t)k << 20;
+        else if (!strcmp(a, "--cache-gpu"))
+            bad = parse_long(v, 0, 1 << 24, &k), o.cache_gpu = (size_t)k << 20;
         else if (!strcmp(a, "--slot-save-path"))
             o.slot_save_path = v;
         else if (!strcmp(a, "-t"))
@@ -237,6 +245,17 @@ int ts_cmd_serve(int argc, char **argv) {
     if (!o.model_path) {
         fprintf(stderr, "turbospark serve: no model given (-m FILE.gguf)\n");
         usage(stderr);
+        return 2;
+    }
+    if (o.cache_gpu && strcmp(backend, "cuda")) {
+        fprintf(stderr,
+                "turbospark serve: --cache-gpu needs --backend cuda (the CPU backend keeps the prefix "
+                "cache in host memory: --cache-ram)\n");
+        return 2;
+    }
+    if (o.cache_gpu && (!o.cache_ram || !o.cache_prompt)) {
+        fprintf(stderr, "turbospark serve: --cache-gpu needs the prefix cache on (--cache-ram above 0, no "
+                        "--no-cache-prompt): its entries and logits live in host memory\n");
         return 2;
     }
     if (ts_cli_backend(backend, &o.backend)) return 2;

@@ -1481,6 +1481,7 @@ int ts_serve(const ts_server_opts *o) {
                           .threads = o->threads,
                           .cache_prompt = o->cache_prompt,
                           .cache_bytes = o->cache_prompt ? o->cache_ram : 0,
+                          .cache_gpu_bytes = o->cache_gpu,
                           .cache_every = o->cache_every,
                           .backend = o->backend,
                           .random_weights = o->random_weights};
@@ -1513,6 +1514,11 @@ int ts_serve(const ts_server_opts *o) {
             o->model_path, S->model_name, S->chat_ok ? ts_chat_name(S->chat) : "none", ts_now() - t0,
             o->n_slots, S->n_ctx, ts_sched_state_bytes(S->sched) / 1048576.0, S->defaults.temperature,
             S->defaults.top_k, S->defaults.top_p, S->defaults.min_p, o->api_key ? "; API key required" : "");
+    if (o->cache_gpu)
+        fprintf(stderr,
+                "serve: the prefix cache keeps snapshots in %.0f MiB of GPU memory, then in %.0f MiB of host "
+                "memory\n",
+                o->cache_gpu / 1048576.0, o->cache_ram / 1048576.0);
     if (o->slot_save_path)
         fprintf(stderr, "serve: slots are saved to and restored from %s (POST /slots/{id}?action=...)\n",
                 o->slot_save_path);

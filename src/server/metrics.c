@@ -81,11 +81,12 @@ void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, do
     pthread_mutex_unlock(&m->mu);
 }
 
-void ts_metrics_cache(ts_metrics *m, uint64_t hits, uint64_t tokens, uint64_t evictions, uint64_t bytes,
-                      uint64_t entries) {
+void ts_metrics_cache(ts_metrics *m, const ts_metrics_cache_add *add, const ts_metrics_cache_now *now) {
     pthread_mutex_lock(&m->mu);
-    m->cache_hits += hits, m->cache_tokens += tokens, m->cache_evictions += evictions;
-    m->cache_bytes = bytes, m->cache_entries = entries;
+    ts_metrics_cache_add *t = &m->cache;
+    t->hits += add->hits, t->gpu_hits += add->gpu_hits, t->tokens += add->tokens;
+    t->evictions += add->evictions, t->spills += add->spills;
+    m->cache_now = *now;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -215,6 +216,7 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
                   "# TYPE turbospark_uptime_seconds gauge\nturbospark_uptime_seconds %.1f\n",
                   (unsigned long long)m->steps, (unsigned long long)m->step_sequences, m->busy_seconds,
                   now - m->t_start);
+    const ts_metrics_cache_now *c = &m->cache_now;
     rc |= appendf(
         out,
         "# HELP turbospark_prefix_cache_hits_total Requests that restored a cached prefix.\n"
@@ -224,13 +226,38 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
         "# HELP turbospark_prefix_cache_evictions_total Snapshots evicted (least recently used).\n"
         "# TYPE turbospark_prefix_cache_evictions_total counter\n"
         "turbospark_prefix_cache_evictions_total %llu\n"
-        "# HELP turbospark_prefix_cache_bytes Bytes the prefix cache holds.\n"
+        "# HELP turbospark_prefix_cache_spills_total Snapshots moved from GPU memory to host memory "
+        "(least recently used, when --cache-gpu is full).\n"
+        "# TYPE turbospark_prefix_cache_spills_total counter\nturbospark_prefix_cache_spills_total %llu\n",
+        (unsigned long long)m->cache.hits, (unsigned long long)m->cache.tokens,
+        (unsigned long long)m->cache.evictions, (unsigned long long)m->cache.spills);
+    rc |= appendf(
+        out,
+        "# HELP turbospark_prefix_cache_bytes Bytes of host memory the prefix cache holds (what --cache-ram "
+        "counts).\n"
         "# TYPE turbospark_prefix_cache_bytes gauge\nturbospark_prefix_cache_bytes %llu\n"
-        "# HELP turbospark_prefix_cache_entries Snapshots the prefix cache holds.\n"
+        "# HELP turbospark_prefix_cache_entries Snapshots the prefix cache holds, both tiers.\n"
         "# TYPE turbospark_prefix_cache_entries gauge\nturbospark_prefix_cache_entries %llu\n",
-        (unsigned long long)m->cache_hits, (unsigned long long)m->cache_tokens,
-        (unsigned long long)m->cache_evictions, (unsigned long long)m->cache_bytes,
-        (unsigned long long)m->cache_entries);
+        (unsigned long long)c->host_bytes, (unsigned long long)c->entries);
+    rc |= appendf(
+        out,
+        "# HELP turbospark_prefix_cache_tier_bytes Bytes the prefix cache holds by tier: gpu (snapshots' "
+        "states in GPU memory, what --cache-gpu counts), host (what --cache-ram counts).\n"
+        "# TYPE turbospark_prefix_cache_tier_bytes gauge\n"
+        "turbospark_prefix_cache_tier_bytes{tier=\"gpu\"} %llu\n"
+        "turbospark_prefix_cache_tier_bytes{tier=\"host\"} %llu\n"
+        "# HELP turbospark_prefix_cache_tier_entries Snapshots by where their state is: gpu or host memory.\n"
+        "# TYPE turbospark_prefix_cache_tier_entries gauge\n"
+        "turbospark_prefix_cache_tier_entries{tier=\"gpu\"} %llu\n"
+        "turbospark_prefix_cache_tier_entries{tier=\"host\"} %llu\n"
+        "# HELP turbospark_prefix_cache_tier_hits_total Restores of a cached prefix by where the snapshot's "
+        "state was: gpu or host memory.\n"
+        "# TYPE turbospark_prefix_cache_tier_hits_total counter\n"
+        "turbospark_prefix_cache_tier_hits_total{tier=\"gpu\"} %llu\n"
+        "turbospark_prefix_cache_tier_hits_total{tier=\"host\"} %llu\n",
+        (unsigned long long)c->gpu_bytes, (unsigned long long)c->host_bytes,
+        (unsigned long long)c->gpu_entries, (unsigned long long)(c->entries - c->gpu_entries),
+        (unsigned long long)m->cache.gpu_hits, (unsigned long long)(m->cache.hits - m->cache.gpu_hits));
     rc |= histogram(out, "turbospark_request_duration_seconds",
                     "Completion time from arrival to the last token (finished requests).", m->lat_count,
                     m->lat_sum, m->lat_n);

@@ -46,6 +46,25 @@ typedef enum ts_unanswered {
     TS_UNANSWERED_N
 } ts_unanswered;
 
+/* What the prefix cache did (counters, added up). */
+typedef struct ts_metrics_cache_add {
+    uint64_t hits;      /* prompts that restored a cached prefix */
+    uint64_t gpu_hits;  /* of which from a snapshot in GPU memory */
+    uint64_t tokens;    /* prompt tokens restored */
+    uint64_t evictions; /* snapshots dropped (least recently used) */
+    uint64_t spills;    /* snapshots moved from GPU memory to host memory */
+} ts_metrics_cache_add;
+
+/* What the prefix cache holds, by tier (gauges). */
+typedef struct ts_metrics_cache_now {
+    uint64_t host_bytes;  /* host memory: the tree, logits, snapshots' headers, states in host memory
+                              (malloc'd or pinned): what --cache-ram counts */
+    uint64_t entries;     /* snapshots, both tiers */
+    uint64_t gpu_bytes;   /* GPU memory of the snapshots kept there (ranges rounded up to 256 bytes):
+                              what --cache-gpu counts */
+    uint64_t gpu_entries; /* snapshots whose state is in GPU memory */
+} ts_metrics_cache_now;
+
 typedef struct ts_metrics {
     pthread_mutex_t mu;
     double t_start; /* monotonic seconds at creation */
@@ -58,8 +77,8 @@ typedef struct ts_metrics {
     uint64_t prompt_tokens, prompt_tokens_cached, gen_tokens, steps, step_sequences;
     double busy_seconds; /* time spent in batched forward steps */
     /* the prefix cache (sched.h) */
-    uint64_t cache_hits, cache_tokens, cache_evictions;
-    uint64_t cache_bytes, cache_entries; /* gauges */
+    ts_metrics_cache_add cache; /* totals since the start */
+    ts_metrics_cache_now cache_now;
     /* latency of finished completions (submit to last token) and time to first token */
     uint64_t lat_count[TS_METRICS_N_LAT_BUCKETS + 1], ttft_count[TS_METRICS_N_LAT_BUCKETS + 1];
     double lat_sum, ttft_sum;
@@ -80,10 +99,8 @@ void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, do
 /* A finished completion: why, cached prompt tokens, total latency and time to first token (< 0: none). */
 void ts_metrics_finish(ts_metrics *m, ts_finish why, int64_t cached, double latency, double ttft);
 
-/* The prefix cache: hits and tokens restored since the last call (added), evictions (added), and
- * the bytes and entries it holds now. */
-void ts_metrics_cache(ts_metrics *m, uint64_t hits, uint64_t tokens, uint64_t evictions, uint64_t bytes,
-                      uint64_t entries);
+/* The prefix cache: what it did since the last call (added to the totals) and what it holds now. */
+void ts_metrics_cache(ts_metrics *m, const ts_metrics_cache_add *add, const ts_metrics_cache_now *now);
 
 /* Live gauges the scheduler owns, passed in when rendering. */
 typedef struct ts_metrics_gauges {

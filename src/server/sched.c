@@ -344,19 +344,69 @@ static bool slot_free(const slot *sl) {
  * context and conv history) and the logits of their last token: taken when a prompt has been
  * evaluated, when a reply ends, and every cache_every tokens of a prefill (without logits there); a
  * new prompt restores the longest entry that is a prefix of it (the whole of it, with its logits:
- * no evaluation at all before the first token). Least recently used entries go first when the
- * budget (--cache-ram, which counts the tree's token ids and nodes too) is reached. Snapshots and
- * logits live in host memory on both backends: a CUDA snapshot is the sequence's used regions copied
- * from the GPU (ts_cuda_seq_snapshot_save), and a restore copies them back into the slot's own
- * sequence. The scheduler thread alone touches it, so it needs no lock. */
+ * no evaluation at all before the first token).
+ *
+ * Two tiers on the CUDA backend. With cache_gpu_bytes (--cache-gpu), a snapshot's state is kept in
+ * GPU memory the backend reserved for it (ts_session_snapshot_device: taking and restoring it are
+ * device-to-device copies); to make room, the least recently used snapshots there are spilled to
+ * pinned host memory (ts_snapshot_to_host). Host memory (--cache-ram) counts the tree's token ids
+ * and nodes, every logits row and snapshot header, and the states in host memory: snapshots taken
+ * there (the CPU backend, no GPU tier, or one larger than it) and spilled ones. Past that budget,
+ * least recently used entries are evicted, whichever tier holds them; a spilled snapshot that
+ * cannot fit even after the entries older than it went is evicted itself. A restore reads either
+ * tier in place (a spilled snapshot is not moved back). The scheduler thread alone touches the
+ * tree, so it needs no lock. */
 
 static void cache_snap_free(void *snap) {
     ts_snapshot_free(snap);
 }
 
-static void cache_publish(ts_sched *s, uint64_t hits, uint64_t tokens, uint64_t evictions) {
-    ts_metrics_cache(s->mt, hits, tokens, evictions, ts_prefix_tree_bytes(s->cache),
-                     ts_prefix_tree_entries(s->cache));
+static void cache_publish(ts_sched *s, const ts_metrics_cache_add *add) {
+    ts_metrics_cache_now now = {.host_bytes = ts_prefix_tree_bytes(s->cache),
+                                .entries = ts_prefix_tree_entries(s->cache)};
+    ts_backend_info bi;
+    if (s->p.cache_gpu_bytes && !ts_model_backend_info(s->m, TS_BACKEND_CUDA, &bi, NULL, 0)) {
+        now.gpu_bytes = bi.snapshot_used_bytes;
+        now.gpu_entries = bi.snapshot_count < now.entries ? bi.snapshot_count : now.entries;
+    }
+    ts_metrics_cache(s->mt, add, &now);
+}
+
+/* Spills the least recently used snapshot kept in GPU memory to host memory, after evicting the
+ * entries older than it that host memory needs for it (or evicts it when it cannot fit there, or
+ * when the copy fails). false when no snapshot is in GPU memory. */
+static bool cache_spill_oldest(ts_sched *s, uint64_t *evicted, uint64_t *spills) {
+    ts_prefix_entry *e = ts_prefix_tree_newer(s->cache, NULL);
+    while (e && ts_snapshot_where(e->snap) != TS_SNAPSHOT_DEVICE) e = ts_prefix_tree_newer(s->cache, e);
+    if (!e) return false;
+    char err[256];
+    uint64_t ev = 0;
+    const size_t host = ts_snapshot_bytes(e->snap) + ts_snapshot_device_bytes(e->snap);
+    const bool kept = ts_prefix_tree_set_snap_bytes(s->cache, e, host, &ev) == 0;
+    *evicted += ev;
+    if (kept && ts_snapshot_to_host(e->snap, err, sizeof err) == 0) {
+        ++*spills;
+        return true;
+    }
+    ts_prefix_tree_remove(s->cache, e); /* gives its GPU memory back */
+    ++*evicted;
+    return true;
+}
+
+/* A snapshot of sess for the cache: in GPU memory when that tier is on and the snapshot fits it
+ * (spilling least recently used ones until a free block is large enough), else in host memory
+ * unless larger than that whole budget (then nothing is copied). NULL when none is taken. */
+static ts_snapshot *cache_snapshot(ts_sched *s, ts_session *sess, uint64_t *evicted, uint64_t *spills) {
+    char err[256];
+    ts_snapshot *snap = NULL;
+    const size_t bytes = ts_session_snapshot_bytes(sess);
+    if (s->p.cache_gpu_bytes && bytes <= s->p.cache_gpu_bytes) {
+        bool room = ts_session_snapshot_fits_device(sess);
+        while (!room && cache_spill_oldest(s, evicted, spills)) room = ts_session_snapshot_fits_device(sess);
+        if (room && ts_session_snapshot_device(sess, &snap, err, sizeof err) == 0) return snap;
+    }
+    if (bytes > s->p.cache_bytes || ts_session_snapshot(sess, &snap, err, sizeof err)) return NULL;
+    return snap;
 }
 
 /* Keeps the state sl's session holds (its held tokens), with its logits row when with_logits (the
@@ -366,20 +416,18 @@ static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
     const size_t n = sl->held.n;
     if (!s->cache || n == 0 || !sl->job || !sl->job->cache_prompt) return;
     const float *logits = with_logits ? sl->logits : NULL;
-    uint64_t evicted = 0;
+    uint64_t evicted = 0, spills = 0;
     ts_prefix_entry *e = ts_prefix_tree_get(s->cache, sl->held.ids, n);
     if (e) { /* kept already: no new snapshot, but its logits if it had none */
         ts_prefix_tree_touch(s->cache, e);
         if (logits) ts_prefix_tree_add_logits(s->cache, e, logits, &evicted);
     } else {
-        char err[256];
-        ts_snapshot *snap;
-        /* one larger than the whole budget would be refused: not copied (on CUDA, from the GPU) */
-        if (ts_session_snapshot_bytes(sl->sess) > s->p.cache_bytes) return;
-        if (ts_session_snapshot(sl->sess, &snap, err, sizeof err)) return;
-        ts_prefix_tree_put(s->cache, sl->held.ids, n, snap, ts_snapshot_bytes(snap), logits, &evicted);
+        ts_snapshot *snap = cache_snapshot(s, sl->sess, &evicted, &spills);
+        uint64_t ev = 0;
+        if (snap) ts_prefix_tree_put(s->cache, sl->held.ids, n, snap, ts_snapshot_bytes(snap), logits, &ev);
+        evicted += ev;
     }
-    cache_publish(s, 0, 0, evicted);
+    cache_publish(s, &(ts_metrics_cache_add){.evictions = evicted, .spills = spills});
 }
 
 /* Starts choice c of j in sl (c > 0: waiting for choice 0's prompt). Under mu. A failure ends the
@@ -394,6 +442,7 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ts
         slot_end_locked(s, sl, TS_FINISH_ERROR, err);
         return;
     }
+    const bool from_gpu = ce && ts_snapshot_where(ce->snap) == TS_SNAPSHOT_DEVICE;
     if (ce && ts_session_restore(sl->sess, ce->snap, err, sizeof err) == 0) { /* the prefix cache */
         memcpy(sl->held.ids, j->prompt, ce->n * sizeof *j->prompt); /* ce's tokens begin the prompt */
         sl->held.n = reuse = ce->n;
@@ -402,7 +451,7 @@ static void slot_start(ts_sched *s, slot *sl, ts_job *j, size_t reuse, int c, ts
             memcpy(sl->logits, ce->logits, (size_t)s->n_vocab * sizeof *sl->logits);
             sl->ready = true;
         }
-        cache_publish(s, 1, ce->n, 0);
+        cache_publish(s, &(ts_metrics_cache_add){.hits = 1, .gpu_hits = from_gpu, .tokens = ce->n});
     } else if (ce) {
         reuse = 0;
     }
@@ -801,6 +850,13 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
                        "the prefill chunk (%" PRId64
                        ") must be ≥ 1 and at most the tokens of a step (%" PRId64 ")",
                        p->chunk, p->step_tokens);
+    if (p->cache_gpu_bytes && p->backend != TS_BACKEND_CUDA)
+        return ts_errf(err, errlen,
+                       "the prefix cache keeps snapshots in GPU memory on the CUDA backend only");
+    if (p->cache_gpu_bytes && !(p->cache_bytes && p->cache_prompt))
+        return ts_errf(err, errlen,
+                       "GPU memory for the prefix cache needs the cache on (a host memory budget, prompt "
+                       "caching on): its entries and logits live in host memory");
     ts_sched *s = calloc(1, sizeof *s);
     if (!s) return ts_errf(err, errlen, "out of memory");
     s->m = m, s->tok = tok, s->mt = mt, s->p = *p;
@@ -850,8 +906,23 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
                              .plan_seqs = n,
                              .progress = true,
                              .random_weights = p->random_weights,
-                             .max_rows = p->step_tokens + n > p->chunk ? p->step_tokens + n : p->chunk};
+                             .max_rows = p->step_tokens + n > p->chunk ? p->step_tokens + n : p->chunk,
+                             .snapshot_bytes = s->p.cache_gpu_bytes};
         if (ts_model_cuda_init(m, &cp, err, errlen)) {
+            ts_sched_free(s);
+            return -1;
+        }
+    }
+    if (s->p.cache_gpu_bytes) { /* the reservation the CUDA backend was set up with */
+        ts_backend_info bi = {0};
+        if (!ts_model_backend_info(m, TS_BACKEND_CUDA, &bi, err, errlen) &&
+            bi.snapshot_bytes < s->p.cache_gpu_bytes)
+            ts_errf(
+                err, errlen,
+                "the model's CUDA backend was set up with %.0f MiB of GPU memory for snapshots, fewer than "
+                "the %.0f MiB asked for the prefix cache",
+                bi.snapshot_bytes / 1048576.0, s->p.cache_gpu_bytes / 1048576.0);
+        if (bi.snapshot_bytes < s->p.cache_gpu_bytes) {
             ts_sched_free(s);
             return -1;
         }

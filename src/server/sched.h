@@ -48,17 +48,19 @@
 #define TS_JOB_MAX_CHOICES 16
 
 typedef struct ts_sched_params {
-    int n_slots;         /* sequences decoded together */
-    int64_t n_ctx;       /* tokens per slot */
-    int64_t chunk;       /* prompt tokens a slot evaluates in one step */
-    int64_t step_tokens; /* prompt tokens one step evaluates over all slots (≥ chunk) */
-    int max_queue;       /* jobs waiting beyond the slots; more are refused */
-    int threads;         /* CPU threads for the forward (0: the OpenMP default) */
-    bool cache_prompt;   /* reuse a slot's previous sequence when it is a prefix of the new prompt */
-    size_t cache_bytes;  /* the prefix cache's budget in host memory, its tree included (0: off) */
-    int64_t cache_every; /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
-    ts_backend backend;  /* where the slots' sessions run */
-    bool random_weights; /* CUDA: weights filled with random valid blocks (ts_cuda_params) */
+    int n_slots;            /* sequences decoded together */
+    int64_t n_ctx;          /* tokens per slot */
+    int64_t chunk;          /* prompt tokens a slot evaluates in one step */
+    int64_t step_tokens;    /* prompt tokens one step evaluates over all slots (≥ chunk) */
+    int max_queue;          /* jobs waiting beyond the slots; more are refused */
+    int threads;            /* CPU threads for the forward (0: the OpenMP default) */
+    bool cache_prompt;      /* reuse a slot's previous sequence when it is a prefix of the new prompt */
+    size_t cache_bytes;     /* the prefix cache's budget in host memory, its tree included (0: off) */
+    size_t cache_gpu_bytes; /* CUDA: GPU memory reserved for the cache's snapshots, spilled to host
+                               memory when full (0: snapshots in host memory only) */
+    int64_t cache_every;    /* prompt tokens between snapshots in a prefill (0: at prompt ends only) */
+    ts_backend backend;     /* where the slots' sessions run */
+    bool random_weights;    /* CUDA: weights filled with random valid blocks (ts_cuda_params) */
 } ts_sched_params;
 
 typedef struct ts_job_params {

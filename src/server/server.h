@@ -53,6 +53,7 @@ typedef struct ts_server_opts {
     double drain_seconds;
     bool cache_prompt;
     size_t cache_ram;           /* host bytes the prefix cache holds: snapshots, logits, tree (0: off) */
+    size_t cache_gpu;           /* CUDA: GPU bytes for the prefix cache's snapshots (0: none) */
     int64_t cache_every;        /* prompt tokens between snapshots during a prefill (0: prompt ends only) */
     const char *slot_save_path; /* the directory of POST /slots/{id}?action=save|restore, or NULL (off) */
     bool quiet;                 /* no per-request log lines */
