@@ -1,7 +1,7 @@
 /* turbospark bench: prompt and generation throughput against the memory-bandwidth floor, in the
  * manner of llama-bench.
  *
- *   pp N      one sequence evaluates N prompt tokens (micro-batches of -ub): tokens/s.
+ *   pp N      one sequence evaluates N prompt tokens (micro-batches of -ub, each size of the list): tokens/s.
  *   tg N @ b  b sequences, each already holding --ctx tokens, decode N tokens together (one
  *             batched step a token; on CUDA one captured graph a step): b·N / time.
  *
@@ -43,29 +43,34 @@ static int cmp_double(const void *a, const void *b) {
 /* CPU read bandwidth in bytes/s: sum a 1 GiB buffer with all threads, best of 3. */
 static void bench_usage(FILE *f) {
     fprintf(
-        f, "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d "
-           "N]\n"
-           "                        [-r 3] [-ub N] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
-           "[--random-weights]\n"
-           "                        [--profile-batch B] [--gpu-mem GiB]\n"
-           "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
-           "  -n, --n-gen N         tokens decoded per sequence\n"
-           "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
-           "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
-           "                        --ctx); the -r runs follow each other (the context grows)\n"
-           "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
-           "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
-           "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
-           "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
-           "                        reading the file (for synthetic files: turbospark synth --released "
-           "--sparse)\n"
-           "  --profile-batch B     CUDA, md: the per-block table of one decode step at batch B (default 1;\n"
-           "                        B ≤ the largest -b; 0: none); a profiler range for `ncu\n"
-           "                        --profile-from-start off` covers that step alone\n"
-           "  --gpu-mem GiB         CUDA: run as on a GPU of this much memory (as 80, or 48GB): the rest of\n"
-           "                        the device is held unused, so the memory plan and every allocation see\n"
-           "                        only this much (what fits a smaller card, measured on a larger one)\n");
-    ts_cli_args_help(f, TS_ARGS_UBATCH);
+        f,
+        "usage: turbospark bench -m FILE.gguf [--backend cpu|cuda] [-p 512,8192] [-n 128] [-b 1,8,64] [-d "
+        "N]\n"
+        "                        [-r 3] [-ub 512,2048] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
+        "[--random-weights]\n"
+        "                        [--profile-batch B] [--gpu-mem GiB]\n"
+        "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
+        "  -n, --n-gen N         tokens decoded per sequence\n"
+        "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
+        "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
+        "                        --ctx); the -r runs follow each other (the context grows)\n"
+        "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
+        "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
+        "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
+        "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
+        "                        reading the file (for synthetic files: turbospark synth --released "
+        "--sparse)\n"
+        "  --profile-batch B     CUDA, md: the per-block table of one decode step at batch B (default 1;\n"
+        "                        B ≤ the largest -b; 0: none); a profiler range for `ncu\n"
+        "                        --profile-from-start off` covers that step alone\n"
+        "  --gpu-mem GiB         CUDA: run as on a GPU of this much memory (as 80, or 48GB): the rest of\n"
+        "                        the device is held unused, so the memory plan and every allocation see\n"
+        "                        only this much (what fits a smaller card, measured on a larger one)\n");
+    fprintf(
+        f,
+        "  -ub, --ubatch-size LIST prompt tokens one forward call evaluates (micro-batches; default 512):\n"
+        "                        each prompt size is timed at each\n");
+    ts_cli_args_help(f, 0);
     fprintf(f,
             "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
             "fraction of it; with md on CUDA also the GPU time of each block kind in one decode step.\n");
@@ -91,12 +96,12 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
 static double median(double *v, int n);
 
 enum { OUT_MD, OUT_JSON, OUT_CSV };
-enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, OPT_GPU_MEM };
+enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, OPT_GPU_MEM, OPT_UB };
 
 typedef struct bench_opts {
     const char *ple;
-    long pl[MAX_LIST], bl[MAX_LIST], n, reps, ctx, profile_batch;
-    int np, nb, out;
+    long pl[MAX_LIST], bl[MAX_LIST], ubl[MAX_LIST], n, reps, ctx, profile_batch;
+    int np, nb, nub, out;
     bool random_weights;
     size_t gpu_mem; /* bytes; 0: the whole GPU */
 } bench_opts;
@@ -113,6 +118,9 @@ static const struct option k_bench_opts[] = {
     {"random-weights", no_argument, NULL, OPT_RANDOM_WEIGHTS},
     {"profile-batch", required_argument, NULL, OPT_PROFILE_BATCH},
     {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"ubatch-size", required_argument, NULL, OPT_UB},
+    {"ubatch", required_argument, NULL, OPT_UB},
+    {"ub", required_argument, NULL, OPT_UB},
     {0},
 };
 
@@ -125,6 +133,9 @@ static int bench_option(void *ctx, int id, const char *v) {
         break;
     case 'b':
         bad = parse_list(v, o->bl, &o->nb, 1, 4096);
+        break;
+    case OPT_UB:
+        bad = parse_list(v, o->ubl, &o->nub, 1, 1 << 20);
         break;
     case 'n':
         bad = ts_cli_long(v, 1, 1 << 20, &o->n);
@@ -168,9 +179,16 @@ static int bench_option(void *ctx, int id, const char *v) {
     default:
         return -1;
     }
-    if (bad)
-        fprintf(stderr, "turbospark bench: '%s' is not a valid value for -%c%s\n", v, id < 128 ? id : '-',
+    if (bad) {
+        const char *name = "?";
+        for (const struct option *p = k_bench_opts; p->name; p++)
+            if (p->val == id) {
+                name = p->name;
+                break;
+            }
+        fprintf(stderr, "turbospark bench: '%s' is not a valid value for --%s%s\n", v, name,
                 id == 'o' ? " (md, json or csv)" : "");
+    }
     return bad ? -1 : 0;
 }
 
@@ -248,15 +266,17 @@ int ts_cmd_bench(int argc, char **argv) {
     bench_opts o = {.ple = "auto",
                     .pl = {512},
                     .bl = {1},
+                    .ubl = {512},
                     .n = 128,
                     .reps = 3,
                     .ctx = 128,
                     .profile_batch = 1,
                     .np = 1,
                     .nb = 1,
+                    .nub = 1,
                     .out = OUT_MD};
     ts_cli_spec spec = {.cmd = "bench",
-                        .groups = TS_ARGS_UBATCH,
+                        .groups = 0,
                         .own = k_bench_opts,
                         .own_short = "p:n:b:r:d:o:",
                         .own_cb = bench_option,
@@ -268,7 +288,7 @@ int ts_cmd_bench(int argc, char **argv) {
     }
     const char *path = a.model, *backend = a.backend_name, *ple = o.ple;
     long *pl = o.pl, *bl = o.bl;
-    const long n = o.n, reps = o.reps, ctx = o.ctx, ub = a.ubatch;
+    const long n = o.n, reps = o.reps, ctx = o.ctx, ub = o.ubl[0];
     const int np = o.np, nb = o.nb;
     const bool random_weights = o.random_weights;
     if (!path) {
@@ -298,8 +318,9 @@ int ts_cmd_bench(int argc, char **argv) {
 #else
     int nt = 1;
 #endif
-    long pmax = 0, bmax = 0;
+    long pmax = 0, bmax = 0, ubmax = 0;
     for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
+    for (int i = 0; i < o.nub; i++) ubmax = o.ubl[i] > ubmax ? o.ubl[i] : ubmax;
     for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
     if (o.profile_batch > bmax) {
         fprintf(stderr,
@@ -321,7 +342,7 @@ int ts_cmd_bench(int argc, char **argv) {
         ts_cuda_params cp = {.ple = placement,
                              .plan_ctx = seq_ctx,
                              .plan_seqs = (int)bmax,
-                             .max_rows = ub > bmax ? ub : bmax,
+                             .max_rows = ubmax > bmax ? ubmax : bmax,
                              .progress = true,
                              .random_weights = random_weights,
                              .gpu_mem = o.gpu_mem};
@@ -391,19 +412,34 @@ int ts_cmd_bench(int argc, char **argv) {
                "stddev_ts,median_ts,floor_ts\n");
     else
         printf("[\n");
-    for (int pi = 0; !rc && pi < np; pi++) { /* prefill */
-        const long p = pl[pi];
-        if (p == 0) continue;
-        random_ids(ids, p, V, &rng);
-        for (long r = 0; !rc && r <= reps; r++) { /* r = 0 is the warm-up */
-            ts_session_reset(ss[0]);
-            double t0 = now();
-            rc = ts_session_eval(ss[0], ids, p, logits, false, err, sizeof err);
-            t[r] = p / (now() - t0);
+    for (int ui = 0; !rc && ui < o.nub; ui++) { /* prefill: session 0 with each micro-batch size */
+        if (o.ubl[ui] != sp.ubatch) {
+            ts_session_free(ss[0]);
+            sp.ubatch = o.ubl[ui];
+            if (ts_session_new(m, &sp, &ss[0], err, sizeof err)) {
+                ss[0] = NULL;
+                fprintf(stderr, "turbospark bench: %s\n", err);
+                rc = 1;
+                break;
+            }
         }
-        snprintf(test, sizeof test, "pp%ld", p);
-        row.n_prompt = p, row.n_gen = 0, row.n_batch = 1, row.n_depth = 0, row.floor_tps = 0;
-        if (!rc) print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
+        for (int pi = 0; !rc && pi < np; pi++) {
+            const long p = pl[pi];
+            if (p == 0) continue;
+            random_ids(ids, p, V, &rng);
+            for (long r = 0; !rc && r <= reps; r++) { /* r = 0 is the warm-up */
+                ts_session_reset(ss[0]);
+                double t0 = now();
+                rc = ts_session_eval(ss[0], ids, p, logits, false, err, sizeof err);
+                t[r] = p / (now() - t0);
+            }
+            if (o.nub > 1)
+                snprintf(test, sizeof test, "pp%ld @ ub%ld", p, o.ubl[ui]);
+            else
+                snprintf(test, sizeof test, "pp%ld", p);
+            row.n_prompt = p, row.n_gen = 0, row.n_batch = 1, row.n_depth = 0, row.floor_tps = 0;
+            if (!rc) print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
+        }
     }
     for (int bi = 0; !rc && bi < nb;
          bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
