@@ -14,6 +14,9 @@
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
+#   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
+#                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
+#                                         0 and 5), then prefill of 8,192 tokens at micro-batches 512 to 4,096
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -74,6 +77,16 @@ realwidth | kl)
   t=$([ $1 = kl ] && echo realwidth_kl || echo realwidth)
   (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/$t.sh) > "$out/$t.txt" 2>&1
   echo "$t rc=$?"; cat "$out/$t.txt" | tail -14
+  ;;
+speed)
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  for rows in 0 5; do
+    echo "TURBOSPARK_CUDA_HC_TC_ROWS=$rows"
+    TURBOSPARK_CUDA_HC_TC_ROWS=$rows timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
+      -b 1,8,16,64 --ctx 1 -r 2 2> "$out/speed$rows.err" | tee "$out/speed$rows.txt" | grep -E "tg"
+  done
+  timeout 250 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
+    -r 1 2> "$out/ub.err" | tee "$out/ub.txt" | grep -E "pp"
   ;;
 ud)
   # UD mixes at the released shapes on the GPU held to a smaller card's memory (bench --gpu-mem): an
