@@ -14,6 +14,8 @@
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
+#   bash scripts/device_check.sh server   serve --backend cuda at the released shapes, 64 streaming clients
+#                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
 #                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
 #                                         0 and 5), then prefill of 8,192 tokens at micro-batches 512 to 4,096
@@ -77,6 +79,14 @@ realwidth | kl)
   t=$([ $1 = kl ] && echo realwidth_kl || echo realwidth)
   (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/$t.sh) > "$out/$t.txt" 2>&1
   echo "$t rc=$?"; cat "$out/$t.txt" | tail -14
+  ;;
+server)
+  $B convert models/demo -o /tmp/demo.gguf --type bf16 --quiet > /dev/null 2>&1
+  [ -f /tmp/rel-tok.gguf ] || $B synth --released --sparse --type q4_k_m --tokenizer-from /tmp/demo.gguf \
+    -o /tmp/rel-tok.gguf > /dev/null 2>&1
+  (TS_BIN=$B timeout 540 bash scripts/server_load.sh /tmp/rel-tok.gguf --backend cuda --random-weights \
+    --clients 64 --max-tokens 128 --min-ratio 0.85 --out "$out/server_load") > "$out/server.txt" 2>&1
+  echo "server load rc=$?"; tail -8 "$out/server.txt"
   ;;
 speed)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
