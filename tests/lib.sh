@@ -20,3 +20,17 @@ ts_cli_setup() {
     cd "$TS_TMP"
 }
 fail() { echo "FAIL: $*"; exit 1; }
+
+# The start of the real-width GPU tests (tests/cuda/realwidth*.sh): PY, fx (the realwidth_4l fixture,
+# $TS_REALWIDTH), $TS_TMP created, t = $TS_TMP/NAME (their files' prefix) and step CMD... (runs a command
+# of ours quietly; on failure prints its errors and stops). Exits 77, "skipped", without the fixture or
+# a CUDA device.
+ts_realwidth_setup() {
+    ts_find_python
+    fx=${TS_REALWIDTH:-/tmp/rw/realwidth_4l}
+    [ -f "$fx/config.json" ] && [ -f "$fx/logits.npy" ] || { echo "skipped: no real-width fixture at $fx"; exit 77; }
+    "$TS_BIN" devices 2>/dev/null | grep -q "^  0: " || { echo "skipped: no CUDA device"; exit 77; }
+    mkdir -p "$TS_TMP"
+    t=$TS_TMP/$1
+}
+step() { "$@" >/dev/null 2>"$t.err" || { cat "$t.err"; echo "FAIL: $*"; exit 1; }; }

@@ -18,14 +18,7 @@
 #     (docs/BENCHMARKS.md, run 20).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-fx=${TS_REALWIDTH:-/tmp/rw/realwidth_4l}
-[ -f "$fx/config.json" ] && [ -f "$fx/logits.npy" ] || { echo "skipped: no real-width fixture at $fx"; exit 77; }
-"$TS_BIN" devices 2>/dev/null | grep -q "^  0: " || { echo "skipped: no CUDA device"; exit 77; }
-mkdir -p "$TS_TMP"
-t=$TS_TMP/rw
-# step CMD...: runs a command of ours, quietly; on failure prints its errors and stops
-step() { "$@" >/dev/null 2>"$t.err" || { cat "$t.err"; echo "FAIL: $*"; exit 1; }; }
+ts_realwidth_setup rw
 
 # compare A B GATE WHAT [report|choices]: max over rows of max|A − B| / max|B|, in blocks of rows (the
 # files are ~2.3 GB); with "report", the distribution over positions and how many exceed GATE, without

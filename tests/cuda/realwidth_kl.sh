@@ -14,13 +14,7 @@
 #   TS_REALWIDTH=/tmp/rw/realwidth_4l TS_BIN=... TS_TMP=... bash tests/cuda/realwidth_kl.sh
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ts_find_python
-fx=${TS_REALWIDTH:-/tmp/rw/realwidth_4l}
-[ -f "$fx/config.json" ] && [ -f "$fx/logits.npy" ] || { echo "skipped: no real-width fixture at $fx"; exit 77; }
-"$TS_BIN" devices 2>/dev/null | grep -q "^  0: " || { echo "skipped: no CUDA device"; exit 77; }
-mkdir -p "$TS_TMP"
-t=$TS_TMP/kl
-step() { "$@" >/dev/null 2>"$t.err" || { cat "$t.err"; echo "FAIL: $*"; exit 1; }; }
+ts_realwidth_setup kl
 
 step "$TS_BIN" convert "$fx" -o "$t.bf16.gguf" --type bf16
 $PY -c "import numpy as np; np.save('$t.cal.npy', np.load('$fx/tokens.npy')[:1024].astype(np.int32))"
