@@ -36,8 +36,8 @@ static void plan_usage(FILE *f) {
         "usage: turbospark plan (-m FILE.gguf | --released | --tiny | --mid | --config config.json [--type "
         "MIX])\n"
         "                       [--gpu-mem GiB] [-c 4096,32768,...] [--ple auto|gpu|host] [-ub N] [-np N] "
-        "[-o "
-        "md|json]\n"
+        "[--cache-gpu MiB]\n"
+        "                       [-o md|json]\n"
         "\n"
         "What the CUDA backend reserves on the GPU for a model (weights, PLE table, workspaces, each\n"
         "sequence's state) and how many sequences of each context fit, computed without a GPU: the same\n"
@@ -61,6 +61,8 @@ static void plan_usage(FILE *f) {
         "                       at least -ub)\n"
         "  -np, --parallel N    check N sequences of each context as the backend would (exit status 1,\n"
         "                       with its sentence, when they do not fit)\n"
+        "  --cache-gpu MiB      GPU memory serve's prefix cache keeps snapshots in (serve --cache-gpu),\n"
+        "                       reserved before the sequences (default 0)\n"
         "  -o, --output FMT     md (default) or json\n",
         PLAN_H200_GIB, PLAN_MAX_CTX);
 }
@@ -99,12 +101,14 @@ static int parse_ctx_list(const char *s, int64_t *out, int *n) {
 
 /* The longest context one sequence can hold (with the workspaces sized for it) in free bytes: 0
  * when none, else at most TS_MEMPLAN_MAX_SEQ_CTX. */
-static int64_t longest_ctx(const ts_model *m, int64_t max_rows, bool on_host, size_t free_bytes) {
+static int64_t longest_ctx(const ts_model *m, int64_t max_rows, size_t snapshots, bool on_host,
+                           size_t free_bytes) {
     int64_t lo = 0, hi = TS_MEMPLAN_MAX_SEQ_CTX;
     while (lo < hi) {
         const int64_t mid = lo + (hi - lo + 1) / 2;
         ts_memplan p;
         ts_memplan_make(m, mid, 1, max_rows, &p);
+        p.snapshots = snapshots;
         if (ts_memplan_seqs_fit(&p, on_host, free_bytes) >= 1)
             lo = mid;
         else
@@ -130,6 +134,7 @@ int ts_cmd_plan(int argc, char **argv) {
     const char *path = NULL, *config_json = NULL, *type_name = NULL, *ple_name = "auto", *out_fmt = "md";
     int config = -1; /* -1 a file, 0 released, 1 tiny, 2 mid, 3 config.json */
     size_t gpu_mem = (size_t)(PLAN_H200_GIB * GIB);
+    long cache_gpu_mib = 0; /* --cache-gpu */
     bool gpu_mem_given = false;
     int64_t ctx[PLAN_MAX_CTX] = {4096, 32768, 131072, 262144};
     int n_ctx = 4;
@@ -187,6 +192,14 @@ int ts_cmd_plan(int argc, char **argv) {
             if (ts_cli_long(v, 1, 1024, &np)) {
                 fprintf(stderr, "turbospark plan: %s takes a number of sequences, 1 to 1024, not '%s'\n", a,
                         v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--cache-gpu")) {
+            if (ts_cli_long(v, 0, 1 << 24, &cache_gpu_mib)) {
+                fprintf(stderr,
+                        "turbospark plan: --cache-gpu takes the MiB of GPU memory for the prefix cache's "
+                        "snapshots, 0 to %d, not '%s'\n",
+                        1 << 24, v);
                 return 2;
             }
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -276,6 +289,7 @@ int ts_cmd_plan(int argc, char **argv) {
                  tc.mix ? tc.mix->name : ts_type_name(tc.type), tc.mix ? "mix" : "matrices");
     }
     const ts_hparams *hp = &m->hp;
+    const size_t snapshots = (size_t)cache_gpu_mib << 20;
 
     /* the parts that do not depend on the context */
     ts_memplan base;
@@ -301,9 +315,9 @@ int ts_cmd_plan(int argc, char **argv) {
         printf(
             ", \"gpu_mem_bytes\": %zu, \"weights_bytes\": %zu, \"table_bytes\": %zu, \"margin_bytes\": %zu, "
             "\"max_rows\": %ld, \"seq_fixed_bytes\": %zu, \"seq_token_bytes\": %.1f, \"n_ctx_train\": "
-            "%" PRIu32 ", \"contexts\": [",
+            "%" PRIu32 ", \"snapshot_bytes\": %zu, \"contexts\": [",
             gpu_mem, base.weights, base.table, base.margin, ub, s1.gdn + s1.ple, kv_token + idx_token,
-            hp->n_ctx_train);
+            hp->n_ctx_train, snapshots);
     } else {
         char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
         printf("turbospark plan: %s\n", what);
@@ -320,6 +334,9 @@ int ts_cmd_plan(int argc, char **argv) {
         else
             printf("PLE table    none\n");
         printf("kept free    %s (the margin)\n", fmt_bytes(b1, sizeof b1, (double)base.margin));
+        if (snapshots)
+            printf("snapshots    %s of GPU memory for the prefix cache (--cache-gpu)\n",
+                   fmt_bytes(b1, sizeof b1, (double)snapshots));
         printf("workspaces   for micro-batches of %ld rows (-ub), sized for the context (below)\n", ub);
         printf("a sequence   %s at any length (GDN %s, PLE %s) + %s a token (QSA K/V %s, indexer keys %s)\n",
                fmt_bytes(b1, sizeof b1, (double)(s1.gdn + s1.ple)), fmt_bytes(b2, sizeof b2, (double)s1.gdn),
@@ -336,6 +353,7 @@ int ts_cmd_plan(int argc, char **argv) {
     for (int i = 0; i < n_ctx; i++) {
         ts_memplan p;
         ts_memplan_make(m, ctx[i], np ? (int)np : 1, ub, &p);
+        p.snapshots = snapshots;
         const int64_t fit_gpu = ts_memplan_seqs_fit(&p, false, gpu_mem),
                       fit_host = ts_memplan_seqs_fit(&p, true, gpu_mem);
         int refused = 0;
@@ -370,8 +388,8 @@ int ts_cmd_plan(int argc, char **argv) {
             printf("%s\n", chk);
         }
     }
-    const int64_t long_gpu = show_gpu ? longest_ctx(m, ub, false, gpu_mem) : -1;
-    const int64_t long_host = show_host ? longest_ctx(m, ub, true, gpu_mem) : -1;
+    const int64_t long_gpu = show_gpu ? longest_ctx(m, ub, snapshots, false, gpu_mem) : -1;
+    const int64_t long_host = show_host ? longest_ctx(m, ub, snapshots, true, gpu_mem) : -1;
     if (json) {
         printf("], \"longest_ctx_table_gpu\": %" PRId64 ", \"longest_ctx_table_host\": %" PRId64 "}\n",
                long_gpu, long_host);

@@ -14,6 +14,17 @@ grep -q "^| 4096 | 334.6 MiB | 547.9 MiB | 83 | 183 |$" <<<"$out" || fail "4K ro
 grep -q "^| 262144 | 13.98 GiB | 609.9 MiB | 1 | 4 |$" <<<"$out" || fail "262K row: $out"
 grep -q "not measured" <<<"$out" || fail "the table must say it is computed"
 
+# --cache-gpu: serve's snapshot memory comes off the sequences (4 GiB: 183 → 171 sequences of 4,096 in
+# host memory, by hand: (139.8 − 78.28 − 0.535 − 1 − 4) GiB / 334.6 MiB = 171.3), and names itself when
+# it is what does not fit
+out=$("$TS_BIN" plan --released --cache-gpu 4096) || fail "plan --cache-gpu exited $?"
+grep -q "^snapshots    4.00 GiB of GPU memory for the prefix cache" <<<"$out" || fail "--cache-gpu line: $out"
+grep -q "^| 4096 | 334.6 MiB | 547.9 MiB | 71 | 171 |$" <<<"$out" || fail "--cache-gpu 4K row: $out"
+err=$("$TS_BIN" plan --released --cache-gpu 4096 -c 262144 -np 4 --ple host 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "asked for snapshots (serve's --cache-gpu) do not fit" <<<"$err" ||
+  fail "--cache-gpu refusal (exit $rc): $err"
+"$TS_BIN" plan --released --cache-gpu x >/dev/null 2>&1 && fail "--cache-gpu x accepted"
+
 # the JSON form, and one sequence of the trained context fits with either placement
 json=$("$TS_BIN" plan --released -o json -c 262144) || fail "plan -o json exited $?"
 python3 - "$json" <<'EOF' || fail "JSON output: $json"
