@@ -16,6 +16,8 @@
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
 #   bash scripts/device_check.sh server   serve --backend cuda at the released shapes, 64 streaming clients
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
+#   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
+#                                         (each filled by a prefill in micro-batches of 2,048)
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
 #                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
 #                                         0 and 5), then prefill of 8,192 tokens at micro-batches 512 to 4,096
@@ -87,6 +89,11 @@ server)
   (TS_BIN=$B timeout 540 bash scripts/server_load.sh /tmp/rel-tok.gguf --backend cuda --random-weights \
     --clients 64 --max-tokens 128 --min-ratio 0.85 --out "$out/server_load") > "$out/server.txt" 2>&1
   echo "server load rc=$?"; tail -8 "$out/server.txt"
+  ;;
+ctx)
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 -d 1024,32768,131072,262144 \
+    -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
   ;;
 speed)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1

@@ -2,7 +2,7 @@
  * manner of llama-bench.
  *
  *   pp N      one sequence evaluates N prompt tokens (micro-batches of -ub, each size of the list): tokens/s.
- *   tg N @ b  b sequences, each already holding --ctx tokens, decode N tokens together (one
+ *   tg N @ b  b sequences, each already holding -d tokens (each depth of the list), decode N tokens together (one
  *             batched step a token; on CUDA one captured graph a step): b·N / time.
  *
  * Floor = bytes one decode step must read (ts_model_decode_cost_batch: dense weights once, the
@@ -52,8 +52,10 @@ static void bench_usage(FILE *f) {
         "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
         "  -n, --n-gen N         tokens decoded per sequence\n"
         "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
-        "  -d, --n-depth N       tokens each sequence holds before decode is timed (default 128; also\n"
-        "                        --ctx); the -r runs follow each other (the context grows)\n"
+        "  -d, --n-depth LIST    tokens each sequence holds before decode is timed (default 128; also\n"
+        "                        --ctx); each batch size at each; the -r runs follow each other (the\n"
+        "                        context grows). CUDA plans -b's largest count of sequences of the\n"
+        "                        longest depth\n"
         "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
         "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
         "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
@@ -100,8 +102,8 @@ enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, 
 
 typedef struct bench_opts {
     const char *ple;
-    long pl[MAX_LIST], bl[MAX_LIST], ubl[MAX_LIST], n, reps, ctx, profile_batch;
-    int np, nb, nub, out;
+    long pl[MAX_LIST], bl[MAX_LIST], ubl[MAX_LIST], dl[MAX_LIST], n, reps, profile_batch;
+    int np, nb, nub, nd, out;
     bool random_weights;
     size_t gpu_mem; /* bytes; 0: the whole GPU */
 } bench_opts;
@@ -145,7 +147,7 @@ static int bench_option(void *ctx, int id, const char *v) {
         break;
     case 'd':
     case OPT_DEPTH:
-        bad = ts_cli_long(v, 1, 1 << 24, &o->ctx);
+        bad = parse_list(v, o->dl, &o->nd, 1, 1 << 24);
         break;
     case OPT_PLE:
         o->ple = v;
@@ -269,7 +271,8 @@ int ts_cmd_bench(int argc, char **argv) {
                     .ubl = {512},
                     .n = 128,
                     .reps = 3,
-                    .ctx = 128,
+                    .dl = {128},
+                    .nd = 1,
                     .profile_batch = 1,
                     .np = 1,
                     .nb = 1,
@@ -288,7 +291,7 @@ int ts_cmd_bench(int argc, char **argv) {
     }
     const char *path = a.model, *backend = a.backend_name, *ple = o.ple;
     long *pl = o.pl, *bl = o.bl;
-    const long n = o.n, reps = o.reps, ctx = o.ctx, ub = o.ubl[0];
+    const long n = o.n, reps = o.reps, ub = o.ubl[0];
     const int np = o.np, nb = o.nb;
     const bool random_weights = o.random_weights;
     if (!path) {
@@ -318,7 +321,8 @@ int ts_cmd_bench(int argc, char **argv) {
 #else
     int nt = 1;
 #endif
-    long pmax = 0, bmax = 0, ubmax = 0;
+    long pmax = 0, bmax = 0, ubmax = 0, dmax = 0;
+    for (int i = 0; i < o.nd; i++) dmax = o.dl[i] > dmax ? o.dl[i] : dmax;
     for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
     for (int i = 0; i < o.nub; i++) ubmax = o.ubl[i] > ubmax ? o.ubl[i] : ubmax;
     for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
@@ -328,7 +332,7 @@ int ts_cmd_bench(int argc, char **argv) {
                 o.profile_batch, bmax);
         return 2;
     }
-    const int64_t seq_ctx = (pmax > ctx + (reps + 1) * n ? pmax : ctx + (reps + 1) * n) + 1;
+    const int64_t seq_ctx = (pmax > dmax + (reps + 1) * n ? pmax : dmax + (reps + 1) * n) + 1;
     char err[1024] = "";
     ts_model *m;
     if (ts_model_load(path, &m, err, sizeof err)) {
@@ -441,37 +445,39 @@ int ts_cmd_bench(int argc, char **argv) {
             if (!rc) print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
         }
     }
-    for (int bi = 0; !rc && bi < nb;
-         bi++) { /* decode: prefill --ctx tokens once, then the timed runs in a row */
-        const long b = bl[bi];
-        random_ids(ids, ctx, V, &rng);
-        for (long i = 0; i < b; i++) {
-            ts_session_reset(ss[i]);
-            idp[i] = ids, cnt[i] = ctx, lp[i] = NULL;
-        }
-        rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
-        for (long i = 0; i < b; i++) idp[i] = step + i, cnt[i] = 1, lp[i] = i == 0 ? logits : NULL;
-        for (long r = 0; !rc && r <= reps; r++) {
-            double t0 = now();
-            for (long k = 0; !rc && k < n; k++) {
-                random_ids(step, b, V, &rng);
-                rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
+    /* decode at each depth and batch: prefill the depth's tokens once, then the timed runs in a row */
+    for (int di = 0; !rc && di < o.nd; di++)
+        for (int bi = 0; !rc && bi < nb; bi++) {
+            const long b = bl[bi], ctx = o.dl[di];
+            random_ids(ids, ctx, V, &rng);
+            for (long i = 0; i < b; i++) {
+                ts_session_reset(ss[i]);
+                idp[i] = ids, cnt[i] = ctx, lp[i] = NULL;
             }
-            t[r] = (double)b * n / (now() - t0);
-        }
-        if (rc) break;
-        ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
-        const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes),
-                     floor_tps = bw / bytes * b;
-        snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);
-        row.n_prompt = 0, row.n_gen = n, row.n_batch = b, row.n_depth = ctx, row.floor_tps = floor_tps;
-        print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
-        fprintf(stderr,
+            rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
+            for (long i = 0; i < b; i++) idp[i] = step + i, cnt[i] = 1, lp[i] = i == 0 ? logits : NULL;
+            for (long r = 0; !rc && r <= reps; r++) {
+                double t0 = now();
+                for (long k = 0; !rc && k < n; k++) {
+                    random_ids(step, b, V, &rng);
+                    rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
+                }
+                t[r] = (double)b * n / (now() - t0);
+            }
+            if (rc) break;
+            ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
+            const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes),
+                         floor_tps = bw / bytes * b;
+            snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);
+            row.n_prompt = 0, row.n_gen = n, row.n_batch = b, row.n_depth = ctx, row.floor_tps = floor_tps;
+            print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
+            fprintf(
+                stderr,
                 "bench: batch %ld reads %.1f MiB a step (weights %.1f, state %.1f, K/V %.1f); bandwidth %.1f "
                 "GB/s\n",
                 b, bytes / 1048576, c.weight_bytes / 1048576.0, c.state_bytes / 1048576.0,
                 c.kv_bytes / 1048576.0, bw / 1e9);
-    }
+        }
     if (o.out == OUT_JSON) printf("%s]\n", first ? "" : "\n");
     if (rc) fprintf(stderr, "turbospark bench: %s\n", *err ? err : "failed");
     const int pb = (int)o.profile_batch;
