@@ -20,7 +20,8 @@
 #                                         (each filled by a prefill in micro-batches of 2,048)
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
 #                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
-#                                         0 and 5), then prefill of 8,192 tokens at micro-batches 512 to 4,096
+#                                         0 and 5), then prefill of 512 and 8,192 tokens at micro-batches 512
+#                                         to 4,096, and with the grouped products' 16-token tiles off
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -104,6 +105,9 @@ speed)
   done
   timeout 250 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
     -r 1 2> "$out/ub.err" | tee "$out/ub.txt" | grep -E "pp"
+  echo "TURBOSPARK_TC_NARROW=0 (64-token tiles for the grouped products)"
+  TURBOSPARK_TC_NARROW=0 timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 --ctx 1 \
+    -r 1 2> "$out/narrow0.err" | tee "$out/narrow0.txt" | grep -E "pp"
   ;;
 ud)
   # UD mixes at the released shapes on the GPU held to a smaller card's memory (bench --gpu-mem): an
