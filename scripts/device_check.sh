@@ -21,7 +21,11 @@
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
 #                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
 #                                         0 and 5), then prefill of 512 and 8,192 tokens at micro-batches 512
-#                                         to 4,096, and with the grouped products' 16-token tiles off
+#                                         to 4,096
+#   bash scripts/device_check.sh ab       prefill with each switch of the branches' prefill changes off
+#                                         (TURBOSPARK_TC_NARROW=0, TURBOSPARK_CUDA_GDN_CLUSTER=0), and the
+#                                         mid model's logits with the GDN clusters on and off (equal bit
+#                                         for bit: the clusters compute the same sums)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -96,6 +100,21 @@ ctx)
   timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 -d 1024,32768,131072,262144 \
     -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
   ;;
+ab)
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  for sw in TURBOSPARK_TC_NARROW=0 TURBOSPARK_CUDA_GDN_CLUSTER=0; do
+    echo "$sw"
+    env $sw timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 --ctx 1 -r 1 \
+      2> "$out/ab.err" | grep -E "pp"
+  done
+  $B synth --mid -o /tmp/mid.gguf > /dev/null 2>&1
+  python3 -c "import numpy as np; np.save('/tmp/mid_ids.npy', (np.arange(700) * 7919 % 32000).astype(np.int32))"
+  for c in 1 0; do
+    TURBOSPARK_CUDA_GDN_CLUSTER=$c $B logits -m /tmp/mid.gguf --tokens-npy /tmp/mid_ids.npy -o /tmp/mid_c$c.npy \
+      --backend cuda > /dev/null 2>&1
+  done
+  python3 -c "import numpy as np; a, b = np.load('/tmp/mid_c1.npy'), np.load('/tmp/mid_c0.npy'); print('GDN clusters on vs off: max |d| =', float(np.abs(a - b).max()), '(equal)' if (a == b).all() else '(NOT equal)')"
+  ;;
 speed)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
   for rows in 0 5; do
@@ -105,9 +124,6 @@ speed)
   done
   timeout 250 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
     -r 1 2> "$out/ub.err" | tee "$out/ub.txt" | grep -E "pp"
-  echo "TURBOSPARK_TC_NARROW=0 (64-token tiles for the grouped products)"
-  TURBOSPARK_TC_NARROW=0 timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 --ctx 1 \
-    -r 1 2> "$out/narrow0.err" | tee "$out/narrow0.txt" | grep -E "pp"
   ;;
 ud)
   # UD mixes at the released shapes on the GPU held to a smaller card's memory (bench --gpu-mem): an
