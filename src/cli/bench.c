@@ -97,6 +97,12 @@ static int parse_list(const char *s, long *out, int *n, long lo, long hi) {
 
 static double median(double *v, int n);
 
+static long list_max(const long *v, int n) {
+    long m = 0;
+    for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 enum { OUT_MD, OUT_JSON, OUT_CSV };
 enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, OPT_GPU_MEM, OPT_UB };
 
@@ -321,11 +327,8 @@ int ts_cmd_bench(int argc, char **argv) {
 #else
     int nt = 1;
 #endif
-    long pmax = 0, bmax = 0, ubmax = 0, dmax = 0;
-    for (int i = 0; i < o.nd; i++) dmax = o.dl[i] > dmax ? o.dl[i] : dmax;
-    for (int i = 0; i < np; i++) pmax = pl[i] > pmax ? pl[i] : pmax;
-    for (int i = 0; i < o.nub; i++) ubmax = o.ubl[i] > ubmax ? o.ubl[i] : ubmax;
-    for (int i = 0; i < nb; i++) bmax = bl[i] > bmax ? bl[i] : bmax;
+    const long pmax = list_max(pl, np), bmax = list_max(bl, nb), ubmax = list_max(o.ubl, o.nub),
+               dmax = list_max(o.dl, o.nd);
     if (o.profile_batch > bmax) {
         fprintf(stderr,
                 "turbospark bench: --profile-batch %ld is more sequences than the largest batch (-b) %ld\n",

@@ -4,7 +4,7 @@
  * grows past the reservation.
  *
  * The ranges in use are kept sorted by offset in one array; the free ranges are the gaps between
- * them, so freed neighbours coalesce by themselves. take, give and largest are O(ranges in use):
+ * them, so freed neighbours coalesce by themselves. take, give and fits are O(ranges in use):
  * a few hundred snapshots at most, next to copies of megabytes. Offsets and sizes are multiples of
  * the alignment given at creation. One thread at a time (the caller locks). */
 #ifndef TS_COMMON_RANGE_ALLOC_H

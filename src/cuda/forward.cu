@@ -583,9 +583,10 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     // lays the weights out in the bytes the plan counts
     ts_memplan mp;
     ts_memplan_make(m, o->plan_ctx, o->plan_seqs, o->max_rows, &mp);
+    mp.snapshots = o->snapshot_bytes;
     ts_cuda_plan &P = c->plan;
     P.weights = mp.weights, P.table = mp.table, P.seq_state = mp.seq_state, P.work = mp.work,
-    P.snapshots = o->snapshot_bytes;
+    P.snapshots = mp.snapshots;
     uploader dry{true, o->random_weights};
     dry.err = err, dry.errlen = errlen;
     if (!rc) {
@@ -603,7 +604,6 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     }
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
     if (o->gpu_mem && o->gpu_mem < P.total_bytes) P.total_bytes = o->gpu_mem;
-    mp.snapshots = o->snapshot_bytes;
     if (!rc) {
         rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
         P.table_on_host = mp.table_on_host;

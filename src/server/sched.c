@@ -914,15 +914,15 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
         }
     }
     if (s->p.cache_gpu_bytes) { /* the reservation the CUDA backend was set up with */
-        ts_backend_info bi = {0};
-        if (!ts_model_backend_info(m, TS_BACKEND_CUDA, &bi, err, errlen) &&
-            bi.snapshot_bytes < s->p.cache_gpu_bytes)
-            ts_errf(
+        ts_backend_info bi;
+        int bad = ts_model_backend_info(m, TS_BACKEND_CUDA, &bi, err, errlen);
+        if (!bad && bi.snapshot_bytes < s->p.cache_gpu_bytes)
+            bad = ts_errf(
                 err, errlen,
                 "the model's CUDA backend was set up with %.0f MiB of GPU memory for snapshots, fewer than "
                 "the %.0f MiB asked for the prefix cache",
                 bi.snapshot_bytes / 1048576.0, s->p.cache_gpu_bytes / 1048576.0);
-        if (bi.snapshot_bytes < s->p.cache_gpu_bytes) {
+        if (bad) {
             ts_sched_free(s);
             return -1;
         }
