@@ -93,6 +93,11 @@ struct tc_gemm_args {
     const int32_t *sorted; // experts: the plan (tiles == NULL: dense)
     const int4 *tiles;
     const int32_t *n_tiles;
+    // split products (blockIdx.z = part p): half p / ksplit (0: x, 1: the residual of its rounding, whose
+    // records lie lo_off bytes after x's), K range p % ksplit of ksplit, outputs at y + p·part_stride
+    int ksplit;
+    size_t lo_off;
+    int64_t part_stride;
 };
 
 // acc += a group's sums times its x scales: 2^-s of token g (rows 2t, 2t + 1: v0, v1) and of token g + 8 (v2, v3).
@@ -109,7 +114,7 @@ __device__ __forceinline__ float half_at(const uint8_t *p) {
 
 // ---- kernel 1: x records ----------------------------------------------------------------------------
 
-template <int TYPE>
+template <int TYPE, bool RES>
 __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict__ x, int nx, int ne0,
                                                         int64_t x_stride, uint8_t *__restrict__ rec) {
     using S = tc_step<TYPE>;
@@ -118,10 +123,10 @@ __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict_
     uint32_t *base = reinterpret_cast<uint32_t *>(rec + static_cast<size_t>(r0) * ng * S::REC);
     constexpr int step = S::REC / 4; // u32 a record
     if constexpr (S::kInorder)
-        stage_x_inorder<S::G>(x + static_cast<size_t>(r0) * x_stride, n, ne0, x_stride, base,
+        stage_x_inorder<S::G, RES>(x + static_cast<size_t>(r0) * x_stride, n, ne0, x_stride, base,
                               reinterpret_cast<float *>(base + S::SC), step, step);
     else
-        stage_x_kquant(x + static_cast<size_t>(r0) * x_stride, n, ng, x_stride, base,
+        stage_x_kquant<RES>(x + static_cast<size_t>(r0) * x_stride, n, ng, x_stride, base,
                        reinterpret_cast<uint2 *>(base + 128), reinterpret_cast<float *>(base + S::SC), step,
                        step / 2, step);
 }
@@ -138,6 +143,10 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
               t = lane & 3;
     const int o0 = static_cast<int>(blockIdx.x) * kRowsTc;
+    const int part = static_cast<int>(blockIdx.z), kz = part % a.ksplit;
+    const int s0 = kz * a.ng / a.ksplit, nst = (kz + 1) * a.ng / a.ksplit - s0; // this block's steps
+    const uint8_t *xrec = a.xrec + static_cast<size_t>(part / a.ksplit) * a.lo_off;
+    float *y = a.y + part * a.part_stride;
     const int n_tiles = a.tiles ? *a.n_tiles : (a.T + kTokTc - 1) / kTokTc;
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
@@ -160,7 +169,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             const float nan = __int_as_float(0x7fffffff);
             for (int idx = tid; idx < kRowsTc * cnt; idx += kWarpsTc * 32) {
                 const int j = idx / kRowsTc, m = idx - j * kRowsTc;
-                if (o0 + m < a.n_out) a.y[static_cast<int64_t>(items[j]) * a.y_stride + o0 + m] = nan;
+                if (o0 + m < a.n_out) y[static_cast<int64_t>(items[j]) * a.y_stride + o0 + m] = nan;
             }
             continue;
         }
@@ -173,15 +182,17 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             return o < a.n_part ? a.w0 + r0 + static_cast<size_t>(o) * a.rb
                                 : (a.w1 ? a.w1 : a.w0) + r0 + static_cast<size_t>(o - a.n_part) * a.rb;
         };
-        // stage k of the ring ← step s: the x records of the tile's tokens, the weight lines of its rows
-        auto issue = [&](int s) {
-            uint8_t *xs = sm + static_cast<size_t>(s % NS) * S::STAGE;
+        // stage i % NS of the ring ← step s = s0 + i: the x records of the tile's tokens, the weight lines
+        // of its rows
+        auto issue = [&](int i) {
+            const int s = s0 + i;
+            uint8_t *xs = sm + static_cast<size_t>(i % NS) * S::STAGE;
             uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
             constexpr int XL = S::REC / 16;
             for (int idx = tid; idx < kTokTc * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
                 cp_async16(xs + j * S::REC + 16 * l,
-                           a.xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
+                           xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
             }
             for (int idx = tid; idx < kRowsTc * S::LINES; idx += kWarpsTc * 32) {
                 const int m = idx / S::LINES, l = idx - m * S::LINES;
@@ -199,16 +210,17 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             for (int tt = 0; tt < kTokTiles; tt++) acc[r][tt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 #pragma unroll
-        for (int s = 0; s < NS - 1; s++) {
-            if (s < a.ng) issue(s);
+        for (int i = 0; i < NS - 1; i++) {
+            if (i < nst) issue(i);
             cp_async_commit();
         }
-        for (int s = 0; s < a.ng; s++) {
+        for (int i = 0; i < nst; i++) {
+            const int s = s0 + i;
             cp_async_wait<NS - 2>();
-            __syncthreads(); // step s has landed for every thread; stage (s − 1) % NS is free
-            if (s + NS - 1 < a.ng) issue(s + NS - 1);
+            __syncthreads(); // step s has landed for every thread; stage (i − 1) % NS is free
+            if (i + NS - 1 < nst) issue(i + NS - 1);
             cp_async_commit();
-            const uint8_t *xs = sm + static_cast<size_t>(s % NS) * S::STAGE;
+            const uint8_t *xs = sm + static_cast<size_t>(i % NS) * S::STAGE;
             const uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
             // this warp's rows: tile r holds rows 16·warp + 8r + (0..7); lane g builds row g's fragments,
             // lane t reads the scales of rows 2t and 2t + 1
@@ -361,7 +373,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                 for (int h = 0; h < 2; h++) {
                     const int j = 16 * tt + g + 8 * h;
                     if (j >= cnt) continue;
-                    float *yr = a.y + static_cast<int64_t>(items[j]) * a.y_stride;
+                    float *yr = y + static_cast<int64_t>(items[j]) * a.y_stride;
                     const float v0 = h ? acc[r][tt].z : acc[r][tt].x, v1 = h ? acc[r][tt].w : acc[r][tt].y;
                     if (o < a.n_out) yr[o] = v0;
                     if (o + 1 < a.n_out) yr[o + 1] = v1;
@@ -382,7 +394,7 @@ template <int TYPE> int stages_for() {
     return ns >= 4 ? 4 : ns;
 }
 
-template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
+template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
     const auto kernel = gemm_tc_kernel<TYPE, NS>;
     const size_t smem = static_cast<size_t>(NS) * tc_step<TYPE>::STAGE;
     static bool opted_in = false; // one flag per instantiation
@@ -392,42 +404,52 @@ template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, unsigned gx, 
             return -1;
         opted_in = true;
     }
-    kernel<<<dim3(gx, gy), kWarpsTc * 32, smem, s>>>(a);
+    kernel<<<grid, kWarpsTc * 32, smem, s>>>(a);
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }
 
-// x records, then the GEMM.
+// x records, then the GEMM. split > 0: the split product (the residual's records after x's, K in split
+// ranges, 2·split parts).
 template <int TYPE>
-int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy,
+int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy, int split,
         cudaStream_t s) {
+    using S = tc_step<TYPE>;
     uint8_t *rec = static_cast<uint8_t *>(g_scratch);
-    tc_x_prep_kernel<TYPE><<<(nx + kPrepRows - 1) / kPrepRows, 256, 0, s>>>(x, nx, ne0, x_stride, rec);
-    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    const unsigned pb = static_cast<unsigned>((nx + kPrepRows - 1) / kPrepRows);
+    tc_x_prep_kernel<TYPE, false><<<pb, 256, 0, s>>>(x, nx, ne0, x_stride, rec);
     a.xrec = rec;
-    a.ng = ne0 / tc_step<TYPE>::G;
+    a.ng = ne0 / S::G;
+    a.ksplit = split > 0 ? split : 1;
+    a.lo_off = 0;
+    if (split > 0) {
+        a.lo_off = static_cast<size_t>(nx) * static_cast<size_t>(a.ng) * S::REC;
+        tc_x_prep_kernel<TYPE, true><<<pb, 256, 0, s>>>(x, nx, ne0, x_stride, rec + a.lo_off);
+    }
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    const dim3 grid(gx, gy, split > 0 ? 2u * static_cast<unsigned>(split) : 1u);
     switch (stages_for<TYPE>()) {
     case 4:
-        return launch_gemm<TYPE, 4>(a, gx, gy, s);
+        return launch_gemm<TYPE, 4>(a, grid, s);
     case 3:
-        return launch_gemm<TYPE, 3>(a, gx, gy, s);
+        return launch_gemm<TYPE, 3>(a, grid, s);
     default:
         return -1;
     }
 }
 
 int run_type(uint32_t type, const float *x, int nx, int64_t x_stride, int ne0, const tc_gemm_args &a,
-             unsigned gx, unsigned gy, cudaStream_t s) {
+             unsigned gx, unsigned gy, int split, cudaStream_t s) {
     switch (type) {
     case TS_TYPE_Q4_K:
-        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
     case TS_TYPE_Q5_K:
-        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
     case TS_TYPE_Q6_K:
-        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, s);
+        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
     case TS_TYPE_Q8_0:
-        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, s);
+        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, split, s);
     case TS_TYPE_Q5_0:
-        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, s);
+        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, split, s);
     default:
         return -1;
     }
@@ -491,7 +513,7 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     const int64_t tiles = (T + kTokTc - 1) / kTokTc;
     return run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>((n_out + kRowsTc - 1) / kRowsTc),
-                    static_cast<unsigned>(tiles < 65535 ? tiles : 65535), s);
+                    static_cast<unsigned>(tiles < 65535 ? tiles : 65535), 0, s);
 }
 
 extern "C" bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
@@ -531,5 +553,41 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
     const int nx = static_cast<int>((plan->n_items + xd - 1) / xd);
     return run_type(W->type, x_dev, nx, x_stride, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>((a.n_out + kRowsTc - 1) / kRowsTc),
-                    static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), s);
+                    static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), 0, s);
+}
+
+extern "C" bool ts_cuda_gemm_tc_split_takes(uint32_t type, int64_t ne0, int64_t T) {
+    return T > 0 && T <= INT_MAX / 4 && ts_cuda_gemm_tc_takes(type, ne0, 2 * T);
+}
+
+extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, const float *x_dev, int64_t T,
+                                     float *parts, int64_t part_stride, int max_parts, cudaStream_t s) {
+    if (!W || !W->data || n_out <= 0 || n_out > W->rows || n_out > INT_MAX - 256 || T <= 0 || max_parts < 2 ||
+        part_stride < n_out * T)
+        return -1;
+    if (!ts_cuda_gemm_tc_split_takes(W->type, W->ne0, T) || W->row_bytes != ts_row_size(W->type, W->ne0))
+        return -1;
+    if (!x_dev || !parts || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u))
+        return -1;
+    tc_gemm_args a = {};
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.rb = W->row_bytes;
+    a.n_out = a.n_part = static_cast<int>(n_out);
+    a.x_div = 1;
+    a.y = parts;
+    a.y_stride = n_out;
+    a.part_stride = part_stride;
+    a.T = static_cast<int>(T);
+    const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, tiles = (T + kTokTc - 1) / kTokTc;
+    const int64_t gy = tiles < 65535 ? tiles : 65535;
+    // K ranges: enough blocks for one wave of the SMs (a block an SM), each range at least 4 steps
+    const int64_t ng = W->ne0 / tc_gemv_group(W->type);
+    int64_t ks = (ts_cuda_sm_count() + 2 * gx * gy - 1) / (2 * gx * gy);
+    ks = ks < ng / 4 ? ks : ng / 4;
+    ks = ks < max_parts / 2 ? ks : max_parts / 2;
+    ks = ks > 1 ? ks : 1;
+    const int rc = run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
+                            static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<int>(ks), s);
+    return rc == 0 ? static_cast<int>(2 * ks) : -1;
 }

@@ -47,6 +47,18 @@ int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tenso
                             const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
                             int64_t y_stride, cudaStream_t s);
 
+/* Split products, y ≈ W·x to about fp32's precision on the tensor cores (the hyper-connection products,
+ * which stay fp32, DESIGN.md): x and the residual of its fp16 rounding (x − hi) are each rounded to fp16
+ * at their own power-of-two scale, so hi + lo carries ~22 bits of x; both run against the exact weights
+ * with fp32 accumulation, over K in a few ranges (enough blocks for the GPU's multiprocessors). The
+ * parts, T × n_out floats each at parts + p·part_stride (p = 0, 1, ...: x's ranges, then the residual's),
+ * are left for the caller to add in that order. Returns the number of parts (even, ≤ max_parts), or -1
+ * (not taken or a bad argument): rows 0 .. n_out − 1 of W. Needs x records for 2·T rows in the thread's
+ * scratch. */
+bool ts_cuda_gemm_tc_split_takes(uint32_t type, int64_t ne0, int64_t T);
+int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, const float *x_dev, int64_t T, float *parts,
+                          int64_t part_stride, int max_parts, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

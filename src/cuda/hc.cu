@@ -16,11 +16,14 @@
 // block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj, then
 // the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 64 rows
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
-// down|inject product and hc_up_mix_kernel). Elementwise kernels map one thread to one output
+// down|inject product and hc_up_mix_kernel). Beyond 64 rows the down|inject product runs on the tensor
+// cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's precision, as the CPU twin's fp32)
+// when the type allows, its parts added by the activation kernel. Elementwise kernels map one thread to one output
 // element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
 // whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
 // products sum in a different order, so results agree to fp32 rounding, not bit for bit.
+#include "cuda/gemm_tc.h"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
@@ -29,6 +32,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -55,18 +59,33 @@ __global__ void hc_act_kernel(float *__restrict__ lr, int64_t n_lr, float *__res
     }
 }
 
-// The combined down|inject product P (N × (r + C)) split: lr = silu(P[:, :r] / C), inj = 2σ(P[:, r:] / C).
-__global__ void hc_act_split_kernel(const float *__restrict__ P, int64_t N, int64_t r, int64_t C,
-                                    float *__restrict__ lr, float *__restrict__ inj) {
-    const int64_t w = r + C, n = N * w;
+// The down|inject product P (N × (r + ni), ni = C with the inject rows, 0 without) split: lr =
+// silu(P[:, :r] / C), inj = 2σ(P[:, r:] / C). P is the sum of `parts` partial products pstride floats
+// apart, added in order (the split products of gemm_tc.h; one part: P itself).
+__global__ void hc_act_split_kernel(const float *__restrict__ P, int parts, int64_t pstride, int64_t N,
+                                    int64_t r, int64_t ni, int64_t C, float *__restrict__ lr,
+                                    float *__restrict__ inj) {
+    const int64_t w = r + ni, n = N * w;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = e / w, j = e % w;
+        float p = P[e];
+        for (int q = 1; q < parts; q++) p += P[q * pstride + e];
         if (j < r)
-            lr[t * r + j] = ts_dsilu(P[e] / (float)C);
+            lr[t * r + j] = ts_dsilu(p / (float)C);
         else
-            inj[t * C + (j - r)] = 2.0f * ts_dsigmoid(P[e] / (float)C);
+            inj[t * C + (j - r)] = 2.0f * ts_dsigmoid(p / (float)C);
     }
+}
+
+// The hyper-connection products on the tensor cores as split products (gemm_tc.h), unless
+// TURBOSPARK_CUDA_HC_SPLIT=0 (then the fp32 GEMM).
+bool hc_split_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_HC_SPLIT");
+        return !(v && v[0] == '0');
+    }();
+    return on;
 }
 
 // R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream).
@@ -429,9 +448,18 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     if (fused <= 0) return fused;
     if (w->xn_unnormed) return -1; // the write chose hc_write_ss_kernel for a read it could not fuse
 
-    if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
+    const ts_cuda_tensor *D = with_inj ? &hc->down_inject : &hc->down;
+    const int64_t ni = with_inj ? C : 0;
+    if (D->data && hc_split_enabled() && ts_cuda_gemm_tc_split_takes(D->type, D->ne0, N)) {
+        // the parts in w->mix (N × W floats: the up product's output, written after they are added)
+        const int parts = ts_cuda_gemm_tc_split(D, r + ni, w->xn, N, w->mix, N * (r + ni),
+                                                static_cast<int>(W / (r + ni)), s);
+        if (parts < 0) return -1;
+        hc_act_split_kernel<<<blocks_for(N * (r + ni)), kThreads, 0, s>>>(w->mix, parts, N * (r + ni), N, r, ni,
+                                                                          C, w->lr, inj);
+    } else if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
         if (ts_cuda_matmul_unrounded(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
-        hc_act_split_kernel<<<blocks_for(N * (r + C)), kThreads, 0, s>>>(w->mix, N, r, C, w->lr, inj);
+        hc_act_split_kernel<<<blocks_for(N * (r + C)), kThreads, 0, s>>>(w->mix, 1, 0, N, r, C, C, w->lr, inj);
     } else {
         if (ts_cuda_matmul_unrounded(&hc->down, 0, r, w->xn, N, w->lr, s)) return -1;
         if (with_inj && ts_cuda_matmul_unrounded(&hc->inject, 0, C, w->xn, N, inj, s)) return -1;

@@ -54,6 +54,19 @@ __device__ __forceinline__ float unit_amax(const float (&v)[16]) {
     return amax;
 }
 
+// v ← its residual after the fp16 rounding at its group's scale: v − fp16(v·2^s)·2^-s (exact in fp32). The
+// split products (gemm_tc.h) stage x and then this residual, each rounded at its own scale, so the two
+// carry ~22 bits of x. LANES: the neighbouring lanes whose units make up the group (they share its max).
+template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16]) {
+    float amax = unit_amax(v);
+#pragma unroll
+    for (int off = 1; off < LANES; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float inv;
+    const float scale = tc_x_scale(amax, inv);
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
+}
+
 // The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
 // round (the shuffles inside need all lanes), ok = u < units.
@@ -77,7 +90,9 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 }
 
 // x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
-// the 16 units of a (row, super-block) are neighbouring lanes and share its max.
+// the 16 units of a (row, super-block) are neighbouring lanes and share its max. RES: stage the residual
+// of x's own rounding instead (tc_x_residual).
+template <bool RES = false>
 __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                       uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
                                       int sum_step = 4, int sc_step = 1) {
@@ -87,7 +102,11 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
         return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
                16 * (q & 1);
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = x16[i];
+        if constexpr (RES) tc_x_residual<16>(v);
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
         const int h = q >> 1, j = q & 1;
         float amax = unit_amax(v);
@@ -117,8 +136,8 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
-// lanes and share its max.
-template <int G>
+// lanes and share its max. RES: the residual of x's own rounding (tc_x_residual).
+template <int G, bool RES = false>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
                                        uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
@@ -127,7 +146,11 @@ __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int 
         const int rg = u / UPG;
         return x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG);
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&v)[16]) {
+    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = x16[i];
+        if constexpr (RES) tc_x_residual<UPG>(v);
         const int m = u % UPG, rg = u / UPG;
         float amax = unit_amax(v);
 #pragma unroll

@@ -344,10 +344,10 @@ void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_mem
     e[TS_WORK_LOGITS] =
         (N < TS_MEMPLAN_MAX_LOGIT_ROWS ? N : TS_MEMPLAN_MAX_LOGIT_ROWS) * (int64_t)hp->n_vocab;
     /* x records of the tensor-core prefill products: N rows of the widest product input (the routed
-     * down products: N·k rows of F, so k·F a token), at most 72 4-byte words per 128 inputs
-     * (src/cuda/gemm_tc.cu: 576 bytes per 256 for the K-quants, 288 per 128 for Q8_0 and Q5_0, 544 per
-     * 256 for Q6_K) */
-    int64_t K = W > vd ? W : vd;
+     * down products: N·k rows of F, so k·F a token; the hyper-connection down products, split: two
+     * records a row of W), at most 72 4-byte words per 128 inputs (src/cuda/gemm_tc.cu: 576 bytes per
+     * 256 for the K-quants, 288 per 128 for Q8_0 and Q5_0, 544 per 256 for Q6_K) */
+    int64_t K = 2 * W > vd ? 2 * W : vd;
     K = K > k * F ? K : k * F;
     K = K > nh * hd ? K : nh * hd;
     K = K > (int64_t)hp->n_ff_shexp ? K : (int64_t)hp->n_ff_shexp;

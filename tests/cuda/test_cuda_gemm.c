@@ -20,7 +20,9 @@
  * gate / up (two parts, W2), then down on the items' own rows (x_div = 1), with tiles of 16, 32 and
  * 64 items (uniform, skewed and sparse routings), bad ids (→ NaN), and a CUDA-graph capture replayed
  * after the ids changed on the device. At the released shape (E 512, k 10, H 2560, F 640, N 512)
- * the whole MoE expert path against the GEMV path, and a sample of items exactly. */
+ * the whole MoE expert path against the GEMV path, and a sample of items exactly.
+ * Split products (ts_cuda_gemm_tc_split, the hyper-connection down products): within 1e-6 of Σ|w·x|
+ * against the CPU's fp32 product. */
 #include "cpu/cpu.h"
 #include "cuda/cuda_common.h"
 #include "cuda/gemm.h"
@@ -284,6 +286,66 @@ static void dispatch_case(uint32_t type, uint64_t seed, tstats *st) {
         free(y);
         free(ycpu);
     }
+    wtensor_free(&w);
+}
+
+/* Split products (ts_cuda_gemm_tc_split): the parts added in order on the host against the CPU's fp32
+ * product of the unrounded x, within SPLIT_BOUND of Σ|w·x| (x's hi + lo carry ~22 bits, so the error is
+ * fp32's, not fp16's); the plain tensor-core product (x rounded once) is reported beside it. */
+#define SPLIT_BOUND 1e-6
+static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uint64_t seed, tstats *st) {
+    wtensor w;
+    wtensor_make(&w, type, ne0, n_out, 1, seed);
+    rng_t g = {mix64(seed * 5 + 3)};
+    const int max_parts = 32;
+    float *x = malloc(sizeof(float) * (size_t)(T * ne0)), *ycpu = malloc(sizeof(float) * (size_t)(T * n_out));
+    float *parts = malloc(sizeof(float) * (size_t)(max_parts * T * n_out));
+    float *yhi = malloc(sizeof(float) * (size_t)(T * n_out));
+    for (int64_t i = 0; i < T * ne0; i++) x[i] = (float)rng_gauss(&g) * (i % 7 == 0 ? 30.0f : 1.0f);
+    ts_cpu_matmul(&w.host, 0, n_out, x, T, ycpu);
+    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, ne0, 2 * T);
+    float *xd, *pd;
+    void *tcx;
+    TS_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * (size_t)(T * ne0)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&pd, sizeof(float) * (size_t)(max_parts * T * n_out)));
+    TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
+    TS_CUDA_CHECK(cudaMemcpy(xd, x, sizeof(float) * (size_t)(T * ne0), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(pd, 0xFF, sizeof(float) * (size_t)(max_parts * T * n_out))); /* NaN poison */
+    ts_cuda_tc_scratch_set(tcx, tcx_bytes);
+    const int np = ts_cuda_gemm_tc_split(&w.dev, n_out, xd, T, pd, T * n_out, max_parts, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    TS_CUDA_CHECK(cudaMemcpy(parts, pd, sizeof(float) * (size_t)(max_parts * T * n_out), cudaMemcpyDeviceToHost));
+    /* the plain product (x rounded to fp16 once) for comparison */
+    const int rc_hi = ts_cuda_gemm_tc(&w.dev, 0, n_out, xd, T, pd, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    TS_CUDA_CHECK(cudaMemcpy(yhi, pd, sizeof(float) * (size_t)(T * n_out), cudaMemcpyDeviceToHost));
+    ts_cuda_tc_scratch_set(NULL, 0);
+    double worst = 0, worst_hi = 0;
+    for (int64_t t = 0; np > 0 && t < T; t++)
+        for (int64_t o = 0; o < n_out; o++) {
+            float sum = 0.0f;
+            for (int q = 0; q < np; q++) sum += parts[(size_t)q * T * n_out + t * n_out + o];
+            double mag;
+            chain(w.deq + (size_t)o * ne0, x + (size_t)t * ne0, ne0, &mag);
+            const double rel = fabs((double)sum - (double)ycpu[t * n_out + o]) / (mag > 0 ? mag : 1e-30);
+            const double rel_hi = fabs((double)yhi[t * n_out + o] - (double)ycpu[t * n_out + o]) / (mag > 0 ? mag : 1e-30);
+            if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
+            if (rel_hi > worst_hi) worst_hi = rel_hi;
+        }
+    const int ok = np >= 2 && np % 2 == 0 && np <= max_parts && worst <= SPLIT_BOUND;
+    printf("  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
+           "once: %.2e%s)\n",
+           ts_type_name(type), (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", np, worst,
+           SPLIT_BOUND, worst_hi, rc_hi ? ", not run" : "");
+    st->runs++;
+    st->fails += !ok;
+    TS_CUDA_CHECK(cudaFree(xd));
+    TS_CUDA_CHECK(cudaFree(pd));
+    TS_CUDA_CHECK(cudaFree(tcx));
+    free(x);
+    free(ycpu);
+    free(parts);
+    free(yhi);
     wtensor_free(&w);
 }
 
@@ -809,6 +871,17 @@ int main(int argc, char **argv) {
         };
         for (int ci = 0; ci < 4; ci++)
             if (!quick || ci < 2) expert_case(type, &ecs[ci], sd + 20 + (uint64_t)ci * 10, &st);
+    }
+    /* split products: the hyper-connection down|inject shape (10240 → 324) at a partial token tile and
+     * at a micro-batch, and the in-order types */
+    printf("split products\n");
+    split_case(TS_TYPE_Q4_K, 10240, 324, 70, seed + 91, &st);
+    split_case(TS_TYPE_Q4_K, 10240, 320, 520, seed + 92, &st);
+    split_case(TS_TYPE_Q8_0, 2560, 200, 33, seed + 93, &st);
+    split_case(TS_TYPE_Q6_K, 2560, 130, 100, seed + 94, &st);
+    if (!quick) {
+        split_case(TS_TYPE_Q5_K, 10240, 324, 200, seed + 95, &st);
+        split_case(TS_TYPE_Q5_0, 1280, 64, 17, seed + 96, &st);
     }
     /* the released shape, Q4_K: grouped vs GEMV on every item, 300 items exactly */
     {

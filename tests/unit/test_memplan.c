@@ -95,8 +95,9 @@ static void test_tiny_work(void **state) {
      * each, qkv and u 160 floats → 768, z and o 96 → 512, β|α 256, qg 256 floats = 1,024, kv 128 =
      * 512, iq 256, ik 256, att 512, router 256, top-k ids and weights 256 each, gu 2·2·32 = 128
      * floats = 512, eo 2·64 = 512, sg, route counters, hc_ss, emb, pv 256 each, Rsel 1,024, xsel 256,
-     * logits 512 floats = 2,048, the tensor-core x records of one row of the widest input (R's 256):
-     * 2 · 72 words = 576 → 768: 16,640 bytes before the scratch */
+     * logits 512 floats = 2,048, the tensor-core x records of one row of the widest input (R's 256,
+     * twice: the split products' two records a row): 4 · 72 words = 1,152 → 1,280: 17,152 bytes before
+     * the scratch */
     ts_memplan_work w;
     ts_memplan_work_layout(&hp, 1, 16, &w);
     assert_int_equal(w.off[TS_WORK_XN], 1024);
@@ -104,7 +105,7 @@ static void test_tiny_work(void **state) {
     assert_int_equal(w.off[TS_WORK_GU], 10240);
     assert_int_equal(w.off[TS_WORK_LOGITS], 13824);
     assert_int_equal(w.off[TS_WORK_TCX], 15872);
-    assert_int_equal(w.scratch_off, 16640);
+    assert_int_equal(w.scratch_off, 17152);
     /* scratch at context 16: GDN max(α 6 floats → 32, z|β|α 6·18·4 = 432) = 432; QSA 0 (16/4 = 4
      * blocks, not more than Kb: dense, one split); MoE: shared 32 + 32 floats = 256, no padded expert
      * rows (F % 4 = 0), expert plan of 2 items in 8 experts: 256 + 256 (2 tiles) + 256 = 768 */
@@ -113,8 +114,8 @@ static void test_tiny_work(void **state) {
     assert_int_equal(ts_memplan_expert_plan_bytes(2, 8), 768);
     assert_int_equal(ts_memplan_moe_scratch(&hp, 1, 16), 1024);
     assert_int_equal(w.scratch, 1024);
-    assert_int_equal(w.total, 17664);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 16), 17664);
+    assert_int_equal(w.total, 18176);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 16), 18176);
     /* context 100: 25 blocks > Kb, so rows can be sparse: selected blocks 4 ints → 256, scores of one
      * row 25 floats → 256; the dense worst case (FORCE_DENSE) splits the 100 positions in 2 (one row,
      * 2 kv heads: 128 splits wanted, ⌈100/64⌉ = 2 allowed): partials 1·4·2·32 floats = 1,024 and
@@ -128,7 +129,7 @@ static void test_tiny_work(void **state) {
     assert_int_equal(q.nsplit, 2);
     assert_int_equal(ts_memplan_qsa_total(&q), 1280);
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 100), 256 + 256 + 1280);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 100), 16640 + 1792);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 100), 17152 + 1792);
     ts_hparams_free(&hp);
 }
 
@@ -235,8 +236,8 @@ static void test_released_work(void **state) {
              N * 4 * 128 + N * 128 + N * 24 * 256 /* att */ + N * 512 /* router */ + 2 * N * 10 +
              N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + 2 * N + N * 4 * 10 /* hc_ss */ +
              2 * N * 2560 /* emb, pv */ + N * 10240 + N * 2560 /* Rsel, xsel */ + 256 * 248320 /* logits */ +
-             N * 80 * 72 /* tensor-core x records: 10,240 inputs */);
-    assert_int_equal(regions, 565121024);
+             N * 160 * 72 /* tensor-core x records: 10,240 inputs, two records a row */);
+    assert_int_equal(regions, 576917504);
     /* GDN 512·48·4 = 98,304; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
      * items: 20,480 + 800 tiles·16 + 256 = 33,536 */
     assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304);
@@ -251,13 +252,13 @@ static void test_released_work(void **state) {
     assert_int_equal(q.part_o + q.part_ml, 6242304 + 48896);
     const size_t qsa4k = 1048576 + 2097152 + 6291200;
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 4096), qsa4k);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + qsa4k); /* 548.0 MiB */
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + qsa4k); /* 559.3 MiB */
     /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864 */
     ts_memplan_qsa_layout(&hp, 512, 262144, false, &q);
     assert_int_equal(q.rows_pass, 256);
     const size_t qsa262k = 1048576 + 67108864 + 6291200;
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 262144), qsa262k);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 610.0 MiB */
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 621.3 MiB */
     ts_hparams_free(&hp);
 }
 
