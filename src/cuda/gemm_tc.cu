@@ -124,11 +124,11 @@ __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict_
     constexpr int step = S::REC / 4; // u32 a record
     if constexpr (S::kInorder)
         stage_x_inorder<S::G, RES>(x + static_cast<size_t>(r0) * x_stride, n, ne0, x_stride, base,
-                              reinterpret_cast<float *>(base + S::SC), step, step);
+                                   reinterpret_cast<float *>(base + S::SC), step, step);
     else
         stage_x_kquant<RES>(x + static_cast<size_t>(r0) * x_stride, n, ng, x_stride, base,
-                       reinterpret_cast<uint2 *>(base + 128), reinterpret_cast<float *>(base + S::SC), step,
-                       step / 2, step);
+                            reinterpret_cast<uint2 *>(base + 128), reinterpret_cast<float *>(base + S::SC),
+                            step, step / 2, step);
 }
 
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
@@ -411,8 +411,8 @@ template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, dim3 grid, cu
 // x records, then the GEMM. split > 0: the split product (the residual's records after x's, K in split
 // ranges, 2·split parts).
 template <int TYPE>
-int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy, int split,
-        cudaStream_t s) {
+int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy,
+        int split, cudaStream_t s) {
     using S = tc_step<TYPE>;
     uint8_t *rec = static_cast<uint8_t *>(g_scratch);
     const unsigned pb = static_cast<unsigned>((nx + kPrepRows - 1) / kPrepRows);

@@ -455,11 +455,12 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
         const int parts = ts_cuda_gemm_tc_split(D, r + ni, w->xn, N, w->mix, N * (r + ni),
                                                 static_cast<int>(W / (r + ni)), s);
         if (parts < 0) return -1;
-        hc_act_split_kernel<<<blocks_for(N * (r + ni)), kThreads, 0, s>>>(w->mix, parts, N * (r + ni), N, r, ni,
-                                                                          C, w->lr, inj);
+        hc_act_split_kernel<<<blocks_for(N * (r + ni)), kThreads, 0, s>>>(w->mix, parts, N * (r + ni), N, r,
+                                                                          ni, C, w->lr, inj);
     } else if (with_inj && hc->down_inject.data) { /* one product for both, split by the activation kernel */
         if (ts_cuda_matmul_unrounded(&hc->down_inject, 0, r + C, w->xn, N, w->mix, s)) return -1;
-        hc_act_split_kernel<<<blocks_for(N * (r + C)), kThreads, 0, s>>>(w->mix, 1, 0, N, r, C, C, w->lr, inj);
+        hc_act_split_kernel<<<blocks_for(N * (r + C)), kThreads, 0, s>>>(w->mix, 1, 0, N, r, C, C, w->lr,
+                                                                         inj);
     } else {
         if (ts_cuda_matmul_unrounded(&hc->down, 0, r, w->xn, N, w->lr, s)) return -1;
         if (with_inj && ts_cuda_matmul_unrounded(&hc->inject, 0, C, w->xn, N, inj, s)) return -1;

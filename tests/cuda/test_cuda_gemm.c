@@ -314,7 +314,8 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uin
     ts_cuda_tc_scratch_set(tcx, tcx_bytes);
     const int np = ts_cuda_gemm_tc_split(&w.dev, n_out, xd, T, pd, T * n_out, max_parts, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
-    TS_CUDA_CHECK(cudaMemcpy(parts, pd, sizeof(float) * (size_t)(max_parts * T * n_out), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(
+        cudaMemcpy(parts, pd, sizeof(float) * (size_t)(max_parts * T * n_out), cudaMemcpyDeviceToHost));
     /* the plain product (x rounded to fp16 once) for comparison */
     const int rc_hi = ts_cuda_gemm_tc(&w.dev, 0, n_out, xd, T, pd, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -328,15 +329,17 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uin
             double mag;
             chain(w.deq + (size_t)o * ne0, x + (size_t)t * ne0, ne0, &mag);
             const double rel = fabs((double)sum - (double)ycpu[t * n_out + o]) / (mag > 0 ? mag : 1e-30);
-            const double rel_hi = fabs((double)yhi[t * n_out + o] - (double)ycpu[t * n_out + o]) / (mag > 0 ? mag : 1e-30);
+            const double rel_hi =
+                fabs((double)yhi[t * n_out + o] - (double)ycpu[t * n_out + o]) / (mag > 0 ? mag : 1e-30);
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
             if (rel_hi > worst_hi) worst_hi = rel_hi;
         }
     const int ok = np >= 2 && np % 2 == 0 && np <= max_parts && worst <= SPLIT_BOUND;
-    printf("  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
-           "once: %.2e%s)\n",
-           ts_type_name(type), (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", np, worst,
-           SPLIT_BOUND, worst_hi, rc_hi ? ", not run" : "");
+    printf(
+        "  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
+        "once: %.2e%s)\n",
+        ts_type_name(type), (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", np, worst,
+        SPLIT_BOUND, worst_hi, rc_hi ? ", not run" : "");
     st->runs++;
     st->fails += !ok;
     TS_CUDA_CHECK(cudaFree(xd));
