@@ -61,6 +61,9 @@ typedef struct ts_cuda_params {
     int64_t plan_ctx;      /* context per sequence the memory plan reserves for; ≥ 1 */
     int plan_seqs;         /* sequences the plan reserves for; ≥ 1 */
     int64_t max_rows;      /* rows (tokens) per micro-batch: prefill chunk and decode batch; ≥ 1 */
+    int64_t min_rows;      /* 0: max_rows as given; else the backend halves max_rows, not below
+                              min_rows, until the memory plan's workspaces fit the GPU (the rows
+                              chosen: ts_backend_info.max_rows) */
     bool progress;         /* an upload progress bar on stderr */
     bool random_weights;   /* benchmarks on synthetic files: every weight filled with random valid
                               blocks on the GPU instead of the file's bytes */
@@ -81,6 +84,7 @@ typedef struct ts_backend_info {
     bool table_on_host;       /* the table is in pinned host memory */
     uint64_t work_bytes;      /* workspaces the backend's sequences share (0 on the CPU: per session) */
     uint64_t seq_state_bytes; /* one sequence's state at the planned context (0 on the CPU) */
+    int64_t max_rows;         /* rows a micro-batch of the backend's context (0 on the CPU: per session) */
     uint64_t free_bytes, total_bytes; /* the GPU's memory when the plan was made (0 on the CPU) */
     uint64_t snapshot_bytes;          /* GPU memory reserved for snapshots (ts_cuda_params; 0 on the CPU) */
     uint64_t snapshot_used_bytes;     /* of which snapshots hold now (their sizes rounded up to 256) */
@@ -123,9 +127,17 @@ ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv
  * CUDA session created before this call sets the backend up with defaults from its own params. */
 int ts_model_cuda_init(ts_model *m, const ts_cuda_params *p, char *err, size_t errlen);
 
+/* The micro-batch of a session whose params say ubatch 0 (prefill at 8,192 tokens on an H200: 1,795
+ * tokens/s at 512 rows, 3,228 at 4,096, docs/BENCHMARKS.md run 36). */
+#define TS_UBATCH_AUTO_CPU 512
+#define TS_UBATCH_AUTO_CUDA 4096
+
 typedef struct ts_session_params {
     int64_t n_ctx;      /* tokens the session can hold (prompt + generated); ≥ 1 */
-    int64_t ubatch;     /* largest chunk one forward call processes (prefill micro-batch); ≥ 1 */
+    int64_t ubatch;     /* largest chunk one forward call processes (prefill micro-batch); ≥ 1, or
+                           0: the backend's choice (TS_UBATCH_AUTO_CPU rows on the CPU; on CUDA
+                           TS_UBATCH_AUTO_CUDA, halved down to TS_UBATCH_AUTO_CPU while the memory plan
+                           does not fit the GPU) */
     ts_backend backend; /* where the session's state lives and its forward runs (0: CPU) */
 } ts_session_params;
 
@@ -135,6 +147,7 @@ void ts_session_reset(ts_session *s);               /* back to an empty sequence
 int64_t ts_session_pos(const ts_session *s);        /* tokens consumed so far */
 ts_backend ts_session_backend(const ts_session *s); /* where its state lives and its forward runs */
 int64_t ts_session_n_ctx(const ts_session *s);      /* tokens it can hold */
+int64_t ts_session_ubatch(const ts_session *s);     /* its micro-batch, after the backend's choice */
 size_t ts_session_state_bytes(const ts_session *s); /* state + workspaces, fixed at creation */
 
 /* Makes dst hold the sequence src holds (every cache and recurrent state up to its position), as if

@@ -100,7 +100,7 @@ void ts_cli_args_init(ts_cli_args *a) {
     memset(a, 0, sizeof *a);
     a->backend_name = "cpu";
     a->escape = true;
-    a->n_predict = 128, a->n_ctx = 4096, a->ubatch = 512, a->batch = 2048;
+    a->n_predict = 128, a->n_ctx = 4096, a->ubatch = 0, a->batch = 2048;
     a->sp = ts_sampler_default_params();
     a->seed_random = true;
 }
@@ -193,6 +193,15 @@ bool ts_cli_cap(const char *cmd, const char *flag, long *value, long limit, cons
     fprintf(stderr, "turbospark %s: warning: %s %ld capped to %ld (%s)\n", cmd, flag, *value, limit, why);
     *value = limit;
     return true;
+}
+
+long ts_cli_ubatch(const char *cmd, const ts_cli_args *a) {
+    long ub = a->ubatch;
+    if (a->ubatch_given && a->batch_given)
+        ts_cli_cap(cmd, "-ub", &ub, a->batch, "the batch size -b");
+    else if (!a->ubatch_given)
+        ub = a->batch_given && a->batch < TS_UBATCH_AUTO_CUDA ? a->batch : 0;
+    return ub;
 }
 
 static uint64_t random_seed(void) {
@@ -409,7 +418,9 @@ void ts_cli_args_help(FILE *f, unsigned g) {
     if (g & TS_ARGS_UBATCH)
         fprintf(
             f,
-            "  -ub, --ubatch-size N  prompt tokens one forward call evaluates (micro-batch; default 512)\n");
+            "  -ub, --ubatch-size N  prompt tokens one forward call evaluates (micro-batch; default: 512 on\n"
+            "                        the CPU, 4096 on CUDA, halved while the GPU cannot hold its "
+            "workspaces)\n");
     if (g & TS_ARGS_BATCH)
         fprintf(f, "  -b, --batch-size N    logical batch (default 2048); the micro-batch is at most this\n");
     if (g & TS_ARGS_SAMPLING)

@@ -80,6 +80,10 @@ void ts_cli_args_help(FILE *f, unsigned groups);
 /* *value lowered to limit when above it, with a warning on stderr that names the flag; returns
  * whether it was capped. Callers use it for every value they lower. */
 bool ts_cli_cap(const char *cmd, const char *flag, long *value, long limit, const char *why);
+/* The micro-batch to ask a session for (ts_session_params.ubatch): -ub as given (capped to -b when
+ * both are given, with a warning); else 0, the backend's choice, or -b when -b alone asks for fewer
+ * rows than that choice can be. */
+long ts_cli_ubatch(const char *cmd, const ts_cli_args *a);
 
 /* The whole of a file, or of stdin for "-" (*n bytes, NUL-terminated); NULL with a sentence. */
 char *ts_cli_read_text(const char *path, size_t *n, char *err, size_t errlen);

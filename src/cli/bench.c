@@ -70,8 +70,9 @@ static void bench_usage(FILE *f) {
         "                        only this much (what fits a smaller card, measured on a larger one)\n");
     fprintf(
         f,
-        "  -ub, --ubatch-size LIST prompt tokens one forward call evaluates (micro-batches; default 512):\n"
-        "                        each prompt size is timed at each\n");
+        "  -ub, --ubatch-size LIST prompt tokens one forward call evaluates (micro-batches; default: 512\n"
+        "                        on the CPU, 4096 on CUDA, halved while the GPU cannot hold its workspaces;\n"
+        "                        stderr says which): each prompt size is timed at each\n");
     ts_cli_args_help(f, 0);
     fprintf(f,
             "Prints tokens/s (median ± standard deviation of the runs), the memory-bandwidth floor and the\n"
@@ -274,7 +275,7 @@ int ts_cmd_bench(int argc, char **argv) {
     bench_opts o = {.ple = "auto",
                     .pl = {512},
                     .bl = {1},
-                    .ubl = {512},
+                    .ubl = {0}, /* the backend's choice (ts_session_params) */
                     .n = 128,
                     .reps = 3,
                     .dl = {128},
@@ -346,10 +347,17 @@ int ts_cmd_bench(int argc, char **argv) {
     char device_name[128];
     const char *device = "CPU";
     if (be == TS_BACKEND_CUDA) {
+        /* -ub as given, or the sessions' automatic choice (ubmax 0): TS_UBATCH_AUTO_CUDA rows, halved
+         * down to TS_UBATCH_AUTO_CPU while the plan does not fit; a decode batch needs bmax rows */
+        int64_t rows = ubmax ? ubmax : (seq_ctx < TS_UBATCH_AUTO_CUDA ? seq_ctx : TS_UBATCH_AUTO_CUDA);
+        int64_t min_rows = ubmax ? 0 : (rows < TS_UBATCH_AUTO_CPU ? rows : TS_UBATCH_AUTO_CPU);
+        rows = rows > bmax ? rows : bmax;
+        min_rows = min_rows && min_rows < bmax ? bmax : min_rows;
         ts_cuda_params cp = {.ple = placement,
                              .plan_ctx = seq_ctx,
                              .plan_seqs = (int)bmax,
-                             .max_rows = ubmax > bmax ? ubmax : bmax,
+                             .max_rows = rows,
+                             .min_rows = min_rows,
                              .progress = true,
                              .random_weights = random_weights,
                              .gpu_mem = o.gpu_mem};
@@ -368,10 +376,11 @@ int ts_cmd_bench(int argc, char **argv) {
         device = device_name;
         fprintf(stderr,
                 "bench: %s: weights %.2f GiB on the GPU, PLE table %.2f GiB %s, state %.1f MiB a sequence; "
-                "GPU memory %.2f GiB%s, %.2f free when planned\n",
+                "GPU memory %.2f GiB%s, %.2f free when planned; micro-batches of up to %" PRId64 " rows\n",
                 device, P.weight_bytes / 1073741824.0, P.table_bytes / 1073741824.0,
                 P.table_on_host ? "in pinned host memory" : "on the GPU", P.seq_state_bytes / 1048576.0,
-                P.total_bytes / 1073741824.0, o.gpu_mem ? " (--gpu-mem)" : "", P.free_bytes / 1073741824.0);
+                P.total_bytes / 1073741824.0, o.gpu_mem ? " (--gpu-mem)" : "", P.free_bytes / 1073741824.0,
+                P.max_rows);
     }
     if (ts_model_measure_bandwidth(m, be, &bw, err, sizeof err)) {
         fprintf(stderr, "turbospark bench: %s\n", err);

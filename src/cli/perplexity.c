@@ -76,7 +76,7 @@ int ts_cmd_perplexity(int argc, char **argv) {
     }
     const char *path = a.model, *tokens = po.tokens, *text = a.file;
     const ts_backend be = a.backend;
-    long ctx = a.n_ctx, ub = a.ubatch;
+    long ctx = a.n_ctx;
     const long chunks = po.chunks;
     if (!path || !tokens == !text) {
         fprintf(stderr, "turbospark perplexity: -m and one of -f / --tokens-npy are required\n");
@@ -119,14 +119,9 @@ int ts_cmd_perplexity(int argc, char **argv) {
                 "turbospark perplexity: warning: -c %ld is more than the %" PRId64
                 " tokens the model was trained on\n",
                 ctx, ts_model_n_ctx_train(m));
-    if (a.batch_given)
-        ts_cli_cap("perplexity", "-ub", &ub, a.batch, "the batch size -b");
-    else if (ub > a.batch)
-        ub = a.batch;
+    long ub = ts_cli_ubatch("perplexity", &a); /* 0: the backend's choice, at most the window */
     if (a.ubatch_given || a.batch_given)
         ts_cli_cap("perplexity", a.ubatch_given ? "-ub" : "-b", &ub, ctx, "the window -c");
-    else if (ub > ctx)
-        ub = ctx;
     ts_session_params sp = {.n_ctx = ctx, .ubatch = ub, .backend = be};
     float *logits = malloc((size_t)(ctx * V) * sizeof(float));
     int rc = !logits ? (snprintf(err, sizeof err, "out of memory for %ld x %" PRId64 " logits", ctx, V), -1)

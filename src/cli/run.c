@@ -244,12 +244,8 @@ static int engine_init(engine *e, gen_opts *o, const char *cmd) {
     ts_model_sampling(e->m, &o->a.sp, o->a.sp_given); /* unless given on the command line */
     e->V = ts_model_n_vocab(e->m);
     ts_cli_cap(cmd, "-c", &o->a.n_ctx, (long)ts_model_n_ctx_train(e->m), "the model's trained context");
-    if (o->a.batch_given)
-        ts_cli_cap(cmd, "-ub", &o->a.ubatch, o->a.batch, "the batch size -b");
-    else if (o->a.ubatch > o->a.batch)
-        o->a.ubatch = o->a.batch;
     const int64_t n_ctx = o->a.n_ctx;
-    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = o->a.ubatch, .backend = o->a.backend};
+    ts_session_params sp = {.n_ctx = n_ctx, .ubatch = ts_cli_ubatch(cmd, &o->a), .backend = o->a.backend};
     if (ts_session_new(e->m, &sp, &e->s, err, sizeof err)) goto fail;
     if (ts_sampler_new(&o->a.sp, e->V, &e->smp, err, sizeof err)) goto fail;
     if (!(e->logits = malloc((size_t)e->V * sizeof(float)))) {

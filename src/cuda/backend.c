@@ -104,6 +104,7 @@ static void cuda_info(const void *ctx, ts_backend_info *out) {
     out->weight_bytes = p->weights, out->table_bytes = p->table, out->table_on_host = p->table_on_host;
     out->work_bytes = p->work, out->free_bytes = p->free_bytes, out->total_bytes = p->total_bytes;
     out->seq_state_bytes = p->seq_state;
+    out->max_rows = ts_cuda_ctx_max_rows(ctx);
     size_t used, count;
     ts_cuda_snap_usage((ts_cuda_ctx *)ctx, &used, &count);
     out->snapshot_bytes = p->snapshots, out->snapshot_used_bytes = used, out->snapshot_count = count;

@@ -537,8 +537,11 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
                                size_t errlen) {
     *out = nullptr;
     const ts_hparams *hp = &m->hp;
-    if (o->max_rows < 1 || o->plan_ctx < 1 || o->plan_seqs < 1)
-        return ts_errf(err, errlen, "the CUDA backend needs max_rows, plan_ctx and plan_seqs ≥ 1");
+    if (o->max_rows < 1 || o->plan_ctx < 1 || o->plan_seqs < 1 || o->min_rows < 0 ||
+        o->min_rows > o->max_rows)
+        return ts_errf(
+            err, errlen,
+            "the CUDA backend needs max_rows, plan_ctx and plan_seqs ≥ 1 and 0 ≤ min_rows ≤ max_rows");
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
@@ -565,16 +568,10 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     c->cm.layers = (ts_cuda_layer *)calloc(hp->n_layer, sizeof(ts_cuda_layer));
     if (hp->ple_layer >= 0 && !m->ple_table)
         c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
-    c->graphs = (cudaGraphExec_t *)calloc((size_t)o->max_rows + 1, sizeof(cudaGraphExec_t));
-    c->warm = (bool *)calloc((size_t)o->max_rows + 1, sizeof(bool));
-    c->l_seq = (int *)calloc((size_t)o->max_rows, sizeof(int));
-    c->l_tok = (int64_t *)calloc((size_t)o->max_rows, sizeof(int64_t));
-    c->done = (int64_t *)calloc((size_t)o->max_rows, sizeof(int64_t));
     const char *g = getenv("TURBOSPARK_CUDA_GRAPH");
     c->use_graphs = !(g && !strcmp(g, "0"));
     int rc = 0;
-    if (!c->cm.layers || !c->graphs || !c->warm || !c->l_seq || !c->l_tok || !c->done ||
-        (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
+    if (!c->cm.layers || (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
         rc = ts_errf(err, errlen, "out of memory");
 
     if (!rc && o->gpu_mem) rc = hold_beyond(c, o->gpu_mem, err, errlen);
@@ -604,9 +601,29 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     }
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
     if (o->gpu_mem && o->gpu_mem < P.total_bytes) P.total_bytes = o->gpu_mem;
+    // with min_rows, fewer rows a micro-batch (halving, not below min_rows) until the workspaces fit
+    for (int64_t rows = o->max_rows; !rc && o->min_rows && rows > o->min_rows; rows /= 2) {
+        ts_memplan t = mp;
+        if (!ts_memplan_place(&t, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen)) break;
+        const int64_t next = rows / 2 > o->min_rows ? rows / 2 : o->min_rows;
+        ts_memplan_make(m, o->plan_ctx, o->plan_seqs, next, &mp);
+        mp.snapshots = o->snapshot_bytes;
+        P.work = mp.work, P.seq_state = mp.seq_state;
+        c->o.max_rows = next;
+    }
     if (!rc) {
         rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
         P.table_on_host = mp.table_on_host;
+    }
+    const int64_t N = c->o.max_rows; // rows a micro-batch, as planned
+    if (!rc) {
+        c->graphs = (cudaGraphExec_t *)calloc((size_t)N + 1, sizeof(cudaGraphExec_t));
+        c->warm = (bool *)calloc((size_t)N + 1, sizeof(bool));
+        c->l_seq = (int *)calloc((size_t)N, sizeof(int));
+        c->l_tok = (int64_t *)calloc((size_t)N, sizeof(int64_t));
+        c->done = (int64_t *)calloc((size_t)N, sizeof(int64_t));
+        if (!c->graphs || !c->warm || !c->l_seq || !c->l_tok || !c->done)
+            rc = ts_errf(err, errlen, "out of memory");
     }
 
     // the upload
@@ -709,7 +726,6 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     }
 
     // the runner
-    const int64_t N = o->max_rows;
     if (!rc && (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
         rc = cuda_err(err, errlen, "creating a stream", e);
     if (!rc) rc = alloc_work(c, o->plan_ctx, err, errlen);

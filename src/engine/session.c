@@ -69,24 +69,33 @@ void ts_session_free(ts_session *s) {
 
 int ts_session_new(ts_model *m, const ts_session_params *p, ts_session **out, char *err, size_t errlen) {
     *out = NULL;
-    if (p->n_ctx < 1 || p->ubatch < 1)
+    if (p->n_ctx < 1 || p->ubatch < 0)
         return ts_errf(err, errlen,
-                       "a session needs n_ctx ≥ 1 and ubatch ≥ 1 (got %" PRId64 " and %" PRId64 ")", p->n_ctx,
-                       p->ubatch);
+                       "a session needs n_ctx ≥ 1 and ubatch ≥ 1 or 0 for the backend's choice (got %" PRId64
+                       " and %" PRId64 ")",
+                       p->n_ctx, p->ubatch);
     const ts_backend_ops *be = ts_backend_ops_of(p->backend);
     if (!be) return no_backend(p->backend, err, errlen);
     ts_session *s = calloc(1, sizeof *s);
     if (!s) return ts_errf(err, errlen, "out of memory creating a session");
     s->m = m, s->p = *p, s->be = be;
+    int64_t min_rows = 0; /* ubatch 0: the backend's choice, which CUDA may lower to fit (turbospark.h) */
+    if (!p->ubatch) {
+        s->p.ubatch = p->backend == TS_BACKEND_CUDA ? TS_UBATCH_AUTO_CUDA : TS_UBATCH_AUTO_CPU;
+        min_rows = TS_UBATCH_AUTO_CPU;
+    }
     if (s->p.ubatch > p->n_ctx) s->p.ubatch = p->n_ctx;
+    if (min_rows > s->p.ubatch) min_rows = s->p.ubatch;
     /* a backend set up by its first session plans for that session alone */
-    const ts_backend_plan plan = {.plan_ctx = p->n_ctx, .plan_seqs = 1, .max_rows = s->p.ubatch};
+    const ts_backend_plan plan = {
+        .plan_ctx = p->n_ctx, .plan_seqs = 1, .max_rows = s->p.ubatch, .min_rows = min_rows};
     if (model_backend(m, p->backend, &plan, &s->ctx, err, errlen) ||
         be->seq_new(s->ctx, p->n_ctx, s->p.ubatch, &s->seq, err, errlen)) {
         ts_session_free(s);
         return -1;
     }
     s->max_rows = be->max_rows(s->ctx, s->seq);
+    if (s->p.ubatch > s->max_rows) s->p.ubatch = s->max_rows; /* a backend set up with fewer rows */
     const size_t cap = (size_t)(s->max_rows < INT_MAX ? s->max_rows : INT_MAX);
     s->mb.cap = (int)cap;
     s->mb.seq = malloc(cap * sizeof *s->mb.seq), s->mb.ids = malloc(cap * sizeof *s->mb.ids);
@@ -111,6 +120,10 @@ ts_backend ts_session_backend(const ts_session *s) {
 }
 int64_t ts_session_n_ctx(const ts_session *s) {
     return s->p.n_ctx;
+}
+
+int64_t ts_session_ubatch(const ts_session *s) {
+    return s->p.ubatch;
 }
 const ts_model *ts_session_model(const ts_session *s) {
     return s->m;

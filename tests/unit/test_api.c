@@ -393,6 +393,20 @@ static void test_backend_info(void **state) {
     ts_backend_info info;
     assert_int_equal(ts_session_backend(s), TS_BACKEND_CPU);
     assert_int_equal(ts_session_n_ctx(s), 16);
+    assert_int_equal(ts_session_ubatch(s), 8);
+    /* ubatch 0: the backend's choice, at most the context; a negative one is refused */
+    ts_session_params ap = {.n_ctx = 16, .ubatch = 0, .backend = TS_BACKEND_CPU};
+    ts_session *a = NULL;
+    assert_int_equal(ts_session_new(g_m, &ap, &a, err, sizeof err), 0);
+    assert_int_equal(ts_session_ubatch(a), 16);
+    ts_session_free(a);
+    ap.n_ctx = 1000;
+    assert_int_equal(ts_session_new(g_m, &ap, &a, err, sizeof err), 0);
+    assert_int_equal(ts_session_ubatch(a), TS_UBATCH_AUTO_CPU);
+    ts_session_free(a);
+    ap.ubatch = -1;
+    assert_int_equal(ts_session_new(g_m, &ap, &a, err, sizeof err), -1);
+    assert_non_null(strstr(err, "ubatch ≥ 1 or 0 for the backend's choice"));
     assert_true(ts_model_backend_ready(g_m, TS_BACKEND_CPU));
     assert_int_equal(ts_model_backend_info(g_m, TS_BACKEND_CPU, &info, err, sizeof err), 0);
     assert_string_equal(info.device, "CPU");
