@@ -48,10 +48,12 @@
 //       updated in place in global memory (two reads and one write of S per row), q̂/k̂ staged in
 //       dynamic shared memory (2·dk floats).
 //     Both write the gated output into w->o. Sequences of ≥ kChunk rows are left to 4b when it runs.
-//  4b. gdn_chunk_kernel (N ≥ kChunk, dk ≤ kChunkDk, unless TURBOSPARK_CUDA_GDN_CHUNKED=0): the
-//     chunked WY/UT form of the same recurrence for every sequence of ≥ kChunk rows, one block per
-//     (sequence, value head, slice of kSlice value columns) walking the chunks in order; writes o
-//     before the gated norm. Twin of ts_cpu_gdn_chunked (src/cpu/gdn.c); see the kernel.
+//  4b. gdn_chunk_prep_kernel and gdn_chunk_kernel (N ≥ kChunk, dk ≤ kChunkDk, unless
+//     TURBOSPARK_CUDA_GDN_CHUNKED=0): the chunked WY/UT form of the same recurrence for every sequence
+//     of ≥ kChunk rows: each chunk's matrices at once (one block per sequence, chunk and value head,
+//     into the scratch after the α logits), then one block per (sequence, value head, slice of kSlice
+//     value columns) walking the chunks in order; writes o before the gated norm. Twin of
+//     ts_cpu_gdn_chunked (src/cpu/gdn.c); see the kernels.
 //  4c. gdn_gate_norm_kernel (with 4b), grid (N, nv): the gated norm of those sequences' rows.
 //  5. ts_cuda_matmul: y = ssm_out·o.
 //
@@ -374,35 +376,140 @@ __global__ void __launch_bounds__(kRecMaxThreads, 1)
 // The twin of ts_cpu_gdn_chunked (src/cpu/gdn.c): per chunk of n ≤ kChunk rows, G_t = Σ_{s≤t} g_s,
 // A[t][s] = β_t·e^(G_t−G_s)·k̂_t·k̂_s (s < t), P[t][s] = e^(G_t−G_s)·q̂_t·k̂_s (s ≤ t),
 // δ = (I + A)⁻¹·β(v − e^G·K S), o = e^G·Q S + P δ, S ← e^(G_{n−1})·S + Σ_t e^(G_{n−1}−G_t) k̂_t δ_tᵀ.
-// grid n_seq·nv·⌈dv/kSlice⌉: one block per (sequence, value head, slice of kSlice value columns);
-// the columns of S are independent, so a block walks its sequence's chunks in order with its slice
-// of S in shared memory (A and P are computed by every slice of a head). dk ≤ kChunkDk. The output
-// is o before the gated norm (kernel 4c).
+// Two kernels:
+//  - gdn_chunk_prep_kernel, grid (n_seq·qmax, nv), qmax = ⌈N / kChunk⌉: every (sequence, chunk, value
+//    head) at once, A and P, and T = (I + A)⁻¹ by forward substitution (T is unit lower triangular), into
+//    the scratch: for each row of the chunk and value head, its row of T then its row of P (tp,
+//    2·kChunk floats). Only these depend on the chunk alone, and they are most of its arithmetic.
+//  - gdn_chunk_kernel, grid n_seq·nv·⌈dv/kSlice⌉: one block per (sequence, value head, slice of kSlice
+//    value columns); the columns of S are independent, so a block walks its sequence's chunks in order
+//    with its slice of S in shared memory: δ = T·R with R = β(v − e^G·K S), then o and S as above.
+// dk ≤ kChunkDk. The output is o before the gated norm (kernel 4c).
 
-constexpr int kChunk = 64;         // rows of a chunk (= TS_GDN_CHUNK of the CPU twin)
+constexpr int kChunk = 64;         // rows of a chunk (= TS_GDN_CHUNK of the CPU twin, TS_MEMPLAN_GDN_CHUNK)
 constexpr int kSlice = 32;         // value columns of a block
 constexpr int kChunkThreads = 256; // 8 warps
 constexpr int kChunkDk = 128;      // largest dk of the chunked form
-constexpr int kDs = kSlice + 8;    // row stride of δ (2-way bank conflicts at most in the solve)
+constexpr int kDs = kSlice + 8;    // row stride of δ
+constexpr int CP = kChunk + 1;     // row stride of A, T, P
+static_assert(kChunk == TS_MEMPLAN_GDN_CHUNK, "the memory plan sizes the chunks' matrices");
 
 struct ChunkSmem { // offsets in floats into dynamic shared memory; ks = dk + 1 (row stride of K̂, Q̂)
     int ks, K, Q, A, P, D, S, G, B, E;
     __host__ __device__ explicit ChunkSmem(int dk) {
         ks = dk + 1;
-        K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * (kChunk + 1);
-        D = P + kChunk * (kChunk + 1), S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk,
-        E = B + kChunk;
+        K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * CP;
+        D = P + kChunk * CP, S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk, E = B + kChunk;
     }
     __host__ __device__ int floats() const { return E + kChunk; }
 };
+// The prep kernel's: K̂, Q̂, A, P, T, G, β (the first four as in ChunkSmem).
+struct PrepSmem {
+    int ks, K, Q, A, P, T, G, B;
+    __host__ __device__ explicit PrepSmem(int dk) {
+        ks = dk + 1;
+        K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * CP, T = P + kChunk * CP;
+        G = T + kChunk * CP, B = G + kChunk;
+    }
+    __host__ __device__ int floats() const { return B + kChunk; }
+};
+
+// The rows c0 .. c0 + n − 1 of a chunk (zero beyond n): q̂ and k̂ of key head κ into Qs, Ks (row stride
+// ks), β_t into Bs and G_t (the running sum of the log-decays in row order, as the CPU) into Gs. The
+// caller synchronizes.
+__device__ __forceinline__ void load_chunk_qk(const RecArgs &a, const GdnDims &d, int64_t c0, int n,
+                                              int kappa, int j, int ks, float *Qs, float *Ks, float *Bs,
+                                              float *Gs) {
+    const int tid = threadIdx.x;
+    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff;
+    for (int i = tid; i < kChunk * d.dk; i += blockDim.x) {
+        const int t = i / d.dk, k = i % d.dk;
+        const float *u = a.u + (c0 + t) * d.cd;
+        Qs[t * ks + k] = t < n ? u[qoff + k] : 0.0f;
+        Ks[t * ks + k] = t < n ? u[koff + k] : 0.0f;
+    }
+    if (tid < kChunk) Bs[tid] = tid < n ? a.beta[(c0 + tid) * d.nv + j] : 0.0f;
+    if (tid == 0) {
+        float g = 0.0f;
+#pragma unroll 8
+        for (int t = 0; t < kChunk; t++) Gs[t] = g = t < n ? g + a.lg[(c0 + t) * d.nv + j] : g;
+    }
+}
+
+// grid (n_seq·qmax, nv), block kChunkThreads. See above; tp: the scratch, 2·kChunk floats per (row, head).
+__global__ void __launch_bounds__(kChunkThreads, 1)
+    gdn_chunk_prep_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d, float *__restrict__ tp, int qmax) {
+    extern __shared__ float sm[];
+    const PrepSmem L(d.dk);
+    float *Ks = sm + L.K, *Qs = sm + L.Q, *As = sm + L.A, *Ps = sm + L.P, *Ts = sm + L.T, *Gs = sm + L.G,
+          *Bs = sm + L.B;
+    ts_cu::pdl_trigger();
+    const int s = blockIdx.x / qmax, q = blockIdx.x % qmax, j = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1], c0 = r0 + (int64_t)q * kChunk;
+    ts_cu::pdl_wait();
+    if (r1 - r0 < d.chunk_min || c0 >= r1) return; // the recurrence's, or past the sequence's chunks
+    const int n = (int)min((int64_t)kChunk, r1 - c0);
+    load_chunk_qk(a, d, c0, n, j % d.nk, j, L.ks, Qs, Ks, Bs, Gs);
+    __syncthreads();
+
+    // A and P: thread (ty, tx) has rows t = ty + 16α and columns s = tx + 16β' (α, β' < 4)
+    {
+        const int ty = tid / 16, tx = tid % 16;
+        float kk[4][4] = {}, qk[4][4] = {};
+        for (int k = 0; k < d.dk; k++) {
+            float kt[4], qt[4], kc[4];
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                kt[x] = Ks[(ty + 16 * x) * L.ks + k], qt[x] = Qs[(ty + 16 * x) * L.ks + k];
+                kc[x] = Ks[(tx + 16 * x) * L.ks + k];
+            }
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+#pragma unroll
+                for (int y = 0; y < 4; y++)
+                    kk[x][y] = fmaf(kt[x], kc[y], kk[x][y]), qk[x][y] = fmaf(qt[x], kc[y], qk[x][y]);
+        }
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+#pragma unroll
+            for (int y = 0; y < 4; y++) {
+                const int t = ty + 16 * x, c = tx + 16 * y;
+                const float w = c <= t ? expf(Gs[t] - Gs[c]) : 0.0f;
+                As[t * CP + c] = c < t ? Bs[t] * w * kk[x][y] : 0.0f;
+                Ps[t * CP + c] = w * qk[x][y];
+            }
+    }
+    __syncthreads();
+
+    // T = (I + A)⁻¹: T[t][c] = [t = c] − Σ_{c ≤ x < t} A[t][x]·T[x][c], in row order; column c =
+    // 8·warp + lane/4 (one warp), its 4 lanes ph split the sum over x ≡ ph (mod 4)
+    {
+        const int c = 8 * warp + lane / 4, ph = lane % 4;
+        for (int t = 0; t < kChunk; t++) {
+            float acc = 0.0f;
+            for (int x = c + ph; x < t; x += 4) acc = fmaf(As[t * CP + x], Ts[x * CP + c], acc);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            if (ph == 0) Ts[t * CP + c] = t == c ? 1.0f : t > c ? -acc : 0.0f;
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < n * kChunk; i += kChunkThreads) {
+        const int t = i / kChunk, c = i % kChunk;
+        float *row = tp + ((c0 + t) * d.nv + j) * (2 * kChunk);
+        row[c] = Ts[t * CP + c];
+        row[kChunk + c] = Ps[t * CP + c];
+    }
+}
 
 __global__ void __launch_bounds__(kChunkThreads, 1)
-    gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d) {
+    gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d, const float *__restrict__ tp) {
     extern __shared__ float sm[];
     const ChunkSmem L(d.dk);
-    float *Ks = sm + L.K, *Qs = sm + L.Q, *As = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
+    float *Ks = sm + L.K, *Qs = sm + L.Q, *Ts = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
     float *Gs = sm + L.G, *Bs = sm + L.B, *Es = sm + L.E; // G_t, β_t, e^(G_{n−1}−G_t)
-    constexpr int CP = kChunk + 1;                        // row stride of A, P
 
     ts_cu::pdl_trigger();
     const int slices = (d.dv + kSlice - 1) / kSlice;
@@ -416,8 +523,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         return;
     }
     float *S = static_cast<float *>(ts_cuda_state(b, s, a.l, TS_CUDA_SSM)) + (int64_t)j * d.dk * d.dv + e0;
-    const int64_t qoff = (int64_t)kappa * d.dk, koff = d.key_dim + qoff,
-                  voff = 2 * d.key_dim + (int64_t)j * d.dv + e0;
+    const int64_t voff = 2 * d.key_dim + (int64_t)j * d.dv + e0;
     ts_cu::pdl_wait();
     for (int i = tid; i < d.dk * kSlice; i += kChunkThreads) {
         const int k = i / kSlice, e = i % kSlice;
@@ -426,53 +532,20 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 
     for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
         const int n = (int)min((int64_t)kChunk, r1 - c0);
-        // load the chunk: q̂, k̂ rows (zero beyond n), v slice into δ, β, g
-        for (int i = tid; i < kChunk * d.dk; i += kChunkThreads) {
-            const int t = i / d.dk, k = i % d.dk;
-            const float *u = a.u + (c0 + t) * d.cd;
-            Qs[t * L.ks + k] = t < n ? u[qoff + k] : 0.0f;
-            Ks[t * L.ks + k] = t < n ? u[koff + k] : 0.0f;
-        }
+        // load the chunk: q̂, k̂ rows (zero beyond n), β, G, the v slice into δ, and the rows of T and P
+        load_chunk_qk(a, d, c0, n, kappa, j, L.ks, Qs, Ks, Bs, Gs);
         for (int i = tid; i < kChunk * kSlice; i += kChunkThreads) {
             const int t = i / kSlice, e = i % kSlice;
             Ds[t * kDs + e] = t < n && e < ncol ? a.u[(c0 + t) * d.cd + voff + e] : 0.0f;
         }
-        if (tid < kChunk) Bs[tid] = tid < n ? a.beta[(c0 + tid) * d.nv + j] : 0.0f;
-        if (tid == 0) { // G: the running sum in row order (as the CPU)
-            float g = 0.0f;
-#pragma unroll 8
-            for (int t = 0; t < kChunk; t++) Gs[t] = g = t < n ? g + a.lg[(c0 + t) * d.nv + j] : g;
+        for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
+            const int t = i / kChunk, c = i % kChunk;
+            const float *row = tp + ((c0 + t) * d.nv + j) * (2 * kChunk);
+            Ts[t * CP + c] = t < n ? row[c] : 0.0f;
+            Ps[t * CP + c] = t < n ? row[kChunk + c] : 0.0f;
         }
         __syncthreads();
         if (tid < kChunk) Es[tid] = tid < n ? expf(Gs[n - 1] - Gs[tid]) : 0.0f; // read after the next barrier
-
-        // A and P: thread (ty, tx) has rows t = ty + 16α and columns s = tx + 16β' (α, β' < 4)
-        {
-            const int ty = tid / 16, tx = tid % 16;
-            float kk[4][4] = {}, qk[4][4] = {};
-            for (int k = 0; k < d.dk; k++) {
-                float kt[4], qt[4], kc[4];
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    kt[x] = Ks[(ty + 16 * x) * L.ks + k], qt[x] = Qs[(ty + 16 * x) * L.ks + k];
-                    kc[x] = Ks[(tx + 16 * x) * L.ks + k];
-                }
-#pragma unroll
-                for (int x = 0; x < 4; x++)
-#pragma unroll
-                    for (int y = 0; y < 4; y++)
-                        kk[x][y] = fmaf(kt[x], kc[y], kk[x][y]), qk[x][y] = fmaf(qt[x], kc[y], qk[x][y]);
-            }
-#pragma unroll
-            for (int x = 0; x < 4; x++)
-#pragma unroll
-                for (int y = 0; y < 4; y++) {
-                    const int t = ty + 16 * x, c = tx + 16 * y;
-                    const float w = c <= t ? expf(Gs[t] - Gs[c]) : 0.0f;
-                    As[t * CP + c] = c < t ? Bs[t] * w * kk[x][y] : 0.0f;
-                    Ps[t * CP + c] = w * qk[x][y];
-                }
-        }
 
         // R = β(v − e^G·K S) into δ, and e^G·Q S kept for o: thread (warp, lane) has column e = lane,
         // rows t = warp + 8m (m < 8)
@@ -499,19 +572,19 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         }
         __syncthreads();
 
-        // δ_t = R_t − Σ_{s<t} A[t][s]·δ_s, in row order: the 8 lanes ph of column e = 4·warp + lane/8
-        // (one warp) split the sum over s ≡ ph (mod 8)
+        // δ = T·R (T unit lower triangular), same thread layout
         {
-            const int e = 4 * warp + lane / 8, ph = lane % 8;
-            for (int t = 1; t < n; t++) {
+            float dl[8];
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const int t = warp + 8 * m;
                 float acc = 0.0f;
-                for (int c = ph; c < t; c += 8) acc = fmaf(As[t * CP + c], Ds[c * kDs + e], acc);
-                acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-                acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-                acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-                if (ph == 0) Ds[t * kDs + e] -= acc;
-                __syncwarp();
+                for (int c = 0; c <= t; c++) acc = fmaf(Ts[t * CP + c], Ds[c * kDs + lane], acc);
+                dl[m] = acc;
             }
+            __syncthreads(); // every thread has read R
+#pragma unroll
+            for (int m = 0; m < 8; m++) Ds[(warp + 8 * m) * kDs + lane] = dl[m];
         }
         __syncthreads();
 
@@ -623,18 +696,35 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     const bool chunked = N >= kChunk && !d.one_row && d.dk <= kChunkDk && !(ch && ch[0] == '0');
     d.chunk_min = chunked ? kChunk : INT64_MAX;
     if (chunked) {
+        // the chunks' T and P after the α logits (the memory plan's layout, for max_rows rows)
+        const size_t tp_off = ts_memplan_align(ts_memplan_gdn_alpha_bytes(hp, w->max_rows));
+        if (w->scratch_bytes < tp_off + ts_memplan_gdn_chunk_bytes(hp, N)) return -1;
+        float *tp = reinterpret_cast<float *>(static_cast<char *>(w->scratch) + tp_off);
         const int slices = (d.dv + kSlice - 1) / kSlice;
-        const size_t shm = (size_t)ChunkSmem(d.dk).floats() * sizeof(float);
-        thread_local size_t opted = 0; // the shared-memory opt-in already made (it depends on dk only)
-        if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX) return -1;
+        const int64_t qmax = (N + kChunk - 1) / kChunk;
+        const size_t shm = (size_t)ChunkSmem(d.dk).floats() * sizeof(float),
+                     shp = (size_t)PrepSmem(d.dk).floats() * sizeof(float);
+        thread_local size_t opted = 0, opted_prep = 0; // the opt-ins already made (they depend on dk only)
+        if ((int64_t)b->n_seq * d.nv * slices > INT32_MAX || (int64_t)b->n_seq * qmax > INT32_MAX ||
+            d.nv > 65535)
+            return -1;
         if (shm > opted) {
             if (cudaFuncSetAttribute(gdn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)shm) != cudaSuccess)
                 return -1;
             opted = shm;
         }
+        if (shp > opted_prep) {
+            if (cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shp) != cudaSuccess)
+                return -1;
+            opted_prep = shp;
+        }
+        ts_cu::launch(gdn_chunk_prep_kernel, dim3((unsigned)(b->n_seq * qmax), (unsigned)d.nv),
+                      dim3(kChunkThreads), shp, s, a, *b, d, tp, (int)qmax);
+        if (cudaPeekAtLastError() != cudaSuccess) return -1;
         ts_cu::launch(gdn_chunk_kernel, dim3((unsigned)(b->n_seq * d.nv * slices)), dim3(kChunkThreads), shm,
-                      s, a, *b, d);
+                      s, a, *b, d, static_cast<const float *>(tp));
         if (cudaPeekAtLastError() != cudaSuccess) return -1;
     }
     if (d.dk <= 128 && d.dv <= 128) {

@@ -146,10 +146,17 @@ size_t ts_memplan_gdn_zba_bytes(const ts_hparams *hp) {
     return ((size_t)hp->ssm_nv * (hp->ssm_dv + 2) * sizeof(float) + 15) / 16 * 16;
 }
 
+size_t ts_memplan_gdn_chunk_bytes(const ts_hparams *hp, int64_t rows) {
+    if (rows < TS_MEMPLAN_GDN_CHUNK) return 0;
+    return (size_t)rows * hp->ssm_nv * 2 * TS_MEMPLAN_GDN_CHUNK * sizeof(float);
+}
+
 size_t ts_memplan_gdn_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ctx) {
     (void)ctx;
     const size_t a = ts_memplan_gdn_alpha_bytes(hp, max_rows), z = ts_memplan_gdn_zba_bytes(hp);
-    return a > z ? a : z;
+    const size_t c = ts_memplan_gdn_chunk_bytes(hp, max_rows);
+    const size_t w = c ? ts_memplan_align(a) + c : a; /* the α logits, then the chunks' matrices */
+    return w > z ? w : z;
 }
 
 void ts_memplan_qsa_head_groups(int64_t G, int *ngroups, int *gh_max) {

@@ -139,6 +139,11 @@ size_t ts_memplan_moe_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ct
  * one row, the joined z|β|α row (nv·dv + 2·nv floats). */
 size_t ts_memplan_gdn_alpha_bytes(const ts_hparams *hp, int64_t rows);
 size_t ts_memplan_gdn_zba_bytes(const ts_hparams *hp);
+/* The chunked form's per-chunk matrices (src/cuda/gdn.cu), after the α logits at offset
+ * ts_memplan_align(ts_memplan_gdn_alpha_bytes): for each of `rows` rows and value head, its rows of the
+ * chunk's (I + A)⁻¹ and of P, 2·TS_MEMPLAN_GDN_CHUNK floats; 0 below one chunk of rows. */
+enum { TS_MEMPLAN_GDN_CHUNK = 64 };
+size_t ts_memplan_gdn_chunk_bytes(const ts_hparams *hp, int64_t rows);
 
 /* QSA scratch of N rows at context max_ctx (dense: TURBOSPARK_QSA_FORCE_DENSE), regions in this
  * order, each 256-aligned (src/cuda/qsa.cu says how they are used). */

@@ -238,9 +238,9 @@ static void test_released_work(void **state) {
              2 * N * 2560 /* emb, pv */ + N * 10240 + N * 2560 /* Rsel, xsel */ + 256 * 248320 /* logits */ +
              N * 160 * 72 /* tensor-core x records: 10,240 inputs, two records a row */);
     assert_int_equal(regions, 576917504);
-    /* GDN 512·48·4 = 98,304; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
+    /* GDN: α 512·48·4 = 98,304, then the chunks' T and P 512·48·128·4 = 12,582,912; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
      * items: 20,480 + 800 tiles·16 + 256 = 33,536 */
-    assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304);
+    assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304 + 12582912);
     assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 33536);
     assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 33536);
     /* QSA at 4,096: 1,024 blocks > 512: selected blocks 512·512·4 = 1,048,576, scores of 512 rows
@@ -252,7 +252,8 @@ static void test_released_work(void **state) {
     assert_int_equal(q.part_o + q.part_ml, 6242304 + 48896);
     const size_t qsa4k = 1048576 + 2097152 + 6291200;
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 4096), qsa4k);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + qsa4k); /* 559.3 MiB */
+    /* the scratch is the largest block's: GDN's at 4,096 */
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + 98304 + 12582912); /* 562.3 MiB */
     /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864 */
     ts_memplan_qsa_layout(&hp, 512, 262144, false, &q);
     assert_int_equal(q.rows_pass, 256);
