@@ -16,6 +16,7 @@
 #     the greedy continuations of CUDA and of that CPU twin. CUDA against the fp32 CPU is reported, not gated: on random weights the rounding flips a few of
 #     the router's top-k choices whose margins are ~1e-4, and those positions move by more than the gate
 #     (docs/BENCHMARKS.md, run 20).
+# The CPU references run in the background while the CUDA runs go, so the whole fits one device call.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ts_realwidth_setup rw
@@ -63,33 +64,44 @@ PY
 step "$TS_BIN" convert "$fx" -o "$t.f32.gguf" --type f32
 step "$TS_BIN" convert "$fx" -o "$t.q4.gguf" --type q4_k_m
 ref=$fx/logits.npy
-for be in cpu cuda; do
-  step "$TS_BIN" logits -m "$t.f32.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.f32.$be.npy" --backend $be
-  compare "$t.f32.$be.npy" "$ref" 2e-3 "f32 file, $be vs transformers"
-done
-compare "$t.f32.cuda.npy" "$t.f32.cpu.npy" 2e-3 "f32 file, CUDA vs CPU"
 n=$($PY -c "import numpy as np; print(len(np.load('$fx/greedy.npy')))")
+
+# The CPU references in the background while the CUDA runs go (the machine's cores are idle then): the
+# f32 file's logits, the q4_k_m file's fp32 logits and the twin's (x rounded alike) logits and greedy
+# continuation. Their own error file, so that the foreground's steps do not overwrite it.
+cpu_step() { "$@" >/dev/null 2>"$t.cpu.err" || { cat "$t.cpu.err"; echo "FAIL: $*"; exit 1; }; }
+(
+  cpu_step "$TS_BIN" logits -m "$t.f32.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.f32.cpu.npy" --backend cpu
+  cpu_step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.npy"
+  cpu_step env TURBOSPARK_CPU_ROUND_X=1 "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.rx.npy"
+  cpu_step env TURBOSPARK_CPU_ROUND_X=1 "$TS_BIN" generate -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -n "$n" \
+    -o "$t.q4.greedy.cpu.npy"
+) &
+cpu=$!
+step "$TS_BIN" logits -m "$t.f32.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.f32.cuda.npy" --backend cuda
+compare "$t.f32.cuda.npy" "$ref" 2e-3 "f32 file, cuda vs transformers"
 step "$TS_BIN" generate -m "$t.f32.gguf" --tokens-npy "$fx/tokens.npy" -n "$n" -o "$t.f32.greedy.npy" --backend cuda
 $PY -c "
 import numpy as np
 r, g = np.load('$fx/greedy.npy'), np.load('$t.f32.greedy.npy')
 print('f32 file, CUDA greedy continuation of', len(r), 'tokens:', 'identical' if (r == g).all() else f'differs: {g} vs {r}')
 assert (r == g).all()"
-rm -f "$t.f32.gguf" "$t".f32.*.npy
-
-step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.npy"
 step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cuda.npy" --backend cuda
-step env TURBOSPARK_CPU_ROUND_X=1 "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.cpu.rx.npy"
+for ub in 1 4; do
+  step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.ub$ub.npy" --ubatch $ub --backend cuda
+  compare "$t.q4.ub$ub.npy" "$t.q4.cuda.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the CUDA whole prompt" choices
+done
+step "$TS_BIN" generate -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -n "$n" -o "$t.q4.greedy.cuda.npy" --backend cuda
+wait $cpu || { echo "FAIL: the CPU references (above)"; exit 1; }
+
+compare "$t.f32.cpu.npy" "$ref" 2e-3 "f32 file, cpu vs transformers"
+compare "$t.f32.cuda.npy" "$t.f32.cpu.npy" 2e-3 "f32 file, CUDA vs CPU"
+rm -f "$t.f32.gguf" "$t".f32.*.npy
 compare "$t.q4.cuda.npy" "$t.q4.cpu.rx.npy" 2e-3 "q4_k_m file, CUDA whole prompt vs the CPU rounding x alike" choices
 compare "$t.q4.cuda.npy" "$t.q4.cpu.npy" 2e-3 "q4_k_m file, CUDA whole prompt vs the fp32 CPU" report
 for ub in 1 4; do
-  step "$TS_BIN" logits -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -o "$t.q4.ub$ub.npy" --ubatch $ub --backend cuda
   compare "$t.q4.ub$ub.npy" "$t.q4.cpu.rx.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the CPU rounding x alike" choices
-  compare "$t.q4.ub$ub.npy" "$t.q4.cuda.npy" 2e-3 "q4_k_m file, CUDA micro-batch $ub vs the CUDA whole prompt" choices
-  rm -f "$t.q4.ub$ub.npy"
 done
-step env TURBOSPARK_CPU_ROUND_X=1 "$TS_BIN" generate -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -n "$n" -o "$t.q4.greedy.cpu.npy"
-step "$TS_BIN" generate -m "$t.q4.gguf" --tokens-npy "$fx/tokens.npy" -n "$n" -o "$t.q4.greedy.cuda.npy" --backend cuda
 $PY -c "
 import numpy as np
 c, g = np.load('$t.q4.greedy.cpu.npy'), np.load('$t.q4.greedy.cuda.npy')
