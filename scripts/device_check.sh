@@ -5,7 +5,7 @@
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
-#                                         table of a 512-token prompt
+#                                         table of a 4,096-token prompt
 #   bash scripts/device_check.sh cache    serve --backend cuda with the prefix cache
 #                                         (tests/cuda/serve_cache_cuda.sh on the demo model)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
@@ -18,14 +18,12 @@
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
 #                                         (each filled by a prefill in micro-batches of 2,048)
-#   bash scripts/device_check.sh speed    decode b1/8/16/64 with the hyper-connections' fused read on the
-#                                         fp32 split kernel and on the tensor cores (TURBOSPARK_CUDA_HC_TC_ROWS
-#                                         0 and 5), then prefill of 512 and 8,192 tokens at micro-batches 512
-#                                         to 4,096
-#   bash scripts/device_check.sh ab       prefill with each switch of the branches' prefill changes off
-#                                         (TURBOSPARK_TC_NARROW=0, TURBOSPARK_CUDA_GDN_CLUSTER=0), and the
-#                                         mid model's logits with the GDN clusters on and off (equal bit
-#                                         for bit: the clusters compute the same sums)
+#   bash scripts/device_check.sh speed    decode b1/8/16/64 and prefill at the default micro-batch, then
+#                                         prefill of 8,192 tokens at micro-batches of 512 to 4,096
+#   bash scripts/device_check.sh ab       prefill with the hyper-connections' split products off and on
+#                                         (TURBOSPARK_CUDA_HC_SPLIT)
+#   bash scripts/device_check.sh gdn      the GDN chunk kernels' times at 4,096 rows and prefill figures on
+#                                         the released shapes cut to 4 layers (a quick loop)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -101,28 +99,32 @@ ctx)
     -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
   ;;
 ab)
+  # Prefill with the hyper-connections' split products off and on (the fp32 GEMM against the tensor cores)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
-  for sw in TURBOSPARK_TC_NARROW=0 TURBOSPARK_CUDA_GDN_CLUSTER=0; do
-    echo "$sw"
-    env $sw timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 --ctx 1 -r 1 \
-      2> "$out/ab.err" | grep -E "pp"
+  for sp in 0 1; do
+    echo "TURBOSPARK_CUDA_HC_SPLIT=$sp"
+    TURBOSPARK_CUDA_HC_SPLIT=$sp timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 \
+      --ctx 1 -r 1 2> "$out/ab$sp.err" | grep -E "pp"
   done
-  $B synth --mid -o /tmp/mid.gguf > /dev/null 2>&1
-  python3 -c "import numpy as np; np.save('/tmp/mid_ids.npy', (np.arange(700) * 7919 % 32000).astype(np.int32))"
-  for c in 1 0; do
-    TURBOSPARK_CUDA_GDN_CLUSTER=$c $B logits -m /tmp/mid.gguf --tokens-npy /tmp/mid_ids.npy -o /tmp/mid_c$c.npy \
-      --backend cuda > /dev/null 2>&1
-  done
-  python3 -c "import numpy as np; a, b = np.load('/tmp/mid_c1.npy'), np.load('/tmp/mid_c0.npy'); print('GDN clusters on vs off: max |d| =', float(np.abs(a - b).max()), '(equal)' if (a == b).all() else '(NOT equal)')"
+  ;;
+gdn)
+  # A quick loop for the GDN prefill kernels: the released shapes cut to 4 layers (3 GDN, 1 QSA), the
+  # two chunk kernels' times at 4,096 rows under Nsight Compute, then prefill figures of that model
+  g4=/tmp/rel4.gguf
+  [ -f $g4 ] || $B synth --released --sparse --type q4_k_m --layers 4 -o $g4 > /dev/null 2>&1
+  timeout 120 ncu --clock-control none --cache-control none -k regex:gdn_chunk --csv --log-file "$out/ncu_gdn.csv" \
+    --metrics gpu__time_duration.sum $B bench -m $g4 --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 \
+    > /dev/null 2>&1
+  echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_gdn.csv" | tee "$out/ncu_gdn.md"
+  timeout 120 $B bench -m $g4 --backend cuda --random-weights -p 4096,8192 -n 1 -b 1 --ctx 1 -r 2 2> "$out/gdn.err" |
+    grep -E "pp"
   ;;
 speed)
+  # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
-  for rows in 0 5; do
-    echo "TURBOSPARK_CUDA_HC_TC_ROWS=$rows"
-    TURBOSPARK_CUDA_HC_TC_ROWS=$rows timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
-      -b 1,8,16,64 --ctx 1 -r 2 2> "$out/speed$rows.err" | tee "$out/speed$rows.txt" | grep -E "tg"
-  done
-  timeout 250 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
+  timeout 200 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
+    2> "$out/speed.err" | tee "$out/speed.txt" | grep -E "pp|tg"
+  timeout 250 $B bench -m $rel --backend cuda --random-weights -p 8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
     -r 1 2> "$out/ub.err" | tee "$out/ub.txt" | grep -E "pp"
   ;;
 ud)
@@ -161,15 +163,16 @@ table)
   echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b${2:-64}.csv" | tee "$out/ncu_b${2:-64}.md" | head -40
   ;;
 prefill)
-  # Prefill figures, then where one 512-token prompt's GPU time goes, kernel by kernel (ncu with warm
-  # caches; the sum includes bench's one decode step; nsys cannot write reports on this machine).
+  # Prefill figures, then where one 4,096-token prompt's GPU time goes (one micro-batch: the CUDA
+  # default), kernel by kernel (ncu with warm caches; the sum includes bench's warm-up prompt and one
+  # decode step; nsys cannot write reports on this machine).
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
   timeout 300 $B bench -m $rel --backend cuda --random-weights -p 512,${2:-8192} -n 1 -b 1 --ctx 1 -r 1 2> "$out/pp.err" |
     tee "$out/pp.txt" | grep -E "pp|tg"
-  timeout 300 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_pp512.csv" \
+  timeout 300 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_pp4096.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    $B bench -m $rel --backend cuda --random-weights -p 512 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
-  echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_pp512.csv" | tee "$out/ncu_pp512.md" | head -30
+    $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+  echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_pp4096.csv" | tee "$out/ncu_pp4096.md" | head -30
   ;;
 diag)
   # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and
