@@ -15,11 +15,11 @@ need() { # need FILE FUNCTION...: each function is called in FILE
   done
 }
 need forward.cu ts_memplan_make ts_memplan_place ts_memplan_work_layout ts_memplan_seq_bytes \
-  ts_memplan_matrix_bytes ts_memplan_vector_bytes ts_memplan_joinable ts_memplan_joined_bytes \
   ts_memplan_qsa_kv_bytes ts_memplan_idx_raw_bytes ts_memplan_idx_blk_bytes ts_memplan_gdn_conv_bytes \
   ts_memplan_gdn_state_bytes ts_memplan_ple_conv_bytes ts_memplan_ple_ctx_bytes
+need upload.cu ts_memplan_matrix_bytes ts_memplan_vector_bytes ts_memplan_joinable ts_memplan_joined_bytes
 need qsa.cu ts_memplan_qsa_layout ts_memplan_qsa_total ts_memplan_qsa_can_be_sparse ts_memplan_qsa_head_groups
-need gdn.cu ts_memplan_gdn_alpha_bytes ts_memplan_gdn_zba_bytes
+need gdn.cu ts_memplan_gdn_alpha_bytes ts_memplan_gdn_zba_bytes ts_memplan_gdn_chunk_bytes
 need moe.cu ts_memplan_moe_shared_floats ts_memplan_moe_expert_layout
 need gemm.cu ts_memplan_expert_plan_ranges ts_memplan_expert_plan_max_tiles ts_memplan_expert_plan_bytes_for \
   ts_memplan_expert_plan_bytes
