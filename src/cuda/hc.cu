@@ -343,67 +343,8 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     while (f.IB > 1 && up_mix_smem(r, C, f.IB, U.row_bytes, upr) > kFusedSmemBudget) f.IB /= 2;
     f.smem = up_mix_smem(r, C, f.IB, U.row_bytes, upr);
     if (f.smem > kFusedSmemBudget) return none;
-    switch (U.type) {
-    case TS_TYPE_Q8_0:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q8_0>;
-        break;
-    case TS_TYPE_Q4_0:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_0>;
-        break;
-    case TS_TYPE_Q4_1:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_1>;
-        break;
-    case TS_TYPE_Q5_0:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_0>;
-        break;
-    case TS_TYPE_Q5_1:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_1>;
-        break;
-    case TS_TYPE_IQ4_NL:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ4_NL>;
-        break;
-    case TS_TYPE_IQ4_XS:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ4_XS>;
-        break;
-    case TS_TYPE_Q4_K:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q4_K>;
-        break;
-    case TS_TYPE_Q5_K:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q5_K>;
-        break;
-    case TS_TYPE_Q6_K:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q6_K>;
-        break;
-    case TS_TYPE_Q2_K:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q2_K>;
-        break;
-    case TS_TYPE_Q3_K:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_Q3_K>;
-        break;
-    case TS_TYPE_IQ2_XXS:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XXS>;
-        break;
-    case TS_TYPE_IQ2_XS:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_XS>;
-        break;
-    case TS_TYPE_IQ2_S:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ2_S>;
-        break;
-    case TS_TYPE_IQ3_XXS:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ3_XXS>;
-        break;
-    case TS_TYPE_IQ3_S:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ3_S>;
-        break;
-    case TS_TYPE_IQ1_S:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ1_S>;
-        break;
-    case TS_TYPE_IQ1_M:
-        f.kernel = hc_up_mix_kernel<TS_TYPE_IQ1_M>;
-        break;
-    default:
+    if (!with_block_type(U.type, [&](auto t) { f.kernel = hc_up_mix_kernel<decltype(t)::value>; }))
         return none;
-    }
     return f;
 }
 

@@ -946,76 +946,7 @@ int matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_
         const int tc = static_cast<int>(T - t0 < kMaxT ? T - t0 : kMaxT);
         const launch_args a = {w, W->row_bytes, no, ne0, x_dev + t0 * W->ne0, y_dev + t0 * n_out, s};
         const int R = rows_per_warp(W->type, no, tc);
-        switch (W->type) {
-        case TS_TYPE_F32:
-            launch_type<TS_TYPE_F32>(R, tc, a);
-            break;
-        case TS_TYPE_F16:
-            launch_type<TS_TYPE_F16>(R, tc, a);
-            break;
-        case TS_TYPE_BF16:
-            launch_type<TS_TYPE_BF16>(R, tc, a);
-            break;
-        case TS_TYPE_Q8_0:
-            launch_type<TS_TYPE_Q8_0>(R, tc, a);
-            break;
-        case TS_TYPE_Q4_0:
-            launch_type<TS_TYPE_Q4_0>(R, tc, a);
-            break;
-        case TS_TYPE_Q4_1:
-            launch_type<TS_TYPE_Q4_1>(R, tc, a);
-            break;
-        case TS_TYPE_Q5_0:
-            launch_type<TS_TYPE_Q5_0>(R, tc, a);
-            break;
-        case TS_TYPE_Q5_1:
-            launch_type<TS_TYPE_Q5_1>(R, tc, a);
-            break;
-        case TS_TYPE_IQ4_NL:
-            launch_type<TS_TYPE_IQ4_NL>(R, tc, a);
-            break;
-        case TS_TYPE_IQ4_XS:
-            launch_type<TS_TYPE_IQ4_XS>(R, tc, a);
-            break;
-        case TS_TYPE_Q4_K:
-            launch_type<TS_TYPE_Q4_K>(R, tc, a);
-            break;
-        case TS_TYPE_Q5_K:
-            launch_type<TS_TYPE_Q5_K>(R, tc, a);
-            break;
-        case TS_TYPE_Q6_K:
-            launch_type<TS_TYPE_Q6_K>(R, tc, a);
-            break;
-        case TS_TYPE_Q2_K:
-            launch_type<TS_TYPE_Q2_K>(R, tc, a);
-            break;
-        case TS_TYPE_Q3_K:
-            launch_type<TS_TYPE_Q3_K>(R, tc, a);
-            break;
-        case TS_TYPE_IQ2_XXS:
-            launch_type<TS_TYPE_IQ2_XXS>(R, tc, a);
-            break;
-        case TS_TYPE_IQ2_XS:
-            launch_type<TS_TYPE_IQ2_XS>(R, tc, a);
-            break;
-        case TS_TYPE_IQ2_S:
-            launch_type<TS_TYPE_IQ2_S>(R, tc, a);
-            break;
-        case TS_TYPE_IQ3_XXS:
-            launch_type<TS_TYPE_IQ3_XXS>(R, tc, a);
-            break;
-        case TS_TYPE_IQ3_S:
-            launch_type<TS_TYPE_IQ3_S>(R, tc, a);
-            break;
-        case TS_TYPE_IQ1_S:
-            launch_type<TS_TYPE_IQ1_S>(R, tc, a);
-            break;
-        case TS_TYPE_IQ1_M:
-            launch_type<TS_TYPE_IQ1_M>(R, tc, a);
-            break;
-        default:
-            return -1;
-        }
+        if (!with_type(W->type, [&](auto t) { launch_type<decltype(t)::value>(R, tc, a); })) return -1;
     }
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }
@@ -1116,76 +1047,7 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     // Rows per warp from all the rows of the launch (what fills the GPU).
     const int64_t total = n_items * parts * n_out;
     const int R = rows_per_warp(W->type, total > INT_MAX ? INT_MAX : static_cast<int>(total), 1);
-    switch (W->type) {
-    case TS_TYPE_F32:
-        launch_experts_type<TS_TYPE_F32>(R, L);
-        break;
-    case TS_TYPE_F16:
-        launch_experts_type<TS_TYPE_F16>(R, L);
-        break;
-    case TS_TYPE_BF16:
-        launch_experts_type<TS_TYPE_BF16>(R, L);
-        break;
-    case TS_TYPE_Q8_0:
-        launch_experts_type<TS_TYPE_Q8_0>(R, L);
-        break;
-    case TS_TYPE_Q4_0:
-        launch_experts_type<TS_TYPE_Q4_0>(R, L);
-        break;
-    case TS_TYPE_Q4_1:
-        launch_experts_type<TS_TYPE_Q4_1>(R, L);
-        break;
-    case TS_TYPE_Q5_0:
-        launch_experts_type<TS_TYPE_Q5_0>(R, L);
-        break;
-    case TS_TYPE_Q5_1:
-        launch_experts_type<TS_TYPE_Q5_1>(R, L);
-        break;
-    case TS_TYPE_IQ4_NL:
-        launch_experts_type<TS_TYPE_IQ4_NL>(R, L);
-        break;
-    case TS_TYPE_IQ4_XS:
-        launch_experts_type<TS_TYPE_IQ4_XS>(R, L);
-        break;
-    case TS_TYPE_Q4_K:
-        launch_experts_type<TS_TYPE_Q4_K>(R, L);
-        break;
-    case TS_TYPE_Q5_K:
-        launch_experts_type<TS_TYPE_Q5_K>(R, L);
-        break;
-    case TS_TYPE_Q6_K:
-        launch_experts_type<TS_TYPE_Q6_K>(R, L);
-        break;
-    case TS_TYPE_Q2_K:
-        launch_experts_type<TS_TYPE_Q2_K>(R, L);
-        break;
-    case TS_TYPE_Q3_K:
-        launch_experts_type<TS_TYPE_Q3_K>(R, L);
-        break;
-    case TS_TYPE_IQ2_XXS:
-        launch_experts_type<TS_TYPE_IQ2_XXS>(R, L);
-        break;
-    case TS_TYPE_IQ2_XS:
-        launch_experts_type<TS_TYPE_IQ2_XS>(R, L);
-        break;
-    case TS_TYPE_IQ2_S:
-        launch_experts_type<TS_TYPE_IQ2_S>(R, L);
-        break;
-    case TS_TYPE_IQ3_XXS:
-        launch_experts_type<TS_TYPE_IQ3_XXS>(R, L);
-        break;
-    case TS_TYPE_IQ3_S:
-        launch_experts_type<TS_TYPE_IQ3_S>(R, L);
-        break;
-    case TS_TYPE_IQ1_S:
-        launch_experts_type<TS_TYPE_IQ1_S>(R, L);
-        break;
-    case TS_TYPE_IQ1_M:
-        launch_experts_type<TS_TYPE_IQ1_M>(R, L);
-        break;
-    default:
-        return -1;
-    }
+    if (!with_type(W->type, [&](auto t) { launch_experts_type<decltype(t)::value>(R, L); })) return -1;
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }
 
@@ -1271,66 +1133,6 @@ extern "C" int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int 
                           static_cast<size_t>(T) * static_cast<size_t>(n_out),
                           s};
     const int t = static_cast<int>(T);
-    switch (W->type) {
-    case TS_TYPE_Q8_0:
-        launch_split<TS_TYPE_Q8_0>(t, a);
-        break;
-    case TS_TYPE_Q4_0:
-        launch_split<TS_TYPE_Q4_0>(t, a);
-        break;
-    case TS_TYPE_Q4_1:
-        launch_split<TS_TYPE_Q4_1>(t, a);
-        break;
-    case TS_TYPE_Q5_0:
-        launch_split<TS_TYPE_Q5_0>(t, a);
-        break;
-    case TS_TYPE_Q5_1:
-        launch_split<TS_TYPE_Q5_1>(t, a);
-        break;
-    case TS_TYPE_IQ4_NL:
-        launch_split<TS_TYPE_IQ4_NL>(t, a);
-        break;
-    case TS_TYPE_IQ4_XS:
-        launch_split<TS_TYPE_IQ4_XS>(t, a);
-        break;
-    case TS_TYPE_Q4_K:
-        launch_split<TS_TYPE_Q4_K>(t, a);
-        break;
-    case TS_TYPE_Q5_K:
-        launch_split<TS_TYPE_Q5_K>(t, a);
-        break;
-    case TS_TYPE_Q6_K:
-        launch_split<TS_TYPE_Q6_K>(t, a);
-        break;
-    case TS_TYPE_Q2_K:
-        launch_split<TS_TYPE_Q2_K>(t, a);
-        break;
-    case TS_TYPE_Q3_K:
-        launch_split<TS_TYPE_Q3_K>(t, a);
-        break;
-    case TS_TYPE_IQ2_XXS:
-        launch_split<TS_TYPE_IQ2_XXS>(t, a);
-        break;
-    case TS_TYPE_IQ2_XS:
-        launch_split<TS_TYPE_IQ2_XS>(t, a);
-        break;
-    case TS_TYPE_IQ2_S:
-        launch_split<TS_TYPE_IQ2_S>(t, a);
-        break;
-    case TS_TYPE_IQ3_XXS:
-        launch_split<TS_TYPE_IQ3_XXS>(t, a);
-        break;
-    case TS_TYPE_IQ3_S:
-        launch_split<TS_TYPE_IQ3_S>(t, a);
-        break;
-    case TS_TYPE_IQ1_S:
-        launch_split<TS_TYPE_IQ1_S>(t, a);
-        break;
-    case TS_TYPE_IQ1_M:
-        launch_split<TS_TYPE_IQ1_M>(t, a);
-        break;
-    default:
-        return 1;
-    }
+    if (!with_block_type(W->type, [&](auto tt) { launch_split<decltype(tt)::value>(t, a); })) return 1;
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }

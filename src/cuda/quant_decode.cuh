@@ -53,6 +53,48 @@ extern "C" {
 
 namespace ts_cu {
 
+// ---- the types, in one list ------------------------------------------------------------------
+//
+// The tier-1 types the CUDA kernels take: the plain ones, then the block-quantized ones. A kernel
+// templated on the type is launched for a run-time type by
+//   with_type(type, f)        f(type_tag<TYPE>{}) for any listed type, then true; false otherwise
+//   with_block_type(type, f)  the same for the block-quantized types only
+// (f is usually a generic lambda: [&](auto t) { launch<decltype(t)::value>(...); }).
+// clang-format off
+#define TS_CU_PLAIN_TYPES(X) X(TS_TYPE_F32) X(TS_TYPE_F16) X(TS_TYPE_BF16)
+#define TS_CU_BLOCK_TYPES(X)                                                                      \
+    X(TS_TYPE_Q8_0) X(TS_TYPE_Q4_0) X(TS_TYPE_Q4_1) X(TS_TYPE_Q5_0) X(TS_TYPE_Q5_1)              \
+    X(TS_TYPE_IQ4_NL) X(TS_TYPE_IQ4_XS) X(TS_TYPE_Q4_K) X(TS_TYPE_Q5_K) X(TS_TYPE_Q6_K)          \
+    X(TS_TYPE_Q2_K) X(TS_TYPE_Q3_K) X(TS_TYPE_IQ2_XXS) X(TS_TYPE_IQ2_XS) X(TS_TYPE_IQ2_S)        \
+    X(TS_TYPE_IQ3_XXS) X(TS_TYPE_IQ3_S) X(TS_TYPE_IQ1_S) X(TS_TYPE_IQ1_M)
+// clang-format on
+
+template <uint32_t TYPE> struct type_tag { static constexpr uint32_t value = TYPE; };
+
+#define TS_CU_TYPE_CASE(T)                                                                                   \
+    case T:                                                                                                  \
+        f(type_tag<T>{});                                                                                    \
+        return true;
+
+#pragma nv_exec_check_disable
+template <class F> TS_HD bool with_block_type(uint32_t type, F &&f) {
+    switch (type) {
+        TS_CU_BLOCK_TYPES(TS_CU_TYPE_CASE)
+    default:
+        return false;
+    }
+}
+
+#pragma nv_exec_check_disable
+template <class F> TS_HD bool with_type(uint32_t type, F &&f) {
+    switch (type) {
+        TS_CU_PLAIN_TYPES(TS_CU_TYPE_CASE)
+    default:
+        return with_block_type(type, f);
+    }
+}
+#undef TS_CU_TYPE_CASE
+
 // ---- intrinsics with host versions -----------------------------------------------------------
 
 // PRMT: byte n of the result is byte (s >> 4n) & 7 of the 8 bytes {y:x} (callers never set the

@@ -367,86 +367,15 @@ template <uint32_t TYPE> TS_HD float row_elem(const uint8_t *row, int64_t i) {
 }
 
 TS_HD bool row_type_supported(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_F32:
-    case TS_TYPE_F16:
-    case TS_TYPE_BF16:
-    case TS_TYPE_Q8_0:
-    case TS_TYPE_Q4_0:
-    case TS_TYPE_Q4_1:
-    case TS_TYPE_Q5_0:
-    case TS_TYPE_Q5_1:
-    case TS_TYPE_IQ4_NL:
-    case TS_TYPE_IQ4_XS:
-    case TS_TYPE_Q4_K:
-    case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K:
-    case TS_TYPE_Q2_K:
-    case TS_TYPE_Q3_K:
-    case TS_TYPE_IQ2_XXS:
-    case TS_TYPE_IQ2_XS:
-    case TS_TYPE_IQ2_S:
-    case TS_TYPE_IQ3_XXS:
-    case TS_TYPE_IQ3_S:
-    case TS_TYPE_IQ1_S:
-    case TS_TYPE_IQ1_M:
-        return true;
-    default:
-        return false;
-    }
+    return with_type(type, [](auto) {});
 }
 
 // Element i of a row of a run-time type; 0 for a type row_type_supported refuses (callers check
 // the type on the host first).
 TS_HD float row_value(uint32_t type, const uint8_t *row, int64_t i) {
-    switch (type) {
-    case TS_TYPE_F32:
-        return row_elem<TS_TYPE_F32>(row, i);
-    case TS_TYPE_F16:
-        return row_elem<TS_TYPE_F16>(row, i);
-    case TS_TYPE_BF16:
-        return row_elem<TS_TYPE_BF16>(row, i);
-    case TS_TYPE_Q8_0:
-        return row_elem<TS_TYPE_Q8_0>(row, i);
-    case TS_TYPE_Q4_0:
-        return row_elem<TS_TYPE_Q4_0>(row, i);
-    case TS_TYPE_Q4_1:
-        return row_elem<TS_TYPE_Q4_1>(row, i);
-    case TS_TYPE_Q5_0:
-        return row_elem<TS_TYPE_Q5_0>(row, i);
-    case TS_TYPE_Q5_1:
-        return row_elem<TS_TYPE_Q5_1>(row, i);
-    case TS_TYPE_IQ4_NL:
-        return row_elem<TS_TYPE_IQ4_NL>(row, i);
-    case TS_TYPE_IQ4_XS:
-        return row_elem<TS_TYPE_IQ4_XS>(row, i);
-    case TS_TYPE_Q4_K:
-        return row_elem<TS_TYPE_Q4_K>(row, i);
-    case TS_TYPE_Q5_K:
-        return row_elem<TS_TYPE_Q5_K>(row, i);
-    case TS_TYPE_Q6_K:
-        return row_elem<TS_TYPE_Q6_K>(row, i);
-    case TS_TYPE_Q2_K:
-        return row_elem<TS_TYPE_Q2_K>(row, i);
-    case TS_TYPE_Q3_K:
-        return row_elem<TS_TYPE_Q3_K>(row, i);
-    case TS_TYPE_IQ2_XXS:
-        return row_elem<TS_TYPE_IQ2_XXS>(row, i);
-    case TS_TYPE_IQ2_XS:
-        return row_elem<TS_TYPE_IQ2_XS>(row, i);
-    case TS_TYPE_IQ2_S:
-        return row_elem<TS_TYPE_IQ2_S>(row, i);
-    case TS_TYPE_IQ3_XXS:
-        return row_elem<TS_TYPE_IQ3_XXS>(row, i);
-    case TS_TYPE_IQ3_S:
-        return row_elem<TS_TYPE_IQ3_S>(row, i);
-    case TS_TYPE_IQ1_S:
-        return row_elem<TS_TYPE_IQ1_S>(row, i);
-    case TS_TYPE_IQ1_M:
-        return row_elem<TS_TYPE_IQ1_M>(row, i);
-    default:
-        return 0.0f;
-    }
+    float v = 0.0f;
+    with_type(type, [&](auto t) { v = row_elem<decltype(t)::value>(row, i); });
+    return v;
 }
 
 // store(i, value) for the elements i = first, first + step, ... < n of a row, the type switched on
@@ -462,76 +391,7 @@ TS_HD void row_for_each_t(const uint8_t *row, int64_t n, int64_t first, int64_t 
 template <class Store>
 TS_HD void row_for_each(uint32_t type, const uint8_t *row, int64_t n, int64_t first, int64_t step,
                         Store store) {
-    switch (type) {
-    case TS_TYPE_F32:
-        row_for_each_t<TS_TYPE_F32>(row, n, first, step, store);
-        break;
-    case TS_TYPE_F16:
-        row_for_each_t<TS_TYPE_F16>(row, n, first, step, store);
-        break;
-    case TS_TYPE_BF16:
-        row_for_each_t<TS_TYPE_BF16>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q8_0:
-        row_for_each_t<TS_TYPE_Q8_0>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q4_0:
-        row_for_each_t<TS_TYPE_Q4_0>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q4_1:
-        row_for_each_t<TS_TYPE_Q4_1>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q5_0:
-        row_for_each_t<TS_TYPE_Q5_0>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q5_1:
-        row_for_each_t<TS_TYPE_Q5_1>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ4_NL:
-        row_for_each_t<TS_TYPE_IQ4_NL>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ4_XS:
-        row_for_each_t<TS_TYPE_IQ4_XS>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q4_K:
-        row_for_each_t<TS_TYPE_Q4_K>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q5_K:
-        row_for_each_t<TS_TYPE_Q5_K>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q6_K:
-        row_for_each_t<TS_TYPE_Q6_K>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q2_K:
-        row_for_each_t<TS_TYPE_Q2_K>(row, n, first, step, store);
-        break;
-    case TS_TYPE_Q3_K:
-        row_for_each_t<TS_TYPE_Q3_K>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ2_XXS:
-        row_for_each_t<TS_TYPE_IQ2_XXS>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ2_XS:
-        row_for_each_t<TS_TYPE_IQ2_XS>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ2_S:
-        row_for_each_t<TS_TYPE_IQ2_S>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ3_XXS:
-        row_for_each_t<TS_TYPE_IQ3_XXS>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ3_S:
-        row_for_each_t<TS_TYPE_IQ3_S>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ1_S:
-        row_for_each_t<TS_TYPE_IQ1_S>(row, n, first, step, store);
-        break;
-    case TS_TYPE_IQ1_M:
-        row_for_each_t<TS_TYPE_IQ1_M>(row, n, first, step, store);
-        break;
-    default:
-        break;
-    }
+    with_type(type, [&](auto t) { row_for_each_t<decltype(t)::value>(row, n, first, step, store); });
 }
 
 // First byte of row r of a weight on the device (or in mapped host memory).

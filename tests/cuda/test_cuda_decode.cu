@@ -391,8 +391,62 @@ int check_lookups() {
 
 } // namespace
 
+// The type list (quant_decode.cuh): with_type / with_block_type call f with the tag of exactly the
+// listed types (the plain ones only through with_type) and return false for every other id, and the
+// row decoders dispatched through it give row_elem's value for every element.
+int check_type_list() {
+    static const uint32_t plain[] = {TS_TYPE_F32, TS_TYPE_F16, TS_TYPE_BF16};
+    static const uint32_t block[] = {TS_TYPE_Q8_0,    TS_TYPE_Q4_0,   TS_TYPE_Q4_1,   TS_TYPE_Q5_0,
+                                     TS_TYPE_Q5_1,    TS_TYPE_IQ4_NL, TS_TYPE_IQ4_XS, TS_TYPE_Q4_K,
+                                     TS_TYPE_Q5_K,    TS_TYPE_Q6_K,   TS_TYPE_Q2_K,   TS_TYPE_Q3_K,
+                                     TS_TYPE_IQ2_XXS, TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S,  TS_TYPE_IQ3_XXS,
+                                     TS_TYPE_IQ3_S,   TS_TYPE_IQ1_S,  TS_TYPE_IQ1_M};
+    int fails = 0;
+    for (uint32_t t = 0; t < TS_TYPE_COUNT + 8; t++) {
+        bool is_plain = false, is_block = false;
+        for (uint32_t p : plain) is_plain |= p == t;
+        for (uint32_t b : block) is_block |= b == t;
+        uint32_t got = UINT32_MAX, got_block = UINT32_MAX;
+        const bool any = with_type(t, [&](auto tag) { got = decltype(tag)::value; });
+        const bool blk = with_block_type(t, [&](auto tag) { got_block = decltype(tag)::value; });
+        if (any != (is_plain || is_block) || blk != is_block || (any && got != t) ||
+            (blk && got_block != t) || row_type_supported(t) != any) {
+            printf("type list: id %u dispatched as %d/%d (tags %u, %u), expected %d/%d\n", t, any, blk, got,
+                   got_block, is_plain || is_block, is_block);
+            fails++;
+        }
+        if (!any) continue;
+        // one row of 512 elements from random bytes (any scale, NaN included: compared bit for bit)
+        static uint8_t row[4096];
+        uint64_t rng = 0x1234567ull + t;
+        for (uint8_t &b : row)
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull, b = uint8_t(rng >> 56);
+        with_type(t, [&](auto tag) {
+            constexpr uint32_t T = decltype(tag)::value;
+            int64_t visited = 0;
+            row_for_each(T, row, 512, 0, 1, [&](int64_t i, float v) {
+                const float want = row_elem<T>(row, i);
+                if (float_bits(v) != float_bits(want) ||
+                    float_bits(row_value(T, row, i)) != float_bits(want)) {
+                    if (fails++ < 5)
+                        printf("type list: type %u element %ld decoded differently\n", T, (long)i);
+                }
+                visited++;
+            });
+            if (visited != 512) {
+                printf("type list: type %u, row_for_each visited %ld of 512 elements\n", T, (long)visited);
+                fails++;
+            }
+        });
+    }
+    printf("type list %s  %zu plain and %zu block types dispatched, every other id refused\n",
+           fails ? "FAIL" : "ok  ", sizeof plain / sizeof plain[0], sizeof block / sizeof block[0]);
+    return fails ? 1 : 0;
+}
+
 int main() {
     int bad = check_lookups();
+    bad += check_type_list();
     bad += check_type<TS_TYPE_Q8_0>("q8_0");
     bad += check_type<TS_TYPE_Q4_0>("q4_0");
     bad += check_type<TS_TYPE_Q4_1>("q4_1");
