@@ -26,6 +26,10 @@
 // Expert tiles take their items from the plan (tile q: expert e, items sorted[start .. start + cnt)),
 // the x record of item i is that of x row ⌊i / x_div⌋, its outputs go to y + i·y_stride; a bad expert
 // id gives NaN outputs and reads no weight.
+// Split products (ts_cuda_gemm_tc_split): the prep kernel runs twice, for x and for the residual of
+// x's own rounding (tc_x_residual, records after x's), and the GEMM's grid has a third dimension of
+// parts: part p takes the records of half p / ksplit and the steps of K range p % ksplit, and writes
+// its own T × n_out outputs, which the caller adds.
 extern "C" {
 #include "quant/quant.h"
 }
