@@ -361,14 +361,13 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
     cudaMemGetInfo(&P.free_bytes, &P.total_bytes);
     if (o->gpu_mem && o->gpu_mem < P.total_bytes) P.total_bytes = o->gpu_mem;
     // with min_rows, fewer rows a micro-batch (halving, not below min_rows) until the workspaces fit
-    for (int64_t rows = o->max_rows; !rc && o->min_rows && rows > o->min_rows; rows /= 2) {
+    while (!rc && o->min_rows && c->o.max_rows > o->min_rows) {
         ts_memplan t = mp;
         if (!ts_memplan_place(&t, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen)) break;
-        const int64_t next = rows / 2 > o->min_rows ? rows / 2 : o->min_rows;
-        ts_memplan_make(m, o->plan_ctx, o->plan_seqs, next, &mp);
+        c->o.max_rows = c->o.max_rows / 2 > o->min_rows ? c->o.max_rows / 2 : o->min_rows;
+        ts_memplan_make(m, o->plan_ctx, o->plan_seqs, c->o.max_rows, &mp);
         mp.snapshots = o->snapshot_bytes;
         P.work = mp.work, P.seq_state = mp.seq_state;
-        c->o.max_rows = next;
     }
     if (!rc) {
         rc = ts_memplan_place(&mp, o->ple, P.free_bytes, P.total_bytes, c->device_name, err, errlen);
