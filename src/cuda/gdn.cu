@@ -415,8 +415,9 @@ struct PrepSmem {
 };
 
 // The rows c0 .. c0 + n − 1 of a chunk (zero beyond n): q̂ and k̂ of key head κ into Qs, Ks (row stride
-// ks), β_t into Bs and G_t (the running sum of the log-decays in row order, as the CPU) into Gs. The
-// caller synchronizes.
+// ks) by asynchronous copies (committed, not waited for: the caller waits and synchronizes), β_t into Bs
+// and G_t (the running sum of the log-decays in row order, as the CPU) into Gs. Every thread calls it
+// (one barrier inside: the log-decays are loaded in parallel, then summed by one thread).
 __device__ __forceinline__ void load_chunk_qk(const RecArgs &a, const GdnDims &d, int64_t c0, int n,
                                               int kappa, int j, int ks, float *Qs, float *Ks, float *Bs,
                                               float *Gs) {
@@ -425,14 +426,22 @@ __device__ __forceinline__ void load_chunk_qk(const RecArgs &a, const GdnDims &d
     for (int i = tid; i < kChunk * d.dk; i += blockDim.x) {
         const int t = i / d.dk, k = i % d.dk;
         const float *u = a.u + (c0 + t) * d.cd;
-        Qs[t * ks + k] = t < n ? u[qoff + k] : 0.0f;
-        Ks[t * ks + k] = t < n ? u[koff + k] : 0.0f;
+        if (t < n) {
+            ts_cu::cp_async4(&Qs[t * ks + k], u + qoff + k);
+            ts_cu::cp_async4(&Ks[t * ks + k], u + koff + k);
+        } else {
+            Qs[t * ks + k] = Ks[t * ks + k] = 0.0f;
+        }
     }
-    if (tid < kChunk) Bs[tid] = tid < n ? a.beta[(c0 + tid) * d.nv + j] : 0.0f;
+    ts_cu::cp_async_commit();
+    if (tid < kChunk) {
+        Bs[tid] = tid < n ? a.beta[(c0 + tid) * d.nv + j] : 0.0f;
+        Gs[tid] = tid < n ? a.lg[(c0 + tid) * d.nv + j] : 0.0f;
+    }
+    __syncthreads();
     if (tid == 0) {
         float g = 0.0f;
-#pragma unroll 8
-        for (int t = 0; t < kChunk; t++) Gs[t] = g = t < n ? g + a.lg[(c0 + t) * d.nv + j] : g;
+        for (int t = 0; t < kChunk; t++) Gs[t] = g = t < n ? g + Gs[t] : g;
     }
 }
 
@@ -451,6 +460,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     if (r1 - r0 < d.chunk_min || c0 >= r1) return; // the recurrence's, or past the sequence's chunks
     const int n = (int)min((int64_t)kChunk, r1 - c0);
     load_chunk_qk(a, d, c0, n, j % d.nk, j, L.ks, Qs, Ks, Bs, Gs);
+    ts_cu::cp_async_wait<0>();
     __syncthreads();
 
     // A and P: thread (ty, tx) has rows t = ty + 16α and columns s = tx + 16β' (α, β' < 4)
@@ -533,17 +543,26 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
         const int n = (int)min((int64_t)kChunk, r1 - c0);
         // load the chunk: q̂, k̂ rows (zero beyond n), β, G, the v slice into δ, and the rows of T and P
-        load_chunk_qk(a, d, c0, n, kappa, j, L.ks, Qs, Ks, Bs, Gs);
+        // (all by asynchronous copies, in flight together: waited for once)
         for (int i = tid; i < kChunk * kSlice; i += kChunkThreads) {
             const int t = i / kSlice, e = i % kSlice;
-            Ds[t * kDs + e] = t < n && e < ncol ? a.u[(c0 + t) * d.cd + voff + e] : 0.0f;
+            if (t < n && e < ncol)
+                ts_cu::cp_async4(&Ds[t * kDs + e], a.u + (c0 + t) * d.cd + voff + e);
+            else
+                Ds[t * kDs + e] = 0.0f;
         }
         for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
             const int t = i / kChunk, c = i % kChunk;
             const float *row = tp + ((c0 + t) * d.nv + j) * (2 * kChunk);
-            Ts[t * CP + c] = t < n ? row[c] : 0.0f;
-            Ps[t * CP + c] = t < n ? row[kChunk + c] : 0.0f;
+            if (t < n) {
+                ts_cu::cp_async4(&Ts[t * CP + c], row + c);
+                ts_cu::cp_async4(&Ps[t * CP + c], row + kChunk + c);
+            } else {
+                Ts[t * CP + c] = Ps[t * CP + c] = 0.0f;
+            }
         }
+        load_chunk_qk(a, d, c0, n, kappa, j, L.ks, Qs, Ks, Bs, Gs); // commits the copies above with its own
+        ts_cu::cp_async_wait<0>();
         __syncthreads();
         if (tid < kChunk) Es[tid] = tid < n ? expf(Gs[n - 1] - Gs[tid]) : 0.0f; // read after the next barrier
 
