@@ -393,6 +393,14 @@ constexpr int kChunkDk = 128;      // largest dk of the chunked form
 constexpr int kDs = kSlice + 8;    // row stride of δ
 constexpr int CP = kChunk + 1;     // row stride of A, T, P
 static_assert(kChunk == TS_MEMPLAN_GDN_CHUNK, "the memory plan sizes the chunks' matrices");
+static_assert(kChunkThreads == 4 * kChunk && kSlice == 32 && kChunkDk <= 128,
+              "the walk's register tiles: 8 threads of 4 columns a row pair, 4 keys a thread");
+
+// acc[i] += a·v_i for the four components of v (in order x, y, z, w)
+__device__ __forceinline__ void fma4(float (&acc)[4], float a, const float4 v) {
+    acc[0] = fmaf(a, v.x, acc[0]), acc[1] = fmaf(a, v.y, acc[1]);
+    acc[2] = fmaf(a, v.z, acc[2]), acc[3] = fmaf(a, v.w, acc[3]);
+}
 
 struct ChunkSmem { // offsets in floats into dynamic shared memory; ks = dk + 1 (row stride of K̂, Q̂)
     int ks, K, Q, A, P, D, S, G, B, E;
@@ -448,7 +456,7 @@ __device__ __forceinline__ void load_chunk_qk(const RecArgs &a, const GdnDims &d
 // grid (n_seq·qmax, nv), block kChunkThreads. See above; tp: the scratch, 2·kChunk floats per (row, head).
 __global__ void __launch_bounds__(kChunkThreads, 1)
     gdn_chunk_prep_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d, float *__restrict__ tp, int qmax) {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     const PrepSmem L(d.dk);
     float *Ks = sm + L.K, *Qs = sm + L.Q, *As = sm + L.A, *Ps = sm + L.P, *Ts = sm + L.T, *Gs = sm + L.G,
           *Bs = sm + L.B;
@@ -516,7 +524,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 
 __global__ void __launch_bounds__(kChunkThreads, 1)
     gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d, const float *__restrict__ tp) {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     const ChunkSmem L(d.dk);
     float *Ks = sm + L.K, *Qs = sm + L.Q, *Ts = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
     float *Gs = sm + L.G, *Bs = sm + L.B, *Es = sm + L.E; // G_t, β_t, e^(G_{n−1}−G_t)
@@ -566,64 +574,90 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         __syncthreads();
         if (tid < kChunk) Es[tid] = tid < n ? expf(Gs[n - 1] - Gs[tid]) : 0.0f; // read after the next barrier
 
-        // R = β(v − e^G·K S) into δ, and e^G·Q S kept for o: thread (warp, lane) has column e = lane,
-        // rows t = warp + 8m (m < 8)
-        float oq[8];
+        // The products below are register tiles: thread (rg, c4) = (tid / 8, 4·(tid % 8)) has the columns
+        // c4 .. c4 + 3 of the slice and the chunk rows rg and rg + 32 (R, δ, o) or the keys rg + 32i (S),
+        // each sum over its index in increasing order.
+        const int rg = tid >> 3, c4 = (tid & 7) * 4;
+
+        // R = β(v − e^G·K S) into δ, and e^G·Q S kept for o
+        float oq[2][4];
         {
-            float sk[8] = {}, sq[8] = {};
+            float sk[2][4] = {}, sq[2][4] = {};
+            const float *k0 = Ks + rg * L.ks, *k1 = k0 + 32 * L.ks, *q0 = Qs + rg * L.ks,
+                        *q1 = q0 + 32 * L.ks;
+#pragma unroll 4
             for (int k = 0; k < d.dk; k++) {
-                const float sv = Ss[k * kSlice + lane];
-#pragma unroll
-                for (int m = 0; m < 8; m++) {
-                    const int t = warp + 8 * m;
-                    sk[m] = fmaf(Ks[t * L.ks + k], sv, sk[m]);
-                    sq[m] = fmaf(Qs[t * L.ks + k], sv, sq[m]);
-                }
+                const float4 sv = *reinterpret_cast<const float4 *>(&Ss[k * kSlice + c4]);
+                fma4(sk[0], k0[k], sv), fma4(sk[1], k1[k], sv);
+                fma4(sq[0], q0[k], sv), fma4(sq[1], q1[k], sv);
             }
 #pragma unroll
-            for (int m = 0; m < 8; m++) {
-                const int t = warp + 8 * m;
-                const float eg = expf(Gs[t]);
-                float *dp = &Ds[t * kDs + lane];
-                *dp = Bs[t] * (*dp - eg * sk[m]);
-                oq[m] = eg * sq[m];
+            for (int h = 0; h < 2; h++) {
+                const int t = rg + 32 * h;
+                const float eg = expf(Gs[t]), bt = Bs[t];
+                float *dp = &Ds[t * kDs + c4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) dp[i] = bt * (dp[i] - eg * sk[h][i]), oq[h][i] = eg * sq[h][i];
             }
         }
         __syncthreads();
 
-        // δ = T·R (T unit lower triangular), same thread layout
+        // δ = T·R (T unit lower triangular)
         {
-            float dl[8];
-#pragma unroll
-            for (int m = 0; m < 8; m++) {
-                const int t = warp + 8 * m;
-                float acc = 0.0f;
-                for (int c = 0; c <= t; c++) acc = fmaf(Ts[t * CP + c], Ds[c * kDs + lane], acc);
-                dl[m] = acc;
+            float dl[2][4] = {};
+            const float *t0 = Ts + rg * CP, *t1 = t0 + 32 * CP;
+            for (int c = 0; c <= rg + 32; c++) {
+                const float4 rv = *reinterpret_cast<const float4 *>(&Ds[c * kDs + c4]);
+                if (c <= rg) fma4(dl[0], t0[c], rv);
+                fma4(dl[1], t1[c], rv);
             }
             __syncthreads(); // every thread has read R
 #pragma unroll
-            for (int m = 0; m < 8; m++) Ds[(warp + 8 * m) * kDs + lane] = dl[m];
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) Ds[(rg + 32 * h) * kDs + c4 + i] = dl[h][i];
         }
         __syncthreads();
 
         // o = e^G·Q S + P δ (raw, before the gated norm)
+        {
+            const float *p0 = Ps + rg * CP, *p1 = p0 + 32 * CP;
+            const int cmax = min(rg + 32, n - 1);
+            for (int c = 0; c <= cmax; c++) {
+                const float4 dv = *reinterpret_cast<const float4 *>(&Ds[c * kDs + c4]);
+                if (c <= rg) fma4(oq[0], p0[c], dv);
+                fma4(oq[1], p1[c], dv);
+            }
 #pragma unroll
-        for (int m = 0; m < 8; m++) {
-            const int t = warp + 8 * m;
-            float acc = oq[m];
-            for (int c = 0; c <= t && c < n; c++) acc = fmaf(Ps[t * CP + c], Ds[c * kDs + lane], acc);
-            if (t < n && lane < ncol) a.o[(c0 + t) * d.vdim + (int64_t)j * d.dv + e0 + lane] = acc;
+            for (int h = 0; h < 2; h++) {
+                const int t = rg + 32 * h;
+                float *op = a.o + (c0 + t) * d.vdim + (int64_t)j * d.dv + e0;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (t < n && c4 + i < ncol) op[c4 + i] = oq[h][i];
+            }
         }
 
-        // S ← e^(G_{n−1})·S + Σ_t e^(G_{n−1}−G_t)·k̂_t δ_tᵀ: thread has column lane, keys warp + 8m
+        // S ← e^(G_{n−1})·S + Σ_t e^(G_{n−1}−G_t)·k̂_t δ_tᵀ
         {
             const float el = expf(Gs[n - 1]);
-            for (int k = warp; k < d.dk; k += 8) {
-                float acc = Ss[k * kSlice + lane] * el;
-                for (int t = 0; t < n; t++) acc = fmaf(Es[t] * Ks[t * L.ks + k], Ds[t * kDs + lane], acc);
-                Ss[k * kSlice + lane] = acc;
+            float acc[4][4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    acc[m][i] = rg + 32 * m < d.dk ? Ss[(rg + 32 * m) * kSlice + c4 + i] * el : 0.0f;
+            for (int t = 0; t < n; t++) {
+                const float4 dv = *reinterpret_cast<const float4 *>(&Ds[t * kDs + c4]);
+                const float et = Es[t], *kt = Ks + t * L.ks + rg;
+#pragma unroll
+                for (int m = 0; m < 4; m++) fma4(acc[m], et * kt[32 * m], dv);
             }
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (rg + 32 * m < d.dk) Ss[(rg + 32 * m) * kSlice + c4 + i] = acc[m][i];
         }
         __syncthreads(); // before the next chunk's loads
     }
