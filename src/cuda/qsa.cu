@@ -73,6 +73,7 @@
 // TODO (prefill speed): scoring and attention read the block keys / K/V once per row; tiling a few
 // rows of one sequence per thread block (a tensor-core flash-attention) would reuse them.
 // TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
+#include "cuda/cp_async.cuh"
 #include "cuda/layers.h"
 #include "model/memplan.h"
 
@@ -603,6 +604,9 @@ __global__ void __launch_bounds__(kAttThreads)
     }
 }
 
+// the tensor-core attention of many rows (qsa_attn_tc_kernel)
+#include "cuda/qsa_attn_tc.cuh"
+
 // ---- 6. split combine --------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kCombineThreads)
@@ -652,6 +656,16 @@ bool force_dense() {
 
 bool launched() {
     return cudaGetLastError() == cudaSuccess;
+}
+
+// TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
+bool attn_tc_enabled() {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("TURBOSPARK_CUDA_QSA_TC");
+        cached = !(e && e[0] == '0');
+    }
+    return cached != 0;
 }
 
 template <int NV, int SL>
@@ -744,8 +758,11 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
             kAttCh * sizeof(int64_t);
         const int fd = dense ? 1 : 0;
-        bool ok;
-        if (hd <= kAttThreads) {
+        bool ok, failed = false;
+        if (attn_tc_enabled() &&
+            launch_attn_tc(*b, l, q, w->qg, sel, fd, nsplit, w->att, part_o, part_ml, s, &failed))
+            ok = !failed;
+        else if (hd <= kAttThreads) {
             if (hd == 256)
                 ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
                                        w->att, part_o, part_ml);
