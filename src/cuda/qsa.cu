@@ -658,14 +658,15 @@ bool launched() {
     return cudaGetLastError() == cudaSuccess;
 }
 
-// TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
-bool attn_tc_enabled() {
+// TURBOSPARK_CUDA_QSA_TC: 0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT), 1 takes
+// qsa_attn_tc_kernel for many rows, otherwise qsa_attn_tc2_kernel.
+int attn_tc_version() {
     static int cached = -1;
     if (cached < 0) {
         const char *e = getenv("TURBOSPARK_CUDA_QSA_TC");
-        cached = !(e && e[0] == '0');
+        cached = e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : 2;
     }
-    return cached != 0;
+    return cached;
 }
 
 template <int NV, int SL>
@@ -758,10 +759,12 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
             kAttCh * sizeof(int64_t);
         const int fd = dense ? 1 : 0;
-        bool ok, failed = false;
-        if (attn_tc_enabled() &&
-            launch_attn_tc(*b, l, q, w->qg, sel, fd, nsplit, w->att, part_o, part_ml, s, &failed))
-            ok = !failed;
+        bool ok;
+        const int tc = attn_tc_version() ? launch_attn_tc(attn_tc_version(), *b, l, q, w->qg, sel, fd, nsplit,
+                                                          w->att, part_o, part_ml, s)
+                                         : 0;
+        if (tc)
+            ok = tc > 0;
         else if (hd <= kAttThreads) {
             if (hd == 256)
                 ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
