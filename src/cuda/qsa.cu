@@ -56,6 +56,10 @@
 //                          m = −inf, l = 0). nsplit = 1 (large N): the result times σ(gate) goes
 //                          straight to w->att; otherwise the unnormalised partials (acc, m, l) go
 //                          to scratch and
+//      qsa_attn_tc_kernel  (src/cuda/qsa_attn_tc.cuh) in its place from kTcMinRows = 64 rows on, for
+//                          head dims 32, 64, 128, 256 and G ≤ 16: the same lists, softmax and outputs,
+//                          one block per (row, kv head, split), the products as split TF32 MMAs
+//                          (TURBOSPARK_CUDA_QSA_TC=0 keeps qsa_attn_kernel).
 //   6. qsa_combine_kernel  grid (N, nh) merges the nsplit partials: o = Σ_s e^{m_s−M}·acc_s /
 //                          Σ_s e^{m_s−M}·l_s, times σ(gate) → w->att.
 //   7. ts_cuda_matmul      y = attn_output·att.
@@ -68,10 +72,13 @@
 // Numerics: fp32 throughout with the CPU's formulas (true divisions, sqrtf, expf, the rope of
 // ts_drope_pair); reductions are warp/block trees, so results agree with the CPU to fp32 rounding
 // (a score within rounding of a tie may therefore pick a different block than the CPU). The
-// selected lists are in ascending order and every sum has a fixed order: runs are deterministic.
+// tensor-core attention's products take each operand as two TF32 parts (~22 bits, fp32 accumulation),
+// within a few fp32 roundings of the SIMT kernel's. The selected lists are in ascending order and
+// every sum has a fixed order: runs are deterministic.
 //
-// TODO (prefill speed): scoring and attention read the block keys / K/V once per row; tiling a few
-// rows of one sequence per thread block (a tensor-core flash-attention) would reuse them.
+// TODO (prefill speed): scoring and attention read the block keys / K/V (fp32) once per row and kv head,
+// ~25 GB a layer at 4,096 rows of the released shapes; 16-bit K/V in the cache (the precision policy
+// allows it) would halve that, and rows of one sequence sharing a block would read it once.
 // TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
 #include "cuda/cp_async.cuh"
 #include "cuda/layers.h"
@@ -658,15 +665,14 @@ bool launched() {
     return cudaGetLastError() == cudaSuccess;
 }
 
-// TURBOSPARK_CUDA_QSA_TC: 0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT), 1 takes
-// qsa_attn_tc_kernel for many rows, otherwise qsa_attn_tc2_kernel.
-int attn_tc_version() {
+// TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
+bool attn_tc_enabled() {
     static int cached = -1;
     if (cached < 0) {
         const char *e = getenv("TURBOSPARK_CUDA_QSA_TC");
-        cached = e && e[0] == '0' ? 0 : e && e[0] == '1' ? 1 : 2;
+        cached = !(e && e[0] == '0');
     }
-    return cached;
+    return cached != 0;
 }
 
 template <int NV, int SL>
@@ -760,9 +766,9 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             kAttCh * sizeof(int64_t);
         const int fd = dense ? 1 : 0;
         bool ok;
-        const int tc = attn_tc_version() ? launch_attn_tc(attn_tc_version(), *b, l, q, w->qg, sel, fd, nsplit,
-                                                          w->att, part_o, part_ml, s)
-                                         : 0;
+        const int tc = attn_tc_enabled()
+                           ? launch_attn_tc(*b, l, q, w->qg, sel, fd, nsplit, w->att, part_o, part_ml, s)
+                           : 0;
         if (tc)
             ok = tc > 0;
         else if (hd <= kAttThreads) {

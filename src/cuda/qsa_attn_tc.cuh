@@ -240,242 +240,43 @@ __global__ void __launch_bounds__(kTcThreads)
     }
 }
 
-// v2: the scores split over the head dims (warp w: dims w·HD/4 .. + HD/4, its Q fragments in registers,
-// four position tiles of independent MMA chains; the four partial sums added in warp order), and the
-// next sub-chunk's K gathered during this one's softmax and P·V, its V during the next scores.
-template <int HD> struct tc2_smem { // offsets in floats
-    static constexpr int KS = HD + 4, VS = HD + 8, PS = kAttCh + 4;
-    static constexpr int K = 0, V = K + kAttCh * KS, R = V + kAttCh * VS, P = R + 4 * 16 * PS,
-                         M = P + 16 * PS, L = M + 16, C = L + 16, END = C + 16;
-    static constexpr size_t bytes = (size_t)END * sizeof(float);
-};
-
+// Launches qsa_attn_tc_kernel for head dims 32, 64, 128 and 256 with G ≤ 16 query heads a kv head:
+// 1 launched, 0 not applicable (the caller takes qsa_attn_kernel: another shape, few rows, or a GPU
+// without the shared memory), -1 the launch failed.
 template <int HD>
-__global__ void __launch_bounds__(kTcThreads)
-    qsa_attn_tc2_kernel(ts_cuda_batch b, int l, qsa_shape q, const float *__restrict__ qg,
-                        const int32_t *__restrict__ sel, int all_dense, int nsplit, float *__restrict__ att,
-                        float *__restrict__ part_o, float *__restrict__ part_ml) {
-    using L = tc2_smem<HD>;
-    constexpr int NT = HD / 32; // MMA n-tiles of head dims a warp owns in o
-    constexpr int KT = HD / 32; // MMA k-steps of head dims a warp owns in the scores
-    static_assert(HD % 32 == 0, "4 warps of n-tiles of 8 head dims");
-    extern __shared__ __align__(16) float sm[];
-    float *ks = sm + L::K, *vs = sm + L::V, *red = sm + L::R, *p_s = sm + L::P;
-    float *m_s = sm + L::M, *l_s = sm + L::L, *c_s = sm + L::C;
-
-    const int r = blockIdx.x, j = blockIdx.y, split = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int nkv = q.nkv, nh = q.nh, gh = q.G, h0 = j * q.G;
-
-    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
-    const bool dense = all_dense || nb <= q.Kb;
-    const int64_t n = allowed_count(q, p, nb, dense);
-    int64_t chunk = (n + nsplit - 1) / nsplit;
-    if (chunk < kMinSplitLen) chunk = kMinSplitLen;
-    const int64_t a0 = split * chunk, a1 = a0 + chunk < n ? a0 + chunk : n;
-    if (a0 >= a1) { // empty split (never the first one): weight 0 in the combine
-        if (tid < gh) {
-            float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
-            ml[0] = -INFINITY, ml[1] = 0.0f;
-        }
-        return;
-    }
-    const int seq = b.row_seq[r];
-    const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * HD;
-    const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * HD;
-    const int64_t kvs = (int64_t)nkv * HD;
-    const int32_t *selr = sel + (int64_t)r * q.Kb;
-    const int64_t sparse_len = (int64_t)q.Kb * q.B;
-    const float scale = 1.0f / sqrtf((float)HD);
-    auto position = [&](int64_t a) -> int64_t { // the a-th allowed position of the row
-        if (dense) return a;
-        if (a < sparse_len) return (int64_t)selr[a / q.B] * q.B + a % q.B;
-        return nb * q.B + (a - sparse_len);
-    };
-    // rows c0 .. c0 + 31 of the cache (from C) into dst (row stride st), zero past a1: one group
-    auto gather = [&](const float *C, float *dst, int st, int64_t c0) {
-        constexpr int LPR = HD / 4; // 16-byte lines a row
-        for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
-            const int tt = i / LPR, c = (i - tt * LPR) * 4;
-            if (c0 + tt < a1)
-                ts_cu::cp_async16(dst + tt * st + c, C + position(c0 + tt) * kvs + c);
-            else
-                *reinterpret_cast<float4 *>(dst + tt * st + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        ts_cu::cp_async_commit();
-    };
-
-    // this warp's Q fragments (hi, lo) of its head dims: heads g, g + 8 (zero from gh on)
-    const float *qrow = qg + (int64_t)r * nh * 2 * HD;
-    uint32_t qh[KT][4], ql[KT][4];
-#pragma unroll
-    for (int s = 0; s < KT; s++) {
-        const int k0 = warp * (HD / 4) + 8 * s + t4;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int h = g + 8 * (u & 1), d = k0 + 4 * (u >> 1);
-            qh[s][u] = ql[s][u] = 0;
-            if (h < gh) tf32_split(qrow[(int64_t)(h0 + h) * 2 * HD + d], qh[s][u], ql[s][u]);
-        }
-    }
-    for (int i = tid; i < 16 * L::PS; i += kTcThreads) p_s[i] = 0.0f;
-    if (tid < 16) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
-
-    gather(Kc, ks, L::KS, a0);
-    gather(Vc, vs, L::VS, a0);
-    float ohi[NT][4] = {}, olo[NT][4] = {}; // o[head g / g + 8][dims n0 + 2·t4, + 1] of n-tile i
-    for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
-        const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
-        ts_cu::cp_async_wait<1>();
-        __syncthreads(); // K of this sub-chunk landed (and, the first time, P, m, l)
-
-        // partial scores over this warp's head dims, all 32 positions
-        {
-            float shi[4][4] = {}, slo[4][4] = {};
-#pragma unroll
-            for (int s = 0; s < KT; s++) {
-                const float *kr = ks + g * L::KS + warp * (HD / 4) + 8 * s + t4;
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    uint32_t bh0, bl0, bh1, bl1;
-                    tf32_split(kr[8 * nt * L::KS], bh0, bl0);
-                    tf32_split(kr[8 * nt * L::KS + 4], bh1, bl1);
-                    mma_tf32(shi[nt], qh[s], bh0, bh1);
-                    mma_tf32(slo[nt], qh[s], bl0, bl1);
-                    mma_tf32(slo[nt], ql[s], bh0, bh1);
-                }
-            }
-            float *rw = red + warp * 16 * L::PS;
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int c = 8 * nt + 2 * t4;
-                rw[g * L::PS + c] = shi[nt][0] + slo[nt][0], rw[g * L::PS + c + 1] = shi[nt][1] + slo[nt][1];
-                rw[(g + 8) * L::PS + c] = shi[nt][2] + slo[nt][2];
-                rw[(g + 8) * L::PS + c + 1] = shi[nt][3] + slo[nt][3];
-            }
-        }
-        __syncthreads();                    // partial scores written; K free
-        gather(Kc, ks, L::KS, c0 + kAttCh); // the next sub-chunk's K (an empty group past the split)
-
-        // online softmax: a warp per head, a lane per position; the partials added in warp order
-        for (int h = warp; h < gh; h += kTcThreads / 32) {
-            const int o = h * L::PS + lane;
-            const float s =
-                lane < cnt
-                    ? (((red[o] + red[o + 16 * L::PS]) + red[o + 32 * L::PS]) + red[o + 48 * L::PS]) * scale
-                    : -INFINITY;
-            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
-            const float e = lane < cnt ? expf(s - m_new) : 0.0f;
-            p_s[h * L::PS + lane] = e;
-            const float sum = warp_sum(e);
-            if (lane == 0) {
-                const float cr = expf(m_old - m_new); // 0 on the first sub-chunk (m_old = −inf)
-                c_s[h] = cr;
-                l_s[h] = l_s[h] * cr + sum;
-                m_s[h] = m_new;
-            }
-        }
-        ts_cu::cp_async_wait<1>();
-        __syncthreads(); // P, the rescales and this sub-chunk's V ready
-
-        // o = o·c + P V over this warp's head dims
-        {
-            const float cg = g < gh ? c_s[g] : 0.0f, cg8 = g + 8 < gh ? c_s[g + 8] : 0.0f;
-#pragma unroll
-            for (int i = 0; i < NT; i++) {
-                ohi[i][0] *= cg, ohi[i][1] *= cg, ohi[i][2] *= cg8, ohi[i][3] *= cg8;
-                olo[i][0] *= cg, olo[i][1] *= cg, olo[i][2] *= cg8, olo[i][3] *= cg8;
-            }
-#pragma unroll
-            for (int k0 = 0; k0 < kAttCh; k0 += 8) {
-                uint32_t ah[4], al[4];
-                const int pa = g * L::PS + k0 + t4;
-                tf32_split(p_s[pa], ah[0], al[0]);
-                tf32_split(p_s[pa + 8 * L::PS], ah[1], al[1]);
-                tf32_split(p_s[pa + 4], ah[2], al[2]);
-                tf32_split(p_s[pa + 8 * L::PS + 4], ah[3], al[3]);
-                const float *vr = vs + (k0 + t4) * L::VS + warp * (HD / 4) + g;
-#pragma unroll
-                for (int i = 0; i < NT; i++) {
-                    uint32_t bh0, bl0, bh1, bl1;
-                    tf32_split(vr[8 * i], bh0, bl0);
-                    tf32_split(vr[8 * i + 4 * L::VS], bh1, bl1);
-                    mma_tf32(ohi[i], ah, bh0, bh1);
-                    mma_tf32(olo[i], ah, bl0, bl1);
-                    mma_tf32(olo[i], al, bh0, bh1);
-                }
-            }
-        }
-        __syncthreads();                    // V and P free
-        gather(Vc, vs, L::VS, c0 + kAttCh); // the next sub-chunk's V
-    }
-    ts_cu::cp_async_wait<0>(); // the empty groups past the split
-
-    // output: final (one split) or partial; thread has heads g, g + 8 and dims d, d + 1 of each n-tile
-#pragma unroll
-    for (int i = 0; i < NT; i++) {
-        const int d = warp * (HD / 4) + 8 * i + 2 * t4;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int h = g + 8 * u;
-            if (h >= gh) continue;
-            const int hq = h0 + h;
-            const float o0 = ohi[i][2 * u] + olo[i][2 * u], o1 = ohi[i][2 * u + 1] + olo[i][2 * u + 1];
-            if (nsplit == 1) {
-                const float *gate = qrow + (int64_t)hq * 2 * HD + HD + d;
-                float *out = att + ((int64_t)r * nh + hq) * HD + d;
-                out[0] = o0 / l_s[h] * ts_dsigmoid(gate[0]);
-                out[1] = o1 / l_s[h] * ts_dsigmoid(gate[1]);
-            } else {
-                float *out = part_o + (((int64_t)r * nh + hq) * nsplit + split) * HD + d;
-                out[0] = o0, out[1] = o1;
-            }
-        }
-    }
-    if (nsplit > 1 && tid < gh) {
-        float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
-        ml[0] = m_s[tid], ml[1] = l_s[tid];
-    }
-}
-
-// Launches qsa_attn_tc_kernel (version 1) or qsa_attn_tc2_kernel (2) for head dims 32, 64, 128 and 256
-// with G ≤ 16 query heads a kv head: 1 launched, 0 not applicable (the caller takes qsa_attn_kernel:
-// another shape, few rows, or a GPU without the shared memory), -1 the launch failed.
-template <int HD>
-int launch_tc_hd(int version, dim3 grid, const ts_cuda_batch &b, int l, const qsa_shape &q, const float *qg,
+int launch_tc_hd(dim3 grid, const ts_cuda_batch &b, int l, const qsa_shape &q, const float *qg,
                  const int32_t *sel, int dense, int nsplit, float *att, float *part_o, float *part_ml,
                  cudaStream_t s) {
-    // the opt-ins made (outside any graph capture: the forward runs a row count eagerly before it captures it)
-    thread_local int opted[2] = {0, 0}; // 0 not tried, 1 made, -1 refused
-    auto kernel = version == 1 ? qsa_attn_tc_kernel<HD> : qsa_attn_tc2_kernel<HD>;
-    const size_t smem = version == 1 ? tc_att_smem<HD>::bytes : tc2_smem<HD>::bytes;
-    int &o = opted[version - 1];
-    if (!o) {
-        o = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
-                    cudaSuccess
-                ? 1
-                : -1;
-        if (o < 0) cudaGetLastError(); // not an error of the forward: qsa_attn_kernel runs instead
+    // the opt-in, once per head dim (outside any graph capture: the forward runs a row count eagerly
+    // before it captures it): 0 not tried, 1 made, -1 refused
+    thread_local int opted = 0;
+    constexpr size_t smem = tc_att_smem<HD>::bytes;
+    if (!opted) {
+        opted = cudaFuncSetAttribute(qsa_attn_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem) == cudaSuccess
+                    ? 1
+                    : -1;
+        if (opted < 0) cudaGetLastError(); // not an error of the forward: qsa_attn_kernel runs instead
     }
-    if (o < 0) return 0;
-    kernel<<<grid, kTcThreads, smem, s>>>(b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml);
+    if (opted < 0) return 0;
+    qsa_attn_tc_kernel<HD>
+        <<<grid, kTcThreads, smem, s>>>(b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml);
     return cudaPeekAtLastError() == cudaSuccess ? 1 : -1;
 }
 
-int launch_attn_tc(int version, const ts_cuda_batch &b, int l, const qsa_shape &q, const float *qg,
-                   const int32_t *sel, int dense, int nsplit, float *att, float *part_o, float *part_ml,
-                   cudaStream_t s) {
+int launch_attn_tc(const ts_cuda_batch &b, int l, const qsa_shape &q, const float *qg, const int32_t *sel,
+                   int dense, int nsplit, float *att, float *part_o, float *part_ml, cudaStream_t s) {
     if (q.G > 16 || b.n_rows < kTcMinRows) return 0;
     const dim3 grid((unsigned)b.n_rows, (unsigned)q.nkv, (unsigned)nsplit);
     switch (q.hd) {
     case 32:
-        return launch_tc_hd<32>(version, grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
+        return launch_tc_hd<32>(grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
     case 64:
-        return launch_tc_hd<64>(version, grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
+        return launch_tc_hd<64>(grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
     case 128:
-        return launch_tc_hd<128>(version, grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
+        return launch_tc_hd<128>(grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
     case 256:
-        return launch_tc_hd<256>(version, grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
+        return launch_tc_hd<256>(grid, b, l, q, qg, sel, dense, nsplit, att, part_o, part_ml, s);
     default:
         return 0;
     }
