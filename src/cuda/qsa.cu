@@ -203,6 +203,33 @@ __device__ __forceinline__ int64_t allowed_count(const qsa_shape &q, int64_t p, 
     return dense ? p + 1 : (int64_t)q.Kb * q.B + (p + 1 - nb * q.B);
 }
 
+// The a-th allowed position of a row (nb its complete blocks, selr its Kb selected blocks): dense a;
+// sparse the selected blocks' tokens in order, then the tail nb·B .. p.
+__device__ __forceinline__ int64_t allowed_position(const qsa_shape &q, const int32_t *selr, bool dense,
+                                                    int64_t nb, int64_t a) {
+    const int64_t sparse_len = (int64_t)q.Kb * q.B;
+    if (dense) return a;
+    if (a < sparse_len) return (int64_t)selr[a / q.B] * q.B + a % q.B;
+    return nb * q.B + (a - sparse_len);
+}
+
+// The attention kernels' split of a row's allowed list: positions [*a0, *a1) of split `split` of
+// nsplit, an even share but at least kMinSplitLen (short lists leave the last splits empty). An empty
+// split (never the first one) writes m = −inf, l = 0 for its gh heads from h0 (weight 0 in the
+// combine) and returns false.
+__device__ __forceinline__ bool split_range(int64_t n, int nsplit, int split, int r, int nh, int h0, int gh,
+                                            float *part_ml, int64_t *a0, int64_t *a1) {
+    int64_t chunk = (n + nsplit - 1) / nsplit;
+    if (chunk < kMinSplitLen) chunk = kMinSplitLen;
+    *a0 = split * chunk, *a1 = *a0 + chunk < n ? *a0 + chunk : n;
+    if (*a0 < *a1) return true;
+    if ((int)threadIdx.x < gh) {
+        float *ml = part_ml + (((int64_t)r * nh + h0 + threadIdx.x) * nsplit + split) * 2;
+        ml[0] = -INFINITY, ml[1] = 0.0f;
+    }
+    return false;
+}
+
 // ---- 2. per-row norms, rope and cache writes --------------------------------------------------
 
 __global__ void __launch_bounds__(kPrepThreads)
@@ -442,24 +469,13 @@ __global__ void __launch_bounds__(kAttThreads)
 
     const int64_t p = b.pos[r], nb = (p + 1) / q.B;
     const bool dense = all_dense || nb <= q.Kb;
-    const int64_t n = allowed_count(q, p, nb, dense);
-    // split length: an even share, but at least kMinSplitLen (short lists leave the last splits empty)
-    int64_t chunk = (n + nsplit - 1) / nsplit;
-    if (chunk < kMinSplitLen) chunk = kMinSplitLen;
-    const int64_t a0 = split * chunk, a1 = a0 + chunk < n ? a0 + chunk : n;
-    if (a0 >= a1) { // empty split (never the first one): weight 0 in the combine
-        if (tid < gh) {
-            float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
-            ml[0] = -INFINITY, ml[1] = 0.0f;
-        }
-        return;
-    }
+    int64_t a0, a1;
+    if (!split_range(allowed_count(q, p, nb, dense), nsplit, split, r, nh, h0, gh, part_ml, &a0, &a1)) return;
     const int seq = b.row_seq[r];
     const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * hd;
     const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * hd;
     const int64_t kvs = (int64_t)nkv * hd; // cache row stride (one position)
     const int32_t *selr = sel + (int64_t)r * q.Kb;
-    const int64_t sparse_len = (int64_t)q.Kb * q.B;
     const float scale = 1.0f / sqrtf((float)hd);
 
     const float *qrow = qg + (int64_t)r * nh * 2 * hd;
@@ -477,17 +493,7 @@ __global__ void __launch_bounds__(kAttThreads)
 
     for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
         const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
-        if (tid < cnt) {
-            const int64_t a = c0 + tid;
-            int64_t t;
-            if (dense)
-                t = a;
-            else if (a < sparse_len)
-                t = (int64_t)selr[a / q.B] * q.B + a % q.B;
-            else
-                t = nb * q.B + (a - sparse_len);
-            pos_s[tid] = t;
-        }
+        if (tid < cnt) pos_s[tid] = allowed_position(q, selr, dense, nb, c0 + tid);
         __syncthreads(); // pos_s (and, the first time, q_s / m_s / l_s) ready
 
         // V column of this thread for the sub-chunk: issued now, consumed after the softmax step

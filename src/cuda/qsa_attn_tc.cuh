@@ -69,23 +69,13 @@ __global__ void __launch_bounds__(kTcThreads)
 
     const int64_t p = b.pos[r], nb = (p + 1) / q.B;
     const bool dense = all_dense || nb <= q.Kb;
-    const int64_t n = allowed_count(q, p, nb, dense);
-    int64_t chunk = (n + nsplit - 1) / nsplit;
-    if (chunk < kMinSplitLen) chunk = kMinSplitLen;
-    const int64_t a0 = split * chunk, a1 = a0 + chunk < n ? a0 + chunk : n;
-    if (a0 >= a1) { // empty split (never the first one): weight 0 in the combine
-        if (tid < gh) {
-            float *ml = part_ml + (((int64_t)r * nh + h0 + tid) * nsplit + split) * 2;
-            ml[0] = -INFINITY, ml[1] = 0.0f;
-        }
-        return;
-    }
+    int64_t a0, a1;
+    if (!split_range(allowed_count(q, p, nb, dense), nsplit, split, r, nh, h0, gh, part_ml, &a0, &a1)) return;
     const int seq = b.row_seq[r];
     const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * HD;
     const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * HD;
     const int64_t kvs = (int64_t)nkv * HD;
     const int32_t *selr = sel + (int64_t)r * q.Kb;
-    const int64_t sparse_len = (int64_t)q.Kb * q.B;
     const float scale = 1.0f / sqrtf((float)HD);
 
     // Q's hi and lo parts (rows gh .. 15 zero), P zero (rows gh .. 15 stay so), the running max and sum
@@ -102,17 +92,7 @@ __global__ void __launch_bounds__(kTcThreads)
     float ohi[NT][4] = {}, olo[NT][4] = {}; // o[head g / g + 8][dims n0 + 2·t4, + 1] of n-tile i
     for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
         const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
-        if (tid < cnt) {
-            const int64_t a = c0 + tid;
-            int64_t t;
-            if (dense)
-                t = a;
-            else if (a < sparse_len)
-                t = (int64_t)selr[a / q.B] * q.B + a % q.B;
-            else
-                t = nb * q.B + (a - sparse_len);
-            pos_s[tid] = t;
-        }
+        if (tid < cnt) pos_s[tid] = allowed_position(q, selr, dense, nb, c0 + tid);
         __syncthreads(); // pos_s ready (and, the first time, Q, P, m, l)
 
         // 1. gather: K rows (one group), then V rows (another); rows past cnt zero
