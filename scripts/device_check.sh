@@ -24,6 +24,8 @@
 #                                         (TURBOSPARK_CUDA_HC_SPLIT)
 #   bash scripts/device_check.sh gdn      the GDN chunk kernels' times at 4,096 rows and prefill figures on
 #                                         the released shapes cut to 4 layers (a quick loop)
+#   bash scripts/device_check.sh qsa      the QSA attention kernels' times at 4,096 rows, fp32 SIMT and
+#                                         tensor cores (TURBOSPARK_CUDA_QSA_TC=0/1), on the same 4 layers
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -118,6 +120,18 @@ gdn)
   echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_gdn.csv" | tee "$out/ncu_gdn.md"
   timeout 120 $B bench -m $g4 --backend cuda --random-weights -p 4096,8192 -n 1 -b 1 --ctx 1 -r 2 2> "$out/gdn.err" |
     grep -E "pp"
+  ;;
+qsa)
+  # The QSA attention of a 4,096-token prompt on the released shapes cut to 4 layers (1 QSA layer):
+  # the prefill launches take ~10-20 ms, the decode ones ~11 µs
+  g4=/tmp/rel4.gguf
+  [ -f $g4 ] || $B synth --released --sparse --type q4_k_m --layers 4 -o $g4 > /dev/null 2>&1
+  for tc in 0 1; do
+    TURBOSPARK_CUDA_QSA_TC=$tc timeout 100 ncu --clock-control none --cache-control none -k regex:qsa_attn --csv \
+      --log-file "$out/ncu_qsa$tc.csv" --metrics gpu__time_duration.sum \
+      $B bench -m $g4 --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+    echo "TURBOSPARK_CUDA_QSA_TC=$tc ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_qsa$tc.csv" | tee "$out/ncu_qsa$tc.md"
+  done
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
