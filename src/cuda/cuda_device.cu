@@ -43,13 +43,15 @@ extern "C" int ts_cuda_sm_count(void) {
     return n;
 }
 
+extern "C" int ts_cuda_switch_on(const char *name) {
+    const char *v = getenv(name);
+    return !(v && v[0] == '0');
+}
+
 // ts_cu::pdl_enabled (src/cuda/pdl.cuh): programmatic dependent launches unless TURBOSPARK_CUDA_PDL=0.
 namespace ts_cu {
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char *v = getenv("TURBOSPARK_CUDA_PDL");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_PDL");
     return on;
 }
 bool mma_enabled() {

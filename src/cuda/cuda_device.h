@@ -12,6 +12,10 @@ extern "C" {
 /* Prints the CUDA devices the runtime sees; -1 with err when there is none or no driver. */
 int ts_cuda_list_devices(FILE *out, char *err, size_t errlen);
 
+/* A switch of the environment, for comparisons and debugging: 0 when NAME is set and starts with '0',
+ * else 1. Read at each call (callers that read it once cache it). */
+int ts_cuda_switch_on(const char *name);
+
 /* Multiprocessors of the current device (1 when the runtime cannot say); cached per thread and
  * device, for sizing resident grids. */
 int ts_cuda_sm_count(void);

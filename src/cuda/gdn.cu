@@ -64,6 +64,7 @@
 // recurrence to fp32 rounding too (tests/unit/test_gdn.c on the CPU twins), so a prefill of ≥ kChunk
 // rows is not bit-identical to the same rows decoded one by one (as in the reference).
 #include "cuda/cp_async.cuh"
+#include "cuda/cuda_device.h"
 #include "cuda/layers.h"
 #include "cuda/pdl.cuh"
 #include "model/memplan.h"
@@ -71,7 +72,6 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 namespace {
 
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     const int slices = (d.dv + kSlice - 1) / kSlice;
     const int s = blockIdx.x / (d.nv * slices), j = (blockIdx.x / slices) % d.nv,
               e0 = (blockIdx.x % slices) * kSlice;
-    const int kappa = j % d.nk, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int kappa = j % d.nk, tid = threadIdx.x;
     const int ncol = min(kSlice, d.dv - e0);
     const int64_t r0 = b.seq_row0[s], r1 = b.seq_row0[s + 1];
     if (r1 - r0 < d.chunk_min) { // the recurrence's: uniform over the block
@@ -745,8 +745,8 @@ extern "C" int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     //    unless TURBOSPARK_CUDA_GDN_CHUNKED=0 or dk > kChunkDk (never at decode: one row a sequence)
     RecArgs a;
     a.u = w->u, a.z = z, a.beta = beta, a.lg = lg, a.gamma = L->ssm_norm, a.o = w->o, a.l = l;
-    const char *ch = getenv("TURBOSPARK_CUDA_GDN_CHUNKED");
-    const bool chunked = N >= kChunk && !d.one_row && d.dk <= kChunkDk && !(ch && ch[0] == '0');
+    const bool chunked =
+        N >= kChunk && !d.one_row && d.dk <= kChunkDk && ts_cuda_switch_on("TURBOSPARK_CUDA_GDN_CHUNKED");
     d.chunk_min = chunked ? kChunk : INT64_MAX;
     if (chunked) {
         // the chunks' T and P after the α logits (the memory plan's layout, for max_rows rows)

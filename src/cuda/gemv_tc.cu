@@ -487,10 +487,7 @@ bool tc_gemv_enabled() {
 }
 
 int tc_gemv_min_tokens() {
-    static const int t = [] {
-        const char *v = getenv("TURBOSPARK_CUDA_GEMV_TC");
-        return v && v[0] == '0' ? 0 : 1;
-    }();
+    static const int t = ts_cuda_switch_on("TURBOSPARK_CUDA_GEMV_TC");
     return t;
 }
 

@@ -24,6 +24,7 @@
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
 // products sum in a different order, so results agree to fp32 rounding, not bit for bit.
 #include "cuda/gemm_tc.h"
+#include "cuda/cuda_device.h"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
@@ -32,7 +33,6 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 namespace {
 
@@ -81,10 +81,7 @@ __global__ void hc_act_split_kernel(const float *__restrict__ P, int parts, int6
 // The hyper-connection products on the tensor cores as split products (gemm_tc.h), unless
 // TURBOSPARK_CUDA_HC_SPLIT=0 (then the fp32 GEMM).
 bool hc_split_enabled() {
-    static const bool on = [] {
-        const char *v = getenv("TURBOSPARK_CUDA_HC_SPLIT");
-        return !(v && v[0] == '0');
-    }();
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_HC_SPLIT");
     return on;
 }
 

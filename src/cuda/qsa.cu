@@ -81,6 +81,7 @@
 // allows it) would halve that, and rows of one sequence sharing a block would read it once.
 // TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
 #include "cuda/cp_async.cuh"
+#include "cuda/cuda_device.h"
 #include "cuda/layers.h"
 #include "model/memplan.h"
 
@@ -673,12 +674,8 @@ bool launched() {
 
 // TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
 bool attn_tc_enabled() {
-    static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("TURBOSPARK_CUDA_QSA_TC");
-        cached = !(e && e[0] == '0');
-    }
-    return cached != 0;
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_QSA_TC");
+    return on;
 }
 
 template <int NV, int SL>
