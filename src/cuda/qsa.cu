@@ -214,21 +214,40 @@ __device__ __forceinline__ int64_t allowed_position(const qsa_shape &q, const in
     return nb * q.B + (a - sparse_len);
 }
 
-// The attention kernels' split of a row's allowed list: positions [*a0, *a1) of split `split` of
-// nsplit, an even share but at least kMinSplitLen (short lists leave the last splits empty). An empty
-// split (never the first one) writes m = −inf, l = 0 for its gh heads from h0 (weight 0 in the
-// combine) and returns false.
-__device__ __forceinline__ bool split_range(int64_t n, int nsplit, int split, int r, int nh, int h0, int gh,
-                                            float *part_ml, int64_t *a0, int64_t *a1) {
+// What the attention kernels know of their row r, kv head j and split.
+struct att_row {
+    int64_t nb;          // the row's complete indexer blocks
+    bool dense;          // every position up to the row's (else the selected blocks and the tail)
+    int64_t a0, a1;      // this split's allowed positions [a0, a1)
+    const float *K, *V;  // the kv head's cache columns (row stride nkv·hd)
+    const int32_t *selr; // the row's Kb selected blocks
+};
+
+// The row's setup. The split is an even share of the allowed list but at least kMinSplitLen
+// positions (short lists leave the last splits empty); an empty split (never the first one) writes
+// m = −inf, l = 0 for its gh heads from h0 (weight 0 in the combine) and returns false.
+__device__ __forceinline__ bool att_row_begin(const ts_cuda_batch &b, int l, const qsa_shape &q,
+                                              const int32_t *sel, int all_dense, int nsplit, int r, int j,
+                                              int split, int h0, int gh, float *part_ml, att_row &o) {
+    const int64_t p = b.pos[r];
+    o.nb = (p + 1) / q.B;
+    o.dense = all_dense || o.nb <= q.Kb;
+    const int64_t n = allowed_count(q, p, o.nb, o.dense);
     int64_t chunk = (n + nsplit - 1) / nsplit;
     if (chunk < kMinSplitLen) chunk = kMinSplitLen;
-    *a0 = split * chunk, *a1 = *a0 + chunk < n ? *a0 + chunk : n;
-    if (*a0 < *a1) return true;
-    if ((int)threadIdx.x < gh) {
-        float *ml = part_ml + (((int64_t)r * nh + h0 + threadIdx.x) * nsplit + split) * 2;
-        ml[0] = -INFINITY, ml[1] = 0.0f;
+    o.a0 = split * chunk, o.a1 = o.a0 + chunk < n ? o.a0 + chunk : n;
+    if (o.a0 >= o.a1) {
+        if ((int)threadIdx.x < gh) {
+            float *ml = part_ml + (((int64_t)r * q.nh + h0 + threadIdx.x) * nsplit + split) * 2;
+            ml[0] = -INFINITY, ml[1] = 0.0f;
+        }
+        return false;
     }
-    return false;
+    const int seq = b.row_seq[r];
+    o.K = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * q.hd;
+    o.V = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * q.hd;
+    o.selr = sel + (int64_t)r * q.Kb;
+    return true;
 }
 
 // ---- 2. per-row norms, rope and cache writes --------------------------------------------------
@@ -468,15 +487,9 @@ __global__ void __launch_bounds__(kAttThreads)
     const int gh = min(gh_max, q.G - grp * gh_max);
     if (gh <= 0) return;
 
-    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
-    const bool dense = all_dense || nb <= q.Kb;
-    int64_t a0, a1;
-    if (!split_range(allowed_count(q, p, nb, dense), nsplit, split, r, nh, h0, gh, part_ml, &a0, &a1)) return;
-    const int seq = b.row_seq[r];
-    const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * hd;
-    const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * hd;
+    att_row ar;
+    if (!att_row_begin(b, l, q, sel, all_dense, nsplit, r, j, split, h0, gh, part_ml, ar)) return;
     const int64_t kvs = (int64_t)nkv * hd; // cache row stride (one position)
-    const int32_t *selr = sel + (int64_t)r * q.Kb;
     const float scale = 1.0f / sqrtf((float)hd);
 
     const float *qrow = qg + (int64_t)r * nh * 2 * hd;
@@ -492,9 +505,9 @@ __global__ void __launch_bounds__(kAttThreads)
 #pragma unroll
         for (int h = 0; h < kMaxGH; h++) acc[sl][h] = 0.0f;
 
-    for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
-        const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
-        if (tid < cnt) pos_s[tid] = allowed_position(q, selr, dense, nb, c0 + tid);
+    for (int64_t c0 = ar.a0; c0 < ar.a1; c0 += kAttCh) {
+        const int cnt = (int)(ar.a1 - c0 < kAttCh ? ar.a1 - c0 : kAttCh);
+        if (tid < cnt) pos_s[tid] = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
         __syncthreads(); // pos_s (and, the first time, q_s / m_s / l_s) ready
 
         // V column of this thread for the sub-chunk: issued now, consumed after the softmax step
@@ -504,7 +517,7 @@ __global__ void __launch_bounds__(kAttThreads)
             const int d = tid + sl * kAttThreads;
 #pragma unroll
             for (int t = 0; t < kAttCh; t++)
-                vpre[sl][t] = (d < hd && t < cnt) ? Vc[pos_s[t] * kvs + d] : 0.0f;
+                vpre[sl][t] = (d < hd && t < cnt) ? ar.V[pos_s[t] * kvs + d] : 0.0f;
         }
 
         // scores: a warp per position, all gh heads at once
@@ -514,7 +527,7 @@ __global__ void __launch_bounds__(kAttThreads)
 #pragma unroll
                 for (int u = 0; u < PF; u++) {
                     const float4 *src =
-                        reinterpret_cast<const float4 *>(Kc + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
+                        reinterpret_cast<const float4 *>(ar.K + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
 #pragma unroll
                     for (int v = 0; v < NV; v++)
                         kr[u][v] = t0 + u < cnt ? src[v * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -541,7 +554,7 @@ __global__ void __launch_bounds__(kAttThreads)
             }
         } else {
             for (int t = warp; t < cnt; t += kAttWarps) {
-                const float *kr = Kc + pos_s[t] * kvs;
+                const float *kr = ar.K + pos_s[t] * kvs;
                 float part[kMaxGH];
 #pragma unroll
                 for (int h = 0; h < kMaxGH; h++) part[h] = 0.0f;

@@ -43,6 +43,13 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The A fragment of mma.m16n8k8 TF32 from shared memory already in TF32: rows g and g + 8 (row stride
+// st), columns t and t + 4, with p at (g, t).
+__device__ __forceinline__ void a_frag(const float *p, int st, uint32_t (&a)[4]) {
+    a[0] = __float_as_uint(p[0]), a[1] = __float_as_uint(p[8 * st]);
+    a[2] = __float_as_uint(p[4]), a[3] = __float_as_uint(p[8 * st + 4]);
+}
+
 template <int HD> struct tc_att_smem { // offsets in floats
     static constexpr int QS = HD + 4, KS = HD + 4, VS = HD + 8, PS = kAttCh + 4;
     static constexpr int QHI = 0, QLO = QHI + 16 * QS, K = QLO + 16 * QS, V = K + kAttCh * KS,
@@ -67,15 +74,9 @@ __global__ void __launch_bounds__(kTcThreads)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int nkv = q.nkv, nh = q.nh, gh = q.G, h0 = j * q.G;
 
-    const int64_t p = b.pos[r], nb = (p + 1) / q.B;
-    const bool dense = all_dense || nb <= q.Kb;
-    int64_t a0, a1;
-    if (!split_range(allowed_count(q, p, nb, dense), nsplit, split, r, nh, h0, gh, part_ml, &a0, &a1)) return;
-    const int seq = b.row_seq[r];
-    const float *Kc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * HD;
-    const float *Vc = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * HD;
+    att_row ar;
+    if (!att_row_begin(b, l, q, sel, all_dense, nsplit, r, j, split, h0, gh, part_ml, ar)) return;
     const int64_t kvs = (int64_t)nkv * HD;
-    const int32_t *selr = sel + (int64_t)r * q.Kb;
     const float scale = 1.0f / sqrtf((float)HD);
 
     // Q's hi and lo parts (rows gh .. 15 zero), P zero (rows gh .. 15 stay so), the running max and sum
@@ -90,9 +91,9 @@ __global__ void __launch_bounds__(kTcThreads)
     if (tid < 16) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
 
     float ohi[NT][4] = {}, olo[NT][4] = {}; // o[head g / g + 8][dims n0 + 2·t4, + 1] of n-tile i
-    for (int64_t c0 = a0; c0 < a1; c0 += kAttCh) {
-        const int cnt = (int)(a1 - c0 < kAttCh ? a1 - c0 : kAttCh);
-        if (tid < cnt) pos_s[tid] = allowed_position(q, selr, dense, nb, c0 + tid);
+    for (int64_t c0 = ar.a0; c0 < ar.a1; c0 += kAttCh) {
+        const int cnt = (int)(ar.a1 - c0 < kAttCh ? ar.a1 - c0 : kAttCh);
+        if (tid < cnt) pos_s[tid] = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
         __syncthreads(); // pos_s ready (and, the first time, Q, P, m, l)
 
         // 1. gather: K rows (one group), then V rows (another); rows past cnt zero
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kTcThreads)
         for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
             const int tt = i / LPR, c = (i - tt * LPR) * 4;
             if (tt < cnt)
-                ts_cu::cp_async16(ks + tt * L::KS + c, Kc + pos_s[tt] * kvs + c);
+                ts_cu::cp_async16(ks + tt * L::KS + c, ar.K + pos_s[tt] * kvs + c);
             else
                 *reinterpret_cast<float4 *>(ks + tt * L::KS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
         }
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(kTcThreads)
         for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
             const int tt = i / LPR, c = (i - tt * LPR) * 4;
             if (tt < cnt)
-                ts_cu::cp_async16(vs + tt * L::VS + c, Vc + pos_s[tt] * kvs + c);
+                ts_cu::cp_async16(vs + tt * L::VS + c, ar.V + pos_s[tt] * kvs + c);
             else
                 *reinterpret_cast<float4 *>(vs + tt * L::VS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
         }
@@ -124,10 +125,7 @@ __global__ void __launch_bounds__(kTcThreads)
             for (int k0 = 0; k0 < HD; k0 += 8) {
                 uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
                 const int qa = g * L::QS + k0 + t4;
-                ah[0] = __float_as_uint(qhi[qa]), ah[1] = __float_as_uint(qhi[qa + 8 * L::QS]);
-                ah[2] = __float_as_uint(qhi[qa + 4]), ah[3] = __float_as_uint(qhi[qa + 8 * L::QS + 4]);
-                al[0] = __float_as_uint(qlo[qa]), al[1] = __float_as_uint(qlo[qa + 8 * L::QS]);
-                al[2] = __float_as_uint(qlo[qa + 4]), al[3] = __float_as_uint(qlo[qa + 8 * L::QS + 4]);
+                a_frag(qhi + qa, L::QS, ah), a_frag(qlo + qa, L::QS, al);
                 tf32_split(kr[k0], bh0, bl0);
                 tf32_split(kr[k0 + 4], bh1, bl1);
                 mma_tf32(shi, ah, bh0, bh1);
