@@ -402,16 +402,19 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, const float4 v) {
     acc[2] = fmaf(a, v.z, acc[2]), acc[3] = fmaf(a, v.w, acc[3]);
 }
 
+// The walk's: K̂, Q̂, T and P in one kChunk × CP square (T[t][c] at [t][c] for c < t, its unit diagonal
+// implied; P[t][c] at [c][t] for c ≤ t), δ, the slice of S, G, β, e^(G_{n−1}−G_t). Under 113 KiB at
+// dk = 128: two blocks an SM.
 struct ChunkSmem { // offsets in floats into dynamic shared memory; ks = dk + 1 (row stride of K̂, Q̂)
-    int ks, K, Q, A, P, D, S, G, B, E;
+    int ks, K, Q, TP, D, S, G, B, E;
     __host__ __device__ explicit ChunkSmem(int dk) {
         ks = dk + 1;
-        K = 0, Q = K + kChunk * ks, A = Q + kChunk * ks, P = A + kChunk * CP;
-        D = P + kChunk * CP, S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk, E = B + kChunk;
+        K = 0, Q = K + kChunk * ks, TP = Q + kChunk * ks;
+        D = TP + kChunk * CP, S = D + kChunk * kDs, G = S + dk * kSlice, B = G + kChunk, E = B + kChunk;
     }
     __host__ __device__ int floats() const { return E + kChunk; }
 };
-// The prep kernel's: K̂, Q̂, A, P, T, G, β (the first four as in ChunkSmem).
+// The prep kernel's: K̂, Q̂, A, P, T, G, β.
 struct PrepSmem {
     int ks, K, Q, A, P, T, G, B;
     __host__ __device__ explicit PrepSmem(int dk) {
@@ -522,11 +525,11 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
     }
 }
 
-__global__ void __launch_bounds__(kChunkThreads, 1)
+__global__ void __launch_bounds__(kChunkThreads, 2)
     gdn_chunk_kernel(RecArgs a, const ts_cuda_batch b, GdnDims d, const float *__restrict__ tp) {
     extern __shared__ __align__(16) float sm[];
     const ChunkSmem L(d.dk);
-    float *Ks = sm + L.K, *Qs = sm + L.Q, *Ts = sm + L.A, *Ps = sm + L.P, *Ds = sm + L.D, *Ss = sm + L.S;
+    float *Ks = sm + L.K, *Qs = sm + L.Q, *TPs = sm + L.TP, *Ds = sm + L.D, *Ss = sm + L.S;
     float *Gs = sm + L.G, *Bs = sm + L.B, *Es = sm + L.E; // G_t, β_t, e^(G_{n−1}−G_t)
 
     ts_cu::pdl_trigger();
@@ -562,11 +565,18 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
             const int t = i / kChunk, c = i % kChunk;
             const float *row = tp + ((c0 + t) * d.nv + j) * (2 * kChunk);
-            if (t < n) {
-                ts_cu::cp_async4(&Ts[t * CP + c], row + c);
-                ts_cu::cp_async4(&Ps[t * CP + c], row + kChunk + c);
-            } else {
-                Ts[t * CP + c] = Ps[t * CP + c] = 0.0f;
+            // T's strict lower triangle in place, P's lower triangle transposed (rows past n zero)
+            if (c < t) {
+                if (t < n)
+                    ts_cu::cp_async4(&TPs[t * CP + c], row + c);
+                else
+                    TPs[t * CP + c] = 0.0f;
+            }
+            if (c <= t) {
+                if (t < n)
+                    ts_cu::cp_async4(&TPs[c * CP + t], row + kChunk + c);
+                else
+                    TPs[c * CP + t] = 0.0f;
             }
         }
         load_chunk_qk(a, d, c0, n, kappa, j, L.ks, Qs, Ks, Bs, Gs); // commits the copies above with its own
@@ -602,14 +612,14 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
         }
         __syncthreads();
 
-        // δ = T·R (T unit lower triangular)
+        // δ = T·R (T unit lower triangular: its diagonal is not stored)
         {
             float dl[2][4] = {};
-            const float *t0 = Ts + rg * CP, *t1 = t0 + 32 * CP;
+            const float *t0 = TPs + rg * CP, *t1 = t0 + 32 * CP;
             for (int c = 0; c <= rg + 32; c++) {
                 const float4 rv = *reinterpret_cast<const float4 *>(&Ds[c * kDs + c4]);
-                if (c <= rg) fma4(dl[0], t0[c], rv);
-                fma4(dl[1], t1[c], rv);
+                if (c <= rg) fma4(dl[0], c < rg ? t0[c] : 1.0f, rv);
+                fma4(dl[1], c < rg + 32 ? t1[c] : 1.0f, rv);
             }
             __syncthreads(); // every thread has read R
 #pragma unroll
@@ -621,12 +631,12 @@ __global__ void __launch_bounds__(kChunkThreads, 1)
 
         // o = e^G·Q S + P δ (raw, before the gated norm)
         {
-            const float *p0 = Ps + rg * CP, *p1 = p0 + 32 * CP;
             const int cmax = min(rg + 32, n - 1);
             for (int c = 0; c <= cmax; c++) {
                 const float4 dv = *reinterpret_cast<const float4 *>(&Ds[c * kDs + c4]);
-                if (c <= rg) fma4(oq[0], p0[c], dv);
-                fma4(oq[1], p1[c], dv);
+                const float *pc = TPs + c * CP + rg; // P[rg][c], and P[rg + 32][c] 32 floats on
+                if (c <= rg) fma4(oq[0], pc[0], dv);
+                fma4(oq[1], pc[32], dv);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
