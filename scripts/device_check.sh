@@ -28,7 +28,9 @@
 #                                         tensor cores (TURBOSPARK_CUDA_QSA_TC=0/1), on the same 4 layers
 #   bash scripts/device_check.sh gemm     why the prefill GEMMs are slow: Nsight Compute's throughput, stall,
 #                                         occupancy and memory sections of the tensor-core GEMM's launches
-#                                         in a 4,096-token prompt (the dense Q4_K, an expert one, Q5_K, Q6_K)
+#                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
+#   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
+#                                         launch table, then test_cuda_forward
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -138,36 +140,35 @@ qsa)
   ;;
 gemm)
   # The tensor-core GEMM in a 4,096-token prompt: the launch table with each launch's grid, then the
-  # sections of a few launches (skip counts: past the warm-up prompt's, into the first layers)
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  # sections of four launches of the first layer (launch counts: 0 the hyper-connection split product,
+  # 1 the GDN qkv in Q5_K, 9 the routed gate|up, 11 the routed down in Q8_0; the last with the source
+  # counters). "gemm quick": the GEMM's twin tests, the golden fixtures, prefill figures and the launch
+  # table, then test_cuda_forward for the time that is left (a loop for GEMM changes).
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  if [ "${2:-}" = quick ]; then
+    (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
+    echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
+    (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+    echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+    wait
+    timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
+  fi
+  wait
   timeout 200 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_gemm_launches.csv" -k regex:gemm_tc \
     --metrics gpu__time_duration.sum,launch__grid_size,dram__bytes_read.sum,lts__t_bytes.sum \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
   echo "ncu launches rc=$?"
-  python3 - "$out/ncu_gemm_launches.csv" <<'PY' | tee "$out/ncu_gemm_launches.md"
-import csv, sys, collections
-lines = open(sys.argv[1], errors="replace").read().splitlines()
-rows = csv.DictReader(lines[next(i for i, l in enumerate(lines) if l.startswith('"ID"')):])
-unit = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9}
-per = collections.defaultdict(dict)
-for r in rows:
-    k = per[r["ID"]]
-    k["name"] = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0][:40]
-    k[r["Metric Name"]] = float(r["Metric Value"].replace(",", "")) * unit.get(r["Metric Unit"].lower(), 1)
-groups = collections.defaultdict(list)
-for k in per.values():
-    groups[(k["name"], int(k.get("launch__grid_size", 0)))].append(k)
-print("| kernel | grid | launches | µs each | L2 GB/s | DRAM MB each |\n|---|---|---|---|---|---|")
-mean = lambda ks, m: sum(k.get(m, 0) for k in ks) / len(ks)
-for (name, grid), ks in sorted(groups.items(), key=lambda kv: -sum(k.get("gpu__time_duration.sum", 0) for k in kv[1]))[:14]:
-    t = mean(ks, "gpu__time_duration.sum")
-    print(f"| {name} | {grid} | {len(ks)} | {t / 1e3:.1f} | {mean(ks, 'lts__t_bytes.sum') / t if t else 0:.0f} | "
-          f"{mean(ks, 'dram__bytes_read.sum') / 1e6:.1f} |")
-PY
-  for skip in 40 41 42 43; do
+  python3 tools/ncu_launches.py "$out/ncu_gemm_launches.csv" | tee "$out/ncu_gemm_launches.md"
+  if [ "${2:-}" = quick ]; then
+    (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+    echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+    exit 0
+  fi
+  for skip in 0 1 9 11; do
     timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_tc_kernel --launch-skip $skip --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      $([ $skip = 11 ] && echo --section SourceCounters --section InstructionStats) \
       $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_gemm$skip.txt" 2>&1
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done

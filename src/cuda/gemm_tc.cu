@@ -186,14 +186,15 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             return o < a.n_part ? a.w0 + r0 + static_cast<size_t>(o) * a.rb
                                 : (a.w1 ? a.w1 : a.w0) + r0 + static_cast<size_t>(o - a.n_part) * a.rb;
         };
-        // stage i % NS of the ring ← step s = s0 + i: the x records of the tile's tokens, the weight lines
-        // of its rows
+        const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
+        // stage i % NS of the ring ← step s = s0 + i: the x records of the token tiles in use (a tile of
+        // an expert plan is often partly filled), the weight lines of the block's rows
         auto issue = [&](int i) {
             const int s = s0 + i;
             uint8_t *xs = sm + static_cast<size_t>(i % NS) * S::STAGE;
             uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
             constexpr int XL = S::REC / 16;
-            for (int idx = tid; idx < kTokTc * XL; idx += kWarpsTc * 32) {
+            for (int idx = tid; idx < 16 * ntt * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
                 cp_async16(xs + j * S::REC + 16 * l,
                            xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
@@ -206,7 +207,6 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                     cp_async16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
             }
         };
-        const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
         float4 acc[2][kTokTiles];
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -585,12 +585,16 @@ extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, con
     a.T = static_cast<int>(T);
     const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, tiles = (T + kTokTc - 1) / kTokTc;
     const int64_t gy = tiles < 65535 ? tiles : 65535;
-    // K ranges: enough blocks for one wave of the SMs (a block an SM), each range at least 4 steps
-    const int64_t ng = W->ne0 / tc_gemv_group(W->type);
-    int64_t ks = (ts_cuda_sm_count() + 2 * gx * gy - 1) / (2 * gx * gy);
-    ks = ks < ng / 4 ? ks : ng / 4;
-    ks = ks < max_parts / 2 ? ks : max_parts / 2;
-    ks = ks > 1 ? ks : 1;
+    // K ranges: each at least 4 steps; among those, the count whose waves of blocks (a block an SM)
+    // take the least time, waves × a block's share of K (192 blocks on 132 SMs: two ranges, 3 waves of
+    // half the work instead of 2 whole ones)
+    const int64_t ng = W->ne0 / tc_gemv_group(W->type), sm = ts_cuda_sm_count() > 0 ? ts_cuda_sm_count() : 1;
+    int64_t ks_max = ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2, ks = 1;
+    ks_max = ks_max < 16 ? ks_max : 16;
+    for (int64_t k = 2; k <= ks_max; k++) { // waves(k) / k < waves(ks) / ks
+        const int64_t wk = (2 * gx * gy * k + sm - 1) / sm, wb = (2 * gx * gy * ks + sm - 1) / sm;
+        if (wk * ks < wb * k) ks = k;
+    }
     const int rc = run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
                             static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<int>(ks), s);
     return rc == 0 ? static_cast<int>(2 * ks) : -1;
