@@ -165,6 +165,29 @@ __device__ __forceinline__ float warp_sum16(float (&v)[16]) {
     return v[0] + __shfl_xor_sync(kFull, v[0], 1);
 }
 
+// One sub-chunk of the online softmax (flash-decoding) of both attention kernels: a warp per head (warps
+// w, w + nw, ... of the block take heads w, ...), a lane per position (cnt ≤ 32 of them). Head h's scores
+// p[h·ps + lane] become e^(s − m_new), 0 past cnt (so the P·V that follows needs no guard); its running
+// max m_s[h] and sum l_s[h] move on, and c_s[h] = e^(m_old − m_new) rescales its accumulators (0 on the
+// first sub-chunk, m_old = −inf).
+__device__ __forceinline__ void online_softmax_step(float *p, int ps, float *m_s, float *l_s, float *c_s,
+                                                    int gh, int cnt, int nw) {
+    const int lane = threadIdx.x & 31;
+    for (int h = threadIdx.x >> 5; h < gh; h += nw) {
+        const float s = lane < cnt ? p[h * ps + lane] : -INFINITY;
+        const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
+        const float e = lane < cnt ? expf(s - m_new) : 0.0f;
+        p[h * ps + lane] = e;
+        const float sum = warp_sum(e);
+        if (lane == 0) {
+            const float c = expf(m_old - m_new);
+            c_s[h] = c;
+            l_s[h] = l_s[h] * c + sum;
+            m_s[h] = m_new;
+        }
+    }
+}
+
 // Sum over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
 __device__ float block_sum(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -571,20 +594,7 @@ __global__ void __launch_bounds__(kAttThreads)
         }
         __syncthreads();
 
-        // online softmax: a warp per head, a lane per position (kAttCh = 32)
-        for (int h = warp; h < gh; h += kAttWarps) {
-            const float s = lane < cnt ? p_s[h * kAttCh + lane] : -INFINITY;
-            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
-            const float e = lane < cnt ? expf(s - m_new) : 0.0f;
-            p_s[h * kAttCh + lane] = e; // 0 past cnt: the accumulation below needs no guard
-            const float sum = warp_sum(e);
-            if (lane == 0) {
-                const float c = expf(m_old - m_new); // 0 on the first sub-chunk (m_old = −inf)
-                c_s[h] = c;
-                l_s[h] = l_s[h] * c + sum;
-                m_s[h] = m_new;
-            }
-        }
+        online_softmax_step(p_s, kAttCh, m_s, l_s, c_s, gh, cnt, kAttWarps);
         __syncthreads();
 
         // o += Σ p·v for every head of the group, thread = head-dim element

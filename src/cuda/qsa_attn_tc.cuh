@@ -96,24 +96,20 @@ __global__ void __launch_bounds__(kTcThreads)
         if (tid < cnt) pos_s[tid] = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
         __syncthreads(); // pos_s ready (and, the first time, Q, P, m, l)
 
-        // 1. gather: K rows (one group), then V rows (another); rows past cnt zero
-        constexpr int LPR = HD / 4; // 16-byte lines a row
-        for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
-            const int tt = i / LPR, c = (i - tt * LPR) * 4;
-            if (tt < cnt)
-                ts_cu::cp_async16(ks + tt * L::KS + c, ar.K + pos_s[tt] * kvs + c);
-            else
-                *reinterpret_cast<float4 *>(ks + tt * L::KS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        ts_cu::cp_async_commit();
-        for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
-            const int tt = i / LPR, c = (i - tt * LPR) * 4;
-            if (tt < cnt)
-                ts_cu::cp_async16(vs + tt * L::VS + c, ar.V + pos_s[tt] * kvs + c);
-            else
-                *reinterpret_cast<float4 *>(vs + tt * L::VS + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        ts_cu::cp_async_commit();
+        // 1. gather: K rows (one commit group), then V rows (another); rows past cnt zero
+        auto gather = [&](float *dst, int stride, const float *src) {
+            constexpr int LPR = HD / 4; // 16-byte lines a row
+            for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
+                const int tt = i / LPR, c = (i - tt * LPR) * 4;
+                if (tt < cnt)
+                    ts_cu::cp_async16(dst + tt * stride + c, src + pos_s[tt] * kvs + c);
+                else
+                    *reinterpret_cast<float4 *>(dst + tt * stride + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            ts_cu::cp_async_commit();
+        };
+        gather(ks, L::KS, ar.K);
+        gather(vs, L::VS, ar.V);
         ts_cu::cp_async_wait<1>();
         __syncthreads(); // K landed
 
@@ -144,19 +140,7 @@ __global__ void __launch_bounds__(kTcThreads)
         __syncthreads();
 
         // 3. online softmax: a warp per head, a lane per position
-        for (int h = warp; h < gh; h += kTcThreads / 32) {
-            const float s = lane < cnt ? p_s[h * L::PS + lane] : -INFINITY;
-            const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
-            const float e = lane < cnt ? expf(s - m_new) : 0.0f;
-            p_s[h * L::PS + lane] = e;
-            const float sum = warp_sum(e);
-            if (lane == 0) {
-                const float cr = expf(m_old - m_new); // 0 on the first sub-chunk (m_old = −inf)
-                c_s[h] = cr;
-                l_s[h] = l_s[h] * cr + sum;
-                m_s[h] = m_new;
-            }
-        }
+        online_softmax_step(p_s, L::PS, m_s, l_s, c_s, gh, cnt, kTcThreads / 32);
         ts_cu::cp_async_wait<0>();
         __syncthreads(); // P, the rescales and V ready
 
