@@ -31,6 +31,7 @@
 #include "cuda/unit_dot.cuh"
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -85,7 +86,9 @@ bool hc_split_enabled() {
     return on;
 }
 
-// R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream).
+// R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream), block
+// b = t·C + s, so the C blocks of a row run side by side and a row's y (or the k expert outputs its MoE
+// combine reads, 10 × H floats at the released shapes) comes from DRAM once and from L2 for the others.
 // The parts of a MoE output still to be combined (ts_cuda_moe_uncombined), or eo NULL: y is final.
 struct moe_parts {
     const float *sg, *eo, *tw; // [N], [N·k × H], [N × k]
@@ -98,7 +101,7 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
                                      moe_parts m) {
     pdl_trigger();
     pdl_wait();
-    const int64_t t = blockIdx.x, c = blockIdx.y, W = C * H;
+    const int64_t t = blockIdx.x / C, c = blockIdx.x % C, W = C * H;
     float *Rs = R + t * W + c * H, *Xs = xn + t * W + c * H;
     const float *yt = y + t * H, *gs = g + c * H;
     const float k = inj[t * C + c];
@@ -440,7 +443,8 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
                    ? 0
                    : -1;
     }
-    const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
+    if (N * C > INT_MAX) return -1;
+    const dim3 grid(static_cast<unsigned>(N * C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
     return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, next->norm, hp->eps,
                   w->xn, m) == cudaSuccess
