@@ -13,8 +13,9 @@
 //     sub-block-sum words, then the scale 2^-s. Records are 576 bytes (K-quants: 512 + 32 + 4, padded)
 //     or G/2·4 + 32 bytes (in-order: 288 for Q8_0 / Q5_0, 544 for Q6_K): strides that put the lanes'
 //     16-byte (8-byte) fragment loads of 8 (4) consecutive tokens on distinct banks.
-//  2. gemm_tc_kernel: a block of 8 warps computes 128 output rows × up to 64 tokens (items), K in
-//     steps of one group. Warp w owns rows 16w .. 16w + 15 (two MMA n-tiles of 8 rows) and all the
+//  2. gemm_tc_kernel: a block of 8 warps computes 128 output rows × a tile of up to TT tokens (items),
+//     K in steps of one group. TT is 64 for the expert plans; for the dense and split products, 64 or
+//     128, whichever makes the launch's waves take less time (dense_shape_for). Warp w owns rows 16w .. 16w + 15 (two MMA n-tiles of 8 rows) and all the
 //     block's token tiles of 16. Per step it builds the B fragments of its two row tiles once from the
 //     staged weight bytes (kquant_b_frags / inorder_b_frag, the GEMV's builders) and runs them against
 //     each token tile's A fragments from shared memory: per K-quant step and (row tile, token tile)
@@ -44,6 +45,8 @@ extern "C" {
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 namespace ts_cu {
 
@@ -51,8 +54,8 @@ namespace {
 
 constexpr int kWarpsTc = 8;             // warps a block
 constexpr int kRowsTc = 16 * kWarpsTc;  // output rows a block
-constexpr int kTokTc = 64;              // tokens (items) a block tile
-constexpr int kTokTiles = kTokTc / 16;  // MMA token tiles of 16
+constexpr int kTokTc = 64;              // tokens (items) a block tile of the expert products
+constexpr int kTokTcDense = 128;        // of the dense products (TURBOSPARK_CUDA_GEMM_TT=64: 64)
 constexpr size_t kSmemMax = 227 * 1024; // shared memory a block may use
 constexpr int kPrepRows = 8;            // x rows a block of the prep kernel stages
 
@@ -78,7 +81,10 @@ template <int TYPE> struct tc_step {
     static constexpr int LINES = kWholeLines ? SB / 16 : SB / 16 + 2; // 16-byte lines covering a step's row
     // row stride in shared memory: 16 past a multiple of 128, so 8 rows' loads at one offset spread
     static constexpr int RS = LINES * 16 + (16 - (LINES * 16) % 128 + 128) % 128;
-    static constexpr size_t STAGE = static_cast<size_t>(kTokTc) * REC + static_cast<size_t>(kRowsTc) * RS;
+    // bytes of a ring stage for token tiles of TT
+    __host__ __device__ static constexpr size_t stage(int TT) {
+        return static_cast<size_t>(TT) * REC + static_cast<size_t>(kRowsTc) * RS;
+    }
 };
 
 // The arguments of a launch (validated by the host functions below).
@@ -138,12 +144,14 @@ __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict_
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
 
 // acc[r][tt] (r: row tile, tt: token tile): tokens 16tt + g (.x rows 2t, .y 2t + 1) and 16tt + g + 8 (.z, .w).
-template <int TYPE, int NS>
+template <int TYPE, int NS, int TT>
 __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm_args a) {
     using S = tc_step<TYPE>;
+    constexpr int kTokTiles = TT / 16; // MMA token tiles of 16
+    constexpr size_t STAGE = S::stage(TT);
     extern __shared__ __align__(128) uint8_t sm[];
-    __shared__ int items[kTokTc]; // the block tile's items (dense: tokens)
-    __shared__ int xrows[kTokTc]; // their x rows
+    __shared__ int items[TT]; // the block tile's items (dense: tokens)
+    __shared__ int xrows[TT]; // their x rows
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
               t = lane & 3;
     const int o0 = static_cast<int>(blockIdx.x) * kRowsTc;
@@ -151,7 +159,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
     const int s0 = kz * a.ng / a.ksplit, nst = (kz + 1) * a.ng / a.ksplit - s0; // this block's steps
     const uint8_t *xrec = a.xrec + static_cast<size_t>(part / a.ksplit) * a.lo_off;
     float *y = a.y + part * a.part_stride;
-    const int n_tiles = a.tiles ? *a.n_tiles : (a.T + kTokTc - 1) / kTokTc;
+    const int n_tiles = a.tiles ? *a.n_tiles : (a.T + TT - 1) / TT;
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
         int e = 0, start, cnt;
@@ -159,10 +167,10 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             const int4 ti = a.tiles[q];
             e = ti.x, start = ti.y, cnt = ti.z;
         } else {
-            start = q * kTokTc, cnt = min(kTokTc, a.T - start);
+            start = q * TT, cnt = min(TT, a.T - start);
         }
         __syncthreads(); // the previous tile is done with items and the stages
-        if (tid < kTokTc) {
+        if (tid < TT) {
             const int j = min(tid, cnt - 1); // tokens past the tile repeat its last one (never stored)
             const int it = a.tiles ? a.sorted[start + j] : start + j;
             items[tid] = it;
@@ -191,8 +199,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
         // an expert plan is often partly filled), the weight lines of the block's rows
         auto issue = [&](int i) {
             const int s = s0 + i;
-            uint8_t *xs = sm + static_cast<size_t>(i % NS) * S::STAGE;
-            uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
+            uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
+            uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
             constexpr int XL = S::REC / 16;
             for (int idx = tid; idx < 16 * ntt * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
@@ -224,8 +232,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             __syncthreads(); // step s has landed for every thread; stage (i − 1) % NS is free
             if (i + NS - 1 < nst) issue(i + NS - 1);
             cp_async_commit();
-            const uint8_t *xs = sm + static_cast<size_t>(i % NS) * S::STAGE;
-            const uint8_t *ws = xs + static_cast<size_t>(kTokTc) * S::REC;
+            const uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
+            const uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
             // this warp's rows: tile r holds rows 16·warp + 8r + (0..7); lane g builds row g's fragments,
             // lane t reads the scales of rows 2t and 2t + 1
             auto wrow = [&](int m) { // the staged bytes of block row m at step s
@@ -392,15 +400,14 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
 thread_local void *g_scratch = nullptr;
 thread_local size_t g_scratch_bytes = 0;
 
-template <int TYPE> int stages_for() {
-    const size_t st = tc_step<TYPE>::STAGE;
-    const int ns = static_cast<int>((kSmemMax - 1024) / st);
+template <int TYPE, int TT> constexpr int stages_for() {
+    const int ns = static_cast<int>((kSmemMax - 1024) / tc_step<TYPE>::stage(TT));
     return ns >= 4 ? 4 : ns;
 }
 
-template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
-    const auto kernel = gemm_tc_kernel<TYPE, NS>;
-    const size_t smem = static_cast<size_t>(NS) * tc_step<TYPE>::STAGE;
+template <int TYPE, int NS, int TT> int launch_gemm(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
+    const auto kernel = gemm_tc_kernel<TYPE, NS, TT>;
+    const size_t smem = static_cast<size_t>(NS) * tc_step<TYPE>::stage(TT);
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -412,11 +419,55 @@ template <int TYPE, int NS> int launch_gemm(const tc_gemm_args &a, dim3 grid, cu
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
 }
 
-// x records, then the GEMM. split > 0: the split product (the residual's records after x's, K in split
-// ranges, 2·split parts).
+// the ring of as many stages as fit shared memory, up to 4 (at least 2)
+template <int TYPE, int TT> int launch_stages(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
+    constexpr int ns = stages_for<TYPE, TT>();
+    static_assert(ns >= 2, "two stages of the ring fit shared memory");
+    return launch_gemm<TYPE, ns, TT>(a, grid, s);
+}
+
+// The shape of a dense or split launch: token tiles of tt (kTokTc or kTokTcDense), gy of them in the grid,
+// K in ks ranges.
+struct dense_shape {
+    int tt;
+    unsigned gy;
+    int ks;
+};
+
+// A block of kTokTcDense tokens takes ~1.76 times one of kTokTc (runs 46 and 49: the dense launches of a
+// 4,096-row prompt 11-14 % faster a token with tiles of 128).
+constexpr double kDenseTileCost = 1.76;
+
+// The shape whose waves (one block an SM) take the least time, waves × a block's work (its tile's cost ×
+// 1/ks of K), for gx row blocks, T tokens and `halves` parts a K range (1 dense, 2 split), with at most
+// ks_max ranges. TURBOSPARK_CUDA_GEMM_TT=64 or 128 fixes the tile.
+dense_shape dense_shape_for(int64_t gx, int64_t T, int halves, int64_t ks_max) {
+    static const int forced = [] {
+        const char *e = getenv("TURBOSPARK_CUDA_GEMM_TT");
+        return !e ? 0 : !strcmp(e, "64") ? kTokTc : !strcmp(e, "128") ? kTokTcDense : 0;
+    }();
+    const int64_t sm = ts_cuda_sm_count() > 0 ? ts_cuda_sm_count() : 1;
+    ks_max = ks_max < 1 ? 1 : ks_max < 16 ? ks_max : 16;
+    dense_shape best = {kTokTc, 1, 1};
+    double best_time = -1.0;
+    for (const int tt : {kTokTc, kTokTcDense}) {
+        if (forced && tt != forced) continue;
+        const int64_t tiles = (T + tt - 1) / tt, gy = tiles < 65535 ? tiles : 65535;
+        for (int64_t ks = 1; ks <= ks_max; ks++) {
+            const int64_t waves = (gx * gy * halves * ks + sm - 1) / sm;
+            const double time = static_cast<double>(waves) * (tt == kTokTc ? 1.0 : kDenseTileCost) / ks;
+            if (best_time < 0.0 || time < best_time)
+                best = {tt, static_cast<unsigned>(gy), static_cast<int>(ks)}, best_time = time;
+        }
+    }
+    return best;
+}
+
+// x records, then the GEMM in token tiles of tt (kTokTc or kTokTcDense). split > 0: the split product (the
+// residual's records after x's, K in split ranges, 2·split parts).
 template <int TYPE>
 int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy,
-        int split, cudaStream_t s) {
+        int split, int tt, cudaStream_t s) {
     using S = tc_step<TYPE>;
     uint8_t *rec = static_cast<uint8_t *>(g_scratch);
     const unsigned pb = static_cast<unsigned>((nx + kPrepRows - 1) / kPrepRows);
@@ -431,29 +482,23 @@ int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsig
     }
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
     const dim3 grid(gx, gy, split > 0 ? 2u * static_cast<unsigned>(split) : 1u);
-    switch (stages_for<TYPE>()) {
-    case 4:
-        return launch_gemm<TYPE, 4>(a, grid, s);
-    case 3:
-        return launch_gemm<TYPE, 3>(a, grid, s);
-    default:
-        return -1;
-    }
+    return tt == kTokTcDense ? launch_stages<TYPE, kTokTcDense>(a, grid, s)
+                             : launch_stages<TYPE, kTokTc>(a, grid, s);
 }
 
 int run_type(uint32_t type, const float *x, int nx, int64_t x_stride, int ne0, const tc_gemm_args &a,
-             unsigned gx, unsigned gy, int split, cudaStream_t s) {
+             unsigned gx, unsigned gy, int split, int tt, cudaStream_t s) {
     switch (type) {
     case TS_TYPE_Q4_K:
-        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
+        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
     case TS_TYPE_Q5_K:
-        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
+        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
     case TS_TYPE_Q6_K:
-        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, split, s);
+        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
     case TS_TYPE_Q8_0:
-        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, split, s);
+        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
     case TS_TYPE_Q5_0:
-        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, split, s);
+        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
     default:
         return -1;
     }
@@ -514,10 +559,10 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     a.y = y_dev;
     a.y_stride = n_out;
     a.T = static_cast<int>(T);
-    const int64_t tiles = (T + kTokTc - 1) / kTokTc;
+    const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc;
+    const dense_shape d = dense_shape_for(gx, T, 1, 1);
     return run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
-                    static_cast<unsigned>((n_out + kRowsTc - 1) / kRowsTc),
-                    static_cast<unsigned>(tiles < 65535 ? tiles : 65535), 0, s);
+                    static_cast<unsigned>(gx), d.gy, 0, d.tt, s);
 }
 
 extern "C" bool ts_cuda_gemm_tc_experts_takes(const ts_cuda_expert_plan *plan, uint32_t type, int64_t ne0,
@@ -557,7 +602,7 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
     const int nx = static_cast<int>((plan->n_items + xd - 1) / xd);
     return run_type(W->type, x_dev, nx, x_stride, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>((a.n_out + kRowsTc - 1) / kRowsTc),
-                    static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), 0, s);
+                    static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), 0, kTokTc, s);
 }
 
 extern "C" bool ts_cuda_gemm_tc_split_takes(uint32_t type, int64_t ne0, int64_t T) {
@@ -583,19 +628,10 @@ extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, con
     a.y_stride = n_out;
     a.part_stride = part_stride;
     a.T = static_cast<int>(T);
-    const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, tiles = (T + kTokTc - 1) / kTokTc;
-    const int64_t gy = tiles < 65535 ? tiles : 65535;
-    // K ranges: each at least 4 steps; among those, the count whose waves of blocks (a block an SM)
-    // take the least time, waves × a block's share of K (192 blocks on 132 SMs: two ranges, 3 waves of
-    // half the work instead of 2 whole ones)
-    const int64_t ng = W->ne0 / tc_gemv_group(W->type), sm = ts_cuda_sm_count() > 0 ? ts_cuda_sm_count() : 1;
-    int64_t ks_max = ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2, ks = 1;
-    ks_max = ks_max < 16 ? ks_max : 16;
-    for (int64_t k = 2; k <= ks_max; k++) { // waves(k) / k < waves(ks) / ks
-        const int64_t wk = (2 * gx * gy * k + sm - 1) / sm, wb = (2 * gx * gy * ks + sm - 1) / sm;
-        if (wk * ks < wb * k) ks = k;
-    }
+    // K ranges of at least 4 steps
+    const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, ng = W->ne0 / tc_gemv_group(W->type);
+    const dense_shape d = dense_shape_for(gx, T, 2, ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2);
     const int rc = run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
-                            static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<int>(ks), s);
-    return rc == 0 ? static_cast<int>(2 * ks) : -1;
+                            static_cast<unsigned>(gx), d.gy, d.ks, d.tt, s);
+    return rc == 0 ? 2 * d.ks : -1;
 }
