@@ -92,7 +92,8 @@ struct tc_gemm_args {
     const uint8_t *w0, *w1; // dense: W->data + row0·rb, NULL; experts: W->data, W2->data or NULL
     size_t rb;              // bytes per row (both tensors)
     int ng;                 // steps (groups) a row
-    int n_out, n_part;      // output rows (P·n_part); rows ≥ n_part come from w1
+    int nb_last;       // blocks of the last step (Q8_0, Q5_0: fewer than 4 when K ends in a partial group)
+    int n_out, n_part; // output rows (P·n_part); rows ≥ n_part come from w1
     int64_t rows_per_expert, row_off;
     int e_max;           // largest expert whose rows lie inside both tensors
     const uint8_t *xrec; // the x records: [x rows][ng][REC bytes]
@@ -104,10 +105,12 @@ struct tc_gemm_args {
     const int4 *tiles;
     const int32_t *n_tiles;
     // split products (blockIdx.z = part p): half p / ksplit (0: x, 1: the residual of its rounding, whose
-    // records lie lo_off bytes after x's), K range p % ksplit of ksplit, outputs at y + p·part_stride
+    // records lie lo_off bytes after x's), K range p % ksplit of ksplit, outputs at y + p·part_stride;
+    // fused (one part, ksplit 1): every block runs x's steps, then the residual's, into one sum
     int ksplit;
     size_t lo_off;
     int64_t part_stride;
+    bool fused;
 };
 
 // acc += a group's sums times its x scales: 2^-s of token g (rows 2t, 2t + 1: v0, v1) and of token g + 8 (v2, v3).
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict_
                                                         int64_t x_stride, uint8_t *__restrict__ rec) {
     using S = tc_step<TYPE>;
     const int r0 = static_cast<int>(blockIdx.x) * kPrepRows, n = min(kPrepRows, nx - r0);
-    const int ng = ne0 / S::G;
+    const int ng = (ne0 + S::G - 1) / S::G; // a partial last group: Q8_0, Q5_0 (stage_x_inorder)
     uint32_t *base = reinterpret_cast<uint32_t *>(rec + static_cast<size_t>(r0) * ng * S::REC);
     constexpr int step = S::REC / 4; // u32 a record
     if constexpr (S::kInorder)
@@ -156,7 +159,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
               t = lane & 3;
     const int o0 = static_cast<int>(blockIdx.x) * kRowsTc;
     const int part = static_cast<int>(blockIdx.z), kz = part % a.ksplit;
-    const int s0 = kz * a.ng / a.ksplit, nst = (kz + 1) * a.ng / a.ksplit - s0; // this block's steps
+    const int s0 = kz * a.ng / a.ksplit, nst = (kz + 1) * a.ng / a.ksplit - s0; // this block's K steps
+    const int nsteps = a.fused ? 2 * nst : nst; // its steps: K steps s0 .. s0 + nst − 1 of each half
     const uint8_t *xrec = a.xrec + static_cast<size_t>(part / a.ksplit) * a.lo_off;
     float *y = a.y + part * a.part_stride;
     const int n_tiles = a.tiles ? *a.n_tiles : (a.T + TT - 1) / TT;
@@ -195,23 +199,26 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                                 : (a.w1 ? a.w1 : a.w0) + r0 + static_cast<size_t>(o - a.n_part) * a.rb;
         };
         const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
-        // stage i % NS of the ring ← step s = s0 + i: the x records of the token tiles in use (a tile of
-        // an expert plan is often partly filled), the weight lines of the block's rows
+        // stage i % NS of the ring ← step i: K step s = s0 + i (of the residual's half past nst), the x
+        // records of the token tiles in use (a tile of an expert plan is often partly filled), the weight
+        // lines of the block's rows
         auto issue = [&](int i) {
-            const int s = s0 + i;
+            const int h = i >= nst, s = s0 + i - h * nst;
+            const int sb = s == a.ng - 1 ? a.nb_last * S::BS : S::SB; // the step's weight bytes a row
             uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
             uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
+            const uint8_t *xh = xrec + h * a.lo_off;
             constexpr int XL = S::REC / 16;
             for (int idx = tid; idx < 16 * ntt * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
                 cp_async16(xs + j * S::REC + 16 * l,
-                           xrec + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
+                           xh + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
             }
             for (int idx = tid; idx < kRowsTc * S::LINES; idx += kWarpsTc * 32) {
                 const int m = idx / S::LINES, l = idx - m * S::LINES;
                 const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
                 const uintptr_t first = p & ~static_cast<uintptr_t>(15);
-                if (first + 16 * l < p + S::SB) // lines past the step's bytes are not read
+                if (first + 16 * l < p + sb) // lines past the step's bytes are not read
                     cp_async16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
             }
         };
@@ -223,14 +230,14 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
 
 #pragma unroll
         for (int i = 0; i < NS - 1; i++) {
-            if (i < nst) issue(i);
+            if (i < nsteps) issue(i);
             cp_async_commit();
         }
-        for (int i = 0; i < nst; i++) {
-            const int s = s0 + i;
+        for (int i = 0; i < nsteps; i++) {
+            const int s = s0 + i - (i >= nst) * nst;
             cp_async_wait<NS - 2>();
-            __syncthreads(); // step s has landed for every thread; stage (i − 1) % NS is free
-            if (i + NS - 1 < nst) issue(i + NS - 1);
+            __syncthreads(); // step i has landed for every thread; stage (i − 1) % NS is free
+            if (i + NS - 1 < nsteps) issue(i + NS - 1);
             cp_async_commit();
             const uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
             const uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
@@ -327,6 +334,9 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
             } else { // Q8_0, Q5_0: a step is 4 blocks of 2 MMAs, each block its d
                 using Q = tc_inorder<TYPE>;
                 constexpr int NB = S::G / Q::QK; // 4
+                // blocks past a partial last group: x is zero there, d is taken as 0 (the staged bytes are
+                // an earlier step's)
+                const int nbv = s == a.ng - 1 ? a.nb_last : NB;
                 uint32_t B[2][2 * NB][2];
                 float d0[2][NB], d1[2][NB];
 #pragma unroll
@@ -339,7 +349,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                         for (int m = 0; m < 2; m++)
                             inorder_b_frag<TYPE>(rw + b * Q::BS, m, t, B[r][2 * b + m][0],
                                                  B[r][2 * b + m][1]);
-                        d0[r][b] = half_at(w0 + b * Q::BS), d1[r][b] = half_at(w1 + b * Q::BS);
+                        d0[r][b] = b < nbv ? half_at(w0 + b * Q::BS) : 0.0f;
+                        d1[r][b] = b < nbv ? half_at(w1 + b * Q::BS) : 0.0f;
                     }
                 }
 #pragma unroll
@@ -464,7 +475,7 @@ dense_shape dense_shape_for(int64_t gx, int64_t T, int halves, int64_t ks_max) {
 }
 
 // x records, then the GEMM in token tiles of tt (kTokTc or kTokTcDense). split > 0: the split product (the
-// residual's records after x's, K in split ranges, 2·split parts).
+// residual's records after x's, K in split ranges, 2·split parts; a.fused: one part).
 template <int TYPE>
 int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsigned gx, unsigned gy,
         int split, int tt, cudaStream_t s) {
@@ -473,7 +484,8 @@ int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsig
     const unsigned pb = static_cast<unsigned>((nx + kPrepRows - 1) / kPrepRows);
     tc_x_prep_kernel<TYPE, false><<<pb, 256, 0, s>>>(x, nx, ne0, x_stride, rec);
     a.xrec = rec;
-    a.ng = ne0 / S::G;
+    a.ng = (ne0 + S::G - 1) / S::G;
+    a.nb_last = (ne0 - (a.ng - 1) * S::G) / S::QK;
     a.ksplit = split > 0 ? split : 1;
     a.lo_off = 0;
     if (split > 0) {
@@ -481,7 +493,7 @@ int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsig
         tc_x_prep_kernel<TYPE, true><<<pb, 256, 0, s>>>(x, nx, ne0, x_stride, rec + a.lo_off);
     }
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
-    const dim3 grid(gx, gy, split > 0 ? 2u * static_cast<unsigned>(split) : 1u);
+    const dim3 grid(gx, gy, split > 0 && !a.fused ? 2u * static_cast<unsigned>(split) : 1u);
     return tt == kTokTcDense ? launch_stages<TYPE, kTokTcDense>(a, grid, s)
                              : launch_stages<TYPE, kTokTc>(a, grid, s);
 }
@@ -532,13 +544,22 @@ extern "C" void ts_cuda_tc_scratch_set(void *dev, size_t bytes) {
     g_scratch_bytes = g_scratch ? bytes : 0;
 }
 
-extern "C" bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows) {
+namespace {
+// Whether x_rows rows of ne0 inputs fit the thread's scratch as records; partial: Q8_0 and Q5_0 widths
+// may end in a partial group (whole blocks of 32).
+bool records_fit(uint32_t type, int64_t ne0, int64_t x_rows, bool partial) {
     const size_t need = ts_memplan_tc_x_bytes(type, ne0, x_rows); // the records' sizes: the memory plan's
     const int G = tc_gemv_group(type);
+    if (!tc_gemv_enabled() || need == 0 || G <= 0 || (ne0 % G != 0 && !partial)) return false;
     // the plan's record size must be this file's (a mismatch refuses rather than overrun the region)
-    return tc_gemv_enabled() && need > 0 && G > 0 &&
-           need == static_cast<size_t>(x_rows) * static_cast<size_t>(ne0 / G) * record_bytes(type) &&
+    return need ==
+               static_cast<size_t>(x_rows) * static_cast<size_t>((ne0 + G - 1) / G) * record_bytes(type) &&
            x_rows <= INT_MAX / 2 && ne0 <= (1 << 20) && g_scratch && need <= g_scratch_bytes;
+}
+} // namespace
+
+extern "C" bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows) {
+    return records_fit(type, ne0, x_rows, false);
 }
 
 extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
@@ -606,13 +627,13 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
 }
 
 extern "C" bool ts_cuda_gemm_tc_split_takes(uint32_t type, int64_t ne0, int64_t T) {
-    return T > 0 && T <= INT_MAX / 4 && ts_cuda_gemm_tc_takes(type, ne0, 2 * T);
+    return T > 0 && T <= INT_MAX / 4 && records_fit(type, ne0, 2 * T, true);
 }
 
 extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, const float *x_dev, int64_t T,
                                      float *parts, int64_t part_stride, int max_parts, cudaStream_t s) {
-    if (!W || !W->data || n_out <= 0 || n_out > W->rows || n_out > INT_MAX - 256 || T <= 0 || max_parts < 2 ||
-        part_stride < n_out * T)
+    if (!W || !W->data || n_out <= 0 || n_out > W->rows || n_out > INT_MAX - 256 || T <= 0 || max_parts < 1 ||
+        (max_parts > 1 && part_stride < n_out * T))
         return -1;
     if (!ts_cuda_gemm_tc_split_takes(W->type, W->ne0, T) || W->row_bytes != ts_row_size(W->type, W->ne0))
         return -1;
@@ -628,10 +649,13 @@ extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, con
     a.y_stride = n_out;
     a.part_stride = part_stride;
     a.T = static_cast<int>(T);
-    // K ranges of at least 4 steps
+    a.fused = max_parts == 1;
+    // K ranges of at least 4 steps (fused: one, both halves in each block)
     const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, ng = W->ne0 / tc_gemv_group(W->type);
-    const dense_shape d = dense_shape_for(gx, T, 2, ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2);
+    const dense_shape d = a.fused
+                              ? dense_shape_for(gx, T, 1, 1)
+                              : dense_shape_for(gx, T, 2, ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2);
     const int rc = run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
                             static_cast<unsigned>(gx), d.gy, d.ks, d.tt, s);
-    return rc == 0 ? 2 * d.ks : -1;
+    return rc != 0 ? -1 : a.fused ? 1 : 2 * d.ks;
 }

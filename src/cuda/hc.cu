@@ -18,7 +18,7 @@
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
 // down|inject product and hc_up_mix_kernel). Beyond 64 rows the down|inject product runs on the tensor
 // cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's precision, as the CPU twin's fp32)
-// when the type allows, its parts added by the activation kernel. Elementwise kernels map one thread to one output
+// when the type allows, its parts added by the activation kernel, and so does the up product (one part). Elementwise kernels map one thread to one output
 // element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
 // whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
@@ -411,7 +411,12 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     }
     if (cudaGetLastError() != cudaSuccess) return -1;
 
-    if (ts_cuda_matmul_unrounded(&hc->up, 0, W, w->lr, N, w->mix, s)) return -1;
+    // the up product: a split product too when the type allows (one part: its K, the rank, is a few groups)
+    const bool up_tc = hc_split_enabled() && hc->up.rows >= W && hc->up.ne0 == r &&
+                       ts_cuda_gemm_tc_split_takes(hc->up.type, r, N);
+    if (up_tc ? ts_cuda_gemm_tc_split(&hc->up, W, w->lr, N, w->mix, N * W, 1, s) != 1
+              : ts_cuda_matmul_unrounded(&hc->up, 0, W, w->lr, N, w->mix, s) != 0)
+        return -1;
     hc_mix_kernel<<<blocks_for(N * H), kThreads, 0, s>>>(w->mix, w->xn, N, H, C, x);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

@@ -291,13 +291,14 @@ static void dispatch_case(uint32_t type, uint64_t seed, tstats *st) {
 
 /* Split products (ts_cuda_gemm_tc_split): the parts added in order on the host against the CPU's fp32
  * product of the unrounded x, within SPLIT_BOUND of Σ|w·x| (x's hi + lo carry ~22 bits, so the error is
- * fp32's, not fp16's); the plain tensor-core product (x rounded once) is reported beside it. */
+ * fp32's, not fp16's); the plain tensor-core product (x rounded once) is reported beside it. max_parts 1:
+ * the one-part form (both halves in every block). */
 #define SPLIT_BOUND 1e-6
-static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uint64_t seed, tstats *st) {
+static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, int max_parts, uint64_t seed,
+                       tstats *st) {
     wtensor w;
     wtensor_make(&w, type, ne0, n_out, 1, seed);
     rng_t g = {mix64(seed * 5 + 3)};
-    const int max_parts = 32;
     float *x = malloc(sizeof(float) * (size_t)(T * ne0)), *ycpu = malloc(sizeof(float) * (size_t)(T * n_out));
     float *parts = malloc(sizeof(float) * (size_t)(max_parts * T * n_out));
     float *yhi = malloc(sizeof(float) * (size_t)(T * n_out));
@@ -334,7 +335,7 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uin
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
             if (rel_hi > worst_hi) worst_hi = rel_hi;
         }
-    const int ok = np >= 2 && np % 2 == 0 && np <= max_parts && worst <= SPLIT_BOUND;
+    const int ok = (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
     printf(
         "  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
         "once: %.2e%s)\n",
@@ -876,15 +877,21 @@ int main(int argc, char **argv) {
             if (!quick || ci < 2) expert_case(type, &ecs[ci], sd + 20 + (uint64_t)ci * 10, &st);
     }
     /* split products: the hyper-connection down|inject shape (10240 → 324) at a partial token tile and
-     * at a micro-batch, and the in-order types */
+     * at a micro-batch, and the in-order types; the one-part form, and the up shape (320 → 10240: a
+     * partial last group of 64 inputs) cut to fewer rows, with one part and with several */
     printf("split products\n");
-    split_case(TS_TYPE_Q4_K, 10240, 324, 70, seed + 91, &st);
-    split_case(TS_TYPE_Q4_K, 10240, 320, 520, seed + 92, &st);
-    split_case(TS_TYPE_Q8_0, 2560, 200, 33, seed + 93, &st);
-    split_case(TS_TYPE_Q6_K, 2560, 130, 100, seed + 94, &st);
+    split_case(TS_TYPE_Q4_K, 10240, 324, 70, 32, seed + 91, &st);
+    split_case(TS_TYPE_Q4_K, 10240, 320, 520, 32, seed + 92, &st);
+    split_case(TS_TYPE_Q8_0, 2560, 200, 33, 32, seed + 93, &st);
+    split_case(TS_TYPE_Q6_K, 2560, 130, 100, 32, seed + 94, &st);
+    split_case(TS_TYPE_Q5_0, 320, 300, 70, 1, seed + 97, &st);
+    split_case(TS_TYPE_Q5_0, 320, 260, 150, 32, seed + 98, &st);
+    split_case(TS_TYPE_Q8_0, 96, 140, 40, 1, seed + 99, &st);
+    split_case(TS_TYPE_Q4_K, 2560, 200, 130, 1, seed + 100, &st);
     if (!quick) {
-        split_case(TS_TYPE_Q5_K, 10240, 324, 200, seed + 95, &st);
-        split_case(TS_TYPE_Q5_0, 1280, 64, 17, seed + 96, &st);
+        split_case(TS_TYPE_Q5_K, 10240, 324, 200, 32, seed + 95, &st);
+        split_case(TS_TYPE_Q5_0, 1280, 64, 17, 32, seed + 96, &st);
+        split_case(TS_TYPE_Q8_0, 352, 384, 300, 1, seed + 101, &st);
     }
     /* the released shape, Q4_K: grouped vs GEMV on every item, 300 items exactly */
     {
