@@ -15,15 +15,16 @@
 //     16-byte (8-byte) fragment loads of 8 (4) consecutive tokens on distinct banks.
 //  2. gemm_tc_kernel: a block of 8 warps computes 128 output rows × a tile of up to TT tokens (items),
 //     K in steps of one group. TT is 64 for the expert plans; for the dense and split products, 64 or
-//     128, whichever makes the launch's waves take less time (dense_shape_for). Warp w owns rows 16w .. 16w + 15 (two MMA n-tiles of 8 rows) and all the
-//     block's token tiles of 16. Per step it builds the B fragments of its two row tiles once from the
-//     staged weight bytes (kquant_b_frags / inorder_b_frag, the GEMV's builders) and runs them against
-//     each token tile's A fragments from shared memory: per K-quant step and (row tile, token tile)
-//     16 + 1 MMAs, then acc += 2^-s·(d·C − 64·dmin·C_min) in fp32.
-//     Shared memory is a ring of NS stages, each the x records of the block's tokens for one group
-//     and the weight bytes of the 128 rows for that group (aligned 16-byte lines covering them:
-//     Q6_K, Q8_0 and Q5_0 blocks are only 2-byte aligned; the byte offset is recomputed when read),
-//     filled by cp.async NS − 1 steps ahead, one barrier a step.
+//     128, whichever makes the launch's waves take less time (dense_shape_for). Warp w owns rows
+//     16w .. 16w + 15 (two MMA n-tiles of 8 rows) and all the block's token tiles of 16. Per step it
+//     builds the B fragments of its two row tiles once from the staged weight bytes (kquant_b_frags /
+//     inorder_b_frag, the GEMV's builders) and runs them against each token tile's A fragments from
+//     shared memory: per K-quant step and (row tile, token tile) 16 + 1 MMAs, then
+//     acc += 2^-s·(d·C − 64·dmin·C_min) in fp32.
+//     Shared memory is a ring of NS stages, each the x records of the block's token tiles in use for
+//     one group and the weight bytes of the 128 rows for that group (aligned 16-byte lines covering
+//     them: Q6_K, Q8_0 and Q5_0 blocks are only 2-byte aligned; the byte offset is recomputed when
+//     read), filled by cp.async NS − 1 steps ahead, one barrier a step.
 // Expert tiles take their items from the plan (tile q: expert e, items sorted[start .. start + cnt)),
 // the x record of item i is that of x row ⌊i / x_div⌋, its outputs go to y + i·y_stride; a bad expert
 // id gives NaN outputs and reads no weight.
