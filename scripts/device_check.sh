@@ -178,8 +178,9 @@ gemm)
   ;;
 s14)
   # Branch s14-next: the GEMM's twin tests with the token tile chosen per launch and fixed at 128, the
-  # golden fixtures, prefill with the chosen tile and with 64 (TURBOSPARK_CUDA_GEMM_TT=64), the GEMM
-  # launch table, then test_cuda_forward for the time that is left (FWD_S seconds, 200)
+  # golden fixtures, prefill with the chosen tile, with 64 (TURBOSPARK_CUDA_GEMM_TT=64) and without the
+  # x-resident form (TURBOSPARK_CUDA_GEMM_XR=0), the GEMM launch table, then test_cuda_forward for the
+  # time that is left (FWD_S seconds, 200)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   for tt in "" 128; do
     (TURBOSPARK_CUDA_GEMM_TT=$tt timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm$tt.txt" 2>&1
@@ -188,7 +189,7 @@ s14)
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
   echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
   wait
-  for env in TURBOSPARK_CUDA_GEMM_TT= TURBOSPARK_CUDA_GEMM_TT=64; do
+  for env in TURBOSPARK_CUDA_GEMM_TT= TURBOSPARK_CUDA_GEMM_TT=64 TURBOSPARK_CUDA_GEMM_XR=0; do
     echo "== $env"
     env $env timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done

@@ -148,23 +148,33 @@ __global__ void __launch_bounds__(256) tc_x_prep_kernel(const float *__restrict_
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
 
 // acc[r][tt] (r: row tile, tt: token tile): tokens 16tt + g (.x rows 2t, .y 2t + 1) and 16tt + g + 8 (.z, .w).
-template <int TYPE, int NS, int TT>
+// XR (x resident): the tile's x records for all its steps are staged once into shared memory, and the
+// block walks row blocks blockIdx.x, blockIdx.x + gridDim.x, ... with only weights in the ring, one
+// pipeline across them (products of few steps: the routed downs, K = 640, read their x once instead
+// of once a row block). Otherwise the block computes row block blockIdx.x, x and weights in the ring.
+template <int TYPE, int NS, int TT, bool XR>
 __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm_args a) {
     using S = tc_step<TYPE>;
     constexpr int kTokTiles = TT / 16; // MMA token tiles of 16
-    constexpr size_t STAGE = S::stage(TT);
+    // a ring stage: the x records and the weight lines of a step, or (XR) the weight lines only
+    constexpr size_t STAGE = XR ? static_cast<size_t>(kRowsTc) * S::RS : S::stage(TT);
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ int items[TT]; // the block tile's items (dense: tokens)
     __shared__ int xrows[TT]; // their x rows
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2,
               t = lane & 3;
-    const int o0 = static_cast<int>(blockIdx.x) * kRowsTc;
+    const int n_rb = (a.n_out + kRowsTc - 1) / kRowsTc; // row blocks of the product
+    // this block's row blocks: blockIdx.x + j·gridDim.x for j < nrb_mine (one without XR)
+    const int nrb_mine = XR ? (n_rb - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                                  static_cast<int>(gridDim.x)
+                            : 1;
     const int part = static_cast<int>(blockIdx.z), kz = part % a.ksplit;
     const int s0 = kz * a.ng / a.ksplit, nst = (kz + 1) * a.ng / a.ksplit - s0; // this block's K steps
     const int nsteps = a.fused ? 2 * nst : nst; // its steps: K steps s0 .. s0 + nst − 1 of each half
     const uint8_t *xrec = a.xrec + static_cast<size_t>(part / a.ksplit) * a.lo_off;
     float *y = a.y + part * a.part_stride;
     const int n_tiles = a.tiles ? *a.n_tiles : (a.T + TT - 1) / TT;
+    uint8_t *ring = XR ? sm + static_cast<size_t>(nsteps) * TT * S::REC : sm; // XR: after the x records
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
         int e = 0, start, cnt;
@@ -184,45 +194,63 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
         __syncthreads();
         if (e < 0 || e > a.e_max) { // bad expert id: NaN outputs, no weight read
             const float nan = __int_as_float(0x7fffffff);
-            for (int idx = tid; idx < kRowsTc * cnt; idx += kWarpsTc * 32) {
-                const int j = idx / kRowsTc, m = idx - j * kRowsTc;
-                if (o0 + m < a.n_out) y[static_cast<int64_t>(items[j]) * a.y_stride + o0 + m] = nan;
+            for (int jr = 0; jr < nrb_mine; jr++) {
+                const int o0 = (static_cast<int>(blockIdx.x) + jr * static_cast<int>(gridDim.x)) * kRowsTc;
+                for (int idx = tid; idx < kRowsTc * cnt; idx += kWarpsTc * 32) {
+                    const int j = idx / kRowsTc, m = idx - j * kRowsTc;
+                    if (o0 + m < a.n_out) y[static_cast<int64_t>(items[j]) * a.y_stride + o0 + m] = nan;
+                }
             }
             continue;
         }
         const size_t r0 = (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) +
                            static_cast<size_t>(a.row_off)) *
                           a.rb;
-        // first byte of block row m (rows past n_out repeat the last row: computed, never stored)
-        auto row_of = [&](int m) -> const uint8_t * {
+        // first byte of row m of the row block at o0 (rows past n_out repeat the last row: computed, never
+        // stored)
+        auto row_of = [&](int o0, int m) -> const uint8_t * {
             const int o = min(o0 + m, a.n_out - 1);
             return o < a.n_part ? a.w0 + r0 + static_cast<size_t>(o) * a.rb
                                 : (a.w1 ? a.w1 : a.w0) + r0 + static_cast<size_t>(o - a.n_part) * a.rb;
         };
         const int ntt = (cnt + 15) / 16; // token tiles in use (the same for the whole block)
-        // stage i % NS of the ring ← step i: K step s = s0 + i (of the residual's half past nst), the x
-        // records of the token tiles in use (a tile of an expert plan is often partly filled), the weight
-        // lines of the block's rows
-        auto issue = [&](int i) {
-            const int h = i >= nst, s = s0 + i - h * nst;
-            const int sb = s == a.ng - 1 ? a.nb_last * S::BS : S::SB; // the step's weight bytes a row
-            uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
-            uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
-            const uint8_t *xh = xrec + h * a.lo_off;
-            constexpr int XL = S::REC / 16;
+        // Step i of the block: row block blockIdx.x + (i / nsteps)·gridDim.x, and k = i % nsteps, K step
+        // s = s0 + k of x's half (k < nst) or the residual's (k ≥ nst, fused split products).
+        auto o0_of = [&](int i) {
+            return (static_cast<int>(blockIdx.x) + (i / nsteps) * static_cast<int>(gridDim.x)) * kRowsTc;
+        };
+        auto kstep = [&](int k) { return s0 + k - (k >= nst) * nst; };
+        // the x records of the token tiles in use (a tile of an expert plan is often partly filled) of
+        // block step k into xs
+        constexpr int XL = S::REC / 16;
+        auto issue_x = [&](int k, uint8_t *xs) {
+            const uint8_t *xh = xrec + (k >= nst) * a.lo_off;
+            const int s = kstep(k);
             for (int idx = tid; idx < 16 * ntt * XL; idx += kWarpsTc * 32) {
                 const int j = idx / XL, l = idx - j * XL;
                 cp_async16(xs + j * S::REC + 16 * l,
                            xh + (static_cast<size_t>(xrows[j]) * a.ng + s) * S::REC + 16 * l);
             }
+        };
+        // stage i % NS of the ring ← step i: its x records (without XR), the weight lines of its rows
+        auto issue = [&](int i) {
+            const int k = i % nsteps, s = kstep(k), o0 = o0_of(i);
+            const int sb = s == a.ng - 1 ? a.nb_last * S::BS : S::SB; // the step's weight bytes a row
+            uint8_t *st = ring + static_cast<size_t>(i % NS) * STAGE;
+            uint8_t *ws = XR ? st : st + static_cast<size_t>(TT) * S::REC;
+            if (!XR) issue_x(k, st);
             for (int idx = tid; idx < kRowsTc * S::LINES; idx += kWarpsTc * 32) {
                 const int m = idx / S::LINES, l = idx - m * S::LINES;
-                const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
+                const uintptr_t p =
+                    reinterpret_cast<uintptr_t>(row_of(o0, m)) + static_cast<size_t>(s) * S::SB;
                 const uintptr_t first = p & ~static_cast<uintptr_t>(15);
                 if (first + 16 * l < p + sb) // lines past the step's bytes are not read
                     cp_async16(ws + m * S::RS + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
             }
         };
+        const int n_i = nrb_mine * nsteps;
+        if (XR) // the tile's x records, in the first commit group with the ring's first stage
+            for (int k = 0; k < nsteps; k++) issue_x(k, sm + static_cast<size_t>(k) * TT * S::REC);
         float4 acc[2][kTokTiles];
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -231,21 +259,23 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
 
 #pragma unroll
         for (int i = 0; i < NS - 1; i++) {
-            if (i < nsteps) issue(i);
+            if (i < n_i) issue(i);
             cp_async_commit();
         }
-        for (int i = 0; i < nsteps; i++) {
-            const int s = s0 + i - (i >= nst) * nst;
+        for (int i = 0; i < n_i; i++) {
+            const int k = i % nsteps, s = kstep(k), o0 = o0_of(i);
             cp_async_wait<NS - 2>();
             __syncthreads(); // step i has landed for every thread; stage (i − 1) % NS is free
-            if (i + NS - 1 < nsteps) issue(i + NS - 1);
+            if (i + NS - 1 < n_i) issue(i + NS - 1);
             cp_async_commit();
-            const uint8_t *xs = sm + static_cast<size_t>(i % NS) * STAGE;
-            const uint8_t *ws = xs + static_cast<size_t>(TT) * S::REC;
+            const uint8_t *st = ring + static_cast<size_t>(i % NS) * STAGE;
+            const uint8_t *xs = XR ? sm + static_cast<size_t>(k) * TT * S::REC : st;
+            const uint8_t *ws = XR ? st : st + static_cast<size_t>(TT) * S::REC;
             // this warp's rows: tile r holds rows 16·warp + 8r + (0..7); lane g builds row g's fragments,
             // lane t reads the scales of rows 2t and 2t + 1
             auto wrow = [&](int m) { // the staged bytes of block row m at step s
-                const uintptr_t p = reinterpret_cast<uintptr_t>(row_of(m)) + static_cast<size_t>(s) * S::SB;
+                const uintptr_t p =
+                    reinterpret_cast<uintptr_t>(row_of(o0, m)) + static_cast<size_t>(s) * S::SB;
                 return ws + m * S::RS + (p & 15u);
             };
             if constexpr (!S::kInorder) {
@@ -384,26 +414,30 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
                     }
                 }
             }
-        }
-        cp_async_wait<0>();
-        // outputs: token 16tt + g (and + 8), rows o0 + 16·warp + 8r + 2t, + 1
+            if (k < nsteps - 1) continue;
+                // the row block's last step: outputs of token 16tt + g (and + 8), rows o0 + 16·warp + 8r + 2t,
+                // + 1; the sums start again for the next row block
 #pragma unroll
-        for (int tt = 0; tt < kTokTiles; tt++) {
-            if (tt >= ntt) break;
+            for (int tt = 0; tt < kTokTiles; tt++) {
+                if (tt >= ntt) break;
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int o = o0 + 16 * warp + 8 * r + 2 * t;
+                for (int r = 0; r < 2; r++) {
+                    const int o = o0 + 16 * warp + 8 * r + 2 * t;
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int j = 16 * tt + g + 8 * h;
-                    if (j >= cnt) continue;
-                    float *yr = y + static_cast<int64_t>(items[j]) * a.y_stride;
-                    const float v0 = h ? acc[r][tt].z : acc[r][tt].x, v1 = h ? acc[r][tt].w : acc[r][tt].y;
-                    if (o < a.n_out) yr[o] = v0;
-                    if (o + 1 < a.n_out) yr[o + 1] = v1;
+                    for (int h = 0; h < 2; h++) {
+                        const int j = 16 * tt + g + 8 * h;
+                        if (j >= cnt) continue;
+                        float *yr = y + static_cast<int64_t>(items[j]) * a.y_stride;
+                        const float v0 = h ? acc[r][tt].z : acc[r][tt].x,
+                                    v1 = h ? acc[r][tt].w : acc[r][tt].y;
+                        if (o < a.n_out) yr[o] = v0;
+                        if (o + 1 < a.n_out) yr[o + 1] = v1;
+                    }
+                    acc[r][tt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
             }
         }
+        cp_async_wait<0>();
     }
 }
 
@@ -417,13 +451,39 @@ template <int TYPE, int TT> constexpr int stages_for() {
     return ns >= 4 ? 4 : ns;
 }
 
-template <int TYPE, int NS, int TT> int launch_gemm(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
-    const auto kernel = gemm_tc_kernel<TYPE, NS, TT>;
-    const size_t smem = static_cast<size_t>(NS) * tc_step<TYPE>::stage(TT);
+// The x-resident form (gemm_tc_kernel's XR): Q8_0 and Q5_0 (records of 288 bytes), token tiles of kTokTc,
+// at most kXrMaxSteps block steps (K ≤ 768, or a split product of up to 3 groups in one part), so the
+// records stay under 111 KiB; a ring of weights only, as deep as the rest of shared memory allows, up
+// to 4. TURBOSPARK_CUDA_GEMM_XR=0 keeps the usual form.
+constexpr int kXrMaxSteps = 6;
+template <int TYPE> constexpr bool xr_type() {
+    return TYPE == TS_TYPE_Q8_0 || TYPE == TS_TYPE_Q5_0;
+}
+template <int TYPE> constexpr int xr_stages() {
+    const size_t x = static_cast<size_t>(kXrMaxSteps) * kTokTc * tc_step<TYPE>::REC;
+    const int ns =
+        static_cast<int>((kSmemMax - 1024 - x) / (static_cast<size_t>(kRowsTc) * tc_step<TYPE>::RS));
+    return ns >= 4 ? 4 : ns;
+}
+bool xr_enabled() {
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_GEMM_XR");
+    return on;
+}
+// Whether a product of this type, ne0 inputs and `halves` halves of x (2: a split product in one part)
+// may take the x-resident form: the type's, its block steps few enough, not switched off.
+bool xr_takes(uint32_t type, int64_t ne0, int halves) {
+    const int64_t steps = halves * ((ne0 + 127) / 128); // Q8_0, Q5_0: groups of 128
+    return xr_enabled() && (type == TS_TYPE_Q8_0 || type == TS_TYPE_Q5_0) && steps <= kXrMaxSteps;
+}
+
+// smem: this launch's dynamic shared memory; smem_max: the most any launch of the instantiation takes
+template <int TYPE, int NS, int TT, bool XR>
+int launch_gemm(const tc_gemm_args &a, dim3 grid, size_t smem, size_t smem_max, cudaStream_t s) {
+    const auto kernel = gemm_tc_kernel<TYPE, NS, TT, XR>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem)) != cudaSuccess)
+                                 static_cast<int>(smem_max)) != cudaSuccess)
             return -1;
         opted_in = true;
     }
@@ -435,7 +495,19 @@ template <int TYPE, int NS, int TT> int launch_gemm(const tc_gemm_args &a, dim3 
 template <int TYPE, int TT> int launch_stages(const tc_gemm_args &a, dim3 grid, cudaStream_t s) {
     constexpr int ns = stages_for<TYPE, TT>();
     static_assert(ns >= 2, "two stages of the ring fit shared memory");
-    return launch_gemm<TYPE, ns, TT>(a, grid, s);
+    constexpr size_t smem = static_cast<size_t>(ns) * tc_step<TYPE>::stage(TT);
+    return launch_gemm<TYPE, ns, TT, false>(a, grid, smem, smem, s);
+}
+
+// the x-resident form: nsteps block steps of x records, then the ring
+template <int TYPE> int launch_xr(const tc_gemm_args &a, dim3 grid, int nsteps, cudaStream_t s) {
+    using S = tc_step<TYPE>;
+    constexpr int ns = xr_stages<TYPE>();
+    static_assert(ns >= 2, "two stages of the ring fit shared memory");
+    constexpr size_t ring = static_cast<size_t>(ns) * kRowsTc * S::RS;
+    const size_t smem = static_cast<size_t>(nsteps) * kTokTc * S::REC + ring;
+    return launch_gemm<TYPE, ns, kTokTc, true>(a, grid, smem,
+                                               static_cast<size_t>(kXrMaxSteps) * kTokTc * S::REC + ring, s);
 }
 
 // The shape of a dense or split launch: token tiles of tt (kTokTc or kTokTcDense), gy of them in the grid,
@@ -452,8 +524,9 @@ constexpr double kDenseTileCost = 1.76;
 
 // The shape whose waves (one block an SM) take the least time, waves × a block's work (its tile's cost ×
 // 1/ks of K), for gx row blocks, T tokens and `halves` parts a K range (1 dense, 2 split), with at most
-// ks_max ranges. TURBOSPARK_CUDA_GEMM_TT=64 or 128 fixes the tile.
-dense_shape dense_shape_for(int64_t gx, int64_t T, int halves, int64_t ks_max) {
+// ks_max ranges; xr: tiles of kTokTc only (the x-resident form will run, xr_takes).
+// TURBOSPARK_CUDA_GEMM_TT=64 or 128 fixes the tile.
+dense_shape dense_shape_for(int64_t gx, int64_t T, int halves, int64_t ks_max, bool xr) {
     static const int forced = [] {
         const char *e = getenv("TURBOSPARK_CUDA_GEMM_TT");
         return !e ? 0 : !strcmp(e, "64") ? kTokTc : !strcmp(e, "128") ? kTokTcDense : 0;
@@ -463,7 +536,7 @@ dense_shape dense_shape_for(int64_t gx, int64_t T, int halves, int64_t ks_max) {
     dense_shape best = {kTokTc, 1, 1};
     double best_time = -1.0;
     for (const int tt : {kTokTc, kTokTcDense}) {
-        if (forced && tt != forced) continue;
+        if ((forced && tt != forced) || (xr && tt != kTokTc)) continue;
         const int64_t tiles = (T + tt - 1) / tt, gy = tiles < 65535 ? tiles : 65535;
         for (int64_t ks = 1; ks <= ks_max; ks++) {
             const int64_t waves = (gx * gy * halves * ks + sm - 1) / sm;
@@ -494,6 +567,15 @@ int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsig
         tc_x_prep_kernel<TYPE, true><<<pb, 256, 0, s>>>(x, nx, ne0, x_stride, rec + a.lo_off);
     }
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    if constexpr (xr_type<TYPE>()) {
+        // x resident when its records fit and the product has several row blocks: the blocks then walk
+        // the row blocks, as many blocks as make two waves with the token tiles (one, for expert plans)
+        const int nsteps = (a.fused ? 2 : 1) * a.ng;
+        if (xr_takes(TYPE, ne0, a.fused ? 2 : 1) && tt == kTokTc && (split == 0 || a.fused) && gx > 1) {
+            const unsigned want = static_cast<unsigned>((2 * ts_cuda_sm_count() + gy - 1) / gy);
+            return launch_xr<TYPE>(a, dim3(want < 1 ? 1 : want < gx ? want : gx, gy, 1), nsteps, s);
+        }
+    }
     const dim3 grid(gx, gy, split > 0 && !a.fused ? 2u * static_cast<unsigned>(split) : 1u);
     return tt == kTokTcDense ? launch_stages<TYPE, kTokTcDense>(a, grid, s)
                              : launch_stages<TYPE, kTokTc>(a, grid, s);
@@ -582,7 +664,7 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     a.y_stride = n_out;
     a.T = static_cast<int>(T);
     const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc;
-    const dense_shape d = dense_shape_for(gx, T, 1, 1);
+    const dense_shape d = dense_shape_for(gx, T, 1, 1, xr_takes(W->type, W->ne0, 1));
     return run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>(gx), d.gy, 0, d.tt, s);
 }
@@ -653,9 +735,9 @@ extern "C" int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, con
     a.fused = max_parts == 1;
     // K ranges of at least 4 steps (fused: one, both halves in each block)
     const int64_t gx = (n_out + kRowsTc - 1) / kRowsTc, ng = W->ne0 / tc_gemv_group(W->type);
-    const dense_shape d = a.fused
-                              ? dense_shape_for(gx, T, 1, 1)
-                              : dense_shape_for(gx, T, 2, ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2);
+    const dense_shape d =
+        a.fused ? dense_shape_for(gx, T, 1, 1, xr_takes(W->type, W->ne0, 2))
+                : dense_shape_for(gx, T, 2, ng / 4 < max_parts / 2 ? ng / 4 : max_parts / 2, false);
     const int rc = run_type(W->type, x_dev, static_cast<int>(T), W->ne0, static_cast<int>(W->ne0), a,
                             static_cast<unsigned>(gx), d.gy, d.ks, d.tt, s);
     return rc != 0 ? -1 : a.fused ? 1 : 2 * d.ks;
