@@ -571,7 +571,7 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
        GEMV path where that rounds x alike (the reference `other`), else of the chain over x rounded by
        ts_round_x_like_tc (at N·k beyond the GEMV's tensor-core sizes); bad ids NaN */
     const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
-    if (tcx_bytes > 0) {
+    if (tcx_bytes > 0 && H % ts_tc_x_group(type) == 0) { /* expert products take whole groups only */
         float *xr = NULL;
         if (!gemv_rounds) {
             xr = malloc(sizeof(float) * (size_t)(N * H));
