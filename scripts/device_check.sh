@@ -31,6 +31,9 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
+#   bash scripts/device_check.sh s14      branch s14-next: the GEMM's twin tests (the token tile chosen per
+#                                         launch, and fixed at 128), golden fixtures, prefill against
+#                                         TURBOSPARK_CUDA_GEMM_TT=64, the GEMM launch table, test_cuda_forward
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -172,6 +175,30 @@ gemm)
       $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_gemm$skip.txt" 2>&1
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
+  ;;
+s14)
+  # Branch s14-next: the GEMM's twin tests with the token tile chosen per launch and fixed at 128, the
+  # golden fixtures, prefill with the chosen tile, with 64 (TURBOSPARK_CUDA_GEMM_TT=64) and without the
+  # x-resident form (TURBOSPARK_CUDA_GEMM_XR=0), the GEMM launch table, then test_cuda_forward for the
+  # time that is left (FWD_S seconds, 200)
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  for tt in "" 128; do
+    (TURBOSPARK_CUDA_GEMM_TT=$tt timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm$tt.txt" 2>&1
+    echo "gemm ${tt:-chosen} rc=$?"; grep -E "FAIL" "$out/gemm$tt.txt" | head -8; grep -E "split" "$out/gemm$tt.txt" | head -12; tail -2 "$out/gemm$tt.txt"
+  done
+  (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  wait
+  for env in TURBOSPARK_CUDA_GEMM_TT= TURBOSPARK_CUDA_GEMM_TT=64 TURBOSPARK_CUDA_GEMM_XR=0; do
+    echo "== $env"
+    env $env timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
+  done
+  timeout 150 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_gemm_launches.csv" -k regex:gemm_tc \
+    --metrics gpu__time_duration.sum,launch__grid_size,dram__bytes_read.sum,lts__t_bytes.sum \
+    $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
+  echo "ncu launches rc=$?"; python3 tools/ncu_launches.py "$out/ncu_gemm_launches.csv" | tee "$out/ncu_gemm_launches.md"
+  (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096

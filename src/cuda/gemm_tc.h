@@ -53,8 +53,11 @@ int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tenso
  * with fp32 accumulation, over K in a few ranges (enough blocks for the GPU's multiprocessors). The
  * parts, T × n_out floats each at parts + p·part_stride (p = 0, 1, ...: x's ranges, then the residual's),
  * are left for the caller to add in that order. Returns the number of parts (even, ≤ max_parts), or -1
- * (not taken or a bad argument): rows 0 .. n_out − 1 of W. Needs x records for 2·T rows in the thread's
- * scratch. */
+ * (not taken or a bad argument): rows 0 .. n_out − 1 of W. max_parts = 1: one part, the sum itself
+ * (every block runs both halves over all of K; for products with few groups of K, such as the
+ * hyper-connection up, 320 inputs), part_stride unused. Needs x records for 2·T rows in the thread's
+ * scratch. Unlike the other products here, Q8_0 and Q5_0 widths need not be whole groups of 128: the
+ * missing inputs of the last group are zeros (blocks of 32). */
 bool ts_cuda_gemm_tc_split_takes(uint32_t type, int64_t ne0, int64_t T);
 int ts_cuda_gemm_tc_split(const ts_cuda_tensor *W, int64_t n_out, const float *x_dev, int64_t T, float *parts,
                           int64_t part_stride, int max_parts, cudaStream_t s);

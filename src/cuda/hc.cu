@@ -18,7 +18,7 @@
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
 // down|inject product and hc_up_mix_kernel). Beyond 64 rows the down|inject product runs on the tensor
 // cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's precision, as the CPU twin's fp32)
-// when the type allows, its parts added by the activation kernel. Elementwise kernels map one thread to one output
+// when the type allows, its parts added by the activation kernel, and so does the up product (one part). Elementwise kernels map one thread to one output
 // element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
 // whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
@@ -31,6 +31,7 @@
 #include "cuda/unit_dot.cuh"
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -85,7 +86,9 @@ bool hc_split_enabled() {
     return on;
 }
 
-// R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream).
+// R_s += y ⊙ inj_s, then xn_s = R_s · rsqrt(mean(R_s²) + eps) · g_s: one block per (row, stream), block
+// b = t·C + s, so the C blocks of a row run side by side and a row's y (or the k expert outputs its MoE
+// combine reads, 10 × H floats at the released shapes) comes from DRAM once and from L2 for the others.
 // The parts of a MoE output still to be combined (ts_cuda_moe_uncombined), or eo NULL: y is final.
 struct moe_parts {
     const float *sg, *eo, *tw; // [N], [N·k × H], [N × k]
@@ -98,7 +101,7 @@ __global__ void hc_write_norm_kernel(float *__restrict__ R, const float *__restr
                                      moe_parts m) {
     pdl_trigger();
     pdl_wait();
-    const int64_t t = blockIdx.x, c = blockIdx.y, W = C * H;
+    const int64_t t = blockIdx.x / C, c = blockIdx.x % C, W = C * H;
     float *Rs = R + t * W + c * H, *Xs = xn + t * W + c * H;
     const float *yt = y + t * H, *gs = g + c * H;
     const float k = inj[t * C + c];
@@ -408,7 +411,12 @@ extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t
     }
     if (cudaGetLastError() != cudaSuccess) return -1;
 
-    if (ts_cuda_matmul_unrounded(&hc->up, 0, W, w->lr, N, w->mix, s)) return -1;
+    // the up product: a split product too when the type allows (one part: its K, the rank, is a few groups)
+    const bool up_tc = hc_split_enabled() && hc->up.rows >= W && hc->up.ne0 == r &&
+                       ts_cuda_gemm_tc_split_takes(hc->up.type, r, N);
+    if (up_tc ? ts_cuda_gemm_tc_split(&hc->up, W, w->lr, N, w->mix, N * W, 1, s) != 1
+              : ts_cuda_matmul_unrounded(&hc->up, 0, W, w->lr, N, w->mix, s) != 0)
+        return -1;
     hc_mix_kernel<<<blocks_for(N * H), kThreads, 0, s>>>(w->mix, w->xn, N, H, C, x);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
@@ -440,7 +448,8 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
                    ? 0
                    : -1;
     }
-    const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(C));
+    if (N * C > INT_MAX) return -1;
+    const dim3 grid(static_cast<unsigned>(N * C));
     const int threads = H >= 1024 ? 512 : H >= 256 ? 256 : 64;
     return launch(hc_write_norm_kernel, grid, dim3(threads), 0, s, R, y, inj, H, C, next->norm, hp->eps,
                   w->xn, m) == cudaSuccess

@@ -67,7 +67,8 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
 
-// The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input and
+// The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input (or
+// nullptr for a unit past the row's inputs, staged as zeros) and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
 // round (the shuffles inside need all lanes), ok = u < units.
 template <class At, class Convert>
@@ -78,7 +79,8 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
         for (int r = 0; r < kStageRounds; r++) {
             if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-            load_unit(at(u < units ? u : 0), u < units, v[r]); // unit 0: a valid address
+            const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
+            load_unit(p, p != nullptr, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
@@ -136,15 +138,16 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
-// lanes and share its max. RES: the residual of x's own rounding (tc_x_residual).
+// lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
+// for the missing inputs. RES: the residual of x's own rounding (tc_x_residual).
 template <int G, bool RES = false>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
                                        uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
-    const int ng = ne0 / G, units = nx * ng * UPG;
-    auto at = [&](int u) { // unit u's first input; rg = row·ng + group
-        const int rg = u / UPG;
-        return x + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * G + 16 * (u % UPG);
+    const int ng = (ne0 + G - 1) / G, units = nx * ng * UPG;
+    auto at = [&](int u) -> const float * { // unit u's first input; rg = row·ng + group
+        const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
+        return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
     };
     stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];

@@ -310,8 +310,10 @@ size_t ts_memplan_tc_x_bytes(uint32_t type, int64_t ne0, int64_t rows) {
     default:
         return 0;
     }
-    if (ne0 <= 0 || ne0 % group != 0 || rows <= 0) return 0;
-    return (size_t)rows * (size_t)(ne0 / group) * (size_t)rec;
+    /* Q8_0 and Q5_0 may end in a partial group (whole blocks of 32: the split products' records) */
+    const int64_t unit = group == 128 ? 32 : group;
+    if (ne0 <= 0 || ne0 % unit != 0 || rows <= 0) return 0;
+    return (size_t)rows * (size_t)((ne0 + group - 1) / group) * (size_t)rec;
 }
 
 void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_memplan_work *o) {

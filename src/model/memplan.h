@@ -121,7 +121,8 @@ typedef struct ts_memplan_work {
 } ts_memplan_work;
 /* Bytes of the tensor-core prefill products' x records (src/cuda/gemm_tc.cu) for rows rows of ne0 inputs
  * of this type: a record per (row, group) of 576 bytes per 256 inputs (Q4_K, Q5_K), 544 (Q6_K) or 288
- * per 128 (Q8_0, Q5_0); 0 for other types or widths that are not a whole number of groups. The TCX
+ * per 128 (Q8_0, Q5_0, whose last group may be partial: whole blocks of 32); 0 for other types or
+ * widths that are not a whole number of groups (blocks). The TCX
  * region holds N rows of the widest input at the largest rate, 72 4-byte words per 128 inputs. */
 size_t ts_memplan_tc_x_bytes(uint32_t type, int64_t ne0, int64_t rows);
 

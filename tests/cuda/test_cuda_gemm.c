@@ -289,15 +289,63 @@ static void dispatch_case(uint32_t type, uint64_t seed, tstats *st) {
     wtensor_free(&w);
 }
 
+/* The dense tensor-core product (ts_cuda_gemm_tc) against the chain over x rounded as it rounds x
+ * (ts_round_x_like_tc), within REL_BOUND of Σ|w·x|. Q8_0 and Q5_0 products of up to 768 inputs and more
+ * than 128 rows take the x-resident form (unless TURBOSPARK_CUDA_GEMM_XR=0 for the whole run). */
+static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uint64_t seed, tstats *st) {
+    wtensor w;
+    wtensor_make(&w, type, ne0, n_out, 1, seed);
+    rng_t g = {mix64(seed * 11 + 5)};
+    float *x = malloc(sizeof(float) * (size_t)(T * ne0)), *xr = malloc(sizeof(float) * (size_t)(T * ne0));
+    float *y = malloc(sizeof(float) * (size_t)(T * n_out));
+    for (int64_t i = 0; i < T * ne0; i++) x[i] = (float)rng_gauss(&g) * (i % 5 == 0 ? 20.0f : 1.0f);
+    ts_round_x_like_tc(x, T * ne0, ts_tc_x_group(type), xr);
+    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, ne0, T);
+    float *xd, *yd;
+    void *tcx;
+    TS_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * (size_t)(T * ne0)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&yd, sizeof(float) * (size_t)(T * n_out)));
+    TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
+    TS_CUDA_CHECK(cudaMemcpy(xd, x, sizeof(float) * (size_t)(T * ne0), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(yd, 0xFF, sizeof(float) * (size_t)(T * n_out))); /* NaN poison */
+    ts_cuda_tc_scratch_set(tcx, tcx_bytes);
+    const int rc = ts_cuda_gemm_tc(&w.dev, 0, n_out, xd, T, yd, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    ts_cuda_tc_scratch_set(NULL, 0);
+    TS_CUDA_CHECK(cudaMemcpy(y, yd, sizeof(float) * (size_t)(T * n_out), cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int64_t t = 0; rc == 0 && t < T; t++)
+        for (int64_t o = 0; o < n_out; o++) {
+            double mag;
+            const float want = chain(w.deq + (size_t)o * ne0, xr + (size_t)t * ne0, ne0, &mag);
+            const double rel = fabs((double)y[t * n_out + o] - (double)want) / (mag > 0 ? mag : 1e-30);
+            if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
+        }
+    const int ok = rc == 0 && worst <= REL_BOUND;
+    printf("  tc %-6s ne0 %5lld n_out %5lld T %4lld: %s  |gpu-cpu|/S %.2e (bound %.0e)%s\n", ts_type_name(type),
+           (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", worst, REL_BOUND,
+           rc ? "  (ts_cuda_gemm_tc refused)" : "");
+    st->runs++;
+    st->fails += !ok;
+    TS_CUDA_CHECK(cudaFree(xd));
+    TS_CUDA_CHECK(cudaFree(yd));
+    TS_CUDA_CHECK(cudaFree(tcx));
+    free(x);
+    free(xr);
+    free(y);
+    wtensor_free(&w);
+}
+
 /* Split products (ts_cuda_gemm_tc_split): the parts added in order on the host against the CPU's fp32
  * product of the unrounded x, within SPLIT_BOUND of Σ|w·x| (x's hi + lo carry ~22 bits, so the error is
- * fp32's, not fp16's); the plain tensor-core product (x rounded once) is reported beside it. */
+ * fp32's, not fp16's); the plain tensor-core product (x rounded once) is reported beside it. max_parts 1:
+ * the one-part form (both halves in every block). */
 #define SPLIT_BOUND 1e-6
-static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uint64_t seed, tstats *st) {
+static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, int max_parts, uint64_t seed,
+                       tstats *st) {
     wtensor w;
     wtensor_make(&w, type, ne0, n_out, 1, seed);
     rng_t g = {mix64(seed * 5 + 3)};
-    const int max_parts = 32;
     float *x = malloc(sizeof(float) * (size_t)(T * ne0)), *ycpu = malloc(sizeof(float) * (size_t)(T * n_out));
     float *parts = malloc(sizeof(float) * (size_t)(max_parts * T * n_out));
     float *yhi = malloc(sizeof(float) * (size_t)(T * n_out));
@@ -334,7 +382,7 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uin
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
             if (rel_hi > worst_hi) worst_hi = rel_hi;
         }
-    const int ok = np >= 2 && np % 2 == 0 && np <= max_parts && worst <= SPLIT_BOUND;
+    const int ok = (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
     printf(
         "  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
         "once: %.2e%s)\n",
@@ -523,7 +571,7 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
        GEMV path where that rounds x alike (the reference `other`), else of the chain over x rounded by
        ts_round_x_like_tc (at N·k beyond the GEMV's tensor-core sizes); bad ids NaN */
     const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
-    if (tcx_bytes > 0) {
+    if (tcx_bytes > 0 && H % ts_tc_x_group(type) == 0) { /* expert products take whole groups only */
         float *xr = NULL;
         if (!gemv_rounds) {
             xr = malloc(sizeof(float) * (size_t)(N * H));
@@ -876,15 +924,30 @@ int main(int argc, char **argv) {
             if (!quick || ci < 2) expert_case(type, &ecs[ci], sd + 20 + (uint64_t)ci * 10, &st);
     }
     /* split products: the hyper-connection down|inject shape (10240 → 324) at a partial token tile and
-     * at a micro-batch, and the in-order types */
+     * at a micro-batch, and the in-order types; the one-part form, and the up shape (320 → 10240: a
+     * partial last group of 64 inputs) cut to fewer rows, with one part and with several */
+    /* dense products on the tensor cores: Q8_0 and Q5_0 of up to 768 inputs in the x-resident form (the
+     * shared expert's down, 640 → 2560, cut to fewer rows; odd row counts, partial token tiles), and a
+     * width past it */
+    printf("tensor-core dense products\n");
+    tc_dense_case(TS_TYPE_Q8_0, 640, 700, 130, seed + 81, &st);
+    tc_dense_case(TS_TYPE_Q5_0, 640, 300, 70, seed + 82, &st);
+    tc_dense_case(TS_TYPE_Q8_0, 256, 260, 200, seed + 83, &st);
+    tc_dense_case(TS_TYPE_Q5_0, 1024, 300, 64, seed + 84, &st);
+    tc_dense_case(TS_TYPE_Q4_K, 512, 300, 100, seed + 85, &st);
     printf("split products\n");
-    split_case(TS_TYPE_Q4_K, 10240, 324, 70, seed + 91, &st);
-    split_case(TS_TYPE_Q4_K, 10240, 320, 520, seed + 92, &st);
-    split_case(TS_TYPE_Q8_0, 2560, 200, 33, seed + 93, &st);
-    split_case(TS_TYPE_Q6_K, 2560, 130, 100, seed + 94, &st);
+    split_case(TS_TYPE_Q4_K, 10240, 324, 70, 32, seed + 91, &st);
+    split_case(TS_TYPE_Q4_K, 10240, 320, 520, 32, seed + 92, &st);
+    split_case(TS_TYPE_Q8_0, 2560, 200, 33, 32, seed + 93, &st);
+    split_case(TS_TYPE_Q6_K, 2560, 130, 100, 32, seed + 94, &st);
+    split_case(TS_TYPE_Q5_0, 320, 300, 70, 1, seed + 97, &st);
+    split_case(TS_TYPE_Q5_0, 320, 260, 150, 32, seed + 98, &st);
+    split_case(TS_TYPE_Q8_0, 96, 140, 40, 1, seed + 99, &st);
+    split_case(TS_TYPE_Q4_K, 2560, 200, 130, 1, seed + 100, &st);
     if (!quick) {
-        split_case(TS_TYPE_Q5_K, 10240, 324, 200, seed + 95, &st);
-        split_case(TS_TYPE_Q5_0, 1280, 64, 17, seed + 96, &st);
+        split_case(TS_TYPE_Q5_K, 10240, 324, 200, 32, seed + 95, &st);
+        split_case(TS_TYPE_Q5_0, 1280, 64, 17, 32, seed + 96, &st);
+        split_case(TS_TYPE_Q8_0, 352, 384, 300, 1, seed + 101, &st);
     }
     /* the released shape, Q4_K: grouped vs GEMV on every item, 300 items exactly */
     {
