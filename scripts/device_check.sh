@@ -31,6 +31,8 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
+#   bash scripts/device_check.sh kv16     branch kv16: the 16-bit K/V caches' forward twin tests, golden
+#                                         fixtures, attention times, prefill and decode figures
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -172,6 +174,21 @@ gemm)
       $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_gemm$skip.txt" 2>&1
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
+  ;;
+kv16)
+  # Branch kv16: the 16-bit K/V caches. test_cuda_forward (the CPU twin rounds q, k, v alike), the golden
+  # fixtures, the attention kernels' times at 4,096 rows (as `qsa`; 10.8 ms on the tensor cores, 20.0
+  # SIMT with fp32 caches), prefill and decode figures, then batch-1 decode at 32,768 tokens of context.
+  # The real-width gate is `realwidth` (its own call).
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  bash "$0" qsa
+  wait
+  timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1,64 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
+  timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 16 -b 1 -d 32768 -r 1 2>/dev/null | grep -E "tg"
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
