@@ -34,9 +34,11 @@ void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, co
  * as the CUDA tensor-core GEMV and GEMM round it at every batch size (ts_round_x_like_tc, per token and group of ts_tc_x_group(W's type) inputs) for
  * the types that kernel reads (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0). The _unrounded variants never round:
  * the products that CUDA runs in fp32 on other kernels at every batch size (the hyper-connections'
- * down, inject and up). Off (the default), the four are the same products. With it the QSA attention
- * also keeps q, k and v as the CUDA backend keeps them (fp16 at a power-of-two scale, src/cpu/qsa.c). */
+ * down, inject and up). Off (the default), the four are the same products. */
 bool ts_cpu_round_x_enabled(void);
+/* TURBOSPARK_CPU_ROUND_ATT=1 (or TURBOSPARK_CPU_ROUND_X=1): the QSA attention keeps q, k and v as the
+ * CUDA backend keeps them, fp16 at a power-of-two scale (src/cpu/qsa.c). Off by default. */
+bool ts_cpu_round_att_enabled(void);
 void ts_cpu_matmul_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                              float *y);
 void ts_cpu_matmul_each_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x,

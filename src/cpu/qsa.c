@@ -8,8 +8,8 @@
  * Tie rule (reference order is unspecified): higher score first, then LOWER block index.
  * While nb ≤ Kb every block is kept and the layer is dense causal attention.
  * TURBOSPARK_QSA_FORCE_DENSE=1 keeps dense attention beyond the budget (a diagnostic).
- * With TURBOSPARK_CPU_ROUND_X (the CUDA twin), q of each head and k, v of each kv head are kept as the
- * CUDA backend keeps them: fp16 at the power-of-two scale of their max (round_head). */
+ * With TURBOSPARK_CPU_ROUND_ATT or _ROUND_X (the CUDA twin), q of each head and k, v of each kv head
+ * are kept as the CUDA backend keeps them: fp16 at the power-of-two scale of their max (round_head). */
 #include "cpu/layers.h"
 #include "quant/quant.h"
 
@@ -90,11 +90,11 @@ static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weig
     ts_cpu_rope(K, hp->n_rot, hp->rope_base, b * B); /* at the block's FIRST position */
 }
 
-/* The CUDA backend's 16-bit attention operands, emulated (TURBOSPARK_CPU_ROUND_X): v[0 … hd) rounded as
+/* The CUDA backend's 16-bit attention operands, emulated (ts_cpu_round_att_enabled): v[0 … hd) rounded as
  * one group of ts_round_x_like_tc (fp16 after the power of two that puts max|v| in [2^14, 2^15)), in
  * place. The CUDA K/V caches hold exactly these values, and q enters the scores as them. */
 static void round_head(float *v, int64_t hd) {
-    if (ts_cpu_round_x_enabled()) ts_round_x_like_tc(v, hd, hd, v);
+    if (ts_cpu_round_att_enabled()) ts_round_x_like_tc(v, hd, hd, v);
 }
 
 /* Norms, rope and cache writes, then selection and attention, for the T rows of one sequence
