@@ -16,7 +16,7 @@
 //   2. qsa_prep_kernel     grid (N, nh + nkv + ni + 1), one block per (row, item): query head h →
 //                          rmsnorm(attn_q_norm) + NeoX rope at p, in place in qg; kv head j →
 //                          rmsnorm(attn_k_norm) + rope into the record TS_CUDA_K[p][j], the value into
-//                          TS_CUDA_V[p][j] (fp16 records, kv_rec_bytes; q rounded alike in place);
+//                          TS_CUDA_V[p][j] (fp16 records, q.kv_rec; q rounded alike in place);
 //                          indexer head → rmsnorm(idx_q_norm) + rope in place in
 //                          iq; the last item copies the raw indexer key to TS_CUDA_IDX_RAW[p].
 //   3. qsa_block_kernel    grid (N): the rows with (p+1) % B == 0 complete block b = (p+1)/B − 1:
@@ -72,7 +72,7 @@
 //
 // Numerics: the CPU's formulas (true divisions, sqrtf, expf, the rope of ts_drope_pair) in fp32, with
 // the attention operands in 16 bits as the precision policy allows: the K/V caches hold fp16 records at
-// a power-of-two scale per (position, kv head) (kv_rec_bytes; the products' x rule), and the prep kernel
+// a power-of-two scale per (position, kv head) (ts_memplan_qsa_kv_record; the products' x rule), and the prep kernel
 // rounds q the same way, so q·k products are exact and summed in fp32; the CPU twin
 // (TURBOSPARK_CPU_ROUND_X) rounds q, k and v alike. Reductions are warp/block trees, so results agree
 // with the twin to fp32 rounding (a score within rounding of a tie may therefore pick a different block
@@ -122,6 +122,7 @@ struct qsa_shape {
     int Kb;             // top blocks
     float eps, theta;
     int64_t nbm; // row stride of the score buffer: max_ctx / B
+    int kv_rec;  // bytes of a K or V cache record (ts_memplan_qsa_kv_record)
 };
 
 // ---- small device helpers ----------------------------------------------------------------------
@@ -193,17 +194,14 @@ __device__ __forceinline__ void online_softmax_step(float *p, int ps, const floa
     }
 }
 
-// K/V cache records (ts_memplan_qsa_kv_record): a (position, kv head)'s hd values as fp16 at a power of
-// two (tc_x_scale: their max|v| put in [2^14, 2^15), the products' x rule), then at kv_scale_off(hd) the
-// float inverse of that power, the record padded to 16 bytes. A cached value is half · inverse, exactly.
-__host__ __device__ constexpr int kv_scale_off(int hd) {
-    return (2 * hd + 15) / 16 * 16;
+// K/V cache records (q.kv_rec bytes, ts_memplan_qsa_kv_record): a (position, kv head)'s hd values as fp16
+// at a power of two (tc_x_scale: their max|v| put in [2^14, 2^15), the products' x rule), then in the
+// record's last 16 bytes the float inverse of that power. A cached value is half · inverse, exactly.
+__device__ __forceinline__ float *kv_inv_at(uint8_t *rec, const qsa_shape &q) {
+    return reinterpret_cast<float *>(rec + q.kv_rec - 16);
 }
-__host__ __device__ constexpr int kv_rec_bytes(int hd) {
-    return kv_scale_off(hd) + 16;
-}
-__device__ __forceinline__ float kv_inv(const uint8_t *rec, int hd) {
-    return *reinterpret_cast<const float *>(rec + kv_scale_off(hd));
+__device__ __forceinline__ float kv_inv(const uint8_t *rec, const qsa_shape &q) {
+    return *reinterpret_cast<const float *>(rec + q.kv_rec - 16);
 }
 
 // Max over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
@@ -287,7 +285,7 @@ struct att_row {
     int64_t nb;           // the row's complete indexer blocks
     bool dense;           // every position up to the row's (else the selected blocks and the tail)
     int64_t a0, a1;       // this split's allowed positions [a0, a1)
-    const uint8_t *K, *V; // the kv head's records of position 0 (kv_rec_bytes each)
+    const uint8_t *K, *V; // the kv head's records of position 0 (q.kv_rec bytes each)
     int64_t rs;           // bytes from a position's records to the next: nkv records
     const int32_t *selr;  // the row's Kb selected blocks
 };
@@ -313,9 +311,9 @@ __device__ __forceinline__ bool att_row_begin(const ts_cuda_batch &b, int l, con
         return false;
     }
     const int seq = b.row_seq[r];
-    o.K = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * kv_rec_bytes(q.hd);
-    o.V = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * kv_rec_bytes(q.hd);
-    o.rs = (int64_t)q.nkv * kv_rec_bytes(q.hd);
+    o.K = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * q.kv_rec;
+    o.V = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * q.kv_rec;
+    o.rs = (int64_t)q.nkv * q.kv_rec;
     o.selr = sel + (int64_t)r * q.Kb;
     return true;
 }
@@ -344,7 +342,7 @@ __global__ void __launch_bounds__(kPrepThreads)
             v[i] = __half2float(__float2half_rn(sh[i] * scale)) * inv;
     } else if (item < q.nh + q.nkv) { // kv head j: key and value records into the caches
         const int j = item - q.nh;
-        const int64_t src = ((int64_t)r * q.nkv + j) * hd, at = (p * q.nkv + j) * kv_rec_bytes(hd);
+        const int64_t src = ((int64_t)r * q.nkv + j) * hd, at = (p * q.nkv + j) * q.kv_rec;
         uint8_t *K = (uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_K) + at;
         uint8_t *V = (uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_V) + at;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = kraw[src + i];
@@ -353,14 +351,14 @@ __global__ void __launch_bounds__(kPrepThreads)
         float inv = round_shared(sh, hd, red, &scale);
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             reinterpret_cast<__half *>(K)[i] = __float2half_rn(sh[i] * scale);
-        if (threadIdx.x == 0) *reinterpret_cast<float *>(K + kv_scale_off(hd)) = inv;
+        if (threadIdx.x == 0) *kv_inv_at(K, q) = inv;
         __syncthreads(); // sh is read before the value overwrites it
         for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = vraw[src + i];
         __syncthreads();
         inv = round_shared(sh, hd, red, &scale);
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             reinterpret_cast<__half *>(V)[i] = __float2half_rn(sh[i] * scale);
-        if (threadIdx.x == 0) *reinterpret_cast<float *>(V + kv_scale_off(hd)) = inv;
+        if (threadIdx.x == 0) *kv_inv_at(V, q) = inv;
     } else if (item < q.nh + q.nkv + q.ni) { // indexer query head: in place in iq
         const int h = item - q.nh - q.nkv;
         float *v = iq + ((int64_t)r * q.ni + h) * di;
@@ -592,7 +590,7 @@ __global__ void __launch_bounds__(kAttThreads)
         if (tid < cnt) {
             const int64_t pos = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
             pos_s[tid] = pos;
-            ik_s[tid] = kv_inv(ar.K + pos * ar.rs, hd), iv_s[tid] = kv_inv(ar.V + pos * ar.rs, hd);
+            ik_s[tid] = kv_inv(ar.K + pos * ar.rs, q), iv_s[tid] = kv_inv(ar.V + pos * ar.rs, q);
         }
         __syncthreads(); // pos_s and the scales (and, the first time, q_s / m_s / l_s) ready
 
@@ -804,6 +802,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     q.ni = (int)ni, q.di = (int)di, q.n_rot = (int)hp->n_rot, q.B = (int)hp->compress;
     q.Kb = (int)hp->idx_top_blocks, q.eps = hp->eps, q.theta = hp->rope_base;
     q.nbm = b->max_ctx / hp->compress;
+    q.kv_rec = (int)ts_memplan_qsa_kv_record(hp);
 
     uint8_t *sp = static_cast<uint8_t *>(w->scratch);
     float *vbuf = lay.vbuf ? reinterpret_cast<float *>(sp) : nullptr;

@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kTcThreads)
         if (tid < kAttCh) { // positions and scales; past cnt scale 0
             const int64_t pos = tid < cnt ? allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid) : 0;
             pos_s[tid] = pos;
-            ik_s[tid] = tid < cnt ? kv_inv(ar.K + pos * ar.rs, HD) : 0.0f;
-            iv_s[tid] = tid < cnt ? kv_inv(ar.V + pos * ar.rs, HD) : 0.0f;
+            ik_s[tid] = tid < cnt ? kv_inv(ar.K + pos * ar.rs, q) : 0.0f;
+            iv_s[tid] = tid < cnt ? kv_inv(ar.V + pos * ar.rs, q) : 0.0f;
         }
         __syncthreads(); // pos_s and the scales ready (and, the first time, Q, P, m, l)
 
