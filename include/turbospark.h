@@ -114,7 +114,9 @@ int ts_batch_profile_step(ts_session *const *s, const int32_t *ids, int n_seq,
 /* Bytes one decode step must move (the floor of a step's time is their sum over the bandwidth):
  * every dense weight once, the expected union of the experts that `batch` sequences route to, their
  * embedding and PLE rows, recurrent state read and written, and K/V and indexer keys read at
- * context ctx (kv_value_bytes: 4 for fp32 caches, 2 for bf16). */
+ * context ctx (kv_value_bytes: a K/V cache value's bytes, 4 for the CPU's fp32 caches, 2 for the CUDA
+ * backend's fp16 records, whose scale adds 16 bytes a position and kv head, not counted; the indexer
+ * keys are fp32). */
 typedef struct ts_decode_cost {
     uint64_t weight_bytes; /* quantized weights read */
     uint64_t state_bytes;  /* GDN state read + write, PLE/conv histories */

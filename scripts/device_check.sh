@@ -31,9 +31,10 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
-#   bash scripts/device_check.sh s14      branch s14-next: the GEMM's twin tests (the token tile chosen per
-#                                         launch, and fixed at 128), golden fixtures, prefill against
-#                                         TURBOSPARK_CUDA_GEMM_TT=64, the GEMM launch table, test_cuda_forward
+#   bash scripts/device_check.sh s15      branch s15 (prefill GEMM changes and 16-bit K/V caches): the GEMM's
+#                                         and the forward's twin tests, golden fixtures, attention times,
+#                                         prefill/decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
+#                                         hyper-connection up launch's sections, decode at 32K
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -176,29 +177,31 @@ gemm)
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
   ;;
-s14)
-  # Branch s14-next: the GEMM's twin tests with the token tile chosen per launch and fixed at 128, the
-  # golden fixtures, prefill with the chosen tile, with 64 (TURBOSPARK_CUDA_GEMM_TT=64) and without the
-  # x-resident form (TURBOSPARK_CUDA_GEMM_XR=0), the GEMM launch table, then test_cuda_forward for the
-  # time that is left (FWD_S seconds, 200)
+s15)
+  # Branch s15: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
+  # rounds q, k, v as the 16-bit K/V caches do), the attention kernels' times at 4,096 rows (`qsa`),
+  # prefill and decode with everything on, without the x-resident form and without the tensor-core
+  # hyper-connection products, the sections of one hyper-connection up launch, batch-1 decode at 32K.
+  # The real-width gate is `realwidth` (its own call).
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
-  for tt in "" 128; do
-    (TURBOSPARK_CUDA_GEMM_TT=$tt timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm$tt.txt" 2>&1
-    echo "gemm ${tt:-chosen} rc=$?"; grep -E "FAIL" "$out/gemm$tt.txt" | head -8; grep -E "split" "$out/gemm$tt.txt" | head -12; tail -2 "$out/gemm$tt.txt"
-  done
+  (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
+  echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
   echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  bash "$0" qsa
   wait
-  for env in TURBOSPARK_CUDA_GEMM_TT= TURBOSPARK_CUDA_GEMM_TT=64 TURBOSPARK_CUDA_GEMM_XR=0; do
+  for env in TURBOSPARK_CUDA_GEMM_XR=1 TURBOSPARK_CUDA_GEMM_XR=0 TURBOSPARK_CUDA_HC_SPLIT=0; do
     echo "== $env"
     env $env timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done
-  timeout 150 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_gemm_launches.csv" -k regex:gemm_tc \
-    --metrics gpu__time_duration.sum,launch__grid_size,dram__bytes_read.sum,lts__t_bytes.sum \
-    $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > /dev/null 2>&1
-  echo "ncu launches rc=$?"; python3 tools/ncu_launches.py "$out/ncu_gemm_launches.csv" | tee "$out/ncu_gemm_launches.md"
-  (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
-  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  timeout 120 $B bench -m $rel --backend cuda --random-weights -p 0 -n 16 -b 64 --ctx 1 -r 1 2>/dev/null | grep -E "tg"
+  timeout 120 $B bench -m $rel --backend cuda --random-weights -p 0 -n 16 -b 1 -d 32768 -r 1 2>/dev/null | grep -E "tg"
+  timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_tc --launch-skip 1 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_hcup.txt" 2>&1
+  echo "sections of the hyper-connection up rc=$?"; grep -E "gemm_tc_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_hcup.txt" | head -24
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096

@@ -7,9 +7,9 @@
  *
  * Floor = bytes one decode step must read (ts_model_decode_cost_batch: dense weights once, the
  * expected union of the experts the batch routes to, per-sequence rows, recurrent state and the
- * attended K/V at the mean context) over the measured read bandwidth (GPU: a streaming-read kernel;
- * CPU: a multi-threaded sum over 1 GiB); times b. Random token ids, a warm-up run, then the median
- * of -r repetitions. On CUDA a per-block GPU time breakdown of one batch-1 decode step follows. */
+ * attended K/V at the mean context, 2 bytes a value on CUDA and 4 on the CPU) over the measured read
+ * bandwidth (GPU: a streaming-read kernel; CPU: a multi-threaded sum over 1 GiB); times b. Random
+ * token ids, a warm-up run, then the median of -r repetitions. On CUDA a per-block GPU time breakdown of one batch-1 decode step follows. */
 #include "cli/cli.h"
 
 #include "cli/args.h"
@@ -477,7 +477,8 @@ int ts_cmd_bench(int argc, char **argv) {
                 t[r] = (double)b * n / (now() - t0);
             }
             if (rc) break;
-            ts_decode_cost c = ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, 4, b);
+            ts_decode_cost c =
+                ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, be == TS_BACKEND_CUDA ? 2 : 4, b);
             const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes),
                          floor_tps = bw / bytes * b;
             snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);

@@ -36,6 +36,9 @@ void ts_cpu_matmul_each(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, co
  * the products that CUDA runs in fp32 on other kernels at every batch size (the hyper-connections'
  * down, inject and up). Off (the default), the four are the same products. */
 bool ts_cpu_round_x_enabled(void);
+/* TURBOSPARK_CPU_ROUND_ATT=1 (or TURBOSPARK_CPU_ROUND_X=1): the QSA attention keeps q, k and v as the
+ * CUDA backend keeps them, fp16 at a power-of-two scale (src/cpu/qsa.c). Off by default. */
+bool ts_cpu_round_att_enabled(void);
 void ts_cpu_matmul_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x, int64_t T,
                              float *y);
 void ts_cpu_matmul_each_unrounded(const ts_gguf_tensor *W, int64_t row0, int64_t n_out, const float *x,

@@ -255,6 +255,18 @@ bool ts_cpu_round_x_enabled(void) {
     return cached;
 }
 
+/* TURBOSPARK_CPU_ROUND_ATT, or TURBOSPARK_CPU_ROUND_X: the CUDA backend's 16-bit attention operands,
+ * emulated (src/cpu/qsa.c). The CUDA backend rounds them whatever its products do, so its twin wants
+ * them with either switch. Read once. */
+bool ts_cpu_round_att_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("TURBOSPARK_CPU_ROUND_ATT");
+        cached = (e && *e && strcmp(e, "0") != 0) || ts_cpu_round_x_enabled();
+    }
+    return cached;
+}
+
 /* x rounded for W's type into the thread's buffer; x itself when the product is not rounded, NULL
  * when the buffer cannot grow. */
 static const float *round_x(const ts_gguf_tensor *W, const float *x, int64_t T) {

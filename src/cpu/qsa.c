@@ -7,8 +7,11 @@
  * always keeps the tail (the 0..B−1 tokens after the last complete block).
  * Tie rule (reference order is unspecified): higher score first, then LOWER block index.
  * While nb ≤ Kb every block is kept and the layer is dense causal attention.
- * TURBOSPARK_QSA_FORCE_DENSE=1 keeps dense attention beyond the budget (a diagnostic). */
+ * TURBOSPARK_QSA_FORCE_DENSE=1 keeps dense attention beyond the budget (a diagnostic).
+ * With TURBOSPARK_CPU_ROUND_ATT or _ROUND_X (the CUDA twin), q of each head and k, v of each kv head
+ * are kept as the CUDA backend keeps them: fp16 at the power-of-two scale of their max (round_head). */
 #include "cpu/layers.h"
+#include "quant/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -87,6 +90,13 @@ static void complete_block(ts_cpu_work *w, ts_seq_state *st, const ts_layer_weig
     ts_cpu_rope(K, hp->n_rot, hp->rope_base, b * B); /* at the block's FIRST position */
 }
 
+/* The CUDA backend's 16-bit attention operands, emulated (ts_cpu_round_att_enabled): v[0 … hd) rounded as
+ * one group of ts_round_x_like_tc (fp16 after the power of two that puts max|v| in [2^14, 2^15)), in
+ * place. The CUDA K/V caches hold exactly these values, and q enters the scores as them. */
+static void round_head(float *v, int64_t hd) {
+    if (ts_cpu_round_att_enabled()) ts_round_x_like_tc(v, hd, hd, v);
+}
+
 /* Norms, rope and cache writes, then selection and attention, for the T rows of one sequence
  * (from row r0 of the micro-batch's N); writes w->att's rows. */
 static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st, int seq, uint32_t l,
@@ -108,12 +118,15 @@ static void qsa_seq(ts_cpu_work *w, const ts_layer_weights *L, ts_seq_state *st,
             float *q = qg + t * nh * 2 * hd + h * 2 * hd;
             ts_cpu_rmsnorm(q, qn, hd, hd, hp->eps, q);
             ts_cpu_rope(q, hp->n_rot, hp->rope_base, p);
+            round_head(q, hd);
         }
         for (int64_t j = 0; j < nkv; j++) {
-            float *k = st->k[l] + (p * nkv + j) * hd;
+            float *k = st->k[l] + (p * nkv + j) * hd, *v = st->v[l] + (p * nkv + j) * hd;
             ts_cpu_rmsnorm(kr + t * kvw + j * hd, kn, hd, hd, hp->eps, k);
             ts_cpu_rope(k, hp->n_rot, hp->rope_base, p);
-            memcpy(st->v[l] + (p * nkv + j) * hd, vr + t * kvw + j * hd, (size_t)hd * sizeof(float));
+            round_head(k, hd);
+            memcpy(v, vr + t * kvw + j * hd, (size_t)hd * sizeof(float));
+            round_head(v, hd);
         }
         for (int64_t h = 0; h < ni; h++) {
             float *q = iq + t * ni * di + h * di;

@@ -15,8 +15,9 @@
 //                          raw indexer keys → w->ik.
 //   2. qsa_prep_kernel     grid (N, nh + nkv + ni + 1), one block per (row, item): query head h →
 //                          rmsnorm(attn_q_norm) + NeoX rope at p, in place in qg; kv head j →
-//                          rmsnorm(attn_k_norm) + rope into TS_CUDA_K[p][j], the value copied to
-//                          TS_CUDA_V[p][j]; indexer head → rmsnorm(idx_q_norm) + rope in place in
+//                          rmsnorm(attn_k_norm) + rope into the record TS_CUDA_K[p][j], the value into
+//                          TS_CUDA_V[p][j] (fp16 records, q.kv_rec; q rounded alike in place);
+//                          indexer head → rmsnorm(idx_q_norm) + rope in place in
 //                          iq; the last item copies the raw indexer key to TS_CUDA_IDX_RAW[p].
 //   3. qsa_block_kernel    grid (N): the rows with (p+1) % B == 0 complete block b = (p+1)/B − 1:
 //                          rope(rmsnorm(mean of raw keys bB .. bB+B−1; idx_k_norm), bB) →
@@ -69,19 +70,22 @@
 // shapes (≤ 2,052 positions, nkv = 2) runs 33 splits of ≤ 64 positions: 66 thread blocks stream
 // the 8 MiB of K/V, partials add ~10 %.
 //
-// Numerics: fp32 throughout with the CPU's formulas (true divisions, sqrtf, expf, the rope of
-// ts_drope_pair); reductions are warp/block trees, so results agree with the CPU to fp32 rounding
-// (a score within rounding of a tie may therefore pick a different block than the CPU). The
-// tensor-core attention's products take each operand as two TF32 parts (~22 bits, fp32 accumulation),
-// within a few fp32 roundings of the SIMT kernel's. The selected lists are in ascending order and
-// every sum has a fixed order: runs are deterministic.
+// Numerics: the CPU's formulas (true divisions, sqrtf, expf, the rope of ts_drope_pair) in fp32, with
+// the attention operands in 16 bits as the precision policy allows: the K/V caches hold fp16 records at
+// a power-of-two scale per (position, kv head) (ts_memplan_qsa_kv_record; the products' x rule), and the prep kernel
+// rounds q the same way, so q·k products are exact and summed in fp32; the CPU twin
+// (TURBOSPARK_CPU_ROUND_X) rounds q, k and v alike. Reductions are warp/block trees, so results agree
+// with the twin to fp32 rounding (a score within rounding of a tie may therefore pick a different block
+// than the CPU). The tensor-core attention's P enters as two TF32 parts (~22 bits, fp32 accumulation).
+// The selected lists are in ascending order and every sum has a fixed order: runs are deterministic.
 //
-// TODO (prefill speed): scoring and attention read the block keys / K/V (fp32) once per row and kv head,
-// ~25 GB a layer at 4,096 rows of the released shapes; 16-bit K/V in the cache (the precision policy
-// allows it) would halve that, and rows of one sequence sharing a block would read it once.
+// TODO (prefill speed): scoring reads the block keys (fp32) and attention the K/V records once per row
+// and kv head, ~12.5 GB a layer at 4,096 rows of the released shapes; rows of one sequence sharing a
+// block would read it once.
 // TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_device.h"
+#include "cuda/gemv_tc.cuh"
 #include "cuda/layers.h"
 #include "model/memplan.h"
 
@@ -118,6 +122,7 @@ struct qsa_shape {
     int Kb;             // top blocks
     float eps, theta;
     int64_t nbm; // row stride of the score buffer: max_ctx / B
+    int kv_rec;  // bytes of a K or V cache record (ts_memplan_qsa_kv_record)
 };
 
 // ---- small device helpers ----------------------------------------------------------------------
@@ -167,17 +172,18 @@ __device__ __forceinline__ float warp_sum16(float (&v)[16]) {
 
 // One sub-chunk of the online softmax (flash-decoding) of both attention kernels: a warp per head (warps
 // w, w + nw, ... of the block take heads w, ...), a lane per position (cnt ≤ 32 of them). Head h's scores
-// p[h·ps + lane] become e^(s − m_new), 0 past cnt (so the P·V that follows needs no guard); its running
-// max m_s[h] and sum l_s[h] move on, and c_s[h] = e^(m_old − m_new) rescales its accumulators (0 on the
-// first sub-chunk, m_old = −inf).
-__device__ __forceinline__ void online_softmax_step(float *p, int ps, float *m_s, float *l_s, float *c_s,
-                                                    int gh, int cnt, int nw) {
+// p[h·ps + lane] become e^(s − m_new)·pv[lane], pv the positions' V scales (powers of two, exact), 0 past
+// cnt (so the P·V that follows needs no guard); its running max m_s[h] and sum l_s[h] (of the unscaled
+// e^(s − m_new)) move on, and c_s[h] = e^(m_old − m_new) rescales its accumulators (0 on the first
+// sub-chunk, m_old = −inf).
+__device__ __forceinline__ void online_softmax_step(float *p, int ps, const float *pv, float *m_s, float *l_s,
+                                                    float *c_s, int gh, int cnt, int nw) {
     const int lane = threadIdx.x & 31;
     for (int h = threadIdx.x >> 5; h < gh; h += nw) {
         const float s = lane < cnt ? p[h * ps + lane] : -INFINITY;
         const float m_old = m_s[h], m_new = fmaxf(m_old, warp_max(s));
         const float e = lane < cnt ? expf(s - m_new) : 0.0f;
-        p[h * ps + lane] = e;
+        p[h * ps + lane] = lane < cnt ? e * pv[lane] : 0.0f;
         const float sum = warp_sum(e);
         if (lane == 0) {
             const float c = expf(m_old - m_new);
@@ -186,6 +192,43 @@ __device__ __forceinline__ void online_softmax_step(float *p, int ps, float *m_s
             m_s[h] = m_new;
         }
     }
+}
+
+// K/V cache records (q.kv_rec bytes, ts_memplan_qsa_kv_record): a (position, kv head)'s hd values as fp16
+// at a power of two (tc_x_scale: their max|v| put in [2^14, 2^15), the products' x rule), then in the
+// record's last 16 bytes the float inverse of that power. A cached value is half · inverse, exactly.
+__device__ __forceinline__ float *kv_inv_at(uint8_t *rec, const qsa_shape &q) {
+    return reinterpret_cast<float *>(rec + q.kv_rec - 16);
+}
+__device__ __forceinline__ float kv_inv(const uint8_t *rec, const qsa_shape &q) {
+    return *reinterpret_cast<const float *>(rec + q.kv_rec - 16);
+}
+
+// Max over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
+__device__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nw ? red[lane] : 0.0f;
+        v = warp_max(v);
+        if (lane == 0) red[32] = v;
+    }
+    __syncthreads();
+    const float m = red[32];
+    __syncthreads(); // red is free again
+    return m;
+}
+
+// sh[0 .. n) (complete, synchronised) rounded as the products round x: fp16 at the power of two of its
+// max|·| (tc_x_scale); returns that power's inverse, *scale_out the power.
+__device__ float round_shared(const float *sh, int n, float *red, float *scale_out) {
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) amax = fmaxf(amax, fabsf(sh[i]));
+    float inv;
+    *scale_out = ts_cu::tc_x_scale(block_max(amax, red), inv);
+    return inv;
 }
 
 // Sum over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
@@ -239,11 +282,12 @@ __device__ __forceinline__ int64_t allowed_position(const qsa_shape &q, const in
 
 // What the attention kernels know of their row r, kv head j and split.
 struct att_row {
-    int64_t nb;          // the row's complete indexer blocks
-    bool dense;          // every position up to the row's (else the selected blocks and the tail)
-    int64_t a0, a1;      // this split's allowed positions [a0, a1)
-    const float *K, *V;  // the kv head's cache columns (row stride nkv·hd)
-    const int32_t *selr; // the row's Kb selected blocks
+    int64_t nb;           // the row's complete indexer blocks
+    bool dense;           // every position up to the row's (else the selected blocks and the tail)
+    int64_t a0, a1;       // this split's allowed positions [a0, a1)
+    const uint8_t *K, *V; // the kv head's records of position 0 (q.kv_rec bytes each)
+    int64_t rs;           // bytes from a position's records to the next: nkv records
+    const int32_t *selr;  // the row's Kb selected blocks
 };
 
 // The row's setup. The split is an even share of the allowed list but at least kMinSplitLen
@@ -267,8 +311,9 @@ __device__ __forceinline__ bool att_row_begin(const ts_cuda_batch &b, int l, con
         return false;
     }
     const int seq = b.row_seq[r];
-    o.K = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * q.hd;
-    o.V = (const float *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * q.hd;
+    o.K = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_K) + (int64_t)j * q.kv_rec;
+    o.V = (const uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_V) + (int64_t)j * q.kv_rec;
+    o.rs = (int64_t)q.nkv * q.kv_rec;
     o.selr = sel + (int64_t)r * q.Kb;
     return true;
 }
@@ -287,22 +332,33 @@ __global__ void __launch_bounds__(kPrepThreads)
     const int seq = b.row_seq[r];
     const int hd = q.hd, di = q.di;
 
-    if (item < q.nh) { // query head: in place in qg
+    if (item < q.nh) { // query head: in place in qg, rounded as the cached keys are (fp32 values of fp16)
         float *v = qg + ((int64_t)r * q.nh + item) * 2 * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
         norm_rope_shared(sh, hd, qnorm, q.eps, q.n_rot, q.theta, p, red);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
-    } else if (item < q.nh + q.nkv) { // kv head j: key into the K cache, value into the V cache
+        float scale;
+        const float inv = round_shared(sh, hd, red, &scale);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            v[i] = __half2float(__float2half_rn(sh[i] * scale)) * inv;
+    } else if (item < q.nh + q.nkv) { // kv head j: key and value records into the caches
         const int j = item - q.nh;
-        const int64_t src = ((int64_t)r * q.nkv + j) * hd, dst = (p * q.nkv + j) * hd;
-        float *K = (float *)ts_cuda_state(b, seq, l, TS_CUDA_K);
-        float *V = (float *)ts_cuda_state(b, seq, l, TS_CUDA_V);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            sh[i] = kraw[src + i];
-            V[dst + i] = vraw[src + i];
-        }
+        const int64_t src = ((int64_t)r * q.nkv + j) * hd, at = (p * q.nkv + j) * q.kv_rec;
+        uint8_t *K = (uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_K) + at;
+        uint8_t *V = (uint8_t *)ts_cuda_state(b, seq, l, TS_CUDA_V) + at;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = kraw[src + i];
         norm_rope_shared(sh, hd, knorm, q.eps, q.n_rot, q.theta, p, red);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) K[dst + i] = sh[i];
+        float scale;
+        float inv = round_shared(sh, hd, red, &scale);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            reinterpret_cast<__half *>(K)[i] = __float2half_rn(sh[i] * scale);
+        if (threadIdx.x == 0) *kv_inv_at(K, q) = inv;
+        __syncthreads(); // sh is read before the value overwrites it
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = vraw[src + i];
+        __syncthreads();
+        inv = round_shared(sh, hd, red, &scale);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            reinterpret_cast<__half *>(V)[i] = __float2half_rn(sh[i] * scale);
+        if (threadIdx.x == 0) *kv_inv_at(V, q) = inv;
     } else if (item < q.nh + q.nkv + q.ni) { // indexer query head: in place in iq
         const int h = item - q.nh - q.nkv;
         float *v = iq + ((int64_t)r * q.ni + h) * di;
@@ -502,17 +558,18 @@ __global__ void __launch_bounds__(kAttThreads)
     float *l_s = m_s + kMaxGH;                              // [kMaxGH] running sum
     float *c_s = l_s + kMaxGH;                              // [kMaxGH] rescale of this sub-chunk
     int64_t *pos_s = reinterpret_cast<int64_t *>(c_s + kMaxGH); // [kAttCh] positions of the sub-chunk
+    float *ik_s = reinterpret_cast<float *>(pos_s + kAttCh);    // [kAttCh] their K records' inverse scales
+    float *iv_s = ik_s + kAttCh;                                // [kAttCh] and their V records'
 
     const int r = blockIdx.x, j = blockIdx.y / ngroups, grp = blockIdx.y % ngroups, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int hd = q.hd, nkv = q.nkv, nh = q.nh;
+    const int hd = q.hd, nh = q.nh;
     const int h0 = j * q.G + grp * gh_max;
     const int gh = min(gh_max, q.G - grp * gh_max);
     if (gh <= 0) return;
 
     att_row ar;
     if (!att_row_begin(b, l, q, sel, all_dense, nsplit, r, j, split, h0, gh, part_ml, ar)) return;
-    const int64_t kvs = (int64_t)nkv * hd; // cache row stride (one position)
     const float scale = 1.0f / sqrtf((float)hd);
 
     const float *qrow = qg + (int64_t)r * nh * 2 * hd;
@@ -530,17 +587,24 @@ __global__ void __launch_bounds__(kAttThreads)
 
     for (int64_t c0 = ar.a0; c0 < ar.a1; c0 += kAttCh) {
         const int cnt = (int)(ar.a1 - c0 < kAttCh ? ar.a1 - c0 : kAttCh);
-        if (tid < cnt) pos_s[tid] = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
-        __syncthreads(); // pos_s (and, the first time, q_s / m_s / l_s) ready
+        if (tid < cnt) {
+            const int64_t pos = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
+            pos_s[tid] = pos;
+            ik_s[tid] = kv_inv(ar.K + pos * ar.rs, q), iv_s[tid] = kv_inv(ar.V + pos * ar.rs, q);
+        }
+        __syncthreads(); // pos_s and the scales (and, the first time, q_s / m_s / l_s) ready
 
-        // V column of this thread for the sub-chunk: issued now, consumed after the softmax step
+        // V column of this thread for the sub-chunk (the records' fp16 values; their scales go into P):
+        // issued now, consumed after the softmax step
         float vpre[SL][kAttCh];
 #pragma unroll
         for (int sl = 0; sl < SL; sl++) {
             const int d = tid + sl * kAttThreads;
 #pragma unroll
             for (int t = 0; t < kAttCh; t++)
-                vpre[sl][t] = (d < hd && t < cnt) ? ar.V[pos_s[t] * kvs + d] : 0.0f;
+                vpre[sl][t] = (d < hd && t < cnt)
+                                  ? __half2float(reinterpret_cast<const __half *>(ar.V + pos_s[t] * ar.rs)[d])
+                                  : 0.0f;
         }
 
         // scores: a warp per position, all gh heads at once
@@ -549,11 +613,15 @@ __global__ void __launch_bounds__(kAttThreads)
                 float4 kr[PF][NV];
 #pragma unroll
                 for (int u = 0; u < PF; u++) {
-                    const float4 *src =
-                        reinterpret_cast<const float4 *>(ar.K + (t0 + u < cnt ? pos_s[t0 + u] : 0) * kvs);
+                    const uint2 *src =
+                        reinterpret_cast<const uint2 *>(ar.K + (t0 + u < cnt ? pos_s[t0 + u] : 0) * ar.rs);
 #pragma unroll
-                    for (int v = 0; v < NV; v++)
-                        kr[u][v] = t0 + u < cnt ? src[v * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+                    for (int v = 0; v < NV; v++) {
+                        const uint2 hv = t0 + u < cnt ? src[v * 32 + lane] : make_uint2(0u, 0u);
+                        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&hv.x));
+                        const float2 c = __half22float2(*reinterpret_cast<const __half2 *>(&hv.y));
+                        kr[u][v] = make_float4(a.x, a.y, c.x, c.y);
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < PF; u++) {
@@ -572,29 +640,31 @@ __global__ void __launch_bounds__(kAttThreads)
                     }
                     const float tot = warp_sum16(part);
                     const int hv = (lane >> 1) & 15;
-                    if ((lane & 1) == 0 && hv < gh && t0 + u < cnt) p_s[hv * kAttCh + t0 + u] = tot * scale;
+                    if ((lane & 1) == 0 && hv < gh && t0 + u < cnt)
+                        p_s[hv * kAttCh + t0 + u] = tot * ik_s[t0 + u] * scale;
                 }
             }
         } else {
             for (int t = warp; t < cnt; t += kAttWarps) {
-                const float *kr = ar.K + pos_s[t] * kvs;
+                const __half *kr = reinterpret_cast<const __half *>(ar.K + pos_s[t] * ar.rs);
                 float part[kMaxGH];
 #pragma unroll
                 for (int h = 0; h < kMaxGH; h++) part[h] = 0.0f;
                 for (int d = lane; d < hd; d += 32) {
-                    const float kv = kr[d];
+                    const float kv = __half2float(kr[d]);
 #pragma unroll
                     for (int h = 0; h < kMaxGH; h++)
                         if (h < gh) part[h] += q_s[h * hd + d] * kv;
                 }
                 const float tot = warp_sum16(part);
                 const int hv = (lane >> 1) & 15;
-                if ((lane & 1) == 0 && hv < gh) p_s[hv * kAttCh + t] = tot * scale;
+                if ((lane & 1) == 0 && hv < gh) p_s[hv * kAttCh + t] = tot * ik_s[t] * scale;
             }
         }
         __syncthreads();
 
-        online_softmax_step(p_s, kAttCh, m_s, l_s, c_s, gh, cnt, kAttWarps);
+        // online softmax; P carries the positions' V scales, the sums do not
+        online_softmax_step(p_s, kAttCh, iv_s, m_s, l_s, c_s, gh, cnt, kAttWarps);
         __syncthreads();
 
         // o += Σ p·v for every head of the group, thread = head-dim element
@@ -732,6 +802,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     q.ni = (int)ni, q.di = (int)di, q.n_rot = (int)hp->n_rot, q.B = (int)hp->compress;
     q.Kb = (int)hp->idx_top_blocks, q.eps = hp->eps, q.theta = hp->rope_base;
     q.nbm = b->max_ctx / hp->compress;
+    q.kv_rec = (int)ts_memplan_qsa_kv_record(hp);
 
     uint8_t *sp = static_cast<uint8_t *>(w->scratch);
     float *vbuf = lay.vbuf ? reinterpret_cast<float *>(sp) : nullptr;
@@ -789,7 +860,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         const dim3 grid((unsigned)N, (unsigned)(nkv * ngroups), (unsigned)nsplit);
         const size_t smem =
             (((size_t)gh_max * hd + 3) / 4 * 4 + (size_t)gh_max * kAttCh + 3 * kMaxGH) * sizeof(float) +
-            kAttCh * sizeof(int64_t);
+            kAttCh * sizeof(int64_t) + 2 * kAttCh * sizeof(float);
         const int fd = dense ? 1 : 0;
         bool ok;
         const int tc = attn_tc_enabled()

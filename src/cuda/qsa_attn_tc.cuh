@@ -1,26 +1,27 @@
 // The QSA attention of a micro-batch of many rows on the tensor cores (launch 5 of qsa.cu): the same
-// work, lists and outputs as qsa_attn_kernel, the products as split TF32 products of about fp32's
-// precision. Included by qsa.cu inside its anonymous namespace, after qsa_shape, allowed_count and the
-// warp helpers.
+// work, lists and outputs as qsa_attn_kernel, the products on TF32 MMAs at about fp32's precision.
+// Included by qsa.cu inside its anonymous namespace, after qsa_shape, allowed_count, the K/V records
+// and the warp helpers.
 //
 // qsa_attn_tc_kernel<HD>, grid (N, nkv, nsplit), kTcThreads = 128 (4 warps): one kv head of one row and
 // all G ≤ 16 of its query heads (the MMA's 16 rows; rows G .. 15 are zero), one split of the row's
 // allowed positions, walked in sub-chunks of kAttCh = 32 positions with the online softmax of
 // qsa_attn_kernel. Per sub-chunk:
-//   1. the 32 positions' K and V rows (fp32, from the cache) are gathered into shared memory by
-//      cp.async (K first, then V: the scores wait for K only);
+//   1. the 32 positions' K and V records (fp16 values, from the cache) are gathered into shared memory
+//      by cp.async (K first, then V: the scores wait for K only), their inverse scales beside them;
 //   2. scores: warp w computes S[h][8w .. 8w + 7] = Σ_d Q[h][d]·K[8w + ·][d] by mma.m16n8k8 TF32 over
-//      HD / 8 steps of d. Each operand x is split as hi = tf32(x), lo = tf32(x − hi) (x − hi is exact
-//      in fp32), and S = hi·hi + (hi·lo + lo·hi), the two sums in separate fp32 accumulators: about
-//      22 bits of each operand, the dropped lo·lo term ~2^-22 of the product. Q's hi and lo are
-//      staged once per block;
+//      HD / 8 steps of d. Q (rounded by the prep kernel) and the records' fp16 values are exact in
+//      TF32, so one MMA a step computes every product exactly, summed in fp32; S times the position's
+//      K scale;
 //   3. the online softmax of qsa_attn_kernel (a warp per head, a lane per position, fp32, expf);
-//   4. o[h][d] += Σ_t P[h][t]·V[t][d] the same way, warp w owning the head dims w·HD/4 .. + HD/4
-//      (HD/32 MMA n-tiles of 8 dims), its accumulators rescaled per head first.
-// Rows past the sub-chunk's count get zero K/V rows and P = 0. The output (final or a split's
-// partial) is qsa_attn_kernel's. Shared memory: Q hi/lo, K and V of one sub-chunk, P: ~103 KiB at HD
-// 256 (two blocks an SM). Row strides HD + 4 (Q, K, P: 36) and HD + 8 (V) floats put the fragments'
-// loads on distinct banks.
+//   4. o[h][d] += Σ_t P[h][t]·v[t][d], P times the position's V scale (a power of two) split as
+//      hi = tf32(x), lo = tf32(x − hi) (about 22 bits), the fp16 values of V exact: hi·v + lo·v in two
+//      fp32 accumulators, warp w owning the head dims w·HD/4 .. + HD/4 (HD/32 MMA n-tiles of 8 dims),
+//      its accumulators rescaled per head first.
+// Rows past the sub-chunk's count get zero K/V rows, zero scales and P = 0. The output (final or a
+// split's partial) is qsa_attn_kernel's. Shared memory: Q, K and V of one sub-chunk, P: ~51 KiB at HD
+// 256. Row strides HD + 4 floats (Q, P: 36) and HD + 8 halves (K, V) put the fragments' loads on
+// distinct banks.
 
 constexpr int kTcThreads = 128; // 4 warps
 constexpr int kTcMinRows = 64;  // rows of a micro-batch from which qsa.cu takes this kernel
@@ -50,10 +51,11 @@ __device__ __forceinline__ void a_frag(const float *p, int st, uint32_t (&a)[4])
     a[2] = __float_as_uint(p[4]), a[3] = __float_as_uint(p[8 * st + 4]);
 }
 
-template <int HD> struct tc_att_smem { // offsets in floats
-    static constexpr int QS = HD + 4, KS = HD + 4, VS = HD + 8, PS = kAttCh + 4;
-    static constexpr int QHI = 0, QLO = QHI + 16 * QS, K = QLO + 16 * QS, V = K + kAttCh * KS,
-                         P = V + kAttCh * VS, M = P + 16 * PS, L = M + 16, C = L + 16, POS = C + 16;
+template <int HD> struct tc_att_smem { // offsets in floats; KS, VS in halves
+    static constexpr int QS = HD + 4, KS = HD + 8, VS = HD + 8, PS = kAttCh + 4;
+    static constexpr int Q = 0, K = Q + 16 * QS, V = K + kAttCh * KS / 2, P = V + kAttCh * VS / 2,
+                         M = P + 16 * PS, L = M + 16, C = L + 16, IK = C + 16, IV = IK + kAttCh,
+                         POS = IV + kAttCh;
     static constexpr size_t bytes = (size_t)POS * sizeof(float) + kAttCh * sizeof(int64_t);
 };
 
@@ -66,26 +68,25 @@ __global__ void __launch_bounds__(kTcThreads)
     constexpr int NT = HD / 32; // MMA n-tiles of head dims a warp owns in o
     static_assert(HD % 32 == 0, "4 warps of n-tiles of 8 head dims");
     extern __shared__ __align__(16) float sm[];
-    float *qhi = sm + L::QHI, *qlo = sm + L::QLO, *ks = sm + L::K, *vs = sm + L::V, *p_s = sm + L::P;
-    float *m_s = sm + L::M, *l_s = sm + L::L, *c_s = sm + L::C;
+    float *q_s = sm + L::Q, *p_s = sm + L::P;
+    __half *ks = reinterpret_cast<__half *>(sm + L::K), *vs = reinterpret_cast<__half *>(sm + L::V);
+    float *m_s = sm + L::M, *l_s = sm + L::L, *c_s = sm + L::C, *ik_s = sm + L::IK, *iv_s = sm + L::IV;
     int64_t *pos_s = reinterpret_cast<int64_t *>(sm + L::POS);
 
     const int r = blockIdx.x, j = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int nkv = q.nkv, nh = q.nh, gh = q.G, h0 = j * q.G;
+    const int nh = q.nh, gh = q.G, h0 = j * q.G;
 
     att_row ar;
     if (!att_row_begin(b, l, q, sel, all_dense, nsplit, r, j, split, h0, gh, part_ml, ar)) return;
-    const int64_t kvs = (int64_t)nkv * HD;
     const float scale = 1.0f / sqrtf((float)HD);
 
-    // Q's hi and lo parts (rows gh .. 15 zero), P zero (rows gh .. 15 stay so), the running max and sum
+    // Q (rows gh .. 15 zero; its values fp16's, exact in TF32), P zero (rows gh .. 15 stay so), the
+    // running max and sum
     const float *qrow = qg + (int64_t)r * nh * 2 * HD;
     for (int i = tid; i < 16 * HD; i += kTcThreads) {
         const int h = i / HD, d = i - h * HD;
-        uint32_t hi = 0, lo = 0;
-        if (h < gh) tf32_split(qrow[(int64_t)(h0 + h) * 2 * HD + d], hi, lo);
-        qhi[h * L::QS + d] = __uint_as_float(hi), qlo[h * L::QS + d] = __uint_as_float(lo);
+        q_s[h * L::QS + d] = h < gh ? qrow[(int64_t)(h0 + h) * 2 * HD + d] : 0.0f;
     }
     for (int i = tid; i < 16 * L::PS; i += kTcThreads) p_s[i] = 0.0f;
     if (tid < 16) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
@@ -93,18 +94,23 @@ __global__ void __launch_bounds__(kTcThreads)
     float ohi[NT][4] = {}, olo[NT][4] = {}; // o[head g / g + 8][dims n0 + 2·t4, + 1] of n-tile i
     for (int64_t c0 = ar.a0; c0 < ar.a1; c0 += kAttCh) {
         const int cnt = (int)(ar.a1 - c0 < kAttCh ? ar.a1 - c0 : kAttCh);
-        if (tid < cnt) pos_s[tid] = allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid);
-        __syncthreads(); // pos_s ready (and, the first time, Q, P, m, l)
+        if (tid < kAttCh) { // positions and scales; past cnt scale 0
+            const int64_t pos = tid < cnt ? allowed_position(q, ar.selr, ar.dense, ar.nb, c0 + tid) : 0;
+            pos_s[tid] = pos;
+            ik_s[tid] = tid < cnt ? kv_inv(ar.K + pos * ar.rs, q) : 0.0f;
+            iv_s[tid] = tid < cnt ? kv_inv(ar.V + pos * ar.rs, q) : 0.0f;
+        }
+        __syncthreads(); // pos_s and the scales ready (and, the first time, Q, P, m, l)
 
-        // 1. gather: K rows (one commit group), then V rows (another); rows past cnt zero
-        auto gather = [&](float *dst, int stride, const float *src) {
-            constexpr int LPR = HD / 4; // 16-byte lines a row
+        // 1. gather: K records' values (one commit group), then V's (another); rows past cnt zero
+        auto gather = [&](__half *dst, int stride, const uint8_t *src) {
+            constexpr int LPR = HD / 8; // 16-byte lines a row (8 halves)
             for (int i = tid; i < kAttCh * LPR; i += kTcThreads) {
-                const int tt = i / LPR, c = (i - tt * LPR) * 4;
+                const int tt = i / LPR, c = (i - tt * LPR) * 8;
                 if (tt < cnt)
-                    ts_cu::cp_async16(dst + tt * stride + c, src + pos_s[tt] * kvs + c);
+                    ts_cu::cp_async16(dst + tt * stride + c, src + pos_s[tt] * ar.rs + 2 * c);
                 else
-                    *reinterpret_cast<float4 *>(dst + tt * stride + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                    *reinterpret_cast<uint4 *>(dst + tt * stride + c) = make_uint4(0u, 0u, 0u, 0u);
             }
             ts_cu::cp_async_commit();
         };
@@ -115,32 +121,26 @@ __global__ void __launch_bounds__(kTcThreads)
 
         // 2. scores of positions 8·warp .. + 7
         {
-            float shi[4] = {}, slo[4] = {};
-            const float *kr = ks + (8 * warp + g) * L::KS + t4;
+            float sc[4] = {};
+            const __half *kr = ks + (8 * warp + g) * L::KS + t4;
 #pragma unroll 4
             for (int k0 = 0; k0 < HD; k0 += 8) {
-                uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
-                const int qa = g * L::QS + k0 + t4;
-                a_frag(qhi + qa, L::QS, ah), a_frag(qlo + qa, L::QS, al);
-                tf32_split(kr[k0], bh0, bl0);
-                tf32_split(kr[k0 + 4], bh1, bl1);
-                mma_tf32(shi, ah, bh0, bh1);
-                mma_tf32(slo, ah, bl0, bl1);
-                mma_tf32(slo, al, bh0, bh1);
+                uint32_t a[4];
+                a_frag(q_s + g * L::QS + k0 + t4, L::QS, a);
+                mma_tf32(sc, a, __float_as_uint(__half2float(kr[k0])),
+                         __float_as_uint(__half2float(kr[k0 + 4])));
             }
             // heads g and g + 8, positions 8·warp + 2·t4 and + 1
             const int c = 8 * warp + 2 * t4;
-            if (g < gh)
-                p_s[g * L::PS + c] = (shi[0] + slo[0]) * scale,
-                                p_s[g * L::PS + c + 1] = (shi[1] + slo[1]) * scale;
+            const float k0s = ik_s[c] * scale, k1s = ik_s[c + 1] * scale;
+            if (g < gh) p_s[g * L::PS + c] = sc[0] * k0s, p_s[g * L::PS + c + 1] = sc[1] * k1s;
             if (g + 8 < gh)
-                p_s[(g + 8) * L::PS + c] = (shi[2] + slo[2]) * scale,
-                                      p_s[(g + 8) * L::PS + c + 1] = (shi[3] + slo[3]) * scale;
+                p_s[(g + 8) * L::PS + c] = sc[2] * k0s, p_s[(g + 8) * L::PS + c + 1] = sc[3] * k1s;
         }
         __syncthreads();
 
         // 3. online softmax: a warp per head, a lane per position
-        online_softmax_step(p_s, L::PS, m_s, l_s, c_s, gh, cnt, kTcThreads / 32);
+        online_softmax_step(p_s, L::PS, iv_s, m_s, l_s, c_s, gh, cnt, kTcThreads / 32);
         ts_cu::cp_async_wait<0>();
         __syncthreads(); // P, the rescales and V ready
 
@@ -160,15 +160,13 @@ __global__ void __launch_bounds__(kTcThreads)
                 tf32_split(p_s[pa + 8 * L::PS], ah[1], al[1]);
                 tf32_split(p_s[pa + 4], ah[2], al[2]);
                 tf32_split(p_s[pa + 8 * L::PS + 4], ah[3], al[3]);
-                const float *vr = vs + (k0 + t4) * L::VS + warp * (HD / 4) + g;
+                const __half *vr = vs + (k0 + t4) * L::VS + warp * (HD / 4) + g;
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
-                    uint32_t bh0, bl0, bh1, bl1;
-                    tf32_split(vr[8 * i], bh0, bl0);
-                    tf32_split(vr[8 * i + 4 * L::VS], bh1, bl1);
-                    mma_tf32(ohi[i], ah, bh0, bh1);
-                    mma_tf32(olo[i], ah, bl0, bl1);
-                    mma_tf32(olo[i], al, bh0, bh1);
+                    const uint32_t b0 = __float_as_uint(__half2float(vr[8 * i]));
+                    const uint32_t b1 = __float_as_uint(__half2float(vr[8 * i + 4 * L::VS]));
+                    mma_tf32(ohi[i], ah, b0, b1);
+                    mma_tf32(olo[i], al, b0, b1);
                 }
             }
         }

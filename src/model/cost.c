@@ -53,9 +53,10 @@ ts_decode_cost ts_model_decode_cost_batch(const ts_model *m, int64_t ctx, int kv
             c.state_bytes +=
                 (uint64_t)batch * (2ull * ts_gdn_state_floats(hp) * 4 + 2ull * ts_gdn_conv_floats(hp) * 4);
         } else {
-            /* K and V of the attended tokens, plus one pooled indexer key per complete block scanned */
+            /* K and V of the attended tokens, plus one pooled indexer key (fp32) per complete block
+             * scanned */
             c.kv_bytes += (uint64_t)batch * attended * 2 * hp->n_head_kv * hp->head_dim * kv_value_bytes;
-            c.kv_bytes += (uint64_t)batch * (ctx / hp->compress) * hp->idx_head_dim * kv_value_bytes;
+            c.kv_bytes += (uint64_t)batch * (ctx / hp->compress) * hp->idx_head_dim * 4;
         }
     }
     for (uint32_t l = hp->n_layer; l < hp->n_block; l++) /* MTP blocks are not run by plain decode */

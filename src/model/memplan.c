@@ -94,8 +94,11 @@ void ts_memplan_weights(const ts_model *m, size_t *trunk, size_t *table) {
 
 /* ---- one sequence's state -------------------------------------------------------------------- */
 
+size_t ts_memplan_qsa_kv_record(const ts_hparams *hp) {
+    return (size_t)((2 * hp->head_dim + 15) / 16 * 16 + 16);
+}
 size_t ts_memplan_qsa_kv_bytes(const ts_hparams *hp, int64_t n) {
-    return (size_t)(n * ts_qsa_kv_width(hp)) * sizeof(float);
+    return (size_t)(n * hp->n_head_kv) * ts_memplan_qsa_kv_record(hp);
 }
 size_t ts_memplan_idx_raw_bytes(const ts_hparams *hp, int64_t n) {
     return (size_t)(n * hp->idx_head_dim) * sizeof(float);

@@ -55,10 +55,14 @@ size_t ts_memplan_joined_bytes(const ts_gguf_tensor *const *t, int n);
 void ts_memplan_weights(const ts_model *m, size_t *trunk, size_t *table);
 
 /* ---- one sequence's state: each region one allocation, in this order a layer -------------------
- * QSA layers: K, V (n positions × nkv·hd), raw indexer keys (n × di), pooled block keys
- * (ts_qsa_block_rows(n) × di); GDN layers: convolution history, recurrent state; then, on the PLE
- * layer, its convolution history and n-gram context (TS_MAX_NGRAM ids). With n a position instead of
- * a context, the first four are the bytes a snapshot at that position copies. All fp32. */
+ * QSA layers: K, V (n positions × nkv records of ts_memplan_qsa_kv_record bytes), raw indexer keys
+ * (n × di), pooled block keys (ts_qsa_block_rows(n) × di); GDN layers: convolution history, recurrent
+ * state; then, on the PLE layer, its convolution history and n-gram context (TS_MAX_NGRAM ids). With n a
+ * position instead of a context, the first four are the bytes a snapshot at that position copies. All
+ * fp32 but the K/V records: a (position, kv head)'s hd values as fp16 at a power-of-two scale (the
+ * precision policy's 16-bit caches, src/cuda/qsa.cu), then the float inverse of that scale, the
+ * record padded to a multiple of 16 bytes (528 at hd 256). */
+size_t ts_memplan_qsa_kv_record(const ts_hparams *hp);
 size_t ts_memplan_qsa_kv_bytes(const ts_hparams *hp, int64_t n);
 size_t ts_memplan_idx_raw_bytes(const ts_hparams *hp, int64_t n);
 size_t ts_memplan_idx_blk_bytes(const ts_hparams *hp, int64_t n);

@@ -10,17 +10,17 @@ out=$("$TS_BIN" plan --released) || fail "plan --released exited $?"
 grep -q "^weights      78.28 GiB on the GPU" <<<"$out" || fail "released q4_k_m weights: $out"
 grep -q "^PLE table    32.78 GiB" <<<"$out" || fail "released PLE table: $out"
 grep -q "^GPU memory   139.80 GiB (default: an H200" <<<"$out" || fail "default GPU memory: $out"
-grep -q "^| 4096 | 334.6 MiB | 562.3 MiB | 83 | 183 |$" <<<"$out" || fail "4K row: $out"
-grep -q "^| 262144 | 13.98 GiB | 621.2 MiB | 1 | 4 |$" <<<"$out" || fail "262K row: $out"
+grep -q "^| 4096 | 241.6 MiB | 562.3 MiB | 115 | 254 |$" <<<"$out" || fail "4K row: $out"
+grep -q "^| 262144 | 8.17 GiB | 621.2 MiB | 3 | 7 |$" <<<"$out" || fail "262K row: $out"
 grep -q "not measured" <<<"$out" || fail "the table must say it is computed"
 
-# --cache-gpu: serve's snapshot memory comes off the sequences (4 GiB: 183 → 171 sequences of 4,096 in
-# host memory, by hand: (139.8 − 78.28 − 0.535 − 1 − 4) GiB / 334.6 MiB = 171.3), and names itself when
+# --cache-gpu: serve's snapshot memory comes off the sequences (4 GiB: 254 → 237 sequences of 4,096 in
+# host memory, by hand: (139.8 − 78.28 − 0.549 − 1 − 4) GiB / 241.6 MiB = 237.4), and names itself when
 # it is what does not fit
 out=$("$TS_BIN" plan --released --cache-gpu 4096) || fail "plan --cache-gpu exited $?"
 grep -q "^snapshots    4.00 GiB of GPU memory for the prefix cache" <<<"$out" || fail "--cache-gpu line: $out"
-grep -q "^| 4096 | 334.6 MiB | 562.3 MiB | 70 | 171 |$" <<<"$out" || fail "--cache-gpu 4K row: $out"
-err=$("$TS_BIN" plan --released --cache-gpu 4096 -c 262144 -np 4 --ple host 2>&1 >/dev/null); rc=$?
+grep -q "^| 4096 | 241.6 MiB | 562.3 MiB | 98 | 237 |$" <<<"$out" || fail "--cache-gpu 4K row: $out"
+err=$("$TS_BIN" plan --released --cache-gpu 4096 -c 262144 -np 7 --ple host 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "asked for snapshots (serve's --cache-gpu) do not fit" <<<"$err" ||
   fail "--cache-gpu refusal (exit $rc): $err"
 "$TS_BIN" plan --released --cache-gpu x >/dev/null 2>&1 && fail "--cache-gpu x accepted"
@@ -31,17 +31,17 @@ python3 - "$json" <<'EOF' || fail "JSON output: $json"
 import json, sys
 d = json.loads(sys.argv[1])
 c = d["contexts"][0]
-assert c["ctx"] == 262144 and c["seq_state_bytes"] == 15016212736, c
+assert c["ctx"] == 262144 and c["seq_state_bytes"] == 8775088384, c
 assert c["seqs_table_gpu"] >= 1 and c["seqs_table_host"] >= 1, c
 assert d["longest_ctx_table_gpu"] >= 262144 and d["n_ctx_train"] == 262144, d
 EOF
 
 # -np: the backend's check and sentence
-"$TS_BIN" plan --released -c 262144 -np 1 --ple gpu >/dev/null 2>&1 || fail "one 262K sequence with the table on the GPU should fit"
-"$TS_BIN" plan --released -c 262144 -np 4 --ple host >/dev/null 2>&1 || fail "four 262K sequences with the table in host memory should fit"
-err=$("$TS_BIN" plan --released -c 262144 -np 2 --ple gpu 2>&1 >/dev/null); rc=$?
-[ $rc -eq 1 ] || fail "-np 2 at 262K with the table on the GPU: exit $rc, expected 1"
-grep -q "does not fit on a GPU of 139.80 GiB: it needs .* state 27.97 for 2 sequence(s) of 262144 tokens" <<<"$err" ||
+"$TS_BIN" plan --released -c 262144 -np 3 --ple gpu >/dev/null 2>&1 || fail "three 262K sequences with the table on the GPU should fit"
+"$TS_BIN" plan --released -c 262144 -np 7 --ple host >/dev/null 2>&1 || fail "seven 262K sequences with the table in host memory should fit"
+err=$("$TS_BIN" plan --released -c 262144 -np 4 --ple gpu 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] || fail "-np 4 at 262K with the table on the GPU: exit $rc, expected 1"
+grep -q "does not fit on a GPU of 139.80 GiB: it needs .* state 32.69 for 4 sequence(s) of 262144 tokens" <<<"$err" ||
   fail "-np refusal sentence: $err"
 
 # a file plans what its configuration plans (the UD mix and the tiny shapes here)

@@ -457,6 +457,9 @@ int main(int argc, char **argv) {
        (TURBOSPARK_CPU_ROUND_X, src/cpu/ops.c): the twin of every CUDA product at every batch size. */
     const char *tc_env = getenv("TURBOSPARK_CUDA_GEMV_TC");
     if (!(tc_env && tc_env[0] == '0')) setenv("TURBOSPARK_CPU_ROUND_X", "1", 1);
+    /* The attention's 16-bit operands (q, k, v), which the CUDA backend always rounds: the CPU rounds
+       them alike (TURBOSPARK_CPU_ROUND_ATT), so every model keeps its fp32-class bounds there. */
+    setenv("TURBOSPARK_CPU_ROUND_ATT", "1", 1);
     {
         ts_hparams hp;
         if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;

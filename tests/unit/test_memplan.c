@@ -66,9 +66,10 @@ static void test_tiny_state(void **state) {
     char err[256];
     ts_hparams hp;
     assert_int_equal(ts_hparams_tiny(&hp, err, sizeof err), 0);
-    /* n = 100 tokens. QSA: K and V 100·64·4 = 25,600 each; raw indexer keys 100·16·4 = 6,400; pooled
-     * (100/4 + 1)·16·4 = 1,664 → 1,792 aligned. */
-    assert_int_equal(ts_memplan_qsa_kv_bytes(&hp, 100), 25600);
+    /* n = 100 tokens. QSA: K and V records of 2·32 + 16 = 80 bytes, 100·2·80 = 16,000 each → 16,128
+     * aligned; raw indexer keys 100·16·4 = 6,400; pooled (100/4 + 1)·16·4 = 1,664 → 1,792 aligned. */
+    assert_int_equal(ts_memplan_qsa_kv_record(&hp), 80);
+    assert_int_equal(ts_memplan_qsa_kv_bytes(&hp, 100), 16000);
     assert_int_equal(ts_memplan_idx_raw_bytes(&hp, 100), 6400);
     assert_int_equal(ts_memplan_idx_blk_bytes(&hp, 100), 1664);
     /* GDN: conv (4 − 1)·(2·2·16 + 6·16) = 480 floats = 1,920 → 2,048; state 6·16·16·4 = 6,144 */
@@ -77,12 +78,12 @@ static void test_tiny_state(void **state) {
     /* PLE: conv (4 − 1)·3·256·4 = 9,216; n-gram context 8 ids = 32 → 256 */
     assert_int_equal(ts_memplan_ple_conv_bytes(&hp), 9216);
     ts_memplan_seq s;
-    assert_int_equal(ts_memplan_seq_bytes(&hp, 100, &s), 93440);
-    assert_int_equal(s.qsa_kv, 2 * 25600);
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 100, &s), 74496);
+    assert_int_equal(s.qsa_kv, 2 * 16128);
     assert_int_equal(s.qsa_idx, 6400 + 1792);
     assert_int_equal(s.gdn, 3 * (2048 + 6144));
     assert_int_equal(s.ple, 9216 + 256);
-    assert_int_equal(s.total, 93440);
+    assert_int_equal(s.total, 74496);
     ts_hparams_free(&hp);
 }
 
@@ -163,7 +164,7 @@ static void test_tiny_weights(void **state) {
     ts_memplan_make(v, 100, 3, 8, &b);
     assert_memory_equal(&a, &b, sizeof a);
     assert_int_equal(a.weights, k_tiny_f32_trunk);
-    assert_int_equal(a.seq_state, 93440);
+    assert_int_equal(a.seq_state, 74496);
     ts_memplan_model_free(v);
     ts_model_free(file);
 }
@@ -212,14 +213,14 @@ static void test_released_state(void **state) {
     /* fixed: GDN 36 × (conv 3·10240·4 = 122,880 + state 48·128·128·4 = 3,145,728); PLE conv
      * 3·3·10240·4 = 368,640 + context 256 */
     const size_t fixed = 36 * (122880 + 3145728) + 368640 + 256;
-    /* 4,096 tokens, per QSA layer: K, V 4096·512·4 = 8,388,608 each, raw indexer keys 4096·128·4 =
-     * 2,097,152, pooled (1024 + 1)·128·4 = 524,800 (a multiple of 256) */
-    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), fixed + 12 * (2 * 8388608 + 2097152 + 524800));
-    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), 350828800);
-    /* 262,144 tokens: K, V 536,870,912 each, raw keys 134,217,728, pooled 65,537·512 = 33,554,944 */
+    /* 4,096 tokens, per QSA layer: K, V 4096·2 records of 2·256 + 16 = 528 bytes = 4,325,376 each, raw
+     * indexer keys 4096·128·4 = 2,097,152, pooled (1024 + 1)·128·4 = 524,800 (a multiple of 256) */
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), fixed + 12 * (2 * 4325376 + 2097152 + 524800));
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 4096, NULL), 253311232);
+    /* 262,144 tokens: K, V 276,824,064 each, raw keys 134,217,728, pooled 65,537·512 = 33,554,944 */
     assert_int_equal(ts_memplan_seq_bytes(&hp, 262144, NULL),
-                     fixed + (size_t)12 * (2 * 536870912ull + 134217728 + 33554944));
-    assert_int_equal(ts_memplan_seq_bytes(&hp, 262144, NULL), 15016212736ull); /* 13.98 GiB */
+                     fixed + (size_t)12 * (2 * 276824064ull + 134217728 + 33554944));
+    assert_int_equal(ts_memplan_seq_bytes(&hp, 262144, NULL), 8775088384ull); /* 8.17 GiB */
     ts_hparams_free(&hp);
 }
 
@@ -282,19 +283,19 @@ static void test_released_262k_fits(void **state) {
     assert_int_equal(p.weights, 84051279360ull + 714 * 256 + 72 * 64);
     assert_int_equal(p.table, 110ull * 320001536 + 256); /* Q5_0 rows of 160: 110 bytes, + 16 padded */
     const size_t h200 = (size_t)(139.8 * GIB);
-    assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 1);
-    assert_int_equal(ts_memplan_seqs_fit(&p, true, h200), 4);
+    assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 3);
+    assert_int_equal(ts_memplan_seqs_fit(&p, true, h200), 7);
     assert_int_equal(ts_memplan_place(&p, TS_PLE_AUTO, h200, h200, "an H200", err, sizeof err), 0);
     assert_false(p.table_on_host);
     assert_int_equal(p.device, p.weights + p.table + p.seq_state + p.work + TS_MEMPLAN_MARGIN);
-    /* two such sequences do not fit with the table on the GPU: auto puts it in host memory */
-    ts_memplan_make(m, 262144, 2, 512, &p);
+    /* four such sequences do not fit with the table on the GPU: auto puts it in host memory */
+    ts_memplan_make(m, 262144, 4, 512, &p);
     assert_int_equal(ts_memplan_place(&p, TS_PLE_AUTO, h200, h200, "an H200", err, sizeof err), 0);
     assert_true(p.table_on_host);
     /* and forced onto the GPU they are refused with the numbers */
     assert_int_equal(ts_memplan_place(&p, TS_PLE_DEVICE, h200, h200, "an H200", err, sizeof err), -1);
     assert_non_null(strstr(err, "the model does not fit on an H200: it needs "));
-    assert_non_null(strstr(err, "state 27.97 for 2 sequence(s) of 262144 tokens"));
+    assert_non_null(strstr(err, "state 32.69 for 4 sequence(s) of 262144 tokens"));
     assert_non_null(strstr(err, "and 139.80 GiB are free of 139.80"));
     /* GPU memory for snapshots counts in the plan; past what the rest leaves, it is named */
     ts_memplan_make(m, 262144, 1, 512, &p);
