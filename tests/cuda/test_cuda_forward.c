@@ -8,7 +8,7 @@
  *      first block whose relative difference passes 1e-4 is named;
  *   2. the logits of every position within 1e-4 of max|logit| (CPU vs transformers: 3.7e-6) and
  *      the same top-1 wherever the CPU's top-2 margin is clear;
- *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (1e-5);
+ *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (5e-5);
  *   (1-3 within 2e-2 where the tensor-core products round x, against a CPU that rounds the same operands
  *   the same way, TURBOSPARK_CPU_ROUND_X: g_resid_bound below says why);
  *   4. graph replay equal to eager execution over greedy decode steps;
@@ -20,7 +20,8 @@
  * The sparse-attention regime is reached by the tiny configs (budget 16 tokens: sparse from
  * position 19 of 200). The golden fixtures against transformers run in tests/cuda/golden_cuda.sh.
  *
- *   test_cuda_forward [DIR]   (writes its synthetic files into DIR, default $TS_TMP or /tmp) */
+ *   test_cuda_forward [DIR [NAME]]   (writes its synthetic files into DIR, default $TS_TMP or /tmp; NAME:
+ *                                    only the models whose names contain it) */
 #include "cpu/forward.h"
 #include "cuda/forward.h"
 #include "model/memplan.h"
@@ -131,9 +132,12 @@ enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
  * (session 8): with the twin reference the worst model moves by 1.2e-2 of max|logit| (mid4e8_q8_0:
  * logits and micro-batches), the worst residual by 4e-3 of max|R|; against an fp32 reference mid4_q6_k's
  * residual moved by 2.9e-2. So the bounds are 2e-2 for those models. Models without those types, or a run
- * with TURBOSPARK_CUDA_GEMV_TC=0, keep the fp32 bounds; graph replay and batched decode run the same
- * kernels on the same rows and stay tight either way. */
-static double g_resid_bound = 1e-4, g_logit_bound = 1e-4, g_ub_bound = 1e-5;
+ * with TURBOSPARK_CUDA_GEMV_TC=0, keep the fp32 bounds, except that one micro-batch size against another
+ * may differ by 5e-5: the attention's q, k and v are rounded to fp16 on every model (the 16-bit K/V
+ * caches), and the decode and prefill attention kernels sum in different orders, which tips such a
+ * rounding now and then (awkward_f16: 1.02e-5, session 14; 5.3e-6 with fp32 caches). Graph replay and
+ * batched decode run the same kernels on the same rows and stay tight either way. */
+static double g_resid_bound = 1e-4, g_logit_bound = 1e-4, g_ub_bound = 5e-5;
 
 static void check_model(const char *name, const char *path) {
     char err[1024];
@@ -448,6 +452,7 @@ static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : getenv("TS_TMP") ? getenv("TS_TMP") : "/tmp";
+    const char *only = argc > 2 ? argv[2] : NULL; /* run only the models whose names contain it */
     char err[1024], path[4096];
     if (!ts_have_cuda()) {
         printf("skipped: this build has no CUDA backend\n");
@@ -495,6 +500,7 @@ int main(int argc, char **argv) {
         {"mid4e8_q8_0_iq2_xxs_experts_fused", TS_TYPE_Q8_0, {.fused_experts = true}, 3, TS_TYPE_IQ2_XXS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (only && !strstr(cases[i].name, only)) continue;
         ts_hparams hp;
         int rc = cases[i].shape >= 2 ? ts_hparams_mid(&hp, err, sizeof err)
                                      : ts_hparams_tiny(&hp, err, sizeof err);
@@ -525,7 +531,7 @@ int main(int argc, char **argv) {
             !(tc && tc[0] == '0') && (ty == TS_TYPE_Q4_K || ty == TS_TYPE_Q5_K || ty == TS_TYPE_Q6_K ||
                                       ty == TS_TYPE_Q8_0 || ty == TS_TYPE_Q5_0);
         g_resid_bound = rounds ? 2e-2 : 1e-4, g_logit_bound = rounds ? 2e-2 : 1e-4,
-        g_ub_bound = rounds ? 2e-2 : 1e-5;
+        g_ub_bound = rounds ? 2e-2 : 5e-5;
         if (rounds)
             printf("%s: x rounded to fp16 in its tensor-core products, and so in the CPU reference: CPU and "
                    "micro-batch bounds 2e-2\n",
