@@ -31,9 +31,9 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
-#   bash scripts/device_check.sh s15      branch s15 (prefill GEMM changes and 16-bit K/V caches): the GEMM's
-#                                         and the forward's twin tests, golden fixtures, attention times,
-#                                         prefill/decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
+#   bash scripts/device_check.sh land     before landing a prefill or attention change: the GEMM's and the
+#                                         forward's twin tests, golden fixtures, attention times, prefill and
+#                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
 #                                         hyper-connection up launch's sections, decode at 32K
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
@@ -177,8 +177,8 @@ gemm)
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
   ;;
-s15)
-  # Branch s15: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
+land)
+  # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
   # rounds q, k, v as the 16-bit K/V caches do), the attention kernels' times at 4,096 rows (`qsa`),
   # prefill and decode with everything on, without the x-resident form and without the tensor-core
   # hyper-connection products, the sections of one hyper-connection up launch, batch-1 decode at 32K.
