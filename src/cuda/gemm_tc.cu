@@ -655,6 +655,9 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
         (reinterpret_cast<uintptr_t>(W->data) & 15u))
         return -1;
+    if (ts_cuda_gemm_wg_on() && ts_cuda_gemm_wg_takes(W->type, W->ne0, T, g_scratch_bytes) &&
+        ts_cuda_gemm_wg(W, row0, n_out, x_dev, T, y_dev, n_out, g_scratch, g_scratch_bytes, s) == 0)
+        return 0;
     tc_gemm_args a = {};
     a.w0 = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
     a.rb = W->row_bytes;

@@ -92,12 +92,15 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 }
 
 // x of the K-quants → fp16 A fragments: unit u = (row, super-block, lane t, quarter q) converts 16 inputs;
-// the 16 units of a (row, super-block) are neighbouring lanes and share its max. RES: stage the residual
-// of x's own rounding instead (tc_x_residual).
-template <bool RES = false>
-__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
-                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
-                                      int sum_step = 4, int sc_step = 1) {
+// the 16 units of a (row, super-block) are neighbouring lanes and share its max. store(rs, t, q, a, sum,
+// other, inv) puts a unit's eight words a (rs = row·nsb + super-block; quarter q = 2j + h: sub-block 2t + h,
+// its elements 16j .. 16j + 15, the words of MMAs 2(4j + ii) + h for ii = 0..3: a[2ii] k-slots 2t, 2t + 1,
+// a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
+// (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
+// (tc_x_residual).
+template <bool RES, class Store>
+__device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                           Store store) {
     const int units = nx * nsb * 16;
     auto at = [&](int u) { // unit u's first input
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
@@ -110,7 +113,6 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
         for (int i = 0; i < 16; i++) v[i] = x16[i];
         if constexpr (RES) tc_x_residual<16>(v);
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-        const int h = q >> 1, j = q & 1;
         float amax = unit_amax(v);
 #pragma unroll
         for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
@@ -121,19 +123,33 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
         const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
         if (!ok) return;
-        uint32_t *lane_xs = xs + static_cast<size_t>(rs) * xs_step + t * kTcXsLane;
-#pragma unroll
-        for (int ii = 0; ii < 4;
-             ii++) // word i = 4j + ii of the lane's 16-byte group i, stored at group i ^ t
-            *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
-                make_uint2(a[2 * ii], a[2 * ii + 1]);
-        if (q == 0) {
-            uint2 hl;
-            tc_x_sums(sum, other, hl.x, hl.y);
-            xsum[static_cast<size_t>(rs) * sum_step + t] = hl;
-            if (t == 0) xsc[static_cast<size_t>(rs) * sc_step] = inv;
-        }
+        store(rs, t, q, a, sum, other, inv);
     });
+}
+
+// The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
+// word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
+// 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
+template <bool RES = false>
+__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
+                                      int sum_step = 4, int sc_step = 1) {
+    stage_x_kquant_each<RES>(
+        x, nx, nsb, x_stride,
+        [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
+            const int h = q >> 1, j = q & 1;
+            uint32_t *lane_xs = xs + static_cast<size_t>(rs) * xs_step + t * kTcXsLane;
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+                *reinterpret_cast<uint2 *>(lane_xs + (((4 * j + ii) ^ t) << 2) + 2 * h) =
+                    make_uint2(a[2 * ii], a[2 * ii + 1]);
+            if (q == 0) {
+                uint2 hl;
+                tc_x_sums(sum, other, hl.x, hl.y);
+                xsum[static_cast<size_t>(rs) * sum_step + t] = hl;
+                if (t == 0) xsc[static_cast<size_t>(rs) * sc_step] = inv;
+            }
+        });
 }
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m

@@ -3,6 +3,7 @@
  *   test_cuda_gemm            correctness (every type of matmul.h)
  *   test_cuda_gemm --quick    fewer types and shapes
  *   test_cuda_gemm --bench    timings at the model's shapes (Q4_K, Q6_K, Q8_0): GEMM vs the GEMV path
+ *   test_cuda_gemm --wg       the warpgroup-MMA products' cases, then their times against the tensor-core GEMM
  *
  * Exactness: every output of the GEMM is ONE thread's chain acc = fmaf(w_k, x_k, acc) over k in
  * increasing order, acc starting at +0, with w_k exactly ts_dequantize_row's value. The CPU computes
@@ -292,7 +293,8 @@ static void dispatch_case(uint32_t type, uint64_t seed, tstats *st) {
 /* The dense tensor-core product (ts_cuda_gemm_tc) against the chain over x rounded as it rounds x
  * (ts_round_x_like_tc), within REL_BOUND of Σ|w·x|. Q8_0 and Q5_0 products of up to 768 inputs and more
  * than 128 rows take the x-resident form (unless TURBOSPARK_CUDA_GEMM_XR=0 for the whole run). */
-static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, uint64_t seed, tstats *st) {
+static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, int wg, uint64_t seed,
+                          tstats *st) {
     wtensor w;
     wtensor_make(&w, type, ne0, n_out, 1, seed);
     rng_t g = {mix64(seed * 11 + 5)};
@@ -300,7 +302,7 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     float *y = malloc(sizeof(float) * (size_t)(T * n_out));
     for (int64_t i = 0; i < T * ne0; i++) x[i] = (float)rng_gauss(&g) * (i % 5 == 0 ? 20.0f : 1.0f);
     ts_round_x_like_tc(x, T * ne0, ts_tc_x_group(type), xr);
-    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, ne0, T);
+    const size_t tcx_bytes = wg ? ts_cuda_gemm_wg_x_bytes(ne0, T) : ts_memplan_tc_x_bytes(type, ne0, T);
     float *xd, *yd;
     void *tcx;
     TS_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * (size_t)(T * ne0)));
@@ -309,7 +311,8 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     TS_CUDA_CHECK(cudaMemcpy(xd, x, sizeof(float) * (size_t)(T * ne0), cudaMemcpyHostToDevice));
     TS_CUDA_CHECK(cudaMemset(yd, 0xFF, sizeof(float) * (size_t)(T * n_out))); /* NaN poison */
     ts_cuda_tc_scratch_set(tcx, tcx_bytes);
-    const int rc = ts_cuda_gemm_tc(&w.dev, 0, n_out, xd, T, yd, 0);
+    const int rc = wg ? ts_cuda_gemm_wg(&w.dev, 0, n_out, xd, T, yd, n_out, tcx, tcx_bytes, 0)
+                      : ts_cuda_gemm_tc(&w.dev, 0, n_out, xd, T, yd, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
     ts_cuda_tc_scratch_set(NULL, 0);
     TS_CUDA_CHECK(cudaMemcpy(y, yd, sizeof(float) * (size_t)(T * n_out), cudaMemcpyDeviceToHost));
@@ -322,9 +325,9 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
         }
     const int ok = rc == 0 && worst <= REL_BOUND;
-    printf("  tc %-6s ne0 %5lld n_out %5lld T %4lld: %s  |gpu-cpu|/S %.2e (bound %.0e)%s\n", ts_type_name(type),
-           (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", worst, REL_BOUND,
-           rc ? "  (ts_cuda_gemm_tc refused)" : "");
+    printf("  %s %-6s ne0 %5lld n_out %5lld T %4lld: %s  |gpu-cpu|/S %.2e (bound %.0e)%s\n", wg ? "wg" : "tc",
+           ts_type_name(type), (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", worst,
+           REL_BOUND, rc ? "  (refused)" : "");
     st->runs++;
     st->fails += !ok;
     TS_CUDA_CHECK(cudaFree(xd));
@@ -334,6 +337,16 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     free(xr);
     free(y);
     wtensor_free(&w);
+}
+
+/* The dense products on the warpgroup MMAs (gemm_wg.cu; Hopper), the same reference: partial token
+ * tiles and row blocks, one super-block, a width of ten. */
+static void wg_cases(uint64_t seed, tstats *st) {
+    printf("warpgroup-MMA dense products\n");
+    tc_dense_case(TS_TYPE_Q4_K, 2560, 300, 200, 1, seed + 86, st);
+    tc_dense_case(TS_TYPE_Q5_K, 512, 130, 128, 1, seed + 87, st);
+    tc_dense_case(TS_TYPE_Q4_K, 256, 128, 1, 1, seed + 88, st);
+    tc_dense_case(TS_TYPE_Q5_K, 2560, 1000, 300, 1, seed + 89, st);
 }
 
 /* Split products (ts_cuda_gemm_tc_split): the parts added in order on the host against the CPU's fp32
@@ -382,7 +395,8 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, int
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
             if (rel_hi > worst_hi) worst_hi = rel_hi;
         }
-    const int ok = (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
+    const int ok =
+        (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
     printf(
         "  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
         "once: %.2e%s)\n",
@@ -795,6 +809,63 @@ static void bench_tensor(ts_cuda_tensor *out, uint32_t type, int64_t ne0, int64_
     wtensor_free(&pool);
 }
 
+/* --wg: the warpgroup-MMA products' twin cases, then their time against the tensor-core GEMM
+ * (ts_cuda_gemm_tc) at the released shapes, 4,096 tokens of random x */
+typedef struct {
+    const ts_cuda_tensor *W;
+    int64_t n_out, T;
+    float *x, *y;
+    void *scr;
+    size_t scr_bytes;
+    int wg;
+} wg_bench;
+static int run_wg(void *p, cudaStream_t s) {
+    const wg_bench *b = p;
+    return b->wg ? ts_cuda_gemm_wg(b->W, 0, b->n_out, b->x, b->T, b->y, b->n_out, b->scr, b->scr_bytes, s)
+                 : ts_cuda_gemm_tc(b->W, 0, b->n_out, b->x, b->T, b->y, s);
+}
+static void bench_tensor(ts_cuda_tensor *out, uint32_t type, int64_t ne0, int64_t rows);
+static void bench_wg(void) {
+    const struct {
+        uint32_t type;
+        int64_t ne0, n_out;
+    } shapes[] = {{TS_TYPE_Q4_K, 2560, 6144}, {TS_TYPE_Q5_K, 2560, 10240}, {TS_TYPE_Q4_K, 2560, 2560}};
+    const int64_t T = 4096, ne0 = 2560;
+    float *x, *y, *xh = malloc(sizeof(float) * (size_t)(T * ne0));
+    rng_t g = {mix64(7)};
+    for (int64_t i = 0; i < T * ne0; i++) xh[i] = (float)rng_gauss(&g);
+    const size_t scr_bytes = ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T) > ts_cuda_gemm_wg_x_bytes(ne0, T)
+                                 ? ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T)
+                                 : ts_cuda_gemm_wg_x_bytes(ne0, T);
+    void *scr;
+    TS_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * (size_t)(T * ne0)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(T * 10240)));
+    TS_CUDA_CHECK(cudaMalloc(&scr, scr_bytes));
+    TS_CUDA_CHECK(cudaMemcpy(x, xh, sizeof(float) * (size_t)(T * ne0), cudaMemcpyHostToDevice));
+    ts_cuda_tc_scratch_set(scr, scr_bytes);
+    printf("\nwarpgroup MMAs (ts_cuda_gemm_wg) vs the tensor-core GEMM (ts_cuda_gemm_tc), T %lld, random x; "
+           "TFLOP/s = 2·T·n_out·ne0 / time (the x conversion included)\n",
+           (long long)T);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        ts_cuda_tensor W;
+        bench_tensor(&W, shapes[si].type, shapes[si].ne0, shapes[si].n_out);
+        wg_bench b = {&W, shapes[si].n_out, T, x, y, scr, scr_bytes, 1};
+        const double flop = 2.0 * (double)T * (double)shapes[si].n_out * (double)shapes[si].ne0;
+        const float tw = time_ms(run_wg, &b);
+        b.wg = 0;
+        const float tt = time_ms(run_wg, &b);
+        printf("  %-6s %5lld->%-6lld: wg %7.3f ms %6.1f TFLOP/s   tc %7.3f ms %6.1f TFLOP/s   x%.2f\n",
+               ts_type_name(shapes[si].type), (long long)shapes[si].ne0, (long long)shapes[si].n_out, tw,
+               flop / tw * 1e-9, tt, flop / tt * 1e-9, tt / tw);
+        ts_cuda_tensor_free(&W);
+    }
+    ts_cuda_tc_scratch_set(NULL, 0);
+    TS_CUDA_CHECK(cudaFree(x));
+    TS_CUDA_CHECK(cudaFree(y));
+    TS_CUDA_CHECK(cudaFree(scr));
+    free(xh);
+}
+
 static void bench(void) {
     const uint32_t types[] = {TS_TYPE_Q4_K, TS_TYPE_Q6_K, TS_TYPE_Q8_0};
     const struct { int64_t ne0, n_out; } shapes[] = {{2560, 12288}, {2560, 6144}, {6144, 2560}, {2560, 512}};
@@ -888,6 +959,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     const uint64_t seed = 0xC0FFEEull + (uint64_t)time(NULL);
+    if (argc > 1 && strcmp(argv[1], "--wg") == 0) { /* the warpgroup-MMA cases and timings only */
+        tstats st = {0, 0};
+        wg_cases(seed, &st);
+        bench_wg();
+        printf("%d runs, %d failed\n", st.runs, st.fails);
+        return st.fails ? 1 : 0;
+    }
     printf("test_cuda_gemm: seed %llu; exact = bit-identical to the CPU fmaf chain; bound %.0e * sum|w*x|\n",
            (unsigned long long)seed, REL_BOUND);
     tstats st = {0, 0};
@@ -930,11 +1008,12 @@ int main(int argc, char **argv) {
      * shared expert's down, 640 → 2560, cut to fewer rows; odd row counts, partial token tiles), and a
      * width past it */
     printf("tensor-core dense products\n");
-    tc_dense_case(TS_TYPE_Q8_0, 640, 700, 130, seed + 81, &st);
-    tc_dense_case(TS_TYPE_Q5_0, 640, 300, 70, seed + 82, &st);
-    tc_dense_case(TS_TYPE_Q8_0, 256, 260, 200, seed + 83, &st);
-    tc_dense_case(TS_TYPE_Q5_0, 1024, 300, 64, seed + 84, &st);
-    tc_dense_case(TS_TYPE_Q4_K, 512, 300, 100, seed + 85, &st);
+    tc_dense_case(TS_TYPE_Q8_0, 640, 700, 130, 0, seed + 81, &st);
+    tc_dense_case(TS_TYPE_Q5_0, 640, 300, 70, 0, seed + 82, &st);
+    tc_dense_case(TS_TYPE_Q8_0, 256, 260, 200, 0, seed + 83, &st);
+    tc_dense_case(TS_TYPE_Q5_0, 1024, 300, 64, 0, seed + 84, &st);
+    tc_dense_case(TS_TYPE_Q4_K, 512, 300, 100, 0, seed + 85, &st);
+    wg_cases(seed, &st);
     printf("split products\n");
     split_case(TS_TYPE_Q4_K, 10240, 324, 70, 32, seed + 91, &st);
     split_case(TS_TYPE_Q4_K, 10240, 320, 520, 32, seed + 92, &st);

@@ -1,0 +1,373 @@
+// Prefill products of Q4_K and Q5_K on Hopper's warpgroup MMAs (wgmma, sm_90a), with the numerics of
+// gemm_tc.cu: x rounded to fp16 once per (row, super-block) after a power-of-two scale, the weights exact
+// in fp16 (q·sc, the GEMV's B fragments: kquant_b_frags), fp32 accumulation, d and dmin applied in fp32
+// once a super-block. Only the order of the fp32 additions differs from gemm_tc_kernel's.
+//
+// Two kernels a product:
+//  1. wg_x_prep_kernel: x into the canonical layout of wgmma's shared-memory operands, per (token tile of
+//     128, super-block) one chunk: two halves of 8 k-steps (each k-step 16 core matrices of 8 tokens × 8
+//     k-slots, 128 bytes each, the two k-halves of a core pair side by side: `canon`), then the min
+//     term's A tile (the sub-block sums' hi and lo words, the same layout, one k-step) and the tokens'
+//     2^-s. The k-slots are the GEMV's (lane t's inputs 64t .. 64t + 63), so B decoded by
+//     kquant_b_frags lines up with them.
+//  2. gemm_wg_kernel: a block of two warpgroups computes 128 rows × 128 tokens (each warpgroup 64 tokens,
+//     m64n128k16), K in half super-blocks. All 256 threads stage x (cp.async, two half-steps ahead, three
+//     stages) and the weights' raw super-blocks (two ahead), and decode B for the next half-step into
+//     shared memory (two stages) while the warpgroups' MMAs of this one run. After a super-block's 16
+//     k-steps: acc += 2^-s·d·tmp, then one MMA of the sums against the mins, acc −= 64·2^-s·dmin·that.
+// Opt-in (TURBOSPARK_CUDA_GEMM_WG=1) until the device gate has run it.
+extern "C" {
+#include "quant/quant.h"
+}
+#include "cuda/cp_async.cuh"
+#include "cuda/cuda_device.h"
+#include "cuda/gemm_tc.h"
+#include "cuda/tc_stage.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <type_traits>
+
+namespace ts_cu {
+
+namespace {
+
+constexpr int kWgTok = 128;      // tokens a block: two warpgroups of 64
+constexpr int kWgRows = 128;     // rows a block (each MMA's n)
+constexpr int kWgThreads = 256;  // two warpgroups
+constexpr int kWgPrepRows = 8;   // x rows a block of the prep kernel
+constexpr int kStepBytes = 4096; // a k-step of a tile: 16 cores of 8 (tokens or rows) × 2 k-halves × 128 B
+constexpr int kHalfBytes = 8 * kStepBytes;      // 8 k-steps: half a super-block
+constexpr int kMinOff = 2 * kHalfBytes;         // a chunk's min-term A tile
+constexpr int kScaleOff = kMinOff + kStepBytes; // a chunk's 2^-s, a float a token
+constexpr int kChunk = kScaleOff + kWgTok * 4;  // bytes of x a (token tile, super-block)
+constexpr int kAStage =
+    kChunk - kHalfBytes; // an A stage: a half, and with the second the min tile and scales
+constexpr int kSmemMax = 227 * 1024;
+
+// Byte offset of (token or row r of a tile, k-step j, k-half kc, word t: k-slots 2t, 2t + 1 of the half) in
+// a tile of 8 k-steps: core matrices of 8 rows × 16 bytes, k-halves 128 bytes apart (the descriptors'
+// leading byte offset), groups of 8 rows 256 apart (the stride byte offset).
+__host__ __device__ constexpr int canon(int r, int j, int kc, int t) {
+    return j * kStepBytes + (r >> 3) * 256 + kc * 128 + (r & 7) * 16 + 4 * t;
+}
+constexpr int kLbo = 128, kSbo = 256;
+
+template <int TYPE> struct wg_layout {
+    static constexpr int SBB = tc_kquant<TYPE>::BS;  // bytes a super-block (a multiple of 16)
+    static constexpr int A0 = 0;                     // three A stages
+    static constexpr int B0 = A0 + 3 * kAStage;      // two B stages
+    static constexpr int RAW0 = B0 + 2 * kHalfBytes; // two stages of raw super-blocks
+    static constexpr int BMIN = RAW0 + 2 * kWgRows * SBB;
+    static constexpr int DD = BMIN + kStepBytes; // {d, dmin} a row
+    static constexpr int BYTES = DD + kWgRows * 8;
+    static_assert(BYTES <= kSmemMax, "the stages fit shared memory");
+};
+
+struct wg_args {
+    const uint8_t *w; // row 0 of the product
+    size_t rb;        // bytes a row
+    int nsb;          // super-blocks a row
+    int n_out, T;
+    const uint8_t *xw; // x in chunks: [token tile][super-block][kChunk bytes]
+    float *y;
+    int64_t y_stride; // floats from one token's outputs to the next
+};
+
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// A shared-memory operand: no swizzle, K-major core matrices (canon).
+__device__ __forceinline__ uint64_t wg_desc(const uint8_t *p) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    return static_cast<uint64_t>((a & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(kLbo >> 4) << 16) |
+           (static_cast<uint64_t>(kSbo >> 4) << 32);
+}
+// d = A·B (+ d when accumulate), m64n128k16, fp16 operands from shared memory, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                   "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+// The accumulators as of this point (the MMAs write them asynchronously: keep the compiler from moving
+// their uses across the wait).
+__device__ __forceinline__ void wg_pin(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+// ---- kernel 1: x in chunks ----------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict__ x, int nx, int nsb,
+                                                        int64_t x_stride, uint8_t *__restrict__ xw) {
+    const int r0 = static_cast<int>(blockIdx.x) * kWgPrepRows, n = min(kWgPrepRows, nx - r0);
+    stage_x_kquant_each<false>(
+        x + static_cast<size_t>(r0) * x_stride, n, nsb, x_stride,
+        [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
+            const int row = r0 + rs / nsb, sb = rs % nsb, rt = row % kWgTok, h = q >> 1, j = q & 1;
+            uint8_t *c = xw + (static_cast<size_t>(row / kWgTok) * nsb + sb) * kChunk;
+        // quarter (h, j): MMAs 2(4j + ii) + h of the super-block, k-steps 2ii + h of half j
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++) {
+                *reinterpret_cast<uint32_t *>(c + j * kHalfBytes + canon(rt, 2 * ii + h, 0, t)) = a[2 * ii];
+                *reinterpret_cast<uint32_t *>(c + j * kHalfBytes + canon(rt, 2 * ii + h, 1, t)) =
+                    a[2 * ii + 1];
+            }
+            if (q == 0) {
+                uint32_t hi, lo;
+                tc_x_sums(sum, other, hi, lo);
+                *reinterpret_cast<uint32_t *>(c + kMinOff + canon(rt, 0, 0, t)) = hi;
+                *reinterpret_cast<uint32_t *>(c + kMinOff + canon(rt, 0, 1, t)) = lo;
+                if (t == 0) reinterpret_cast<float *>(c + kScaleOff)[rt] = inv;
+            }
+        });
+}
+
+// ---- kernel 2: the GEMM -------------------------------------------------------------------------------
+
+// Thread (warpgroup wg, warp w of it, lane g·4 + t) holds tokens 64wg + 16w + g (acc[4j], acc[4j + 1]: rows
+// 8j + 2t, 8j + 2t + 1) and that + 8 (acc[4j + 2], acc[4j + 3]), j = 0..15.
+template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = wg_layout<TYPE>;
+    extern __shared__ __align__(128) uint8_t sm[];
+    const int tid = static_cast<int>(threadIdx.x), wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = static_cast<int>(blockIdx.x) * kWgRows, tok0 = static_cast<int>(blockIdx.y) * kWgTok;
+    const int nh = 2 * a.nsb; // half-steps
+    const uint8_t *xt = a.xw + static_cast<size_t>(blockIdx.y) * a.nsb * kChunk;
+    auto row_ptr = [&](int m) { // rows past n_out repeat the last one (computed, never stored)
+        return a.w + static_cast<size_t>(min(row0 + m, a.n_out - 1)) * a.rb;
+    };
+    // x of half-step h into A stage h % 3 (the second half of a super-block with its min tile and scales)
+    auto issue_x = [&](int h) {
+        const uint8_t *src = xt + static_cast<size_t>(h >> 1) * kChunk + (h & 1) * kHalfBytes;
+        uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
+        const int bytes = (h & 1) ? kAStage : kHalfBytes;
+        for (int i = 16 * tid; i < bytes; i += 16 * kWgThreads) cp_async16(dst + i, src + i);
+    };
+    // the raw super-blocks s of the block's rows into raw stage s % 2
+    auto issue_raw = [&](int s) {
+        constexpr int LPR = L::SBB / 16; // 16-byte lines a row
+        uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB;
+        for (int i = tid; i < kWgRows * LPR; i += kWgThreads) {
+            const int m = i / LPR, l = i - m * LPR;
+            cp_async16(dst + m * L::SBB + 16 * l, row_ptr(m) + static_cast<size_t>(s) * L::SBB + 16 * l);
+        }
+    };
+    // B of half-step h (k-steps 8·HALF .. 8·HALF + 7 of super-block h / 2) into B stage h % 2; with HALF = 1
+    // the super-block's min tile (the mins, both k-halves) and {d, dmin} too. Thread pair (row m, lane t).
+    auto decode = [&](int h, auto half_c) {
+        constexpr int HALF = decltype(half_c)::value;
+        const uint8_t *raw = sm + L::RAW0 + ((h >> 1) & 1) * kWgRows * L::SBB;
+        uint8_t *bt = sm + L::B0 + (h & 1) * kHalfBytes;
+        for (int p = tid; p < 4 * kWgRows; p += kWgThreads) {
+            const int m = p >> 2, tt = p & 3;
+            const uint8_t *sb = raw + m * L::SBB;
+            uint32_t B[16][2], Bmin;
+            kquant_b_frags<TYPE>(sb, tt, B, Bmin);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                *reinterpret_cast<uint32_t *>(bt + canon(m, j, 0, tt)) = B[8 * HALF + j][0];
+                *reinterpret_cast<uint32_t *>(bt + canon(m, j, 1, tt)) = B[8 * HALF + j][1];
+            }
+            if (HALF) {
+                *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 0, tt)) = Bmin;
+                *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 1, tt)) = Bmin;
+                if (tt == 0)
+                    reinterpret_cast<float2 *>(sm + L::DD)[m] =
+                        __half22float2(*reinterpret_cast<const __half2 *>(sb));
+            }
+        }
+        fence_async_smem(); // these generic stores, before the MMAs (the async proxy) read them
+    };
+
+    float acc[64], tmp[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f, tmp[i] = 0.0f;
+
+    // commit groups: G0 = {x 0, raw 0}, G1 = {x 1, raw 1}, then one a half-step h: {x h + 2, raw (h + 3) / 2
+    // for odd h}; at the top of half-step h, G(h) has landed (everything but the newest group)
+    issue_x(0);
+    issue_raw(0);
+    cp_async_commit();
+    if (nh > 1) issue_x(1);
+    if (a.nsb > 1) issue_raw(1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    decode(0, std::integral_constant<int, 0>());
+    const int rt0 = 64 * wg + 16 * warp + g; // this thread's first token of the tile
+    for (int h = 0; h < nh; h++) {
+        cp_async_wait<1>();
+        fence_async_smem(); // the copies' bytes, before the MMAs read them
+        __syncthreads();    // every thread's copies and decoded B of h; the MMAs of h − 1 are done
+        if (h + 2 < nh) issue_x(h + 2);
+        if ((h & 1) && (h + 3) / 2 < a.nsb) issue_raw((h + 3) / 2);
+        cp_async_commit();
+        const uint8_t *as = sm + L::A0 + (h % 3) * kAStage, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            wgmma_m64n128(tmp, wg_desc(as + j * kStepBytes + wg * 2048), wg_desc(bs + j * kStepBytes),
+                          (h & 1) | j);
+        wg_commit();
+        wg_pin(tmp);
+        if (h + 1 < nh) { // the next half-step's B while the MMAs run
+            if (h & 1)
+                decode(h + 1, std::integral_constant<int, 0>());
+            else
+                decode(h + 1, std::integral_constant<int, 1>());
+        }
+        wg_wait_all();
+        wg_pin(tmp);
+        if (h & 1) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
+            const float *esc = reinterpret_cast<const float *>(as + kScaleOff - kHalfBytes);
+            const float e0 = esc[rt0], e8 = esc[rt0 + 8];
+            const float4 *dd =
+                reinterpret_cast<const float4 *>(sm + L::DD); // rows 2i, 2i + 1: {d, dmin, d, dmin}
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const float4 f = dd[4 * j + t];
+                acc[4 * j] = fmaf(e0 * f.x, tmp[4 * j], acc[4 * j]);
+                acc[4 * j + 1] = fmaf(e0 * f.z, tmp[4 * j + 1], acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(e8 * f.x, tmp[4 * j + 2], acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
+            }
+            wg_fence();
+            wgmma_m64n128(tmp, wg_desc(as + kMinOff - kHalfBytes + wg * 2048), wg_desc(sm + L::BMIN), 0);
+            wg_commit();
+            wg_wait_all();
+            wg_pin(tmp);
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const float4 f = dd[4 * j + t];
+                acc[4 * j] = fmaf(-64.0f * e0 * f.y, tmp[4 * j], acc[4 * j]);
+                acc[4 * j + 1] = fmaf(-64.0f * e0 * f.w, tmp[4 * j + 1], acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(-64.0f * e8 * f.y, tmp[4 * j + 2], acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(-64.0f * e8 * f.w, tmp[4 * j + 3], acc[4 * j + 3]);
+            }
+        }
+    }
+    const int tk = tok0 + rt0;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int c = row0 + 8 * j + 2 * t;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int tok = tk + 8 * (k >> 1), o = c + (k & 1);
+            if (tok < a.T && o < a.n_out) a.y[static_cast<int64_t>(tok) * a.y_stride + o] = acc[4 * j + k];
+        }
+    }
+#else
+    __trap(); // built without sm_90a (TS_CUDA_ARCHITECTURES other than 90a): not for this build
+#endif
+}
+
+template <int TYPE> int launch_wg(const wg_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
+    const auto kernel = gemm_wg_kernel<TYPE>;
+    static bool opted_in = false; // one flag per instantiation
+    if (!opted_in) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 wg_layout<TYPE>::BYTES) != cudaSuccess)
+            return -1;
+        opted_in = true;
+    }
+    kernel<<<dim3(gx, gy, 1), kWgThreads, wg_layout<TYPE>::BYTES, s>>>(a);
+    return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+bool wg_hopper() {
+    static const bool yes = [] {
+        int major = 0, dev = 0;
+        return cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+               major == 9;
+    }();
+    return yes;
+}
+
+} // namespace
+
+} // namespace ts_cu
+
+using namespace ts_cu;
+
+extern "C" size_t ts_cuda_gemm_wg_x_bytes(int64_t ne0, int64_t T) {
+    if (ne0 <= 0 || ne0 % kTcSuper != 0 || T <= 0) return 0;
+    return static_cast<size_t>((T + kWgTok - 1) / kWgTok) * static_cast<size_t>(ne0 / kTcSuper) * kChunk;
+}
+
+extern "C" bool ts_cuda_gemm_wg_on(void) {
+    static const bool on = [] {
+        const char *e = getenv("TURBOSPARK_CUDA_GEMM_WG");
+        return e && !strcmp(e, "1");
+    }();
+    return on;
+}
+
+extern "C" bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes) {
+    const size_t need = ts_cuda_gemm_wg_x_bytes(ne0, T);
+    return wg_hopper() && (type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K) && need > 0 &&
+           need <= scratch_bytes && T <= INT_MAX - kWgTok && ne0 <= (1 << 20);
+}
+
+extern "C" int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
+                               int64_t T, float *y_dev, int64_t y_stride, void *scratch, size_t scratch_bytes,
+                               cudaStream_t s) {
+    if (!W || !W->data || !x_dev || !y_dev || !scratch || row0 < 0 || n_out <= 0 || T <= 0 ||
+        row0 > W->rows || n_out > W->rows - row0 || n_out > INT_MAX - kWgRows || y_stride < n_out)
+        return -1;
+    if (!ts_cuda_gemm_wg_takes(W->type, W->ne0, T, scratch_bytes) ||
+        W->row_bytes != ts_row_size(W->type, W->ne0) || W->row_bytes % 16 != 0 ||
+        (reinterpret_cast<uintptr_t>(W->data) & 15u) || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
+        (reinterpret_cast<uintptr_t>(scratch) & 15u))
+        return -1;
+    wg_args a = {};
+    a.w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    a.rb = W->row_bytes;
+    a.nsb = static_cast<int>(W->ne0 / kTcSuper);
+    a.n_out = static_cast<int>(n_out);
+    a.T = static_cast<int>(T);
+    a.xw = static_cast<const uint8_t *>(scratch);
+    a.y = y_dev;
+    a.y_stride = y_stride;
+    const unsigned pb = static_cast<unsigned>((T + kWgPrepRows - 1) / kWgPrepRows);
+    wg_x_prep_kernel<<<pb, 256, 0, s>>>(x_dev, a.T, a.nsb, W->ne0, static_cast<uint8_t *>(scratch));
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    const unsigned gx = static_cast<unsigned>((n_out + kWgRows - 1) / kWgRows),
+                   gy = static_cast<unsigned>((T + kWgTok - 1) / kWgTok);
+    if (gy > 65535) return -1;
+    return W->type == TS_TYPE_Q4_K ? launch_wg<TS_TYPE_Q4_K>(a, gx, gy, s)
+                                   : launch_wg<TS_TYPE_Q5_K>(a, gx, gy, s);
+}
