@@ -322,9 +322,9 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
         }
     const int ok = rc == 0 && worst <= REL_BOUND;
-    printf("  tc %-6s ne0 %5lld n_out %5lld T %4lld: %s  |gpu-cpu|/S %.2e (bound %.0e)%s\n", ts_type_name(type),
-           (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", worst, REL_BOUND,
-           rc ? "  (ts_cuda_gemm_tc refused)" : "");
+    printf("  tc %-6s ne0 %5lld n_out %5lld T %4lld: %s  |gpu-cpu|/S %.2e (bound %.0e)%s\n",
+           ts_type_name(type), (long long)ne0, (long long)n_out, (long long)T, ok ? "ok  " : "FAIL", worst,
+           REL_BOUND, rc ? "  (ts_cuda_gemm_tc refused)" : "");
     st->runs++;
     st->fails += !ok;
     TS_CUDA_CHECK(cudaFree(xd));
@@ -382,7 +382,8 @@ static void split_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, int
             if (rel > worst || rel != rel) worst = rel != rel ? INFINITY : rel;
             if (rel_hi > worst_hi) worst_hi = rel_hi;
         }
-    const int ok = (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
+    const int ok =
+        (max_parts == 1 ? np == 1 : np >= 2 && np % 2 == 0 && np <= max_parts) && worst <= SPLIT_BOUND;
     printf(
         "  split %-6s ne0 %5lld n_out %4lld T %4lld: %s  %d parts, |gpu-cpu|/S %.2e (bound %.0e; x rounded "
         "once: %.2e%s)\n",
