@@ -35,6 +35,10 @@
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
 #                                         hyper-connection up launch's sections, decode at 32K
+#   bash scripts/device_check.sh wg       the warpgroup-MMA products (TURBOSPARK_CUDA_GEMM_WG=1): their twin
+#                                         cases and times, test_cuda_forward and the golden fixtures with
+#                                         them on, prefill on and off, the sections of one launch
+#                                         (TURBOSPARK_CUDA_GEMM_WG=1 device_check.sh realwidth: the gate)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -202,6 +206,27 @@ land)
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_hcup.txt" 2>&1
   echo "sections of the hyper-connection up rc=$?"; grep -E "gemm_tc_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_hcup.txt" | head -24
+  ;;
+wg)
+  # The warpgroup-MMA products: test_cuda_gemm --wg (cases, times against gemm_tc_kernel), the golden
+  # fixtures and test_cuda_forward (FWD_S seconds, 200) with TURBOSPARK_CUDA_GEMM_WG=1, prefill with it on
+  # and off, then Nsight Compute's sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
+  echo "wg rc=$?"; tail -12 "$out/wg.txt"
+  (TURBOSPARK_CUDA_GEMM_WG=1 TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+  (TURBOSPARK_CUDA_GEMM_WG=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  wait
+  for wg in 1 0; do
+    echo "== TURBOSPARK_CUDA_GEMM_WG=$wg"
+    TURBOSPARK_CUDA_GEMM_WG=$wg timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
+  done
+  TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_wg.txt" 2>&1
+  echo "sections rc=$?"; grep -E "gemm_wg_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_wg.txt" | head -24
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
