@@ -223,7 +223,7 @@ wg)
     echo "== TURBOSPARK_CUDA_GEMM_WG=$wg"
     TURBOSPARK_CUDA_GEMM_WG=$wg timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done
-  TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 2 --launch-count 1 \
+  TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 0 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_wg.txt" 2>&1
   echo "sections rc=$?"; grep -E "gemm_wg_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_wg.txt" | head -24
