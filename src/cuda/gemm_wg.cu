@@ -4,17 +4,18 @@
 // once a super-block. Only the order of the fp32 additions differs from gemm_tc_kernel's.
 //
 // Two kernels a product:
-//  1. wg_x_prep_kernel: x into the canonical layout of wgmma's shared-memory operands, per (token tile of
-//     128, super-block) one chunk: two halves of 8 k-steps (each k-step 16 core matrices of 8 tokens × 8
-//     k-slots, 128 bytes each, the two k-halves of a core pair side by side: `canon`), then the min
-//     term's A tile (the sub-block sums' hi and lo words, the same layout, one k-step) and the tokens'
-//     2^-s. The k-slots are the GEMV's (lane t's inputs 64t .. 64t + 63), so B decoded by
-//     kquant_b_frags lines up with them.
+//  1. wg_x_prep_kernel: x into one record per (row, super-block) in the scratch, 576 bytes as gemm_tc.cu's
+//     (so ts_memplan_tc_x_bytes sizes both): for each of the 16 k-steps and each k-half kc, the row's 8
+//     fp16 inputs of that core-matrix row (16 bytes at 32·step + 16·kc), then the min term's two k-halves
+//     (the sub-block sums' hi and lo words, at 512), then 2^-s (at 544). The k-slots are the GEMV's (lane
+//     t's inputs 64t .. 64t + 63), so B decoded by kquant_b_frags lines up with them.
 //  2. gemm_wg_kernel: a block of two warpgroups computes 128 rows × 128 tokens (each warpgroup 64 tokens,
-//     m64n128k16), K in half super-blocks. All 256 threads stage x (cp.async, two half-steps ahead, three
-//     stages) and the weights' raw super-blocks (two ahead), and decode B for the next half-step into
-//     shared memory (two stages) while the warpgroups' MMAs of this one run. After a super-block's 16
-//     k-steps: acc += 2^-s·d·tmp, then one MMA of the sums against the mins, acc −= 64·2^-s·dmin·that.
+//     m64n128k16), K in half super-blocks. All 256 threads gather the tokens' 16-byte core rows into
+//     wgmma's canonical layout in shared memory (`canon`: no swizzle, core matrices of 8 rows × 16 bytes;
+//     cp.async two half-steps ahead, three stages) and the weights' raw super-blocks (two ahead), and
+//     decode B for the next half-step into the same layout (two stages) while the warpgroups' MMAs of
+//     this one run. After a super-block's 16 k-steps: acc += 2^-s·d·tmp, then one MMA of the sums
+//     against the mins, acc −= 64·2^-s·dmin·that.
 // Opt-in (TURBOSPARK_CUDA_GEMM_WG=1) until the device gate has run it.
 extern "C" {
 #include "quant/quant.h"
@@ -42,11 +43,11 @@ constexpr int kWgThreads = 256;  // two warpgroups
 constexpr int kWgPrepRows = 8;   // x rows a block of the prep kernel
 constexpr int kStepBytes = 4096; // a k-step of a tile: 16 cores of 8 (tokens or rows) × 2 k-halves × 128 B
 constexpr int kHalfBytes = 8 * kStepBytes;      // 8 k-steps: half a super-block
-constexpr int kMinOff = 2 * kHalfBytes;         // a chunk's min-term A tile
-constexpr int kScaleOff = kMinOff + kStepBytes; // a chunk's 2^-s, a float a token
-constexpr int kChunk = kScaleOff + kWgTok * 4;  // bytes of x a (token tile, super-block)
-constexpr int kAStage =
-    kChunk - kHalfBytes; // an A stage: a half, and with the second the min tile and scales
+constexpr int kRec = 576;                       // bytes of an x record (row, super-block)
+constexpr int kRecMin = 512, kRecScale = 544;   // its min-term rows and 2^-s
+constexpr int kMinOff = kHalfBytes;             // an A stage's min-term tile (second halves)
+constexpr int kScaleOff = kMinOff + kStepBytes; // an A stage's 2^-s, a float a token (second halves)
+constexpr int kAStage = kScaleOff + kWgTok * 4; // an A stage
 constexpr int kSmemMax = 227 * 1024;
 
 // Byte offset of (token or row r of a tile, k-step j, k-half kc, word t: k-slots 2t, 2t + 1 of the half) in
@@ -73,7 +74,7 @@ struct wg_args {
     size_t rb;        // bytes a row
     int nsb;          // super-blocks a row
     int n_out, T;
-    const uint8_t *xw; // x in chunks: [token tile][super-block][kChunk bytes]
+    const uint8_t *xw; // x records: [T][nsb][kRec bytes]
     float *y;
     int64_t y_stride; // floats from one token's outputs to the next
 };
@@ -126,7 +127,7 @@ __device__ __forceinline__ void wg_pin(float (&d)[64]) {
 }
 #endif
 
-// ---- kernel 1: x in chunks ----------------------------------------------------------------------------
+// ---- kernel 1: x records ------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict__ x, int nx, int nsb,
                                                         int64_t x_stride, uint8_t *__restrict__ xw) {
@@ -134,21 +135,21 @@ __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict_
     stage_x_kquant_each<false>(
         x + static_cast<size_t>(r0) * x_stride, n, nsb, x_stride,
         [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
-            const int row = r0 + rs / nsb, sb = rs % nsb, rt = row % kWgTok, h = q >> 1, j = q & 1;
-            uint8_t *c = xw + (static_cast<size_t>(row / kWgTok) * nsb + sb) * kChunk;
-        // quarter (h, j): MMAs 2(4j + ii) + h of the super-block, k-steps 2ii + h of half j
+            uint8_t *c = xw + (static_cast<size_t>(r0) * nsb + rs) * kRec; // rs = row·nsb + super-block
+            const int h = q >> 1, j = q & 1;
+        // quarter (h, j): k-steps 2(4j + ii) + h; a[2ii] k-half 0, a[2ii + 1] k-half 1, word t
 #pragma unroll
             for (int ii = 0; ii < 4; ii++) {
-                *reinterpret_cast<uint32_t *>(c + j * kHalfBytes + canon(rt, 2 * ii + h, 0, t)) = a[2 * ii];
-                *reinterpret_cast<uint32_t *>(c + j * kHalfBytes + canon(rt, 2 * ii + h, 1, t)) =
-                    a[2 * ii + 1];
+                const int step = 2 * (4 * j + ii) + h;
+                *reinterpret_cast<uint32_t *>(c + 32 * step + 4 * t) = a[2 * ii];
+                *reinterpret_cast<uint32_t *>(c + 32 * step + 16 + 4 * t) = a[2 * ii + 1];
             }
             if (q == 0) {
                 uint32_t hi, lo;
                 tc_x_sums(sum, other, hi, lo);
-                *reinterpret_cast<uint32_t *>(c + kMinOff + canon(rt, 0, 0, t)) = hi;
-                *reinterpret_cast<uint32_t *>(c + kMinOff + canon(rt, 0, 1, t)) = lo;
-                if (t == 0) reinterpret_cast<float *>(c + kScaleOff)[rt] = inv;
+                *reinterpret_cast<uint32_t *>(c + kRecMin + 4 * t) = hi;
+                *reinterpret_cast<uint32_t *>(c + kRecMin + 16 + 4 * t) = lo;
+                if (t == 0) *reinterpret_cast<float *>(c + kRecScale) = inv;
             }
         });
 }
@@ -164,17 +165,28 @@ template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_ker
     const int tid = static_cast<int>(threadIdx.x), wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = static_cast<int>(blockIdx.x) * kWgRows, tok0 = static_cast<int>(blockIdx.y) * kWgTok;
-    const int nh = 2 * a.nsb; // half-steps
-    const uint8_t *xt = a.xw + static_cast<size_t>(blockIdx.y) * a.nsb * kChunk;
+    const int nh = 2 * a.nsb;   // half-steps
     auto row_ptr = [&](int m) { // rows past n_out repeat the last one (computed, never stored)
         return a.w + static_cast<size_t>(min(row0 + m, a.n_out - 1)) * a.rb;
     };
-    // x of half-step h into A stage h % 3 (the second half of a super-block with its min tile and scales)
+    // x of half-step h into A stage h % 3: token r's core rows of k-steps 8(h % 2) .. + 7 (256 contiguous
+    // bytes of its record), and with the second half its min-term rows and 2^-s; tokens past T repeat the
+    // last one (computed, never stored)
     auto issue_x = [&](int h) {
-        const uint8_t *src = xt + static_cast<size_t>(h >> 1) * kChunk + (h & 1) * kHalfBytes;
+        const int half = h & 1;
         uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
-        const int bytes = (h & 1) ? kAStage : kHalfBytes;
-        for (int i = 16 * tid; i < bytes; i += 16 * kWgThreads) cp_async16(dst + i, src + i);
+        auto rec = [&](int r) {
+            return a.xw + (static_cast<size_t>(min(tok0 + r, a.T - 1)) * a.nsb + (h >> 1)) * kRec;
+        };
+        for (int i = tid; i < kWgTok * 16; i += kWgThreads) { // (token r, k-step j, k-half kc)
+            const int r = i >> 4, j = (i >> 1) & 7, kc = i & 1;
+            cp_async16(dst + canon(r, j, kc, 0), rec(r) + 256 * half + 32 * j + 16 * kc);
+        }
+        if (half) {
+            const int r = tid >> 1, kc = tid & 1; // 256 threads: 128 tokens × 2 k-halves
+            cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
+            if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + kRecScale);
+        }
     };
     // the raw super-blocks s of the block's rows into raw stage s % 2
     auto issue_raw = [&](int s) {
@@ -252,7 +264,7 @@ template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_ker
         wg_wait_all();
         wg_pin(tmp);
         if (h & 1) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
-            const float *esc = reinterpret_cast<const float *>(as + kScaleOff - kHalfBytes);
+            const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
             const float e0 = esc[rt0], e8 = esc[rt0 + 8];
             const float4 *dd =
                 reinterpret_cast<const float4 *>(sm + L::DD); // rows 2i, 2i + 1: {d, dmin, d, dmin}
@@ -265,7 +277,7 @@ template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_ker
                 acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
             }
             wg_fence();
-            wgmma_m64n128(tmp, wg_desc(as + kMinOff - kHalfBytes + wg * 2048), wg_desc(sm + L::BMIN), 0);
+            wgmma_m64n128(tmp, wg_desc(as + kMinOff + wg * 2048), wg_desc(sm + L::BMIN), 0);
             wg_commit();
             wg_wait_all();
             wg_pin(tmp);
@@ -325,7 +337,7 @@ using namespace ts_cu;
 
 extern "C" size_t ts_cuda_gemm_wg_x_bytes(int64_t ne0, int64_t T) {
     if (ne0 <= 0 || ne0 % kTcSuper != 0 || T <= 0) return 0;
-    return static_cast<size_t>((T + kWgTok - 1) / kWgTok) * static_cast<size_t>(ne0 / kTcSuper) * kChunk;
+    return static_cast<size_t>(T) * static_cast<size_t>(ne0 / kTcSuper) * kRec;
 }
 
 extern "C" bool ts_cuda_gemm_wg_on(void) {
