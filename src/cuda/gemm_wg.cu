@@ -23,6 +23,7 @@ extern "C" {
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_device.h"
 #include "cuda/gemm_tc.h"
+#include "cuda/gemm_wg.cuh"
 #include "cuda/tc_stage.cuh"
 
 #include <cuda_fp16.h>
@@ -37,26 +38,9 @@ namespace ts_cu {
 
 namespace {
 
-constexpr int kWgTok = 128;      // tokens a block: two warpgroups of 64
-constexpr int kWgRows = 128;     // rows a block (each MMA's n)
-constexpr int kWgThreads = 256;  // two warpgroups
-constexpr int kWgPrepRows = 8;   // x rows a block of the prep kernel
-constexpr int kStepBytes = 4096; // a k-step of a tile: 16 cores of 8 (tokens or rows) × 2 k-halves × 128 B
-constexpr int kHalfBytes = 8 * kStepBytes;      // 8 k-steps: half a super-block
-constexpr int kRec = 576;                       // bytes of an x record (row, super-block)
-constexpr int kRecMin = 512, kRecScale = 544;   // its min-term rows and 2^-s
-constexpr int kMinOff = kHalfBytes;             // an A stage's min-term tile (second halves)
-constexpr int kScaleOff = kMinOff + kStepBytes; // an A stage's 2^-s, a float a token (second halves)
-constexpr int kAStage = kScaleOff + kWgTok * 4; // an A stage
+constexpr int kWgThreads = 256; // two warpgroups
+constexpr int kWgPrepRows = 8;  // x rows a block of the prep kernel
 constexpr int kSmemMax = 227 * 1024;
-
-// Byte offset of (token or row r of a tile, k-step j, k-half kc, word t: k-slots 2t, 2t + 1 of the half) in
-// a tile of 8 k-steps: core matrices of 8 rows × 16 bytes, k-halves 128 bytes apart (the descriptors'
-// leading byte offset), groups of 8 rows 256 apart (the stride byte offset).
-__host__ __device__ constexpr int canon(int r, int j, int kc, int t) {
-    return j * kStepBytes + (r >> 3) * 256 + kc * 128 + (r & 7) * 16 + 4 * t;
-}
-constexpr int kLbo = 128, kSbo = 256;
 
 template <int TYPE> struct wg_layout {
     static constexpr int SBB = tc_kquant<TYPE>::BS;  // bytes a super-block (a multiple of 16)
@@ -141,8 +125,8 @@ __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict_
 #pragma unroll
             for (int ii = 0; ii < 4; ii++) {
                 const int step = 2 * (4 * j + ii) + h;
-                *reinterpret_cast<uint32_t *>(c + 32 * step + 4 * t) = a[2 * ii];
-                *reinterpret_cast<uint32_t *>(c + 32 * step + 16 + 4 * t) = a[2 * ii + 1];
+                *reinterpret_cast<uint32_t *>(c + wg_rec_word(step, 0, t)) = a[2 * ii];
+                *reinterpret_cast<uint32_t *>(c + wg_rec_word(step, 1, t)) = a[2 * ii + 1];
             }
             if (q == 0) {
                 uint32_t hi, lo;
@@ -180,7 +164,7 @@ template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_ker
         };
         for (int i = tid; i < kWgTok * 16; i += kWgThreads) { // (token r, k-step j, k-half kc)
             const int r = i >> 4, j = (i >> 1) & 7, kc = i & 1;
-            cp_async16(dst + canon(r, j, kc, 0), rec(r) + 256 * half + 32 * j + 16 * kc);
+            cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(8 * half + j, kc, 0));
         }
         if (half) {
             const int r = tid >> 1, kc = tid & 1; // 256 threads: 128 tokens × 2 k-halves

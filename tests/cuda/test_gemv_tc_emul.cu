@@ -14,12 +14,14 @@ extern "C" {
 #include "common/half.h"
 #include "quant/quant.h"
 }
+#include "cuda/gemm_wg.cuh"
 #include "cuda/gemv_tc.cuh"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 
 using namespace ts_cu;
@@ -294,10 +296,147 @@ template <int TYPE> static int run_inorder(int K, int G) {
     return fails + staged_bad;
 }
 
+// ---- the warpgroup-MMA prefill products (src/cuda/gemm_wg.cu) -------------------------------------------
+//
+// The kernel's layouts (gemm_wg.cuh) end to end for one warpgroup: x records written as its prep kernel
+// writes them (the GEMV's staging units, placed by wg_rec_word), gathered into the canonical A tile as its
+// cp.async copies do, B decoded by kquant_b_frags into the canonical B tile, the min tiles and {d, dmin},
+// then m64n128k16 MMAs emulated from wgmma's shared-memory layout (an element (r, k) of a K-major operand
+// without swizzle at start + (r / 8)·SBO + (k / 8)·LBO + (r % 8)·16 + (k % 8)·2) and the kernel's
+// epilogue, against Σ dequant(w)·x̃ in double. Token counts below 64 repeat the last token, as the kernel.
+static double canon_at(const std::vector<uint8_t> &img, size_t start, int r, int k) {
+    uint16_t h;
+    memcpy(&h, &img[start + (size_t)((r / 8) * kSbo + (k / 8) * kLbo + (r % 8) * 16 + (k % 8) * 2)], 2);
+    return ts_fp16_to_fp32(h);
+}
+template <int TYPE> static int run_wg(void) {
+    const int K = 512, NSB = K / 256, ROWS = kWgRows, M = 64, BS = tc_kquant<TYPE>::BS;
+    const size_t rb = ts_row_size(TYPE, K);
+    int fails = 0;
+    double worst = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        const int T = trial == 0 ? M : trial == 1 ? 37 : 1;
+        std::vector<uint8_t> W;
+        std::vector<float> wf;
+        if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
+        std::vector<float> x(T * K), xr(T * K);
+        for (int t = 0; t < T; t++)
+            for (int sb = 0; sb < NSB; sb++) {
+                const double mag = pow(10.0, -3.0 + 6.0 * urand());
+                const bool zero = urand() < 0.1;
+                for (int i = 0; i < 256; i++) x[t * K + sb * 256 + i] = zero ? 0.0f : (float)(mag * gauss());
+            }
+        ts_round_x_like_tc(x.data(), T * K, 256, xr.data());
+        // the records (wg_x_prep_kernel)
+        std::vector<uint8_t> rec((size_t)T * NSB * kRec, 0);
+        for (int t = 0; t < T; t++)
+            for (int sb = 0; sb < NSB; sb++) {
+                uint8_t *c = &rec[((size_t)t * NSB + sb) * kRec];
+                float amax = 0;
+                for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[t * K + sb * 256 + i]));
+                float inv;
+                const float scale = tc_x_scale(amax, inv);
+                for (int l = 0; l < 4; l++) {
+                    float qsum[4];
+                    for (int q = 0; q < 4; q++) {
+                        uint32_t w[8];
+                        const int h = q >> 1, j = q & 1, i0 = t * K + sb * 256 + 64 * l + 32 * h + 16 * j;
+                        qsum[q] = tc_x_quarter(&x[i0], scale, w);
+                        for (int ii = 0; ii < 4; ii++) {
+                            memcpy(c + wg_rec_word(2 * (4 * j + ii) + h, 0, l), &w[2 * ii], 4);
+                            memcpy(c + wg_rec_word(2 * (4 * j + ii) + h, 1, l), &w[2 * ii + 1], 4);
+                        }
+                    }
+                    uint32_t hi, lo;
+                    tc_x_sums(qsum[0] + qsum[1], qsum[2] + qsum[3], hi, lo);
+                    memcpy(c + kRecMin + 4 * l, &hi, 4);
+                    memcpy(c + kRecMin + 16 + 4 * l, &lo, 4);
+                }
+                memcpy(c + kRecScale, &inv, 4);
+            }
+        std::vector<double> acc((size_t)M * ROWS, 0.0), tmp((size_t)M * ROWS);
+        for (int sb = 0; sb < NSB; sb++) {
+            std::vector<uint8_t> A(2 * (size_t)kAStage), B(2 * (size_t)kHalfBytes), Bm(kStepBytes);
+            std::vector<float> d(ROWS), dmin(ROWS);
+            for (int half = 0; half < 2; half++) { // the gather (issue_x) and the decode (decode)
+                uint8_t *a = &A[(size_t)half * kAStage];
+                for (int r = 0; r < M; r++) {
+                    const uint8_t *c = &rec[((size_t)(r < T ? r : T - 1) * NSB + sb) * kRec];
+                    for (int j = 0; j < 8; j++)
+                        for (int kc = 0; kc < 2; kc++)
+                            memcpy(a + canon(r, j, kc, 0), c + wg_rec_word(8 * half + j, kc, 0), 16);
+                    if (half) {
+                        for (int kc = 0; kc < 2; kc++)
+                            memcpy(a + kMinOff + canon(r, 0, kc, 0), c + kRecMin + 16 * kc, 16);
+                        memcpy(a + kScaleOff + 4 * r, c + kRecScale, 4);
+                    }
+                }
+                for (int m = 0; m < ROWS; m++)
+                    for (int tt = 0; tt < 4; tt++) {
+                        uint32_t Bf[16][2], Bmin;
+                        kquant_b_frags<TYPE>(W.data() + m * rb + sb * BS, tt, Bf, Bmin);
+                        for (int j = 0; j < 8; j++)
+                            for (int kc = 0; kc < 2; kc++)
+                                memcpy(&B[(size_t)half * kHalfBytes + canon(m, j, kc, tt)],
+                                       &Bf[8 * half + j][kc], 4);
+                        for (int kc = 0; kc < 2; kc++) memcpy(&Bm[canon(m, 0, kc, tt)], &Bmin, 4);
+                    }
+            }
+            for (int m = 0; m < ROWS; m++) {
+                const uint8_t *blk = W.data() + m * rb + sb * BS;
+                d[m] = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
+                dmin[m] = ts_fp16_to_fp32((uint16_t)(blk[2] | blk[3] << 8));
+            }
+            std::fill(tmp.begin(), tmp.end(), 0.0);
+            for (int step = 0; step < 16; step++) { // 16 MMAs m64n128k16
+                const size_t sa = (size_t)(step / 8) * kAStage + (size_t)(step % 8) * kStepBytes,
+                             sbb = (size_t)(step / 8) * kHalfBytes + (size_t)(step % 8) * kStepBytes;
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < ROWS; n++) {
+                        double s = 0;
+                        for (int k = 0; k < 16; k++) s += canon_at(A, sa, m, k) * canon_at(B, sbb, n, k);
+                        tmp[(size_t)m * ROWS + n] += s;
+                    }
+            }
+            for (int m = 0; m < M; m++) {
+                float e;
+                memcpy(&e, &A[(size_t)kAStage + kScaleOff + 4 * m], 4);
+                for (int n = 0; n < ROWS; n++) {
+                    double cm = 0;
+                    for (int k = 0; k < 16; k++)
+                        cm += canon_at(A, (size_t)kAStage + kMinOff, m, k) * canon_at(Bm, 0, n, k);
+                    acc[(size_t)m * ROWS + n] +=
+                        (double)e * d[n] * tmp[(size_t)m * ROWS + n] - 64.0 * e * dmin[n] * cm;
+                }
+            }
+        }
+        for (int m = 0; m < T; m++)
+            for (int n = 0; n < ROWS; n++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < K; i++) {
+                    ref += (double)wf[n * K + i] * xr[m * K + i];
+                    mag += fabs((double)wf[n * K + i] * x[m * K + i]);
+                }
+                const double e = fabs(acc[(size_t)m * ROWS + n] - ref) / (mag > 0 ? mag : 1e-300);
+                if (!(e <= 1e-6)) {
+                    if (fails < 5)
+                        printf("  FAIL wg trial %d token %d row %d: got %.9g, reference %.9g (S %.3g)\n",
+                               trial, m, n, acc[(size_t)m * ROWS + n], ref, mag);
+                    fails++;
+                }
+                if (e > worst || e != e) worst = e;
+            }
+    }
+    printf("%s, warpgroup layouts: 3 trials of %d rows x %d inputs, 64 / 37 / 1 tokens: max |emulated - "
+           "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+           ts_type_name(TYPE), ROWS, K, worst, fails ? "  FAIL" : "");
+    return fails;
+}
+
 int main(void) {
     const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
-                      run_inorder<TS_TYPE_Q6_K>(512, 256);
+                      run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
