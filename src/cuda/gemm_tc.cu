@@ -690,6 +690,10 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
     const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
                                              x_stride, y_dev, y_stride, &parts, &e_max);
     if (ok <= 0) return ok;
+    if (ts_cuda_gemm_wg_on() &&
+        ts_cuda_gemm_wg_experts(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div, x_stride, y_dev,
+                                y_stride, g_scratch, g_scratch_bytes, s) == 0)
+        return 0;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
     tc_gemm_args a = {};
     a.w0 = static_cast<const uint8_t *>(W->data);

@@ -44,6 +44,14 @@ size_t ts_cuda_gemm_wg_x_bytes(int64_t ne0, int64_t T);
 bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes);
 int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                     float *y_dev, int64_t y_stride, void *scratch, size_t scratch_bytes, cudaStream_t s);
+/* The grouped expert products of Q4_K and Q5_K on the warpgroup MMAs: ts_cuda_gemm_tc_experts's contract for
+ * plans of 64-item tiles (prefill), x's rows converted into the given scratch (ts_cuda_gemm_wg_x_bytes of
+ * ⌈n_items / x_div⌉ rows). -1 where not taken or on a bad argument; ts_cuda_gemm_tc_experts tries it first
+ * when ts_cuda_gemm_wg_on. */
+int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                            const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
+                            int64_t y_stride, void *scratch, size_t scratch_bytes, cudaStream_t s);
 
 /* Whether ts_cuda_gemm_tc_experts runs a plan's product: ts_cuda_gemm_tc_takes for its x rows (items
  * sharing x rows, x_div = k: the routed gate/up products; an x row an item, x_div = 1: the routed down

@@ -54,13 +54,20 @@ template <int TYPE> struct wg_layout {
 };
 
 struct wg_args {
-    const uint8_t *w; // row 0 of the product
-    size_t rb;        // bytes a row
-    int nsb;          // super-blocks a row
-    int n_out, T;
-    const uint8_t *xw; // x records: [T][nsb][kRec bytes]
+    const uint8_t *w0, *w1; // dense: row 0 of the product, NULL; experts: W->data, W2->data or NULL
+    size_t rb;              // bytes a row (both tensors)
+    int nsb;                // super-blocks a row
+    int n_out, n_part;      // output rows (experts: P·n_part); rows ≥ n_part come from w1
+    int64_t rows_per_expert, row_off;
+    int e_max;         // experts: the largest expert whose rows lie inside both tensors
+    int T;             // dense: tokens
+    int x_div;         // experts: item i's x row is ⌊i / x_div⌋
+    const uint8_t *xw; // x records: [x rows][nsb][kRec bytes]
     float *y;
-    int64_t y_stride; // floats from one token's outputs to the next
+    int64_t y_stride;      // floats from one token's (item's) outputs to the next
+    const int32_t *sorted; // experts: the plan (tiles == NULL: dense)
+    const int4 *tiles;
+    const int32_t *n_tiles;
 };
 
 __device__ __forceinline__ void fence_async_smem() {
@@ -82,32 +89,47 @@ __device__ __forceinline__ uint64_t wg_desc(const uint8_t *p) {
     return static_cast<uint64_t>((a & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(kLbo >> 4) << 16) |
            (static_cast<uint64_t>(kSbo >> 4) << 32);
 }
-// d = A·B (+ d when accumulate), m64n128k16, fp16 operands from shared memory, fp32 accumulators.
-__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-                   "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(accumulate));
+// d = A·B (+ d when accumulate), m64nNk16 (N = 128 or 64), fp16 operands from shared memory, fp32
+// accumulators.
+template <int N>
+__device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+    if constexpr (N == 128)
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+              "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+              "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+              "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+              "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+              "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+              "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "r"(accumulate));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                       "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db), "r"(accumulate));
 }
 // The accumulators as of this point (the MMAs write them asynchronously: keep the compiler from moving
 // their uses across the wait).
-__device__ __forceinline__ void wg_pin(float (&d)[64]) {
+template <int NA> __device__ __forceinline__ void wg_pin(float (&d)[NA]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < NA; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 #endif
 
@@ -140,149 +162,191 @@ __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict_
 
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
 
-// Thread (warpgroup wg, warp w of it, lane g·4 + t) holds tokens 64wg + 16w + g (acc[4j], acc[4j + 1]: rows
-// 8j + 2t, 8j + 2t + 1) and that + 8 (acc[4j + 2], acc[4j + 3]), j = 0..15.
-template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a) {
+// A block: 128 rows × a tile of tokens. Dense (EXP false): tiles of 128 tokens, warpgroup wg takes tokens
+// 64wg .. 64wg + 63 and all 128 rows (m64n128). Experts (EXP): a plan's tile of up to 64 items of one
+// expert, both warpgroups take all its items, warpgroup wg rows 64wg .. 64wg + 63 (m64n64). Thread (warp w
+// of its warpgroup, lane g·4 + t) holds tokens 16w + g (acc[4j], acc[4j + 1]: rows 8j + 2t, 8j + 2t + 1 of
+// its rows) and 16w + g + 8 (acc[4j + 2], acc[4j + 3]) of its warpgroup's tokens.
+template <int TYPE, bool EXP>
+__global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = wg_layout<TYPE>;
+    constexpr int NW = EXP ? 64 : 128;  // rows of a warpgroup's MMAs
+    constexpr int TOK = EXP ? 64 : 128; // tokens (items) a block tile
+    constexpr int NA = NW / 2;          // accumulators a thread
     extern __shared__ __align__(128) uint8_t sm[];
+    __shared__ int items[TOK]; // the tile's items (dense: tokens); past the tile, its last one
+    __shared__ int xrows[TOK]; // their x rows
     const int tid = static_cast<int>(threadIdx.x), wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = static_cast<int>(blockIdx.x) * kWgRows, tok0 = static_cast<int>(blockIdx.y) * kWgTok;
-    const int nh = 2 * a.nsb;   // half-steps
-    auto row_ptr = [&](int m) { // rows past n_out repeat the last one (computed, never stored)
-        return a.w + static_cast<size_t>(min(row0 + m, a.n_out - 1)) * a.rb;
-    };
-    // x of half-step h into A stage h % 3: token r's core rows of k-steps 8(h % 2) .. + 7 (256 contiguous
-    // bytes of its record), and with the second half its min-term rows and 2^-s; tokens past T repeat the
-    // last one (computed, never stored)
-    auto issue_x = [&](int h) {
-        const int half = h & 1;
-        uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
-        auto rec = [&](int r) {
-            return a.xw + (static_cast<size_t>(min(tok0 + r, a.T - 1)) * a.nsb + (h >> 1)) * kRec;
+    const int row0 = static_cast<int>(blockIdx.x) * kWgRows, nh = 2 * a.nsb; // nh: half-steps
+    const int rt0 = (EXP ? 0 : 64 * wg) + 16 * warp + g; // this thread's first token of the tile
+    const int rw0 = EXP ? 64 * wg : 0;                   // its warpgroup's first row of the block
+    const int a_off = EXP ? 0 : wg * 2048, b_off = EXP ? wg * 2048 : 0; // its operands in a k-step's tile
+    const int n_tiles = EXP ? *a.n_tiles : (a.T + TOK - 1) / TOK;
+
+    for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
+        int e = 0, start, cnt;
+        if (EXP) {
+            const int4 ti = a.tiles[q];
+            e = ti.x, start = ti.y, cnt = ti.z;
+        } else {
+            start = q * TOK, cnt = min(TOK, a.T - start);
+        }
+        __syncthreads(); // the previous tile is done with items and every stage
+        if (tid < TOK) {
+            const int it = EXP ? a.sorted[start + min(tid, cnt - 1)] : start + min(tid, cnt - 1);
+            items[tid] = it;
+            xrows[tid] = EXP ? it / a.x_div : it;
+        }
+        __syncthreads();
+        if (EXP && (e < 0 || e > a.e_max)) { // bad expert id: NaN outputs, no weight read
+            for (int idx = tid; idx < kWgRows * cnt; idx += kWgThreads) {
+                const int j = idx / kWgRows, o = row0 + idx - j * kWgRows;
+                if (o < a.n_out)
+                    a.y[static_cast<int64_t>(items[j]) * a.y_stride + o] = __int_as_float(0x7fffffff);
+            }
+            continue;
+        }
+        const size_t r0b = EXP ? (static_cast<size_t>(e) * static_cast<size_t>(a.rows_per_expert) +
+                                  static_cast<size_t>(a.row_off)) *
+                                     a.rb
+                               : 0;
+        auto row_ptr = [&](int m) { // rows past n_out repeat the last one (computed, never stored)
+            const int o = min(row0 + m, a.n_out - 1);
+            return o < a.n_part ? a.w0 + r0b + static_cast<size_t>(o) * a.rb
+                                : (a.w1 ? a.w1 : a.w0) + r0b + static_cast<size_t>(o - a.n_part) * a.rb;
         };
-        for (int i = tid; i < kWgTok * 16; i += kWgThreads) { // (token r, k-step j, k-half kc)
-            const int r = i >> 4, j = (i >> 1) & 7, kc = i & 1;
-            cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(8 * half + j, kc, 0));
-        }
-        if (half) {
-            const int r = tid >> 1, kc = tid & 1; // 256 threads: 128 tokens × 2 k-halves
-            cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
-            if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + kRecScale);
-        }
-    };
-    // the raw super-blocks s of the block's rows into raw stage s % 2
-    auto issue_raw = [&](int s) {
-        constexpr int LPR = L::SBB / 16; // 16-byte lines a row
-        uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB;
-        for (int i = tid; i < kWgRows * LPR; i += kWgThreads) {
-            const int m = i / LPR, l = i - m * LPR;
-            cp_async16(dst + m * L::SBB + 16 * l, row_ptr(m) + static_cast<size_t>(s) * L::SBB + 16 * l);
-        }
-    };
-    // B of half-step h (k-steps 8·HALF .. 8·HALF + 7 of super-block h / 2) into B stage h % 2; with HALF = 1
-    // the super-block's min tile (the mins, both k-halves) and {d, dmin} too. Thread pair (row m, lane t).
-    auto decode = [&](int h, auto half_c) {
-        constexpr int HALF = decltype(half_c)::value;
-        const uint8_t *raw = sm + L::RAW0 + ((h >> 1) & 1) * kWgRows * L::SBB;
-        uint8_t *bt = sm + L::B0 + (h & 1) * kHalfBytes;
-        for (int p = tid; p < 4 * kWgRows; p += kWgThreads) {
-            const int m = p >> 2, tt = p & 3;
-            const uint8_t *sb = raw + m * L::SBB;
-            uint32_t B[16][2], Bmin;
-            kquant_b_frags<TYPE>(sb, tt, B, Bmin);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                *reinterpret_cast<uint32_t *>(bt + canon(m, j, 0, tt)) = B[8 * HALF + j][0];
-                *reinterpret_cast<uint32_t *>(bt + canon(m, j, 1, tt)) = B[8 * HALF + j][1];
+        // x of half-step h into A stage h % 3: token r's core rows of k-steps 8(h % 2) .. + 7 (256
+        // contiguous bytes of its record), and with the second half its min-term rows and 2^-s
+        auto issue_x = [&](int h) {
+            const int half = h & 1;
+            uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
+            auto rec = [&](int r) {
+                return a.xw + (static_cast<size_t>(xrows[r]) * a.nsb + (h >> 1)) * kRec;
+            };
+            for (int i = tid; i < TOK * 16; i += kWgThreads) { // (token r, k-step j, k-half kc)
+                const int r = i >> 4, j = (i >> 1) & 7, kc = i & 1;
+                cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(8 * half + j, kc, 0));
             }
-            if (HALF) {
-                *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 0, tt)) = Bmin;
-                *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 1, tt)) = Bmin;
-                if (tt == 0)
-                    reinterpret_cast<float2 *>(sm + L::DD)[m] =
-                        __half22float2(*reinterpret_cast<const __half2 *>(sb));
+            if (half && tid < 2 * TOK) {
+                const int r = tid >> 1, kc = tid & 1; // tokens × 2 k-halves
+                cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
+                if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + kRecScale);
             }
-        }
-        fence_async_smem(); // these generic stores, before the MMAs (the async proxy) read them
-    };
-
-    float acc[64], tmp[64];
+        };
+        // the raw super-blocks s of the block's rows into raw stage s % 2
+        auto issue_raw = [&](int s) {
+            constexpr int LPR = L::SBB / 16; // 16-byte lines a row
+            uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB;
+            for (int i = tid; i < kWgRows * LPR; i += kWgThreads) {
+                const int m = i / LPR, l = i - m * LPR;
+                cp_async16(dst + m * L::SBB + 16 * l, row_ptr(m) + static_cast<size_t>(s) * L::SBB + 16 * l);
+            }
+        };
+        // B of half-step h (k-steps 8·HALF .. 8·HALF + 7 of super-block h / 2) into B stage h % 2; with
+        // HALF = 1 the super-block's min tile (the mins, both k-halves) and {d, dmin} too. Thread pair (row
+        // m, lane t).
+        auto decode = [&](int h, auto half_c) {
+            constexpr int HALF = decltype(half_c)::value;
+            const uint8_t *raw = sm + L::RAW0 + ((h >> 1) & 1) * kWgRows * L::SBB;
+            uint8_t *bt = sm + L::B0 + (h & 1) * kHalfBytes;
+            for (int p = tid; p < 4 * kWgRows; p += kWgThreads) {
+                const int m = p >> 2, tt = p & 3;
+                const uint8_t *sb = raw + m * L::SBB;
+                uint32_t B[16][2], Bmin;
+                kquant_b_frags<TYPE>(sb, tt, B, Bmin);
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f, tmp[i] = 0.0f;
+                for (int j = 0; j < 8; j++) {
+                    *reinterpret_cast<uint32_t *>(bt + canon(m, j, 0, tt)) = B[8 * HALF + j][0];
+                    *reinterpret_cast<uint32_t *>(bt + canon(m, j, 1, tt)) = B[8 * HALF + j][1];
+                }
+                if (HALF) {
+                    *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 0, tt)) = Bmin;
+                    *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 1, tt)) = Bmin;
+                    if (tt == 0)
+                        reinterpret_cast<float2 *>(sm + L::DD)[m] =
+                            __half22float2(*reinterpret_cast<const __half2 *>(sb));
+                }
+            }
+            fence_async_smem(); // these generic stores, before the MMAs (the async proxy) read them
+        };
 
-    // commit groups: G0 = {x 0, raw 0}, G1 = {x 1, raw 1}, then one a half-step h: {x h + 2, raw (h + 3) / 2
-    // for odd h}; at the top of half-step h, G(h) has landed (everything but the newest group)
-    issue_x(0);
-    issue_raw(0);
-    cp_async_commit();
-    if (nh > 1) issue_x(1);
-    if (a.nsb > 1) issue_raw(1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    decode(0, std::integral_constant<int, 0>());
-    const int rt0 = 64 * wg + 16 * warp + g; // this thread's first token of the tile
-    for (int h = 0; h < nh; h++) {
-        cp_async_wait<1>();
-        fence_async_smem(); // the copies' bytes, before the MMAs read them
-        __syncthreads();    // every thread's copies and decoded B of h; the MMAs of h − 1 are done
-        if (h + 2 < nh) issue_x(h + 2);
-        if ((h & 1) && (h + 3) / 2 < a.nsb) issue_raw((h + 3) / 2);
+        float acc[NA], tmp[NA];
+#pragma unroll
+        for (int i = 0; i < NA; i++) acc[i] = 0.0f, tmp[i] = 0.0f;
+
+        // commit groups: G0 = {x 0, raw 0}, G1 = {x 1, raw 1}, then one a half-step h: {x h + 2, raw
+        // (h + 3) / 2 for odd h}; at the top of half-step h, G(h) has landed (all but the newest group)
+        issue_x(0);
+        issue_raw(0);
         cp_async_commit();
-        const uint8_t *as = sm + L::A0 + (h % 3) * kAStage, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
-        wg_fence();
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            wgmma_m64n128(tmp, wg_desc(as + j * kStepBytes + wg * 2048), wg_desc(bs + j * kStepBytes),
-                          (h & 1) | j);
-        wg_commit();
-        wg_pin(tmp);
-        if (h + 1 < nh) { // the next half-step's B while the MMAs run
-            if (h & 1)
-                decode(h + 1, std::integral_constant<int, 0>());
-            else
-                decode(h + 1, std::integral_constant<int, 1>());
-        }
-        wg_wait_all();
-        wg_pin(tmp);
-        if (h & 1) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
-            const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
-            const float e0 = esc[rt0], e8 = esc[rt0 + 8];
-            const float4 *dd =
-                reinterpret_cast<const float4 *>(sm + L::DD); // rows 2i, 2i + 1: {d, dmin, d, dmin}
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const float4 f = dd[4 * j + t];
-                acc[4 * j] = fmaf(e0 * f.x, tmp[4 * j], acc[4 * j]);
-                acc[4 * j + 1] = fmaf(e0 * f.z, tmp[4 * j + 1], acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(e8 * f.x, tmp[4 * j + 2], acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
-            }
+        if (nh > 1) issue_x(1);
+        if (a.nsb > 1) issue_raw(1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        decode(0, std::integral_constant<int, 0>());
+        for (int h = 0; h < nh; h++) {
+            cp_async_wait<1>();
+            fence_async_smem(); // the copies' bytes, before the MMAs read them
+            __syncthreads();    // every thread's copies and decoded B of h; the MMAs of h − 1 are done
+            if (h + 2 < nh) issue_x(h + 2);
+            if ((h & 1) && (h + 3) / 2 < a.nsb) issue_raw((h + 3) / 2);
+            cp_async_commit();
+            const uint8_t *as = sm + L::A0 + (h % 3) * kAStage, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
             wg_fence();
-            wgmma_m64n128(tmp, wg_desc(as + kMinOff + wg * 2048), wg_desc(sm + L::BMIN), 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                wgmma_m64<NW>(tmp, wg_desc(as + j * kStepBytes + a_off), wg_desc(bs + j * kStepBytes + b_off),
+                              (h & 1) | j);
             wg_commit();
+            wg_pin(tmp);
+            if (h + 1 < nh) { // the next half-step's B while the MMAs run
+                if (h & 1)
+                    decode(h + 1, std::integral_constant<int, 0>());
+                else
+                    decode(h + 1, std::integral_constant<int, 1>());
+            }
             wg_wait_all();
             wg_pin(tmp);
+            if (h & 1) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
+                const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
+                const float e0 = esc[rt0], e8 = esc[rt0 + 8];
+                // rows 2i, 2i + 1: {d, dmin, d, dmin}
+                const float4 *dd = reinterpret_cast<const float4 *>(sm + L::DD) + rw0 / 2;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const float4 f = dd[4 * j + t];
-                acc[4 * j] = fmaf(-64.0f * e0 * f.y, tmp[4 * j], acc[4 * j]);
-                acc[4 * j + 1] = fmaf(-64.0f * e0 * f.w, tmp[4 * j + 1], acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(-64.0f * e8 * f.y, tmp[4 * j + 2], acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(-64.0f * e8 * f.w, tmp[4 * j + 3], acc[4 * j + 3]);
+                for (int j = 0; j < NA / 4; j++) {
+                    const float4 f = dd[4 * j + t];
+                    acc[4 * j] = fmaf(e0 * f.x, tmp[4 * j], acc[4 * j]);
+                    acc[4 * j + 1] = fmaf(e0 * f.z, tmp[4 * j + 1], acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(e8 * f.x, tmp[4 * j + 2], acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
+                }
+                wg_fence();
+                wgmma_m64<NW>(tmp, wg_desc(as + kMinOff + a_off), wg_desc(sm + L::BMIN + b_off), 0);
+                wg_commit();
+                wg_wait_all();
+                wg_pin(tmp);
+#pragma unroll
+                for (int j = 0; j < NA / 4; j++) {
+                    const float4 f = dd[4 * j + t];
+                    acc[4 * j] = fmaf(-64.0f * e0 * f.y, tmp[4 * j], acc[4 * j]);
+                    acc[4 * j + 1] = fmaf(-64.0f * e0 * f.w, tmp[4 * j + 1], acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(-64.0f * e8 * f.y, tmp[4 * j + 2], acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(-64.0f * e8 * f.w, tmp[4 * j + 3], acc[4 * j + 3]);
+                }
             }
         }
-    }
-    const int tk = tok0 + rt0;
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int c = row0 + 8 * j + 2 * t;
+        for (int j = 0; j < NA / 4; j++) {
+            const int c = row0 + rw0 + 8 * j + 2 * t;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int tok = tk + 8 * (k >> 1), o = c + (k & 1);
-            if (tok < a.T && o < a.n_out) a.y[static_cast<int64_t>(tok) * a.y_stride + o] = acc[4 * j + k];
+            for (int k = 0; k < 4; k++) {
+                const int r = rt0 + 8 * (k >> 1), o = c + (k & 1);
+                if (r < cnt && o < a.n_out)
+                    a.y[static_cast<int64_t>(items[r]) * a.y_stride + o] = acc[4 * j + k];
+            }
         }
     }
 #else
@@ -290,8 +354,8 @@ template <int TYPE> __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_ker
 #endif
 }
 
-template <int TYPE> int launch_wg(const wg_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
-    const auto kernel = gemm_wg_kernel<TYPE>;
+template <int TYPE, bool EXP> int launch_wg(const wg_args &a, unsigned gx, unsigned gy, cudaStream_t s) {
+    const auto kernel = gemm_wg_kernel<TYPE, EXP>;
     static bool opted_in = false; // one flag per instantiation
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -301,6 +365,17 @@ template <int TYPE> int launch_wg(const wg_args &a, unsigned gx, unsigned gy, cu
     }
     kernel<<<dim3(gx, gy, 1), kWgThreads, wg_layout<TYPE>::BYTES, s>>>(a);
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+// x records, then the GEMM.
+template <bool EXP>
+int run_wg(uint32_t type, const float *x, int nx, int64_t x_stride, const wg_args &a, unsigned gx,
+           unsigned gy, cudaStream_t s) {
+    const unsigned pb = static_cast<unsigned>((nx + kWgPrepRows - 1) / kWgPrepRows);
+    wg_x_prep_kernel<<<pb, 256, 0, s>>>(x, nx, a.nsb, x_stride, const_cast<uint8_t *>(a.xw));
+    if (cudaPeekAtLastError() != cudaSuccess) return -1;
+    return type == TS_TYPE_Q4_K ? launch_wg<TS_TYPE_Q4_K, EXP>(a, gx, gy, s)
+                                : launch_wg<TS_TYPE_Q5_K, EXP>(a, gx, gy, s);
 }
 
 bool wg_hopper() {
@@ -350,20 +425,56 @@ extern "C" int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_
         (reinterpret_cast<uintptr_t>(scratch) & 15u))
         return -1;
     wg_args a = {};
-    a.w = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
+    a.w0 = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
     a.rb = W->row_bytes;
     a.nsb = static_cast<int>(W->ne0 / kTcSuper);
-    a.n_out = static_cast<int>(n_out);
+    a.n_out = a.n_part = static_cast<int>(n_out);
     a.T = static_cast<int>(T);
+    a.x_div = 1;
     a.xw = static_cast<const uint8_t *>(scratch);
     a.y = y_dev;
     a.y_stride = y_stride;
-    const unsigned pb = static_cast<unsigned>((T + kWgPrepRows - 1) / kWgPrepRows);
-    wg_x_prep_kernel<<<pb, 256, 0, s>>>(x_dev, a.T, a.nsb, W->ne0, static_cast<uint8_t *>(scratch));
-    if (cudaPeekAtLastError() != cudaSuccess) return -1;
-    const unsigned gx = static_cast<unsigned>((n_out + kWgRows - 1) / kWgRows),
-                   gy = static_cast<unsigned>((T + kWgTok - 1) / kWgTok);
-    if (gy > 65535) return -1;
-    return W->type == TS_TYPE_Q4_K ? launch_wg<TS_TYPE_Q4_K>(a, gx, gy, s)
-                                   : launch_wg<TS_TYPE_Q5_K>(a, gx, gy, s);
+    const int64_t tiles = (T + kWgTok - 1) / kWgTok;
+    return run_wg<false>(W->type, x_dev, a.T, W->ne0, a,
+                         static_cast<unsigned>((n_out + kWgRows - 1) / kWgRows),
+                         static_cast<unsigned>(tiles < 65535 ? tiles : 65535), s);
+}
+
+extern "C" int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                       const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                       int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                       float *y_dev, int64_t y_stride, void *scratch, size_t scratch_bytes,
+                                       cudaStream_t s) {
+    if (!plan || !W || !scratch || x_div < 1 || plan->tile != 64 ||
+        (reinterpret_cast<uintptr_t>(scratch) & 15u))
+        return -1;
+    const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items, nx = (plan->n_items + xd - 1) / xd;
+    if (!ts_cuda_gemm_wg_takes(W->type, W->ne0, nx, scratch_bytes) ||
+        W->row_bytes != ts_row_size(W->type, W->ne0) || W->row_bytes % 16 != 0)
+        return -1;
+    int64_t parts, e_max;
+    const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
+                                             x_stride, y_dev, y_stride, &parts, &e_max);
+    if (ok <= 0) return ok;
+    if (parts * n_out > INT_MAX - kWgRows) return -1;
+    wg_args a = {};
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
+    a.rb = W->row_bytes;
+    a.nsb = static_cast<int>(W->ne0 / kTcSuper);
+    a.n_part = static_cast<int>(n_out);
+    a.n_out = static_cast<int>(parts * n_out);
+    a.rows_per_expert = rows_per_expert;
+    a.row_off = row_off;
+    a.e_max = static_cast<int>(e_max);
+    a.x_div = static_cast<int>(xd);
+    a.xw = static_cast<const uint8_t *>(scratch);
+    a.y = y_dev;
+    a.y_stride = y_stride;
+    a.sorted = plan->sorted;
+    a.tiles = static_cast<const int4 *>(plan->tiles);
+    a.n_tiles = plan->n_tiles;
+    return run_wg<true>(W->type, x_dev, static_cast<int>(nx), x_stride, a,
+                        static_cast<unsigned>((a.n_out + kWgRows - 1) / kWgRows),
+                        static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), s);
 }
