@@ -186,20 +186,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
     const int n_tiles = EXP ? *a.n_tiles : (a.T + TOK - 1) / TOK;
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
-        int e = 0, start, cnt;
-        if (EXP) {
-            const int4 ti = a.tiles[q];
-            e = ti.x, start = ti.y, cnt = ti.z;
-        } else {
-            start = q * TOK, cnt = min(TOK, a.T - start);
-        }
-        __syncthreads(); // the previous tile is done with items and every stage
-        if (tid < TOK) {
-            const int it = EXP ? a.sorted[start + min(tid, cnt - 1)] : start + min(tid, cnt - 1);
-            items[tid] = it;
-            xrows[tid] = EXP ? it / a.x_div : it;
-        }
-        __syncthreads();
+        const int3 tile =
+            gemm_tile_items(EXP ? a.tiles : nullptr, a.sorted, q, a.T, TOK, a.x_div, items, xrows);
+        const int e = tile.x, cnt = tile.z;
         if (EXP && (e < 0 || e > a.e_max)) { // bad expert id: NaN outputs, no weight read
             for (int idx = tid; idx < kWgRows * cnt; idx += kWgThreads) {
                 const int j = idx / kWgRows, o = row0 + idx - j * kWgRows;

@@ -23,6 +23,31 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a01, uint32_t a2
                  : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b0), "r"(b1));
 }
 
+// Tile q of a grouped expert plan (tiles: {expert, first position in sorted, count}) or, with tiles NULL,
+// of T tokens in tiles of TT; its items (tokens) and their x rows into items[0 .. TT) and xrows (past the
+// tile's count, its last item again: computed, never stored). Every thread of the block calls it; returns
+// {expert (0 for dense products), first position, count}.
+__device__ __forceinline__ int3 gemm_tile_items(const int4 *tiles, const int32_t *sorted, int q, int T,
+                                                int TT, int x_div, int *items, int *xrows) {
+    int3 r;
+    if (tiles) {
+        const int4 ti = tiles[q];
+        r = make_int3(ti.x, ti.y, ti.z);
+    } else {
+        r = make_int3(0, q * TT, min(TT, T - q * TT));
+    }
+    __syncthreads(); // the previous tile is done with items and the stages
+    const int tid = static_cast<int>(threadIdx.x);
+    if (tid < TT) {
+        const int j = min(tid, r.z - 1);
+        const int it = tiles ? sorted[r.y + j] : r.y + j;
+        items[tid] = it;
+        xrows[tid] = it / x_div;
+    }
+    __syncthreads();
+    return r;
+}
+
 // ---- the two kinds of types ------------------------------------------------------------------------
 //
 // Q4_K, Q5_K: 256-input super-blocks, the scales folded into B (kquant_b_frags). Q8_0, Q5_0, Q6_K: MMAs
