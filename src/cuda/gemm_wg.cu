@@ -1,4 +1,5 @@
-// Prefill products of Q4_K and Q5_K on Hopper's warpgroup MMAs (wgmma, sm_90a), with the numerics of
+// Prefill products of Q4_K and Q5_K, dense and grouped by expert, on Hopper's warpgroup MMAs (wgmma,
+// sm_90a), with the numerics of
 // gemm_tc.cu: x rounded to fp16 once per (row, super-block) after a power-of-two scale, the weights exact
 // in fp16 (q·sc, the GEMV's B fragments: kquant_b_frags), fp32 accumulation, d and dmin applied in fp32
 // once a super-block. Only the order of the fp32 additions differs from gemm_tc_kernel's.
@@ -15,7 +16,9 @@
 //     cp.async two half-steps ahead, three stages) and the weights' raw super-blocks (two ahead), and
 //     decode B for the next half-step into the same layout (two stages) while the warpgroups' MMAs of
 //     this one run. After a super-block's 16 k-steps: acc += 2^-s·d·tmp, then one MMA of the sums
-//     against the mins, acc −= 64·2^-s·dmin·that.
+//     against the mins, acc −= 64·2^-s·dmin·that. Expert plans (tiles of up to 64 items of one expert):
+//     both warpgroups take the tile's items and 64 of the block's rows each (m64n64k16), the x rows
+//     gathered by the plan.
 // Opt-in (TURBOSPARK_CUDA_GEMM_WG=1) until the device gate has run it.
 extern "C" {
 #include "quant/quant.h"
