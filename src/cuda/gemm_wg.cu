@@ -1,24 +1,26 @@
-// Prefill products of Q4_K and Q5_K, dense and grouped by expert, on Hopper's warpgroup MMAs (wgmma,
-// sm_90a), with the numerics of
-// gemm_tc.cu: x rounded to fp16 once per (row, super-block) after a power-of-two scale, the weights exact
-// in fp16 (q·sc, the GEMV's B fragments: kquant_b_frags), fp32 accumulation, d and dmin applied in fp32
-// once a super-block. Only the order of the fp32 additions differs from gemm_tc_kernel's.
+// Prefill products of Q4_K, Q5_K, Q8_0 and Q5_0, dense and grouped by expert, on Hopper's warpgroup MMAs
+// (wgmma, sm_90a), with the numerics of gemm_tc.cu: x rounded to fp16 once per (row, group) after a
+// power-of-two scale, fp32 accumulation, the weights never rounded. K-quants: B is the exact q·sc (the
+// GEMV's B fragments, kquant_b_frags), d and dmin applied in fp32 once a super-block; in-order types: B is
+// d·q exactly as two fp16 tiles, hi and lo (wg_kind). Only the order of the fp32 additions differs from
+// gemm_tc_kernel's.
 //
 // Two kernels a product:
-//  1. wg_x_prep_kernel: x into one record per (row, super-block) in the scratch, 576 bytes as gemm_tc.cu's
-//     (so ts_memplan_tc_x_bytes sizes both): for each of the 16 k-steps and each k-half kc, the row's 8
-//     fp16 inputs of that core-matrix row (16 bytes at 32·step + 16·kc), then the min term's two k-halves
-//     (the sub-block sums' hi and lo words, at 512), then 2^-s (at 544). The k-slots are the GEMV's (lane
-//     t's inputs 64t .. 64t + 63), so B decoded by kquant_b_frags lines up with them.
+//  1. x into one record per (row, group) in the scratch, as large as gemm_tc.cu's (so ts_memplan_tc_x_bytes
+//     sizes both): for each k-step and each k-half kc, the row's 8 fp16 inputs of that core-matrix row (16
+//     bytes at 32·step + 16·kc, wg_rec_word), then (K-quants) the min term's two k-halves (the sub-block
+//     sums' hi and lo words, at 512) and 2^-s (at 544; in-order types at 256). The K-quants' k-slots are
+//     the GEMV's (lane t's inputs 64t .. 64t + 63, wg_x_prep_kernel), so B decoded by kquant_b_frags lines
+//     up with them; the in-order types' are the inputs in order (wg_x_prep_inorder_kernel).
 //  2. gemm_wg_kernel: a block of two warpgroups computes 128 rows × 128 tokens (each warpgroup 64 tokens,
-//     m64n128k16), K in half super-blocks. All 256 threads gather the tokens' 16-byte core rows into
-//     wgmma's canonical layout in shared memory (`canon`: no swizzle, core matrices of 8 rows × 16 bytes;
-//     cp.async two half-steps ahead, three stages) and the weights' raw super-blocks (two ahead), and
-//     decode B for the next half-step into the same layout (two stages) while the warpgroups' MMAs of
-//     this one run. After a super-block's 16 k-steps: acc += 2^-s·d·tmp, then one MMA of the sums
-//     against the mins, acc −= 64·2^-s·dmin·that. Expert plans (tiles of up to 64 items of one expert):
-//     both warpgroups take the tile's items and 64 of the block's rows each (m64n64k16), the x rows
-//     gathered by the plan.
+//     m64n128k16), K in half groups. All 256 threads gather the tokens' 16-byte core rows into wgmma's
+//     canonical layout in shared memory (`canon`: no swizzle, core matrices of 8 rows × 16 bytes; cp.async
+//     two half-steps ahead, three stages) and the weights' raw groups (two ahead), and decode B for the
+//     next half-step into the same layout (two stages) while the warpgroups' MMAs of this one run. After a
+//     group: K-quants acc += 2^-s·d·tmp, then one MMA of the sums against the mins, acc −= 64·2^-s·dmin·that;
+//     in-order types acc += 2^-s·tmp. Expert plans (tiles of up to 64 items of one expert): both
+//     warpgroups take the tile's items and 64 of the block's rows each (m64n64k16), the x rows gathered by
+//     the plan.
 // Opt-in (TURBOSPARK_CUDA_GEMM_WG=1) until the device gate has run it.
 extern "C" {
 #include "quant/quant.h"
@@ -45,11 +47,34 @@ constexpr int kWgThreads = 256; // two warpgroups
 constexpr int kWgPrepRows = 8;  // x rows a block of the prep kernel
 constexpr int kSmemMax = 227 * 1024;
 
+// Per type: K-quants (Q4_K, Q5_K) step over super-blocks of 256 inputs, 8 k-steps a half-step, B the
+// exact q·sc (one tile) with d and the min term after the super-block; the in-order types (Q8_0, Q5_0)
+// over groups of 128 inputs (x's scale group; 4 blocks of 32), 4 k-steps a half-step, B as two fp16
+// tiles hi = fp16(d·q), lo = fp16(d·q − hi) (both MMAs into one sum: d·q exactly, for every fp16 d and q)
+// and only x's scale after the group. A group's raw bytes: K-quants one 16-byte aligned super-block; the
+// in-order types 4 blocks at any 2-byte offset, staged as the 16-byte lines that cover them.
+template <int TYPE> constexpr int wg_block_bytes() {
+    if constexpr (TYPE == TS_TYPE_Q4_K || TYPE == TS_TYPE_Q5_K)
+        return tc_kquant<TYPE>::BS;
+    else
+        return tc_inorder<TYPE>::BS;
+}
+template <int TYPE> struct wg_kind {
+    static constexpr bool KQ = TYPE == TS_TYPE_Q4_K || TYPE == TS_TYPE_Q5_K;
+    static constexpr int HS = KQ ? 8 : 4;                  // k-steps a half-step
+    static constexpr int REC = KQ ? kRec : 288;            // bytes of an x record (as gemm_tc.cu's)
+    static constexpr int REC_SCALE = KQ ? kRecScale : 256; // its 2^-s
+    static constexpr int BS = wg_block_bytes<TYPE>();
+    static constexpr int RAWB = KQ ? BS : 4 * BS;                // raw bytes of a row's group
+    static constexpr int LINES = KQ ? RAWB / 16 : RAWB / 16 + 2; // 16-byte lines staged a row
+    static constexpr int SBB = 16 * LINES;                       // their row stride in shared memory
+};
+
 template <int TYPE> struct wg_layout {
-    static constexpr int SBB = tc_kquant<TYPE>::BS;  // bytes a super-block (a multiple of 16)
+    static constexpr int SBB = wg_kind<TYPE>::SBB;   // raw bytes a row in shared memory
     static constexpr int A0 = 0;                     // three A stages
     static constexpr int B0 = A0 + 3 * kAStage;      // two B stages
-    static constexpr int RAW0 = B0 + 2 * kHalfBytes; // two stages of raw super-blocks
+    static constexpr int RAW0 = B0 + 2 * kHalfBytes; // two stages of raw groups
     static constexpr int BMIN = RAW0 + 2 * kWgRows * SBB;
     static constexpr int DD = BMIN + kStepBytes; // {d, dmin} a row
     static constexpr int BYTES = DD + kWgRows * 8;
@@ -59,13 +84,13 @@ template <int TYPE> struct wg_layout {
 struct wg_args {
     const uint8_t *w0, *w1; // dense: row 0 of the product, NULL; experts: W->data, W2->data or NULL
     size_t rb;              // bytes a row (both tensors)
-    int nsb;                // super-blocks a row
+    int nsb;                // groups a row (K-quants: super-blocks)
     int n_out, n_part;      // output rows (experts: P·n_part); rows ≥ n_part come from w1
     int64_t rows_per_expert, row_off;
     int e_max;         // experts: the largest expert whose rows lie inside both tensors
     int T;             // dense: tokens
     int x_div;         // experts: item i's x row is ⌊i / x_div⌋
-    const uint8_t *xw; // x records: [x rows][nsb][kRec bytes]
+    const uint8_t *xw; // x records: [x rows][nsb][REC bytes]
     float *y;
     int64_t y_stride;      // floats from one token's (item's) outputs to the next
     const int32_t *sorted; // experts: the plan (tiles == NULL: dense)
@@ -163,6 +188,34 @@ __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict_
         });
 }
 
+// The in-order types' records (wg_kind): per (row, group of 128) the group's inputs as fp16 at its scale,
+// in input order (k-step j's k-half kc: inputs 16j + 8kc .. + 7, wg_rec_word), then 2^-s at 256. A unit
+// is 16 inputs (one k-step); the 8 units of a group are neighbouring lanes and share its max.
+__global__ void __launch_bounds__(256) wg_x_prep_inorder_kernel(const float *__restrict__ x, int nx, int ng,
+                                                                int64_t x_stride, uint8_t *__restrict__ xw) {
+    const int r0 = static_cast<int>(blockIdx.x) * kWgPrepRows, n = min(kWgPrepRows, nx - r0);
+    const float *xb = x + static_cast<size_t>(r0) * x_stride;
+    auto at = [&](int u) { // unit u's first input; u >> 3 = row·ng + group
+        const int rg = u >> 3;
+        return xb + static_cast<size_t>(rg / ng) * x_stride + (rg % ng) * 128 + 16 * (u & 7);
+    };
+    stage_rounds(n * ng * 8, at, [&](int u, bool ok, const float(&v)[16]) {
+        float amax = unit_amax(v);
+#pragma unroll
+        for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        float inv;
+        const float scale = tc_x_scale(amax, inv);
+        if (!ok) return;
+        uint8_t *c = xw + (static_cast<size_t>(r0) * ng + (u >> 3)) * wg_kind<TS_TYPE_Q8_0>::REC;
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) w[i] = h2_pack(v[2 * i] * scale, v[2 * i + 1] * scale);
+        *reinterpret_cast<uint4 *>(c + wg_rec_word(u & 7, 0, 0)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4 *>(c + wg_rec_word(u & 7, 1, 0)) = make_uint4(w[4], w[5], w[6], w[7]);
+        if ((u & 7) == 0) *reinterpret_cast<float *>(c + wg_kind<TS_TYPE_Q8_0>::REC_SCALE) = inv;
+    });
+}
+
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
 
 // A block: 128 rows × a tile of tokens. Dense (EXP false): tiles of 128 tokens, warpgroup wg takes tokens
@@ -174,6 +227,7 @@ template <int TYPE, bool EXP>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = wg_layout<TYPE>;
+    using KD = wg_kind<TYPE>;
     constexpr int NW = EXP ? 64 : 128;  // rows of a warpgroup's MMAs
     constexpr int TOK = EXP ? 64 : 128; // tokens (items) a block tile
     constexpr int NA = NW / 2;          // accumulators a thread
@@ -215,50 +269,79 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             const int half = h & 1;
             uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
             auto rec = [&](int r) {
-                return a.xw + (static_cast<size_t>(xrows[r]) * a.nsb + (h >> 1)) * kRec;
+                return a.xw + (static_cast<size_t>(xrows[r]) * a.nsb + (h >> 1)) * KD::REC;
             };
-            for (int i = tid; i < TOK * 16; i += kWgThreads) { // (token r, k-step j, k-half kc)
-                const int r = i >> 4, j = (i >> 1) & 7, kc = i & 1;
-                cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(8 * half + j, kc, 0));
+            for (int i = tid; i < TOK * 2 * KD::HS; i += kWgThreads) { // (token r, k-step j, k-half kc)
+                const int r = i / (2 * KD::HS), j = (i >> 1) % KD::HS, kc = i & 1;
+                cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(KD::HS * half + j, kc, 0));
             }
             if (half && tid < 2 * TOK) {
                 const int r = tid >> 1, kc = tid & 1; // tokens × 2 k-halves
-                cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
-                if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + kRecScale);
+                if (KD::KQ) cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
+                if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + KD::REC_SCALE);
             }
         };
-        // the raw super-blocks s of the block's rows into raw stage s % 2
+        // group s of the block's rows (raw bytes) into raw stage s % 2: the 16-byte lines covering each
+        // row's group (its first byte at the line's offset (p & 15) when read; lines past the row's bytes
+        // not read)
+        auto raw_at = [&](int m, int s) {
+            return reinterpret_cast<uintptr_t>(row_ptr(m)) + static_cast<size_t>(s) * KD::RAWB;
+        };
         auto issue_raw = [&](int s) {
-            constexpr int LPR = L::SBB / 16; // 16-byte lines a row
             uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB;
-            for (int i = tid; i < kWgRows * LPR; i += kWgThreads) {
-                const int m = i / LPR, l = i - m * LPR;
-                cp_async16(dst + m * L::SBB + 16 * l, row_ptr(m) + static_cast<size_t>(s) * L::SBB + 16 * l);
+            for (int i = tid; i < kWgRows * KD::LINES; i += kWgThreads) {
+                const int m = i / KD::LINES, l = i - m * KD::LINES;
+                const uintptr_t p = raw_at(m, s), first = p & ~static_cast<uintptr_t>(15);
+                if (first + 16 * l < p + KD::RAWB)
+                    cp_async16(dst + m * L::SBB + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
             }
         };
-        // B of half-step h (k-steps 8·HALF .. 8·HALF + 7 of super-block h / 2) into B stage h % 2; with
-        // HALF = 1 the super-block's min tile (the mins, both k-halves) and {d, dmin} too. Thread pair (row
-        // m, lane t).
+        // B of half-step h into B stage h % 2, thread pair (row m, lane t). K-quants: k-steps 8·HALF .. + 7 of
+        // super-block h / 2; with HALF = 1 its min tile (the mins, both k-halves) and {d, dmin} too. In-order
+        // types: k-steps 4·HALF .. + 3 of group h / 2 (blocks 2·HALF, 2·HALF + 1), hi at k-step slots 0..3
+        // of the stage, lo at 4..7.
         auto decode = [&](int h, auto half_c) {
             constexpr int HALF = decltype(half_c)::value;
             const uint8_t *raw = sm + L::RAW0 + ((h >> 1) & 1) * kWgRows * L::SBB;
             uint8_t *bt = sm + L::B0 + (h & 1) * kHalfBytes;
             for (int p = tid; p < 4 * kWgRows; p += kWgThreads) {
                 const int m = p >> 2, tt = p & 3;
-                const uint8_t *sb = raw + m * L::SBB;
-                uint32_t B[16][2], Bmin;
-                kquant_b_frags<TYPE>(sb, tt, B, Bmin);
+                if constexpr (KD::KQ) {
+                    const uint8_t *sb = raw + m * L::SBB;
+                    uint32_t B[16][2], Bmin;
+                    kquant_b_frags<TYPE>(sb, tt, B, Bmin);
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    *reinterpret_cast<uint32_t *>(bt + canon(m, j, 0, tt)) = B[8 * HALF + j][0];
-                    *reinterpret_cast<uint32_t *>(bt + canon(m, j, 1, tt)) = B[8 * HALF + j][1];
-                }
-                if (HALF) {
-                    *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 0, tt)) = Bmin;
-                    *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 1, tt)) = Bmin;
-                    if (tt == 0)
-                        reinterpret_cast<float2 *>(sm + L::DD)[m] =
-                            __half22float2(*reinterpret_cast<const __half2 *>(sb));
+                    for (int j = 0; j < 8; j++) {
+                        *reinterpret_cast<uint32_t *>(bt + canon(m, j, 0, tt)) = B[8 * HALF + j][0];
+                        *reinterpret_cast<uint32_t *>(bt + canon(m, j, 1, tt)) = B[8 * HALF + j][1];
+                    }
+                    if (HALF) {
+                        *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 0, tt)) = Bmin;
+                        *reinterpret_cast<uint32_t *>(sm + L::BMIN + canon(m, 0, 1, tt)) = Bmin;
+                        if (tt == 0)
+                            reinterpret_cast<float2 *>(sm + L::DD)[m] =
+                                __half22float2(*reinterpret_cast<const __half2 *>(sb));
+                    }
+                } else {
+                    const uint8_t *grp = raw + m * L::SBB + (raw_at(m, h >> 1) & 15u);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) { // k-step 4·HALF + j: half j & 1 of block 2·HALF + (j >> 1)
+                        const uint8_t *blk = grp + (2 * HALF + (j >> 1)) * KD::BS;
+                        const float d =
+                            __half2float(__ushort_as_half(static_cast<unsigned short>(blk[0] | blk[1] << 8)));
+                        uint32_t q[2]; // fp16 quants: k-half 0 (inputs 2t, 2t + 1), k-half 1 (2t + 8, 2t + 9)
+                        inorder_b_frag<TYPE>(blk, j & 1, tt, q[0], q[1]);
+#pragma unroll
+                        for (int kc = 0; kc < 2; kc++) {
+                            const float2 qq = __half22float2(*reinterpret_cast<const __half2 *>(&q[kc]));
+                            const float p0 = d * qq.x, p1 = d * qq.y; // exact in fp32
+                            const __half2 hi = __floats2half2_rn(p0, p1);
+                            const float2 hf = __half22float2(hi);
+                            const __half2 lo = __floats2half2_rn(p0 - hf.x, p1 - hf.y);
+                            *reinterpret_cast<__half2 *>(bt + canon(m, j, kc, tt)) = hi;
+                            *reinterpret_cast<__half2 *>(bt + canon(m, 4 + j, kc, tt)) = lo;
+                        }
+                    }
                 }
             }
             fence_async_smem(); // these generic stores, before the MMAs (the async proxy) read them
@@ -288,10 +371,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             cp_async_commit();
             const uint8_t *as = sm + L::A0 + (h % 3) * kAStage, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
             wg_fence();
+            // K-quants: 8 k-steps against B; in-order types: 4 k-steps, each against hi (slot j) and lo (4 + j)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                wgmma_m64<NW>(tmp, wg_desc(as + j * kStepBytes + a_off), wg_desc(bs + j * kStepBytes + b_off),
-                              (h & 1) | j);
+            for (int j = 0; j < 8; j++) {
+                const int ka = KD::KQ ? j : j >> 1, kb = KD::KQ ? j : (j >> 1) + 4 * (j & 1);
+                wgmma_m64<NW>(tmp, wg_desc(as + ka * kStepBytes + a_off),
+                              wg_desc(bs + kb * kStepBytes + b_off), (h & 1) | j);
+            }
             wg_commit();
             wg_pin(tmp);
             if (h + 1 < nh) { // the next half-step's B while the MMAs run
@@ -302,7 +388,18 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             }
             wg_wait_all();
             wg_pin(tmp);
-            if (h & 1) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
+            if (!KD::KQ && (h & 1)) { // the group's sums: acc += 2^-s·tmp (d is in B)
+                const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
+                const float e0 = esc[rt0], e8 = esc[rt0 + 8];
+#pragma unroll
+                for (int j = 0; j < NA / 4; j++) {
+                    acc[4 * j] = fmaf(e0, tmp[4 * j], acc[4 * j]);
+                    acc[4 * j + 1] = fmaf(e0, tmp[4 * j + 1], acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(e8, tmp[4 * j + 2], acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(e8, tmp[4 * j + 3], acc[4 * j + 3]);
+                }
+            }
+            if (KD::KQ && (h & 1)) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
                 const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
                 const float e0 = esc[rt0], e8 = esc[rt0 + 8];
                 // rows 2i, 2i + 1: {d, dmin, d, dmin}
@@ -364,10 +461,31 @@ template <bool EXP>
 int run_wg(uint32_t type, const float *x, int nx, int64_t x_stride, const wg_args &a, unsigned gx,
            unsigned gy, cudaStream_t s) {
     const unsigned pb = static_cast<unsigned>((nx + kWgPrepRows - 1) / kWgPrepRows);
-    wg_x_prep_kernel<<<pb, 256, 0, s>>>(x, nx, a.nsb, x_stride, const_cast<uint8_t *>(a.xw));
+    uint8_t *xw = const_cast<uint8_t *>(a.xw);
+    if (type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K)
+        wg_x_prep_kernel<<<pb, 256, 0, s>>>(x, nx, a.nsb, x_stride, xw);
+    else
+        wg_x_prep_inorder_kernel<<<pb, 256, 0, s>>>(x, nx, a.nsb, x_stride, xw);
     if (cudaPeekAtLastError() != cudaSuccess) return -1;
-    return type == TS_TYPE_Q4_K ? launch_wg<TS_TYPE_Q4_K, EXP>(a, gx, gy, s)
-                                : launch_wg<TS_TYPE_Q5_K, EXP>(a, gx, gy, s);
+    switch (type) {
+    case TS_TYPE_Q4_K:
+        return launch_wg<TS_TYPE_Q4_K, EXP>(a, gx, gy, s);
+    case TS_TYPE_Q5_K:
+        return launch_wg<TS_TYPE_Q5_K, EXP>(a, gx, gy, s);
+    case TS_TYPE_Q8_0:
+        return launch_wg<TS_TYPE_Q8_0, EXP>(a, gx, gy, s);
+    case TS_TYPE_Q5_0:
+        return launch_wg<TS_TYPE_Q5_0, EXP>(a, gx, gy, s);
+    default:
+        return -1;
+    }
+}
+
+// Inputs a group of the type (x's scale; K-quants: a super-block), 0 if not a type of these products.
+int wg_group(uint32_t type) {
+    return type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K   ? 256
+           : type == TS_TYPE_Q8_0 || type == TS_TYPE_Q5_0 ? 128
+                                                          : 0;
 }
 
 bool wg_hopper() {
@@ -386,9 +504,10 @@ bool wg_hopper() {
 
 using namespace ts_cu;
 
-extern "C" size_t ts_cuda_gemm_wg_x_bytes(int64_t ne0, int64_t T) {
-    if (ne0 <= 0 || ne0 % kTcSuper != 0 || T <= 0) return 0;
-    return static_cast<size_t>(T) * static_cast<size_t>(ne0 / kTcSuper) * kRec;
+extern "C" size_t ts_cuda_gemm_wg_x_bytes(uint32_t type, int64_t ne0, int64_t T) {
+    const int G = wg_group(type);
+    if (G == 0 || ne0 <= 0 || ne0 % G != 0 || T <= 0) return 0;
+    return static_cast<size_t>(T) * static_cast<size_t>(ne0 / G) * (G == 256 ? kRec : 288);
 }
 
 extern "C" bool ts_cuda_gemm_wg_on(void) {
@@ -400,9 +519,8 @@ extern "C" bool ts_cuda_gemm_wg_on(void) {
 }
 
 extern "C" bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes) {
-    const size_t need = ts_cuda_gemm_wg_x_bytes(ne0, T);
-    return wg_hopper() && (type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K) && need > 0 &&
-           need <= scratch_bytes && T <= INT_MAX - kWgTok && ne0 <= (1 << 20);
+    const size_t need = ts_cuda_gemm_wg_x_bytes(type, ne0, T);
+    return wg_hopper() && need > 0 && need <= scratch_bytes && T <= INT_MAX - kWgTok && ne0 <= (1 << 20);
 }
 
 extern "C" int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev,
@@ -412,14 +530,13 @@ extern "C" int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_
         row0 > W->rows || n_out > W->rows - row0 || n_out > INT_MAX - kWgRows || y_stride < n_out)
         return -1;
     if (!ts_cuda_gemm_wg_takes(W->type, W->ne0, T, scratch_bytes) ||
-        W->row_bytes != ts_row_size(W->type, W->ne0) || W->row_bytes % 16 != 0 ||
-        (reinterpret_cast<uintptr_t>(W->data) & 15u) || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
-        (reinterpret_cast<uintptr_t>(scratch) & 15u))
+        W->row_bytes != ts_row_size(W->type, W->ne0) || (reinterpret_cast<uintptr_t>(W->data) & 15u) ||
+        (reinterpret_cast<uintptr_t>(x_dev) & 15u) || (reinterpret_cast<uintptr_t>(scratch) & 15u))
         return -1;
     wg_args a = {};
     a.w0 = static_cast<const uint8_t *>(W->data) + static_cast<size_t>(row0) * W->row_bytes;
     a.rb = W->row_bytes;
-    a.nsb = static_cast<int>(W->ne0 / kTcSuper);
+    a.nsb = static_cast<int>(W->ne0 / wg_group(W->type));
     a.n_out = a.n_part = static_cast<int>(n_out);
     a.T = static_cast<int>(T);
     a.x_div = 1;
@@ -442,7 +559,7 @@ extern "C" int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts
         return -1;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items, nx = (plan->n_items + xd - 1) / xd;
     if (!ts_cuda_gemm_wg_takes(W->type, W->ne0, nx, scratch_bytes) ||
-        W->row_bytes != ts_row_size(W->type, W->ne0) || W->row_bytes % 16 != 0)
+        W->row_bytes != ts_row_size(W->type, W->ne0))
         return -1;
     int64_t parts, e_max;
     const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
@@ -453,7 +570,7 @@ extern "C" int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts
     a.w0 = static_cast<const uint8_t *>(W->data);
     a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
     a.rb = W->row_bytes;
-    a.nsb = static_cast<int>(W->ne0 / kTcSuper);
+    a.nsb = static_cast<int>(W->ne0 / wg_group(W->type));
     a.n_part = static_cast<int>(n_out);
     a.n_out = static_cast<int>(parts * n_out);
     a.rows_per_expert = rows_per_expert;

@@ -302,7 +302,7 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     float *y = malloc(sizeof(float) * (size_t)(T * n_out));
     for (int64_t i = 0; i < T * ne0; i++) x[i] = (float)rng_gauss(&g) * (i % 5 == 0 ? 20.0f : 1.0f);
     ts_round_x_like_tc(x, T * ne0, ts_tc_x_group(type), xr);
-    const size_t tcx_bytes = wg ? ts_cuda_gemm_wg_x_bytes(ne0, T) : ts_memplan_tc_x_bytes(type, ne0, T);
+    const size_t tcx_bytes = wg ? ts_cuda_gemm_wg_x_bytes(type, ne0, T) : ts_memplan_tc_x_bytes(type, ne0, T);
     float *xd, *yd;
     void *tcx;
     TS_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * (size_t)(T * ne0)));
@@ -816,6 +816,11 @@ static void wg_cases(uint64_t seed, tstats *st) {
     tc_dense_case(TS_TYPE_Q5_K, 512, 130, 128, 1, seed + 87, st);
     tc_dense_case(TS_TYPE_Q4_K, 256, 128, 1, 1, seed + 88, st);
     tc_dense_case(TS_TYPE_Q5_K, 2560, 1000, 300, 1, seed + 89, st);
+    /* the in-order types (B as hi + lo of d·q): the shared expert's down shape cut to fewer rows, a group
+     * of 128, 1024 inputs at one token tile */
+    tc_dense_case(TS_TYPE_Q8_0, 640, 700, 130, 1, seed + 93, st);
+    tc_dense_case(TS_TYPE_Q5_0, 128, 200, 70, 1, seed + 94, st);
+    tc_dense_case(TS_TYPE_Q5_0, 1024, 300, 64, 1, seed + 95, st);
     /* grouped experts with tiles of 64 (100 items an expert): gate|up fused, split, and bad ids */
     const ecase ecs[] = {
         {8, 4, 200, 512, 256, 0, 0, 0}, {8, 4, 200, 512, 256, 0, 1, 0}, {8, 4, 200, 512, 256, 1, 0, 0}};
@@ -856,9 +861,10 @@ static void bench_wg(void) {
     float *x, *y, *xh = malloc(sizeof(float) * (size_t)(T * ne0));
     rng_t g = {mix64(7)};
     for (int64_t i = 0; i < T * ne0; i++) xh[i] = (float)rng_gauss(&g);
-    const size_t scr_bytes = ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T) > ts_cuda_gemm_wg_x_bytes(ne0, T)
-                                 ? ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T)
-                                 : ts_cuda_gemm_wg_x_bytes(ne0, T);
+    const size_t scr_bytes =
+        ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T) > ts_cuda_gemm_wg_x_bytes(TS_TYPE_Q4_K, ne0, T)
+            ? ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T)
+            : ts_cuda_gemm_wg_x_bytes(TS_TYPE_Q4_K, ne0, T);
     void *scr;
     TS_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * (size_t)(T * ne0)));
     TS_CUDA_CHECK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(T * 10240)));
