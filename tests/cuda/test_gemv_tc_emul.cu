@@ -433,10 +433,127 @@ template <int TYPE> static int run_wg(void) {
     return fails;
 }
 
+// The in-order types on the warpgroup MMAs: records of 288 bytes (the inputs in order at the group's
+// scale, wg_x_prep_inorder_kernel), the gather of 4 k-steps a half-step, B as hi = fp16(d·q) and lo =
+// fp16(d·q − hi) from inorder_b_frag (k-step slots j and 4 + j of the stage), both MMAs into one sum, and
+// acc += 2^-s·tmp after each group of 128.
+template <int TYPE> static int run_wg_inorder(void) {
+    const int K = 256, NG = K / 128, ROWS = kWgRows, M = 64, BS = tc_inorder<TYPE>::BS, REC = 288;
+    const size_t rb = ts_row_size(TYPE, K);
+    int fails = 0;
+    double worst = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        const int T = trial == 0 ? M : trial == 1 ? 37 : 1;
+        std::vector<uint8_t> W;
+        std::vector<float> wf;
+        if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
+        std::vector<float> x(T * K), xr(T * K);
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < NG; g++) {
+                const double mag = pow(10.0, -3.0 + 6.0 * urand());
+                for (int i = 0; i < 128; i++) x[t * K + g * 128 + i] = (float)(mag * gauss());
+            }
+        ts_round_x_like_tc(x.data(), T * K, 128, xr.data());
+        std::vector<uint8_t> rec((size_t)T * NG * REC, 0);
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < NG; g++) {
+                uint8_t *c = &rec[((size_t)t * NG + g) * REC];
+                const float *v = &x[t * K + g * 128];
+                float amax = 0;
+                for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(v[i]));
+                float inv;
+                const float scale = tc_x_scale(amax, inv);
+                for (int step = 0; step < 8; step++)
+                    for (int kc = 0; kc < 2; kc++)
+                        for (int w = 0; w < 4; w++) {
+                            const int i = 16 * step + 8 * kc + 2 * w;
+                            const uint32_t word = h2_pack(v[i] * scale, v[i + 1] * scale);
+                            memcpy(c + wg_rec_word(step, kc, w), &word, 4);
+                        }
+                memcpy(c + 256, &inv, 4);
+            }
+        std::vector<double> acc((size_t)M * ROWS, 0.0), tmp((size_t)M * ROWS);
+        for (int g = 0; g < NG; g++) {
+            std::fill(tmp.begin(), tmp.end(), 0.0);
+            std::vector<uint8_t> A(2 * (size_t)kAStage), B(2 * (size_t)kHalfBytes);
+            for (int half = 0; half < 2; half++) {
+                uint8_t *a = &A[(size_t)half * kAStage];
+                for (int r = 0; r < M; r++) {
+                    const uint8_t *c = &rec[((size_t)(r < T ? r : T - 1) * NG + g) * REC];
+                    for (int j = 0; j < 4; j++)
+                        for (int kc = 0; kc < 2; kc++)
+                            memcpy(a + canon(r, j, kc, 0), c + wg_rec_word(4 * half + j, kc, 0), 16);
+                    if (half) memcpy(a + kScaleOff + 4 * r, c + 256, 4);
+                }
+                uint8_t *b = &B[(size_t)half * kHalfBytes];
+                for (int m = 0; m < ROWS; m++)
+                    for (int tt = 0; tt < 4; tt++)
+                        for (int j = 0; j < 4; j++) {
+                            const uint8_t *blk =
+                                W.data() + m * rb + (size_t)(4 * g + 2 * half + (j >> 1)) * BS;
+                            const float d = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
+                            uint32_t q[2];
+                            inorder_b_frag<TYPE>(blk, j & 1, tt, q[0], q[1]);
+                            for (int kc = 0; kc < 2; kc++) {
+                                const float p0 = d * (float)half_at(q[kc], 0),
+                                            p1 = d * (float)half_at(q[kc], 1);
+                                const uint16_t h0 = ts_fp32_to_fp16(p0), h1 = ts_fp32_to_fp16(p1);
+                                const uint16_t l0 = ts_fp32_to_fp16(p0 - ts_fp16_to_fp32(h0)),
+                                               l1 = ts_fp32_to_fp16(p1 - ts_fp16_to_fp32(h1));
+                                const uint32_t hi = h0 | (uint32_t)h1 << 16, lo = l0 | (uint32_t)l1 << 16;
+                                memcpy(b + canon(m, j, kc, tt), &hi, 4);
+                                memcpy(b + canon(m, 4 + j, kc, tt), &lo, 4);
+                            }
+                        }
+                for (int j = 0; j < 4; j++) // k-step j against hi (slot j) and lo (slot 4 + j)
+                    for (int m = 0; m < M; m++)
+                        for (int n = 0; n < ROWS; n++) {
+                            double sum = 0;
+                            for (int k = 0; k < 16; k++)
+                                sum +=
+                                    canon_at(A, (size_t)half * kAStage + (size_t)j * kStepBytes, m, k) *
+                                    (canon_at(B, (size_t)half * kHalfBytes + (size_t)j * kStepBytes, n, k) +
+                                     canon_at(B, (size_t)half * kHalfBytes + (size_t)(4 + j) * kStepBytes, n,
+                                              k));
+                            tmp[(size_t)m * ROWS + n] += sum;
+                        }
+            }
+            for (int m = 0; m < M; m++) {
+                float e;
+                memcpy(&e, &A[(size_t)kAStage + kScaleOff + 4 * m], 4);
+                for (int n = 0; n < ROWS; n++)
+                    acc[(size_t)m * ROWS + n] += (double)e * tmp[(size_t)m * ROWS + n];
+            }
+        }
+        for (int m = 0; m < T; m++)
+            for (int n = 0; n < ROWS; n++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < K; i++) {
+                    ref += (double)wf[n * K + i] * xr[m * K + i];
+                    mag += fabs((double)wf[n * K + i] * x[m * K + i]);
+                }
+                const double e = fabs(acc[(size_t)m * ROWS + n] - ref) / (mag > 0 ? mag : 1e-300);
+                if (!(e <= 1e-6)) {
+                    if (fails < 5)
+                        printf("  FAIL wg trial %d token %d row %d: got %.9g, reference %.9g (S %.3g)\n",
+                               trial, m, n, acc[(size_t)m * ROWS + n], ref, mag);
+                    fails++;
+                }
+                if (e > worst || e != e) worst = e;
+            }
+    }
+    printf(
+        "%s, warpgroup layouts (B as hi + lo of d*q): 3 trials of %d rows x %d inputs, 64 / 37 / 1 tokens: "
+        "max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+        ts_type_name(TYPE), ROWS, K, worst, fails ? "  FAIL" : "");
+    return fails;
+}
+
 int main(void) {
     const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
-                      run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>();
+                      run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>() +
+                      run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
