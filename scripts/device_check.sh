@@ -210,19 +210,26 @@ land)
 wg)
   # The warpgroup-MMA products: test_cuda_gemm --wg (cases, times against gemm_tc_kernel), the golden
   # fixtures and test_cuda_forward (FWD_S seconds, 200) with TURBOSPARK_CUDA_GEMM_WG=1, prefill with it on
-  # and off, then Nsight Compute's sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt
+  # and off, then Nsight Compute's sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1:
+  # the twin cases, prefill on and off, then the real-width gate with them on (no golden, forward, ncu)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
   echo "wg rc=$?"; tail -12 "$out/wg.txt"
-  (TURBOSPARK_CUDA_GEMM_WG=1 TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
-  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
-  (TURBOSPARK_CUDA_GEMM_WG=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
-  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  if [ "${WG_RW:-0}" = 0 ]; then
+    (TURBOSPARK_CUDA_GEMM_WG=1 TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+    echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+    (TURBOSPARK_CUDA_GEMM_WG=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+    echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  fi
   wait
   for wg in 1 0; do
     echo "== TURBOSPARK_CUDA_GEMM_WG=$wg"
     TURBOSPARK_CUDA_GEMM_WG=$wg timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done
+  if [ "${WG_RW:-0}" = 1 ]; then
+    TURBOSPARK_CUDA_GEMM_WG=1 bash $0 realwidth
+    exit
+  fi
   TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 0 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_wg.txt" 2>&1

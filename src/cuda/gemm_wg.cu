@@ -271,8 +271,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             auto rec = [&](int r) {
                 return a.xw + (static_cast<size_t>(xrows[r]) * a.nsb + (h >> 1)) * KD::REC;
             };
-            for (int i = tid; i < TOK * 2 * KD::HS; i += kWgThreads) { // (token r, k-step j, k-half kc)
-                const int r = i / (2 * KD::HS), j = (i >> 1) % KD::HS, kc = i & 1;
+            // (k-step j, token r, k-half kc): a warp's copies fill 512 contiguous bytes of the stage (no
+            // bank conflicts) from 16 records' 32-byte (k-step) pieces
+            for (int i = tid; i < TOK * 2 * KD::HS; i += kWgThreads) {
+                const int kc = i & 1, r = (i >> 1) % TOK, j = (i >> 1) / TOK;
                 cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(KD::HS * half + j, kc, 0));
             }
             if (half && tid < 2 * TOK) {
