@@ -44,7 +44,8 @@ namespace ts_cu {
 namespace {
 
 constexpr int kWgThreads = 256; // two warpgroups
-constexpr int kWgPrepRows = 8;  // x rows a block of the prep kernel
+static_assert(kWgThreads == 2 * kWgRows && kWgThreads == 2 * kWgTok, "a thread pair a row and a token");
+constexpr int kWgPrepRows = 8; // x rows a block of the prep kernel
 constexpr int kSmemMax = 227 * 1024;
 
 // Per type: K-quants (Q4_K, Q5_K) step over super-blocks of 256 inputs, 8 k-steps a half-step, B the
@@ -263,40 +264,42 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             return o < a.n_part ? a.w0 + r0b + static_cast<size_t>(o) * a.rb
                                 : (a.w1 ? a.w1 : a.w0) + r0b + static_cast<size_t>(o - a.n_part) * a.rb;
         };
-        // x of half-step h into A stage h % 3: token r's core rows of k-steps 8(h % 2) .. + 7 (256
-        // contiguous bytes of its record), and with the second half its min-term rows and 2^-s
+        // x of half-step h into A stage h % 3: token r's core rows of k-steps HS·(h % 2) .. + HS − 1 (32
+        // bytes a k-step in its record), and with the second half its min-term rows and 2^-s. Copy k of a
+        // thread: token xr, k-half xkc, k-step xj + k·128/TOK of the half (the thread's record and the stage
+        // offsets fixed for the tile); a warp's copies fill 512 contiguous bytes of the stage.
+        const int xr = (tid >> 1) % TOK, xkc = tid & 1, xj = (tid >> 1) / TOK;
+        const uint8_t *xrec = a.xw + static_cast<size_t>(xrows[xr]) * a.nsb * KD::REC;
         auto issue_x = [&](int h) {
             const int half = h & 1;
             uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
-            auto rec = [&](int r) {
-                return a.xw + (static_cast<size_t>(xrows[r]) * a.nsb + (h >> 1)) * KD::REC;
-            };
-            // (k-step j, token r, k-half kc): a warp's copies fill 512 contiguous bytes of the stage (no
-            // bank conflicts) from 16 records' 32-byte (k-step) pieces
-            for (int i = tid; i < TOK * 2 * KD::HS; i += kWgThreads) {
-                const int kc = i & 1, r = (i >> 1) % TOK, j = (i >> 1) / TOK;
-                cp_async16(dst + canon(r, j, kc, 0), rec(r) + wg_rec_word(KD::HS * half + j, kc, 0));
+            const uint8_t *src = xrec + static_cast<size_t>(h >> 1) * KD::REC;
+#pragma unroll
+            for (int k = 0; k < TOK * 2 * KD::HS / kWgThreads; k++) {
+                const int j = xj + k * (128 / TOK);
+                cp_async16(dst + canon(xr, j, xkc, 0), src + wg_rec_word(KD::HS * half + j, xkc, 0));
             }
-            if (half && tid < 2 * TOK) {
-                const int r = tid >> 1, kc = tid & 1; // tokens × 2 k-halves
-                if (KD::KQ) cp_async16(dst + kMinOff + canon(r, 0, kc, 0), rec(r) + kRecMin + 16 * kc);
-                if (kc == 0) cp_async4(dst + kScaleOff + 4 * r, rec(r) + KD::REC_SCALE);
+            if (half && tid < 2 * TOK) { // tokens × 2 k-halves
+                if (KD::KQ) cp_async16(dst + kMinOff + canon(xr, 0, xkc, 0), src + kRecMin + 16 * xkc);
+                if (xkc == 0) cp_async4(dst + kScaleOff + 4 * xr, src + KD::REC_SCALE);
             }
         };
         // group s of the block's rows (raw bytes) into raw stage s % 2: the 16-byte lines covering each
         // row's group (its first byte at the line's offset (p & 15) when read; lines past the row's bytes
-        // not read)
+        // not read). Thread pair (row wm, lines wl, wl + 2, ...), the row's pointer fixed for the tile.
+        const int wm = tid >> 1, wl = tid & 1;
+        const uint8_t *wrow = row_ptr(wm);
         auto raw_at = [&](int m, int s) {
             return reinterpret_cast<uintptr_t>(row_ptr(m)) + static_cast<size_t>(s) * KD::RAWB;
         };
         auto issue_raw = [&](int s) {
-            uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB;
-            for (int i = tid; i < kWgRows * KD::LINES; i += kWgThreads) {
-                const int m = i / KD::LINES, l = i - m * KD::LINES;
-                const uintptr_t p = raw_at(m, s), first = p & ~static_cast<uintptr_t>(15);
-                if (first + 16 * l < p + KD::RAWB)
-                    cp_async16(dst + m * L::SBB + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
-            }
+            uint8_t *dst = sm + L::RAW0 + (s & 1) * kWgRows * L::SBB + wm * L::SBB;
+            const uintptr_t p = reinterpret_cast<uintptr_t>(wrow) + static_cast<size_t>(s) * KD::RAWB,
+                            first = p & ~static_cast<uintptr_t>(15);
+#pragma unroll
+            for (int l = wl; l < KD::LINES; l += 2)
+                if (KD::KQ || first + 16 * l < p + KD::RAWB)
+                    cp_async16(dst + 16 * l, reinterpret_cast<const void *>(first + 16 * l));
         };
         // B of half-step h into B stage h % 2, thread pair (row m, lane t). K-quants: k-steps 8·HALF .. + 7 of
         // super-block h / 2; with HALF = 1 its min tile (the mins, both k-halves) and {d, dmin} too. In-order
