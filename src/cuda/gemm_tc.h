@@ -37,7 +37,8 @@ int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const 
 /* The dense products of Q4_K, Q5_K, Q8_0 and Q5_0 (widths of whole groups) on Hopper's warpgroup MMAs
  * (src/cuda/gemm_wg.cu): ts_cuda_gemm_tc's
  * numerics and contract, y rows y_stride floats apart, x converted into the given device scratch of at
- * least ts_cuda_gemm_wg_x_bytes(type, ne0, T) bytes (a Hopper GPU and a build for sm_90a). Returns -1 where
+ * least ts_cuda_gemm_wg_x_bytes(type, ne0, T) bytes (x's chunks: T rounded up to 128 rows; a Hopper GPU and a
+ * build for sm_90a). Returns -1 where
  * not taken (ts_cuda_gemm_wg_takes) or on a bad argument. ts_cuda_gemm_tc tries it first when
  * ts_cuda_gemm_wg_on (TURBOSPARK_CUDA_GEMM_WG=1; opt-in until the device gate has run it). */
 bool ts_cuda_gemm_wg_on(void);

@@ -6,16 +6,16 @@
 // gemm_tc_kernel's.
 //
 // Two kernels a product:
-//  1. x into one record per (row, group) in the scratch, as large as gemm_tc.cu's (so ts_memplan_tc_x_bytes
-//     sizes both): for each k-step and each k-half kc, the row's 8 fp16 inputs of that core-matrix row (16
-//     bytes at 32·step + 16·kc, wg_rec_word), then (K-quants) the min term's two k-halves (the sub-block
-//     sums' hi and lo words, at 512) and 2^-s (at 544; in-order types at 256). The K-quants' k-slots are
-//     the GEMV's (lane t's inputs 64t .. 64t + 63, wg_x_prep_kernel), so B decoded by kquant_b_frags lines
-//     up with them; the in-order types' are the inputs in order (wg_x_prep_inorder_kernel).
+//  1. x into chunks in the scratch (wg_chunk, gemm_wg.cuh): per (tile of 128 x rows, group) the tile's
+//     canonical A tiles of the group's two halves, then (K-quants) the min term's tile and 2^-s a row. Sized
+//     by ts_cuda_gemm_wg_x_bytes (the x rows rounded up to 128); where the scratch is smaller the product
+//     runs on gemm_tc.cu. The K-quants' k-slots are the GEMV's (lane t's inputs 64t .. 64t + 63,
+//     wg_x_prep_kernel), so B decoded by kquant_b_frags lines up with them; the in-order types' are the
+//     inputs in order (wg_x_prep_inorder_kernel).
 //  2. gemm_wg_kernel: a block of two warpgroups computes 128 rows × 128 tokens (each warpgroup 64 tokens,
-//     m64n128k16), K in half groups. All 256 threads gather the tokens' 16-byte core rows into wgmma's
-//     canonical layout in shared memory (`canon`: no swizzle, core matrices of 8 rows × 16 bytes; cp.async
-//     two half-steps ahead, three stages) and the weights' raw groups (two ahead), and decode B for the
+//     m64n128k16), K in half groups. All 256 threads copy the tile's chunk of a half-step into shared
+//     memory (wgmma's canonical layout, `canon`: no swizzle, core matrices of 8 rows × 16 bytes; cp.async
+//     two half-steps ahead, three stages; expert tiles gather their items' 16-byte core rows) and the weights' raw groups (two ahead), and decode B for the
 //     next half-step into the same layout (two stages) while the warpgroups' MMAs of this one run. After a
 //     group: K-quants acc += 2^-s·d·tmp, then one MMA of the sums against the mins, acc −= 64·2^-s·dmin·that;
 //     in-order types acc += 2^-s·tmp. Expert plans (tiles of up to 64 items of one expert): both
@@ -62,9 +62,8 @@ template <int TYPE> constexpr int wg_block_bytes() {
 }
 template <int TYPE> struct wg_kind {
     static constexpr bool KQ = TYPE == TS_TYPE_Q4_K || TYPE == TS_TYPE_Q5_K;
-    static constexpr int HS = KQ ? 8 : 4;                  // k-steps a half-step
-    static constexpr int REC = KQ ? kRec : 288;            // bytes of an x record (as gemm_tc.cu's)
-    static constexpr int REC_SCALE = KQ ? kRecScale : 256; // its 2^-s
+    static constexpr int HS = KQ ? 8 : 4; // k-steps a half-step
+    using C = wg_chunk<HS>;               // x's chunks
     static constexpr int BS = wg_block_bytes<TYPE>();
     static constexpr int RAWB = KQ ? BS : 4 * BS;                // raw bytes of a row's group
     static constexpr int LINES = KQ ? RAWB / 16 : RAWB / 16 + 2; // 16-byte lines staged a row
@@ -72,10 +71,10 @@ template <int TYPE> struct wg_kind {
 };
 
 template <int TYPE> struct wg_layout {
-    static constexpr int SBB = wg_kind<TYPE>::SBB;   // raw bytes a row in shared memory
-    static constexpr int A0 = 0;                     // three A stages
-    static constexpr int B0 = A0 + 3 * kAStage;      // two B stages
-    static constexpr int RAW0 = B0 + 2 * kHalfBytes; // two stages of raw groups
+    static constexpr int SBB = wg_kind<TYPE>::SBB;              // raw bytes a row in shared memory
+    static constexpr int A0 = 0;                                // three A stages
+    static constexpr int B0 = A0 + 3 * wg_kind<TYPE>::C::STAGE; // two B stages
+    static constexpr int RAW0 = B0 + 2 * kHalfBytes;            // two stages of raw groups
     static constexpr int BMIN = RAW0 + 2 * kWgRows * SBB;
     static constexpr int DD = BMIN + kStepBytes; // {d, dmin} a row
     static constexpr int BYTES = DD + kWgRows * 8;
@@ -91,7 +90,7 @@ struct wg_args {
     int e_max;         // experts: the largest expert whose rows lie inside both tensors
     int T;             // dense: tokens
     int x_div;         // experts: item i's x row is ⌊i / x_div⌋
-    const uint8_t *xw; // x records: [x rows][nsb][REC bytes]
+    const uint8_t *xw; // x chunks: [x rows / 128][nsb][wg_chunk BYTES]
     float *y;
     int64_t y_stride;      // floats from one token's (item's) outputs to the next
     const int32_t *sorted; // experts: the plan (tiles == NULL: dense)
@@ -170,28 +169,29 @@ __global__ void __launch_bounds__(256) wg_x_prep_kernel(const float *__restrict_
     stage_x_kquant_each<false>(
         x + static_cast<size_t>(r0) * x_stride, n, nsb, x_stride,
         [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
-            uint8_t *c = xw + (static_cast<size_t>(r0) * nsb + rs) * kRec; // rs = row·nsb + super-block
-            const int h = q >> 1, j = q & 1;
+            using C = wg_chunk<8>;
+            const int row = r0 + rs / nsb, rt = row % kWgTok, h = q >> 1, j = q & 1; // rs = row·nsb + sb
+            uint8_t *c = xw + (static_cast<size_t>(row / kWgTok) * nsb + rs % nsb) * C::BYTES;
         // quarter (h, j): k-steps 2(4j + ii) + h; a[2ii] k-half 0, a[2ii + 1] k-half 1, word t
 #pragma unroll
             for (int ii = 0; ii < 4; ii++) {
                 const int step = 2 * (4 * j + ii) + h;
-                *reinterpret_cast<uint32_t *>(c + wg_rec_word(step, 0, t)) = a[2 * ii];
-                *reinterpret_cast<uint32_t *>(c + wg_rec_word(step, 1, t)) = a[2 * ii + 1];
+                *reinterpret_cast<uint32_t *>(c + wg_x_word<8>(rt, step, 0, t)) = a[2 * ii];
+                *reinterpret_cast<uint32_t *>(c + wg_x_word<8>(rt, step, 1, t)) = a[2 * ii + 1];
             }
             if (q == 0) {
                 uint32_t hi, lo;
                 tc_x_sums(sum, other, hi, lo);
-                *reinterpret_cast<uint32_t *>(c + kRecMin + 4 * t) = hi;
-                *reinterpret_cast<uint32_t *>(c + kRecMin + 16 + 4 * t) = lo;
-                if (t == 0) *reinterpret_cast<float *>(c + kRecScale) = inv;
+                *reinterpret_cast<uint32_t *>(c + C::MIN + canon(rt, 0, 0, t)) = hi;
+                *reinterpret_cast<uint32_t *>(c + C::MIN + canon(rt, 0, 1, t)) = lo;
+                if (t == 0) reinterpret_cast<float *>(c + C::SCALE)[rt] = inv;
             }
         });
 }
 
-// The in-order types' records (wg_kind): per (row, group of 128) the group's inputs as fp16 at its scale,
-// in input order (k-step j's k-half kc: inputs 16j + 8kc .. + 7, wg_rec_word), then 2^-s at 256. A unit
-// is 16 inputs (one k-step); the 8 units of a group are neighbouring lanes and share its max.
+// The in-order types' chunks (wg_chunk<4>): per (tile, group of 128) the group's inputs as fp16 at its
+// scale, in input order (k-step j's k-half kc: inputs 16j + 8kc .. + 7), then 2^-s. A unit is 16 inputs
+// (one k-step); the 8 units of a group are neighbouring lanes and share its max.
 __global__ void __launch_bounds__(256) wg_x_prep_inorder_kernel(const float *__restrict__ x, int nx, int ng,
                                                                 int64_t x_stride, uint8_t *__restrict__ xw) {
     const int r0 = static_cast<int>(blockIdx.x) * kWgPrepRows, n = min(kWgPrepRows, nx - r0);
@@ -207,13 +207,15 @@ __global__ void __launch_bounds__(256) wg_x_prep_inorder_kernel(const float *__r
         float inv;
         const float scale = tc_x_scale(amax, inv);
         if (!ok) return;
-        uint8_t *c = xw + (static_cast<size_t>(r0) * ng + (u >> 3)) * wg_kind<TS_TYPE_Q8_0>::REC;
+        using C = wg_chunk<4>;
+        const int row = r0 + (u >> 3) / ng, rt = row % kWgTok;
+        uint8_t *c = xw + (static_cast<size_t>(row / kWgTok) * ng + (u >> 3) % ng) * C::BYTES;
         uint32_t w[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) w[i] = h2_pack(v[2 * i] * scale, v[2 * i + 1] * scale);
-        *reinterpret_cast<uint4 *>(c + wg_rec_word(u & 7, 0, 0)) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4 *>(c + wg_rec_word(u & 7, 1, 0)) = make_uint4(w[4], w[5], w[6], w[7]);
-        if ((u & 7) == 0) *reinterpret_cast<float *>(c + wg_kind<TS_TYPE_Q8_0>::REC_SCALE) = inv;
+        *reinterpret_cast<uint4 *>(c + wg_x_word<4>(rt, u & 7, 0, 0)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4 *>(c + wg_x_word<4>(rt, u & 7, 1, 0)) = make_uint4(w[4], w[5], w[6], w[7]);
+        if ((u & 7) == 0) reinterpret_cast<float *>(c + C::SCALE)[rt] = inv;
     });
 }
 
@@ -229,6 +231,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = wg_layout<TYPE>;
     using KD = wg_kind<TYPE>;
+    using C = typename KD::C;
     constexpr int NW = EXP ? 64 : 128;  // rows of a warpgroup's MMAs
     constexpr int TOK = EXP ? 64 : 128; // tokens (items) a block tile
     constexpr int NA = NW / 2;          // accumulators a thread
@@ -264,24 +267,32 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             return o < a.n_part ? a.w0 + r0b + static_cast<size_t>(o) * a.rb
                                 : (a.w1 ? a.w1 : a.w0) + r0b + static_cast<size_t>(o - a.n_part) * a.rb;
         };
-        // x of half-step h into A stage h % 3: token r's core rows of k-steps HS·(h % 2) .. + HS − 1 (32
-        // bytes a k-step in its record), and with the second half its min-term rows and 2^-s. Copy k of a
-        // thread: token xr, k-half xkc, k-step xj + k·128/TOK of the half (the thread's record and the stage
-        // offsets fixed for the tile); a warp's copies fill 512 contiguous bytes of the stage.
+        // x of half-step h into A stage h % 3: the part of the group's chunk for that half (wg_chunk). Dense:
+        // one contiguous copy (the tile's chunk). Experts: token r's core rows gathered from its x row's
+        // chunk; copy k of a thread: token xr, k-half xkc, k-step xj + k·128/TOK of the half, and with the
+        // second half its min-term rows and 2^-s (the thread's chunk and row in it fixed for the tile).
         const int xr = (tid >> 1) % TOK, xkc = tid & 1, xj = (tid >> 1) / TOK;
-        const uint8_t *xrec = a.xw + static_cast<size_t>(xrows[xr]) * a.nsb * KD::REC;
+        const int xrow = xrows[xr], xrt = xrow % kWgTok;
+        const uint8_t *xch = a.xw + static_cast<size_t>(EXP ? xrow / kWgTok : q) * a.nsb * C::BYTES;
         auto issue_x = [&](int h) {
             const int half = h & 1;
-            uint8_t *dst = sm + L::A0 + (h % 3) * kAStage;
-            const uint8_t *src = xrec + static_cast<size_t>(h >> 1) * KD::REC;
+            uint8_t *dst = sm + L::A0 + (h % 3) * C::STAGE;
+            const uint8_t *src = xch + static_cast<size_t>(h >> 1) * C::BYTES + half * C::HALF;
+            if constexpr (!EXP) {
+                for (int i = 16 * tid; i < (half ? C::STAGE : C::HALF); i += 16 * kWgThreads)
+                    cp_async16(dst + i, src + i);
+            } else {
 #pragma unroll
-            for (int k = 0; k < TOK * 2 * KD::HS / kWgThreads; k++) {
-                const int j = xj + k * (128 / TOK);
-                cp_async16(dst + canon(xr, j, xkc, 0), src + wg_rec_word(KD::HS * half + j, xkc, 0));
-            }
-            if (half && tid < 2 * TOK) { // tokens × 2 k-halves
-                if (KD::KQ) cp_async16(dst + kMinOff + canon(xr, 0, xkc, 0), src + kRecMin + 16 * xkc);
-                if (xkc == 0) cp_async4(dst + kScaleOff + 4 * xr, src + KD::REC_SCALE);
+                for (int k = 0; k < TOK * 2 * KD::HS / kWgThreads; k++) {
+                    const int j = xj + k * (128 / TOK);
+                    cp_async16(dst + canon(xr, j, xkc, 0), src + canon(xrt, j, xkc, 0));
+                }
+                if (half && tid < 2 * TOK) {                                          // tokens × 2 k-halves
+                    constexpr int MIN = C::MIN - C::HALF, SCALE = C::SCALE - C::HALF; // in the stage
+                    if (KD::KQ)
+                        cp_async16(dst + MIN + canon(xr, 0, xkc, 0), src + MIN + canon(xrt, 0, xkc, 0));
+                    if (xkc == 0) cp_async4(dst + SCALE + 4 * xr, src + SCALE + 4 * xrt);
+                }
             }
         };
         // group s of the block's rows (raw bytes) into raw stage s % 2: the 16-byte lines covering each
@@ -374,7 +385,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             if (h + 2 < nh) issue_x(h + 2);
             if ((h & 1) && (h + 3) / 2 < a.nsb) issue_raw((h + 3) / 2);
             cp_async_commit();
-            const uint8_t *as = sm + L::A0 + (h % 3) * kAStage, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
+            const uint8_t *as = sm + L::A0 + (h % 3) * C::STAGE, *bs = sm + L::B0 + (h & 1) * kHalfBytes;
             wg_fence();
             // K-quants: 8 k-steps against B; in-order types: 4 k-steps, each against hi (slot j) and lo (4 + j)
 #pragma unroll
@@ -394,7 +405,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
             wg_wait_all();
             wg_pin(tmp);
             if (!KD::KQ && (h & 1)) { // the group's sums: acc += 2^-s·tmp (d is in B)
-                const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
+                const float *esc = reinterpret_cast<const float *>(as + C::SCALE - C::HALF);
                 const float e0 = esc[rt0], e8 = esc[rt0 + 8];
 #pragma unroll
                 for (int j = 0; j < NA / 4; j++) {
@@ -405,7 +416,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
                 }
             }
             if (KD::KQ && (h & 1)) { // the super-block's sums: acc += 2^-s·d·tmp, then the min term
-                const float *esc = reinterpret_cast<const float *>(as + kScaleOff);
+                const float *esc = reinterpret_cast<const float *>(as + C::SCALE - C::HALF);
                 const float e0 = esc[rt0], e8 = esc[rt0 + 8];
                 // rows 2i, 2i + 1: {d, dmin, d, dmin}
                 const float4 *dd = reinterpret_cast<const float4 *>(sm + L::DD) + rw0 / 2;
@@ -418,7 +429,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
                     acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
                 }
                 wg_fence();
-                wgmma_m64<NW>(tmp, wg_desc(as + kMinOff + a_off), wg_desc(sm + L::BMIN + b_off), 0);
+                wgmma_m64<NW>(tmp, wg_desc(as + C::MIN - C::HALF + a_off), wg_desc(sm + L::BMIN + b_off), 0);
                 wg_commit();
                 wg_wait_all();
                 wg_pin(tmp);
@@ -512,7 +523,8 @@ using namespace ts_cu;
 extern "C" size_t ts_cuda_gemm_wg_x_bytes(uint32_t type, int64_t ne0, int64_t T) {
     const int G = wg_group(type);
     if (G == 0 || ne0 <= 0 || ne0 % G != 0 || T <= 0) return 0;
-    return static_cast<size_t>(T) * static_cast<size_t>(ne0 / G) * (G == 256 ? kRec : 288);
+    const size_t chunk = G == 256 ? wg_chunk<8>::BYTES : wg_chunk<4>::BYTES;
+    return static_cast<size_t>((T + kWgTok - 1) / kWgTok) * static_cast<size_t>(ne0 / G) * chunk;
 }
 
 extern "C" bool ts_cuda_gemm_wg_on(void) {

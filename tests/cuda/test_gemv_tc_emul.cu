@@ -298,12 +298,35 @@ template <int TYPE> static int run_inorder(int K, int G) {
 
 // ---- the warpgroup-MMA prefill products (src/cuda/gemm_wg.cu) -------------------------------------------
 //
-// The kernel's layouts (gemm_wg.cuh) end to end for one warpgroup: x records written as its prep kernel
-// writes them (the GEMV's staging units, placed by wg_rec_word), gathered into the canonical A tile as its
-// cp.async copies do, B decoded by kquant_b_frags into the canonical B tile, the min tiles and {d, dmin},
+// The kernel's layouts (gemm_wg.cuh) end to end for one warpgroup: x's chunk written as its prep kernel
+// writes it (the GEMV's staging units, placed by wg_x_word), copied into the A stages as its cp.async copies
+// do (dense: the chunk's halves as they are; experts: each token's core rows gathered, both checked), B decoded by kquant_b_frags into the canonical B tile, the min tiles and {d, dmin},
 // then m64n128k16 MMAs emulated from wgmma's shared-memory layout (an element (r, k) of a K-major operand
 // without swizzle at start + (r / 8)·SBO + (k / 8)·LBO + (r % 8)·16 + (k % 8)·2) and the kernel's
-// epilogue, against Σ dequant(w)·x̃ in double. Token counts below 64 repeat the last token, as the kernel.
+// epilogue, against Σ dequant(w)·x̃ in double. Token counts below 64: the gather repeats the last token, as
+// the kernel's expert tiles do; the dense copy takes the chunk's unwritten rows (tokens never stored).
+// Stage `half` of the A stages (first and second half of a group) from one chunk: dense, the chunk's bytes
+// of that half as they are; gathered, token r's core rows (and with the second half its min-term rows and
+// 2^-s) from x row min(r, T − 1) of the chunk.
+template <int HS> static void wg_stage_x(const uint8_t *c, int half, bool gather, int M, int T, uint8_t *a) {
+    using C = wg_chunk<HS>;
+    if (!gather) {
+        memcpy(a, c + half * C::HALF, half ? C::STAGE : C::HALF);
+        return;
+    }
+    for (int r = 0; r < M; r++) {
+        const int xr = r < T ? r : T - 1;
+        for (int j = 0; j < HS; j++)
+            for (int kc = 0; kc < 2; kc++)
+                memcpy(a + canon(r, j, kc, 0), c + half * C::HALF + canon(xr, j, kc, 0), 16);
+        if (half) {
+            if (HS == 8)
+                for (int kc = 0; kc < 2; kc++)
+                    memcpy(a + C::MIN - C::HALF + canon(r, 0, kc, 0), c + C::MIN + canon(xr, 0, kc, 0), 16);
+            memcpy(a + C::SCALE - C::HALF + 4 * r, c + C::SCALE + 4 * xr, 4);
+        }
+    }
+}
 static double canon_at(const std::vector<uint8_t> &img, size_t start, int r, int k) {
     uint16_t h;
     memcpy(&h, &img[start + (size_t)((r / 8) * kSbo + (k / 8) * kLbo + (r % 8) * 16 + (k % 8) * 2)], 2);
@@ -314,8 +337,10 @@ template <int TYPE> static int run_wg(void) {
     const size_t rb = ts_row_size(TYPE, K);
     int fails = 0;
     double worst = 0;
-    for (int trial = 0; trial < 3; trial++) {
-        const int T = trial == 0 ? M : trial == 1 ? 37 : 1;
+    using C = wg_chunk<8>;
+    for (int trial = 0; trial < 6; trial++) {
+        const int T = trial % 3 == 0 ? M : trial % 3 == 1 ? 37 : 1;
+        const bool gather = trial >= 3;
         std::vector<uint8_t> W;
         std::vector<float> wf;
         if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
@@ -327,11 +352,11 @@ template <int TYPE> static int run_wg(void) {
                 for (int i = 0; i < 256; i++) x[t * K + sb * 256 + i] = zero ? 0.0f : (float)(mag * gauss());
             }
         ts_round_x_like_tc(x.data(), T * K, 256, xr.data());
-        // the records (wg_x_prep_kernel)
-        std::vector<uint8_t> rec((size_t)T * NSB * kRec, 0);
+        // the tile's chunks (wg_x_prep_kernel)
+        std::vector<uint8_t> chunk((size_t)NSB * C::BYTES, 0);
         for (int t = 0; t < T; t++)
             for (int sb = 0; sb < NSB; sb++) {
-                uint8_t *c = &rec[((size_t)t * NSB + sb) * kRec];
+                uint8_t *c = &chunk[(size_t)sb * C::BYTES];
                 float amax = 0;
                 for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(x[t * K + sb * 256 + i]));
                 float inv;
@@ -343,34 +368,23 @@ template <int TYPE> static int run_wg(void) {
                         const int h = q >> 1, j = q & 1, i0 = t * K + sb * 256 + 64 * l + 32 * h + 16 * j;
                         qsum[q] = tc_x_quarter(&x[i0], scale, w);
                         for (int ii = 0; ii < 4; ii++) {
-                            memcpy(c + wg_rec_word(2 * (4 * j + ii) + h, 0, l), &w[2 * ii], 4);
-                            memcpy(c + wg_rec_word(2 * (4 * j + ii) + h, 1, l), &w[2 * ii + 1], 4);
+                            memcpy(c + wg_x_word<8>(t, 2 * (4 * j + ii) + h, 0, l), &w[2 * ii], 4);
+                            memcpy(c + wg_x_word<8>(t, 2 * (4 * j + ii) + h, 1, l), &w[2 * ii + 1], 4);
                         }
                     }
                     uint32_t hi, lo;
                     tc_x_sums(qsum[0] + qsum[1], qsum[2] + qsum[3], hi, lo);
-                    memcpy(c + kRecMin + 4 * l, &hi, 4);
-                    memcpy(c + kRecMin + 16 + 4 * l, &lo, 4);
+                    memcpy(c + C::MIN + canon(t, 0, 0, l), &hi, 4);
+                    memcpy(c + C::MIN + canon(t, 0, 1, l), &lo, 4);
                 }
-                memcpy(c + kRecScale, &inv, 4);
+                memcpy(c + C::SCALE + 4 * t, &inv, 4);
             }
         std::vector<double> acc((size_t)M * ROWS, 0.0), tmp((size_t)M * ROWS);
         for (int sb = 0; sb < NSB; sb++) {
-            std::vector<uint8_t> A(2 * (size_t)kAStage), B(2 * (size_t)kHalfBytes), Bm(kStepBytes);
+            std::vector<uint8_t> A(2 * (size_t)C::STAGE), B(2 * (size_t)kHalfBytes), Bm(kStepBytes);
             std::vector<float> d(ROWS), dmin(ROWS);
-            for (int half = 0; half < 2; half++) { // the gather (issue_x) and the decode (decode)
-                uint8_t *a = &A[(size_t)half * kAStage];
-                for (int r = 0; r < M; r++) {
-                    const uint8_t *c = &rec[((size_t)(r < T ? r : T - 1) * NSB + sb) * kRec];
-                    for (int j = 0; j < 8; j++)
-                        for (int kc = 0; kc < 2; kc++)
-                            memcpy(a + canon(r, j, kc, 0), c + wg_rec_word(8 * half + j, kc, 0), 16);
-                    if (half) {
-                        for (int kc = 0; kc < 2; kc++)
-                            memcpy(a + kMinOff + canon(r, 0, kc, 0), c + kRecMin + 16 * kc, 16);
-                        memcpy(a + kScaleOff + 4 * r, c + kRecScale, 4);
-                    }
-                }
+            for (int half = 0; half < 2; half++) { // the copies (issue_x) and the decode (decode)
+                wg_stage_x<8>(&chunk[(size_t)sb * C::BYTES], half, gather, M, T, &A[(size_t)half * C::STAGE]);
                 for (int m = 0; m < ROWS; m++)
                     for (int tt = 0; tt < 4; tt++) {
                         uint32_t Bf[16][2], Bmin;
@@ -389,7 +403,7 @@ template <int TYPE> static int run_wg(void) {
             }
             std::fill(tmp.begin(), tmp.end(), 0.0);
             for (int step = 0; step < 16; step++) { // 16 MMAs m64n128k16
-                const size_t sa = (size_t)(step / 8) * kAStage + (size_t)(step % 8) * kStepBytes,
+                const size_t sa = (size_t)(step / 8) * C::STAGE + (size_t)(step % 8) * kStepBytes,
                              sbb = (size_t)(step / 8) * kHalfBytes + (size_t)(step % 8) * kStepBytes;
                 for (int m = 0; m < M; m++)
                     for (int n = 0; n < ROWS; n++) {
@@ -400,11 +414,11 @@ template <int TYPE> static int run_wg(void) {
             }
             for (int m = 0; m < M; m++) {
                 float e;
-                memcpy(&e, &A[(size_t)kAStage + kScaleOff + 4 * m], 4);
+                memcpy(&e, &A[(size_t)C::STAGE + C::SCALE - C::HALF + 4 * m], 4);
                 for (int n = 0; n < ROWS; n++) {
                     double cm = 0;
                     for (int k = 0; k < 16; k++)
-                        cm += canon_at(A, (size_t)kAStage + kMinOff, m, k) * canon_at(Bm, 0, n, k);
+                        cm += canon_at(A, (size_t)C::STAGE + C::MIN - C::HALF, m, k) * canon_at(Bm, 0, n, k);
                     acc[(size_t)m * ROWS + n] +=
                         (double)e * d[n] * tmp[(size_t)m * ROWS + n] - 64.0 * e * dmin[n] * cm;
                 }
@@ -427,23 +441,25 @@ template <int TYPE> static int run_wg(void) {
                 if (e > worst || e != e) worst = e;
             }
     }
-    printf("%s, warpgroup layouts: 3 trials of %d rows x %d inputs, 64 / 37 / 1 tokens: max |emulated - "
-           "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+    printf("%s, warpgroup layouts: 6 trials of %d rows x %d inputs, 64 / 37 / 1 tokens, copied and gathered: "
+           "max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
            ts_type_name(TYPE), ROWS, K, worst, fails ? "  FAIL" : "");
     return fails;
 }
 
-// The in-order types on the warpgroup MMAs: records of 288 bytes (the inputs in order at the group's
-// scale, wg_x_prep_inorder_kernel), the gather of 4 k-steps a half-step, B as hi = fp16(d·q) and lo =
+// The in-order types on the warpgroup MMAs: chunks of the inputs in order at the group's scale
+// (wg_x_prep_inorder_kernel), copied or gathered 4 k-steps a half-step, B as hi = fp16(d·q) and lo =
 // fp16(d·q − hi) from inorder_b_frag (k-step slots j and 4 + j of the stage), both MMAs into one sum, and
 // acc += 2^-s·tmp after each group of 128.
 template <int TYPE> static int run_wg_inorder(void) {
-    const int K = 256, NG = K / 128, ROWS = kWgRows, M = 64, BS = tc_inorder<TYPE>::BS, REC = 288;
+    const int K = 256, NG = K / 128, ROWS = kWgRows, M = 64, BS = tc_inorder<TYPE>::BS;
+    using C = wg_chunk<4>;
     const size_t rb = ts_row_size(TYPE, K);
     int fails = 0;
     double worst = 0;
-    for (int trial = 0; trial < 3; trial++) {
-        const int T = trial == 0 ? M : trial == 1 ? 37 : 1;
+    for (int trial = 0; trial < 6; trial++) {
+        const int T = trial % 3 == 0 ? M : trial % 3 == 1 ? 37 : 1;
+        const bool gather = trial >= 3;
         std::vector<uint8_t> W;
         std::vector<float> wf;
         if (random_rows(TYPE, ROWS, K, W, wf)) return 1;
@@ -454,10 +470,10 @@ template <int TYPE> static int run_wg_inorder(void) {
                 for (int i = 0; i < 128; i++) x[t * K + g * 128 + i] = (float)(mag * gauss());
             }
         ts_round_x_like_tc(x.data(), T * K, 128, xr.data());
-        std::vector<uint8_t> rec((size_t)T * NG * REC, 0);
+        std::vector<uint8_t> chunk((size_t)NG * C::BYTES, 0);
         for (int t = 0; t < T; t++)
             for (int g = 0; g < NG; g++) {
-                uint8_t *c = &rec[((size_t)t * NG + g) * REC];
+                uint8_t *c = &chunk[(size_t)g * C::BYTES];
                 const float *v = &x[t * K + g * 128];
                 float amax = 0;
                 for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(v[i]));
@@ -468,23 +484,16 @@ template <int TYPE> static int run_wg_inorder(void) {
                         for (int w = 0; w < 4; w++) {
                             const int i = 16 * step + 8 * kc + 2 * w;
                             const uint32_t word = h2_pack(v[i] * scale, v[i + 1] * scale);
-                            memcpy(c + wg_rec_word(step, kc, w), &word, 4);
+                            memcpy(c + wg_x_word<4>(t, step, kc, w), &word, 4);
                         }
-                memcpy(c + 256, &inv, 4);
+                memcpy(c + C::SCALE + 4 * t, &inv, 4);
             }
         std::vector<double> acc((size_t)M * ROWS, 0.0), tmp((size_t)M * ROWS);
         for (int g = 0; g < NG; g++) {
             std::fill(tmp.begin(), tmp.end(), 0.0);
-            std::vector<uint8_t> A(2 * (size_t)kAStage), B(2 * (size_t)kHalfBytes);
+            std::vector<uint8_t> A(2 * (size_t)C::STAGE), B(2 * (size_t)kHalfBytes);
             for (int half = 0; half < 2; half++) {
-                uint8_t *a = &A[(size_t)half * kAStage];
-                for (int r = 0; r < M; r++) {
-                    const uint8_t *c = &rec[((size_t)(r < T ? r : T - 1) * NG + g) * REC];
-                    for (int j = 0; j < 4; j++)
-                        for (int kc = 0; kc < 2; kc++)
-                            memcpy(a + canon(r, j, kc, 0), c + wg_rec_word(4 * half + j, kc, 0), 16);
-                    if (half) memcpy(a + kScaleOff + 4 * r, c + 256, 4);
-                }
+                wg_stage_x<4>(&chunk[(size_t)g * C::BYTES], half, gather, M, T, &A[(size_t)half * C::STAGE]);
                 uint8_t *b = &B[(size_t)half * kHalfBytes];
                 for (int m = 0; m < ROWS; m++)
                     for (int tt = 0; tt < 4; tt++)
@@ -511,7 +520,7 @@ template <int TYPE> static int run_wg_inorder(void) {
                             double sum = 0;
                             for (int k = 0; k < 16; k++)
                                 sum +=
-                                    canon_at(A, (size_t)half * kAStage + (size_t)j * kStepBytes, m, k) *
+                                    canon_at(A, (size_t)half * C::STAGE + (size_t)j * kStepBytes, m, k) *
                                     (canon_at(B, (size_t)half * kHalfBytes + (size_t)j * kStepBytes, n, k) +
                                      canon_at(B, (size_t)half * kHalfBytes + (size_t)(4 + j) * kStepBytes, n,
                                               k));
@@ -520,7 +529,7 @@ template <int TYPE> static int run_wg_inorder(void) {
             }
             for (int m = 0; m < M; m++) {
                 float e;
-                memcpy(&e, &A[(size_t)kAStage + kScaleOff + 4 * m], 4);
+                memcpy(&e, &A[(size_t)C::STAGE + C::SCALE - C::HALF + 4 * m], 4);
                 for (int n = 0; n < ROWS; n++)
                     acc[(size_t)m * ROWS + n] += (double)e * tmp[(size_t)m * ROWS + n];
             }
@@ -542,10 +551,10 @@ template <int TYPE> static int run_wg_inorder(void) {
                 if (e > worst || e != e) worst = e;
             }
     }
-    printf(
-        "%s, warpgroup layouts (B as hi + lo of d*q): 3 trials of %d rows x %d inputs, 64 / 37 / 1 tokens: "
-        "max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
-        ts_type_name(TYPE), ROWS, K, worst, fails ? "  FAIL" : "");
+    printf("%s, warpgroup layouts (B as hi + lo of d*q): 6 trials of %d rows x %d inputs, 64 / 37 / 1 "
+           "tokens, copied and gathered: "
+           "max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
+           ts_type_name(TYPE), ROWS, K, worst, fails ? "  FAIL" : "");
     return fails;
 }
 
