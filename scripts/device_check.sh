@@ -39,6 +39,8 @@
 #                                         cases and times, test_cuda_forward and the golden fixtures with
 #                                         them on, prefill on and off, the sections of one launch
 #                                         (TURBOSPARK_CUDA_GEMM_WG=1 device_check.sh realwidth: the gate)
+#   bash scripts/device_check.sh wgncu    Nsight Compute's time, instructions and registers of the GEMM
+#                                         launches of test_cuda_gemm --wg, a line per (kernel, grid)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -234,6 +236,27 @@ wg)
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_wg.txt" 2>&1
   echo "sections rc=$?"; grep -E "gemm_wg_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_wg.txt" | head -24
+  ;;
+wgncu)
+  # Nsight Compute's time, instructions and registers of every GEMM launch of test_cuda_gemm --wg (warpgroup
+  # MMAs, the tensor-core GEMM, their x conversions), the median a (kernel, grid)
+  timeout 240 ncu --csv --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__registers_per_thread \
+    -k regex:"gemm_wg_kernel|gemm_tc_kernel|x_prep" $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgncu.csv"
+  echo "ncu rc=$?"
+  python3 - "$out/wgncu.csv" <<'PY'
+import csv, collections, sys
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
+h = rows[0]
+k_n, k_g, k_m, k_v = (h.index(c) for c in ("Kernel Name", "Grid Size", "Metric Name", "Metric Value"))
+d = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in rows[1:]:
+    d[(r[k_n][:60], r[k_g])][r[k_m]].append(float(r[k_v].replace(",", "")))
+for (name, grid), m in d.items():
+    med = {k: sorted(v)[len(v) // 2] for k, v in m.items()}
+    print(f"{name:60s} {grid:14s} n={len(m['gpu__time_duration.sum']):3d} "
+          f"{med['gpu__time_duration.sum'] / 1e3:9.1f} us {med['smsp__inst_executed.sum']:10.4g} inst "
+          f"{med['launch__registers_per_thread']:.0f} regs")
+PY
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
