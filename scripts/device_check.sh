@@ -35,10 +35,10 @@
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
 #                                         hyper-connection up launch's sections, decode at 32K
-#   bash scripts/device_check.sh wg       the warpgroup-MMA products (TURBOSPARK_CUDA_GEMM_WG=1): their twin
-#                                         cases and times, test_cuda_forward and the golden fixtures with
-#                                         them on, prefill on and off, the sections of one launch
-#                                         (TURBOSPARK_CUDA_GEMM_WG=1 device_check.sh realwidth: the gate)
+#   bash scripts/device_check.sh wg       the warpgroup-MMA products: their twin cases and times,
+#                                         test_cuda_forward and the golden fixtures, prefill with
+#                                         TURBOSPARK_CUDA_GEMM_WG=1 / unset / 0, the sections of one launch
+#                                         (WG_RW=1: the real-width gate instead of the last three)
 #   bash scripts/device_check.sh wgncu    Nsight Compute's time, instructions and registers of the GEMM
 #                                         launches of test_cuda_gemm --wg, a line per (kernel, grid)
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
@@ -211,25 +211,26 @@ land)
   ;;
 wg)
   # The warpgroup-MMA products: test_cuda_gemm --wg (cases, times against gemm_tc_kernel), the golden
-  # fixtures and test_cuda_forward (FWD_S seconds, 200) with TURBOSPARK_CUDA_GEMM_WG=1, prefill with it on
-  # and off, then Nsight Compute's sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1:
-  # the twin cases, prefill on and off, then the real-width gate with them on (no golden, forward, ncu)
+  # fixtures and test_cuda_forward (FWD_S seconds, 200) as built (the dense products on them), prefill with
+  # TURBOSPARK_CUDA_GEMM_WG=1 (the grouped ones too), as built and =0 (neither), then Nsight Compute's
+  # sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1: the twin cases, prefill, then
+  # the real-width gate as built (no golden, forward, ncu)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
   echo "wg rc=$?"; tail -12 "$out/wg.txt"
   if [ "${WG_RW:-0}" = 0 ]; then
-    (TURBOSPARK_CUDA_GEMM_WG=1 TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+    (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
     echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
-    (TURBOSPARK_CUDA_GEMM_WG=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+    (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
     echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
   fi
   wait
-  for wg in 1 0; do
-    echo "== TURBOSPARK_CUDA_GEMM_WG=$wg"
+  for wg in 1 "" 0; do
+    echo "== TURBOSPARK_CUDA_GEMM_WG=${wg:-(unset)}"
     TURBOSPARK_CUDA_GEMM_WG=$wg timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done
   if [ "${WG_RW:-0}" = 1 ]; then
-    TURBOSPARK_CUDA_GEMM_WG=1 bash $0 realwidth
+    bash $0 realwidth
     exit
   fi
   TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 0 --launch-count 1 \

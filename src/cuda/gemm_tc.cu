@@ -642,7 +642,7 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
         (reinterpret_cast<uintptr_t>(W->data) & 15u))
         return -1;
-    if (ts_cuda_gemm_wg_on() && ts_cuda_gemm_wg_takes(W->type, W->ne0, T, g_scratch_bytes) &&
+    if (ts_cuda_gemm_wg_on(false) && ts_cuda_gemm_wg_takes(W->type, W->ne0, T, g_scratch_bytes) &&
         ts_cuda_gemm_wg(W, row0, n_out, x_dev, T, y_dev, n_out, g_scratch, g_scratch_bytes, s) == 0)
         return 0;
     tc_gemm_args a = {};
@@ -677,7 +677,7 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
     const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
                                              x_stride, y_dev, y_stride, &parts, &e_max);
     if (ok <= 0) return ok;
-    if (ts_cuda_gemm_wg_on() &&
+    if (ts_cuda_gemm_wg_on(true) &&
         ts_cuda_gemm_wg_experts(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div, x_stride, y_dev,
                                 y_stride, g_scratch, g_scratch_bytes, s) == 0)
         return 0;

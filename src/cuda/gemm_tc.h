@@ -40,8 +40,9 @@ int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const 
  * least ts_cuda_gemm_wg_x_bytes(type, ne0, T) bytes (x's chunks: T rounded up to 128 rows; a Hopper GPU and a
  * build for sm_90a). Returns -1 where
  * not taken (ts_cuda_gemm_wg_takes) or on a bad argument. ts_cuda_gemm_tc tries it first when
- * ts_cuda_gemm_wg_on (TURBOSPARK_CUDA_GEMM_WG=1; opt-in until the device gate has run it). */
-bool ts_cuda_gemm_wg_on(void);
+ * ts_cuda_gemm_wg_on(false). ts_cuda_gemm_wg_on(experts): whether the dense (grouped) products take the
+ * warpgroup MMAs: TURBOSPARK_CUDA_GEMM_WG unset, the dense ones; =1, both; =0, neither. */
+bool ts_cuda_gemm_wg_on(bool experts);
 size_t ts_cuda_gemm_wg_x_bytes(uint32_t type, int64_t ne0, int64_t T);
 bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes);
 int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
@@ -49,7 +50,7 @@ int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const 
 /* The grouped expert products of the same types on the warpgroup MMAs: ts_cuda_gemm_tc_experts's contract for
  * plans of 64-item tiles (prefill), x's rows converted into the given scratch (ts_cuda_gemm_wg_x_bytes of
  * ⌈n_items / x_div⌉ rows). -1 where not taken or on a bad argument; ts_cuda_gemm_tc_experts tries it first
- * when ts_cuda_gemm_wg_on. */
+ * when ts_cuda_gemm_wg_on(true). */
 int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
                             const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
                             const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,

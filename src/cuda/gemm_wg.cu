@@ -21,7 +21,8 @@
 //     in-order types acc += 2^-s·tmp. Expert plans (tiles of up to 64 items of one expert): both
 //     warpgroups take the tile's items and 64 of the block's rows each (m64n64k16), the x rows gathered by
 //     the plan.
-// Opt-in (TURBOSPARK_CUDA_GEMM_WG=1) until the device gate has run it.
+// The dense products take it by default on Hopper, the grouped ones with TURBOSPARK_CUDA_GEMM_WG=1 (slower
+// than gemm_tc.cu's for now: BENCHMARKS.md); =0: neither.
 extern "C" {
 #include "quant/quant.h"
 }
@@ -527,12 +528,12 @@ extern "C" size_t ts_cuda_gemm_wg_x_bytes(uint32_t type, int64_t ne0, int64_t T)
     return static_cast<size_t>((T + kWgTok - 1) / kWgTok) * static_cast<size_t>(ne0 / G) * chunk;
 }
 
-extern "C" bool ts_cuda_gemm_wg_on(void) {
-    static const bool on = [] {
+extern "C" bool ts_cuda_gemm_wg_on(bool experts) {
+    static const int mode = [] { // 0: none, 1: dense products, 2: dense and grouped
         const char *e = getenv("TURBOSPARK_CUDA_GEMM_WG");
-        return e && !strcmp(e, "1");
+        return !e || !e[0] ? 1 : e[0] == '0' ? 0 : e[0] == '1' ? 2 : 1;
     }();
-    return on;
+    return mode >= (experts ? 2 : 1);
 }
 
 extern "C" bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes) {

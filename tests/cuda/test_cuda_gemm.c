@@ -1015,6 +1015,9 @@ int main(int argc, char **argv) {
         printf("test_cuda_gemm: no CUDA device; this test runs on the GPU machine only\n");
         return 1;
     }
+    /* ts_cuda_gemm_tc and ts_cuda_gemm_tc_experts on gemm_tc.cu's kernels; the warpgroup products are
+     * called by name (ts_cuda_gemm_wg, ts_cuda_gemm_wg_experts) */
+    setenv("TURBOSPARK_CUDA_GEMM_WG", "0", 1);
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench();
