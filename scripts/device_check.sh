@@ -40,7 +40,8 @@
 #                                         TURBOSPARK_CUDA_GEMM_WG=1 / unset / 0, the sections of one launch
 #                                         (WG_RW=1: the real-width gate instead of the last three)
 #   bash scripts/device_check.sh wgncu    Nsight Compute's time, instructions and registers of the GEMM
-#                                         launches of test_cuda_gemm --wg, a line per (kernel, grid)
+#                                         launches of test_cuda_gemm --wg, a line per (kernel, grid), then
+#                                         the warpgroup kernel's six largest stall reasons
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -257,6 +258,23 @@ for (name, grid), m in d.items():
     print(f"{name:60s} {grid:14s} n={len(m['gpu__time_duration.sum']):3d} "
           f"{med['gpu__time_duration.sum'] / 1e3:9.1f} us {med['smsp__inst_executed.sum']:10.4g} inst "
           f"{med['launch__registers_per_thread']:.0f} regs")
+PY
+  # then where the warpgroup kernel's warps wait: the stall reasons a issued instruction, the largest six
+  timeout 240 ncu --csv --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    -k regex:gemm_wg_kernel $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgstall.csv"
+  echo "ncu stalls rc=$?"
+  python3 - "$out/wgstall.csv" <<'PY'
+import csv, collections, sys
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
+h = rows[0]
+k_n, k_g, k_m, k_v = (h.index(c) for c in ("Kernel Name", "Grid Size", "Metric Name", "Metric Value"))
+d = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in rows[1:]:
+    d[(r[k_n][:60], r[k_g])][r[k_m]].append(float(r[k_v].replace(",", "")))
+for (name, grid), m in d.items():
+    med = {k.split("stalled_")[1].split("_per_issue")[0]: sorted(v)[len(v) // 2] for k, v in m.items()}
+    top = sorted(med.items(), key=lambda kv: -kv[1])[:6]
+    print(f"{name:60s} {grid:14s} " + ", ".join(f"{k} {v:.2f}" for k, v in top))
 PY
   ;;
 speed)
