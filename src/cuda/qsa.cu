@@ -204,21 +204,29 @@ __device__ __forceinline__ float kv_inv(const uint8_t *rec, const qsa_shape &q) 
     return *reinterpret_cast<const float *>(rec + q.kv_rec - 16);
 }
 
-// Max over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
-__device__ float block_max(float v, float *red) {
+// Sum (MAX: max) over the thread block (any multiple of 32 threads), the warps' partials reduced by warp 0;
+// red: ≥ 33 floats of shared memory.
+template <bool MAX> __device__ float block_reduce(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
+    v = MAX ? warp_max(v) : warp_sum(v);
     if (lane == 0) red[warp] = v;
     __syncthreads();
     if (warp == 0) {
         v = lane < nw ? red[lane] : 0.0f;
-        v = warp_max(v);
+        v = MAX ? warp_max(v) : warp_sum(v);
         if (lane == 0) red[32] = v;
     }
     __syncthreads();
-    const float m = red[32];
+    return red[32];
+}
+// The max (of values ≥ 0: warps past the block count as 0), red free again on return.
+__device__ float block_max(float v, float *red) {
+    const float m = block_reduce<true>(v, red);
     __syncthreads(); // red is free again
     return m;
+}
+__device__ float block_sum(float v, float *red) {
+    return block_reduce<false>(v, red);
 }
 
 // sh[0 .. n) (complete, synchronised) rounded as the products round x: fp16 at the power of two of its
@@ -229,21 +237,6 @@ __device__ float round_shared(const float *sh, int n, float *red, float *scale_o
     float inv;
     *scale_out = ts_cu::tc_x_scale(block_max(amax, red), inv);
     return inv;
-}
-
-// Sum over the thread block (any multiple of 32 threads); red: ≥ 33 floats of shared memory.
-__device__ float block_sum(float v, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < nw ? red[lane] : 0.0f;
-        v = warp_sum(v);
-        if (lane == 0) red[32] = v;
-    }
-    __syncthreads();
-    return red[32];
 }
 
 // sh[0..n) ← rope(rmsnorm(sh; g, eps), pos) over the block, as ts_cpu_rmsnorm + ts_cpu_rope with
