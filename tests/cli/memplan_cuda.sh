@@ -14,9 +14,9 @@ need() { # need FILE FUNCTION...: each function is called in FILE
     grep -q "\b$fn(" "$f" || { echo "FAIL: src/cuda/$f no longer calls $fn"; fail=1; }
   done
 }
-need forward.cu ts_memplan_make ts_memplan_place ts_memplan_work_layout ts_memplan_seq_bytes \
-  ts_memplan_qsa_kv_bytes ts_memplan_idx_raw_bytes ts_memplan_idx_blk_bytes ts_memplan_gdn_conv_bytes \
-  ts_memplan_gdn_state_bytes ts_memplan_ple_conv_bytes ts_memplan_ple_ctx_bytes
+need forward.cu ts_memplan_make ts_memplan_place ts_memplan_work_layout
+need seq.cu ts_memplan_seq_bytes ts_memplan_qsa_kv_bytes ts_memplan_idx_raw_bytes ts_memplan_idx_blk_bytes \
+  ts_memplan_gdn_conv_bytes ts_memplan_gdn_state_bytes ts_memplan_ple_conv_bytes ts_memplan_ple_ctx_bytes
 need upload.cu ts_memplan_matrix_bytes ts_memplan_vector_bytes ts_memplan_joinable ts_memplan_joined_bytes
 need qsa.cu ts_memplan_qsa_layout ts_memplan_qsa_total ts_memplan_qsa_can_be_sparse ts_memplan_qsa_head_groups \
   ts_memplan_qsa_kv_record
