@@ -245,37 +245,12 @@ wgncu)
   timeout 240 ncu --csv --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__registers_per_thread \
     -k regex:"gemm_wg_kernel|gemm_tc_kernel|x_prep" $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgncu.csv"
   echo "ncu rc=$?"
-  python3 - "$out/wgncu.csv" <<'PY'
-import csv, collections, sys
-rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
-h = rows[0]
-k_n, k_g, k_m, k_v = (h.index(c) for c in ("Kernel Name", "Grid Size", "Metric Name", "Metric Value"))
-d = collections.defaultdict(lambda: collections.defaultdict(list))
-for r in rows[1:]:
-    d[(r[k_n][:60], r[k_g])][r[k_m]].append(float(r[k_v].replace(",", "")))
-for (name, grid), m in d.items():
-    med = {k: sorted(v)[len(v) // 2] for k, v in m.items()}
-    print(f"{name:60s} {grid:14s} n={len(m['gpu__time_duration.sum']):3d} "
-          f"{med['gpu__time_duration.sum'] / 1e3:9.1f} us {med['smsp__inst_executed.sum']:10.4g} inst "
-          f"{med['launch__registers_per_thread']:.0f} regs")
-PY
-  # then where the warpgroup kernel's warps wait: the stall reasons a issued instruction, the largest six
+  python3 tools/ncu_medians.py "$out/wgncu.csv"
+  # then where the warpgroup kernel's warps wait: the stall reasons an issued instruction, the largest six
   timeout 240 ncu --csv --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     -k regex:gemm_wg_kernel $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgstall.csv"
   echo "ncu stalls rc=$?"
-  python3 - "$out/wgstall.csv" <<'PY'
-import csv, collections, sys
-rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
-h = rows[0]
-k_n, k_g, k_m, k_v = (h.index(c) for c in ("Kernel Name", "Grid Size", "Metric Name", "Metric Value"))
-d = collections.defaultdict(lambda: collections.defaultdict(list))
-for r in rows[1:]:
-    d[(r[k_n][:60], r[k_g])][r[k_m]].append(float(r[k_v].replace(",", "")))
-for (name, grid), m in d.items():
-    med = {k.split("stalled_")[1].split("_per_issue")[0]: sorted(v)[len(v) // 2] for k, v in m.items()}
-    top = sorted(med.items(), key=lambda kv: -kv[1])[:6]
-    print(f"{name:60s} {grid:14s} " + ", ".join(f"{k} {v:.2f}" for k, v in top))
-PY
+  python3 tools/ncu_medians.py "$out/wgstall.csv" 6
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096

@@ -332,6 +332,31 @@ static double canon_at(const std::vector<uint8_t> &img, size_t start, int r, int
     memcpy(&h, &img[start + (size_t)((r / 8) * kSbo + (k / 8) * kLbo + (r % 8) * 16 + (k % 8) * 2)], 2);
     return ts_fp16_to_fp32(h);
 }
+// The emulated products acc (T tokens × rows) against Σ dequant(w)·x̃ in double, relative to Σ|w·x|
+// (bound 1e-6): the failures (the first five of a type printed, `printed` so far) and the worst into
+// worst.
+static int wg_check(int trial, int T, int rows, int K, const std::vector<double> &acc,
+                    const std::vector<float> &wf, const std::vector<float> &x, const std::vector<float> &xr,
+                    int printed, double &worst) {
+    int fails = 0;
+    for (int m = 0; m < T; m++)
+        for (int n = 0; n < rows; n++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < K; i++) {
+                ref += (double)wf[n * K + i] * xr[m * K + i];
+                mag += fabs((double)wf[n * K + i] * x[m * K + i]);
+            }
+            const double e = fabs(acc[(size_t)m * rows + n] - ref) / (mag > 0 ? mag : 1e-300);
+            if (!(e <= 1e-6)) {
+                if (printed + fails < 5)
+                    printf("  FAIL wg trial %d token %d row %d: got %.9g, reference %.9g (S %.3g)\n", trial,
+                           m, n, acc[(size_t)m * rows + n], ref, mag);
+                fails++;
+            }
+            if (e > worst || e != e) worst = e;
+        }
+    return fails;
+}
 template <int TYPE> static int run_wg(void) {
     const int K = 512, NSB = K / 256, ROWS = kWgRows, M = 64, BS = tc_kquant<TYPE>::BS;
     const size_t rb = ts_row_size(TYPE, K);
@@ -424,22 +449,7 @@ template <int TYPE> static int run_wg(void) {
                 }
             }
         }
-        for (int m = 0; m < T; m++)
-            for (int n = 0; n < ROWS; n++) {
-                double ref = 0, mag = 0;
-                for (int i = 0; i < K; i++) {
-                    ref += (double)wf[n * K + i] * xr[m * K + i];
-                    mag += fabs((double)wf[n * K + i] * x[m * K + i]);
-                }
-                const double e = fabs(acc[(size_t)m * ROWS + n] - ref) / (mag > 0 ? mag : 1e-300);
-                if (!(e <= 1e-6)) {
-                    if (fails < 5)
-                        printf("  FAIL wg trial %d token %d row %d: got %.9g, reference %.9g (S %.3g)\n",
-                               trial, m, n, acc[(size_t)m * ROWS + n], ref, mag);
-                    fails++;
-                }
-                if (e > worst || e != e) worst = e;
-            }
+        fails += wg_check(trial, T, ROWS, K, acc, wf, x, xr, fails, worst);
     }
     printf("%s, warpgroup layouts: 6 trials of %d rows x %d inputs, 64 / 37 / 1 tokens, copied and gathered: "
            "max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6)%s\n",
@@ -534,22 +544,7 @@ template <int TYPE> static int run_wg_inorder(void) {
                     acc[(size_t)m * ROWS + n] += (double)e * tmp[(size_t)m * ROWS + n];
             }
         }
-        for (int m = 0; m < T; m++)
-            for (int n = 0; n < ROWS; n++) {
-                double ref = 0, mag = 0;
-                for (int i = 0; i < K; i++) {
-                    ref += (double)wf[n * K + i] * xr[m * K + i];
-                    mag += fabs((double)wf[n * K + i] * x[m * K + i]);
-                }
-                const double e = fabs(acc[(size_t)m * ROWS + n] - ref) / (mag > 0 ? mag : 1e-300);
-                if (!(e <= 1e-6)) {
-                    if (fails < 5)
-                        printf("  FAIL wg trial %d token %d row %d: got %.9g, reference %.9g (S %.3g)\n",
-                               trial, m, n, acc[(size_t)m * ROWS + n], ref, mag);
-                    fails++;
-                }
-                if (e > worst || e != e) worst = e;
-            }
+        fails += wg_check(trial, T, ROWS, K, acc, wf, x, xr, fails, worst);
     }
     printf("%s, warpgroup layouts (B as hi + lo of d*q): 6 trials of %d rows x %d inputs, 64 / 37 / 1 "
            "tokens, copied and gathered: "
