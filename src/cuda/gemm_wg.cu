@@ -18,9 +18,8 @@
 //     two half-steps ahead, three stages; expert tiles gather their items' 16-byte core rows) and the weights' raw groups (two ahead), and decode B for the
 //     next half-step into the same layout (two stages) while the warpgroups' MMAs of this one run. After a
 //     group: K-quants acc += 2^-s·d·tmp, then one MMA of the sums against the mins, acc −= 64·2^-s·dmin·that;
-//     in-order types acc += 2^-s·tmp. Expert plans (tiles of up to 64 items of one expert): both
-//     warpgroups take the tile's items and 64 of the block's rows each (m64n64k16), the x rows gathered by
-//     the plan.
+//     in-order types acc += 2^-s·tmp. Expert plans (tiles of up to 64 items of one expert): a block takes
+//     an expert's tiles two at a time (up to 128 items), the x rows gathered by the plan.
 // The dense products take it by default on Hopper, the grouped ones with TURBOSPARK_CUDA_GEMM_WG=1 (slower
 // than gemm_tc.cu's for now: BENCHMARKS.md); =0: neither.
 extern "C" {
@@ -118,41 +117,26 @@ __device__ __forceinline__ uint64_t wg_desc(const uint8_t *p) {
     return static_cast<uint64_t>((a & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(kLbo >> 4) << 16) |
            (static_cast<uint64_t>(kSbo >> 4) << 32);
 }
-// d = A·B (+ d when accumulate), m64nNk16 (N = 128 or 64), fp16 operands from shared memory, fp32
-// accumulators.
-template <int N>
-__device__ __forceinline__ void wgmma_m64(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
-    if constexpr (N == 128)
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-            "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-              "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-              "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-              "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-              "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-              "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-              "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(da), "l"(db), "r"(accumulate));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                     "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-                       "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-                       "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "l"(da), "l"(db), "r"(accumulate));
+// d = A·B (+ d when accumulate), m64n128k16, fp16 operands from shared memory, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                   "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
 }
 // The accumulators as of this point (the MMAs write them asynchronously: keep the compiler from moving
 // their uses across the wait).
@@ -222,34 +206,34 @@ __global__ void __launch_bounds__(256) wg_x_prep_inorder_kernel(const float *__r
 
 // ---- kernel 2: the GEMM -------------------------------------------------------------------------------
 
-// A block: 128 rows × a tile of tokens. Dense (EXP false): tiles of 128 tokens, warpgroup wg takes tokens
-// 64wg .. 64wg + 63 and all 128 rows (m64n128). Experts (EXP): a plan's tile of up to 64 items of one
-// expert, both warpgroups take all its items, warpgroup wg rows 64wg .. 64wg + 63 (m64n64). Thread (warp w
-// of its warpgroup, lane g·4 + t) holds tokens 16w + g (acc[4j], acc[4j + 1]: rows 8j + 2t, 8j + 2t + 1 of
-// its rows) and 16w + g + 8 (acc[4j + 2], acc[4j + 3]) of its warpgroup's tokens.
+// A block: 128 rows × a tile of 128 tokens, warpgroup wg takes tokens 64wg .. 64wg + 63 and all 128 rows
+// (m64n128). Dense (EXP false): the T tokens in tiles of 128. Experts (EXP): an expert's plan tiles (of 64
+// items) in pairs, 2j and 2j + 1 as one tile of up to 128 items, so that each decoded weight tile serves
+// twice the items (the block of an odd tile has nothing to do). Thread (warp w of its warpgroup, lane
+// g·4 + t) holds tokens 16w + g (acc[4j], acc[4j + 1]: rows 8j + 2t, 8j + 2t + 1) and 16w + g + 8 (acc[4j +
+// 2], acc[4j + 3]) of its warpgroup's tokens.
 template <int TYPE, bool EXP>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = wg_layout<TYPE>;
     using KD = wg_kind<TYPE>;
     using C = typename KD::C;
-    constexpr int NW = EXP ? 64 : 128;  // rows of a warpgroup's MMAs
-    constexpr int TOK = EXP ? 64 : 128; // tokens (items) a block tile
-    constexpr int NA = NW / 2;          // accumulators a thread
+    constexpr int NW = 128, TOK = kWgTok; // rows of a warpgroup's MMAs, tokens (items) a block tile
+    constexpr int NA = NW / 2;            // accumulators a thread
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ int items[TOK]; // the tile's items (dense: tokens); past the tile, its last one
     __shared__ int xrows[TOK]; // their x rows
     const int tid = static_cast<int>(threadIdx.x), wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = static_cast<int>(blockIdx.x) * kWgRows, nh = 2 * a.nsb; // nh: half-steps
-    const int rt0 = (EXP ? 0 : 64 * wg) + 16 * warp + g; // this thread's first token of the tile
-    const int rw0 = EXP ? 64 * wg : 0;                   // its warpgroup's first row of the block
-    const int a_off = EXP ? 0 : wg * 2048, b_off = EXP ? wg * 2048 : 0; // its operands in a k-step's tile
+    const int rt0 = 64 * wg + 16 * warp + g; // this thread's first token of the tile
+    const int a_off = wg * 2048;             // its tokens in a k-step's tile
     const int n_tiles = EXP ? *a.n_tiles : (a.T + TOK - 1) / TOK;
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
-        const int3 tile =
-            gemm_tile_items(EXP ? a.tiles : nullptr, a.sorted, q, a.T, TOK, a.x_div, items, xrows);
+        if (EXP && (a.tiles[q].w & 1)) continue; // taken with the expert's tile before it
+        const int3 tile = gemm_tile_items(EXP ? a.tiles : nullptr, a.sorted, q, a.T, TOK, a.x_div, items,
+                                          xrows, EXP, n_tiles);
         const int e = tile.x, cnt = tile.z;
         if (EXP && (e < 0 || e > a.e_max)) { // bad expert id: NaN outputs, no weight read
             for (int idx = tid; idx < kWgRows * cnt; idx += kWgThreads) {
@@ -392,8 +376,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const int ka = KD::KQ ? j : j >> 1, kb = KD::KQ ? j : (j >> 1) + 4 * (j & 1);
-                wgmma_m64<NW>(tmp, wg_desc(as + ka * kStepBytes + a_off),
-                              wg_desc(bs + kb * kStepBytes + b_off), (h & 1) | j);
+                wgmma_m64n128(tmp, wg_desc(as + ka * kStepBytes + a_off), wg_desc(bs + kb * kStepBytes),
+                              (h & 1) | j);
             }
             wg_commit();
             wg_pin(tmp);
@@ -420,7 +404,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
                 const float *esc = reinterpret_cast<const float *>(as + C::SCALE - C::HALF);
                 const float e0 = esc[rt0], e8 = esc[rt0 + 8];
                 // rows 2i, 2i + 1: {d, dmin, d, dmin}
-                const float4 *dd = reinterpret_cast<const float4 *>(sm + L::DD) + rw0 / 2;
+                const float4 *dd = reinterpret_cast<const float4 *>(sm + L::DD);
 #pragma unroll
                 for (int j = 0; j < NA / 4; j++) {
                     const float4 f = dd[4 * j + t];
@@ -430,7 +414,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
                     acc[4 * j + 3] = fmaf(e8 * f.z, tmp[4 * j + 3], acc[4 * j + 3]);
                 }
                 wg_fence();
-                wgmma_m64<NW>(tmp, wg_desc(as + C::MIN - C::HALF + a_off), wg_desc(sm + L::BMIN + b_off), 0);
+                wgmma_m64n128(tmp, wg_desc(as + C::MIN - C::HALF + a_off), wg_desc(sm + L::BMIN), 0);
                 wg_commit();
                 wg_wait_all();
                 wg_pin(tmp);
@@ -446,7 +430,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wg_kernel(const wg_args a)
         }
 #pragma unroll
         for (int j = 0; j < NA / 4; j++) {
-            const int c = row0 + rw0 + 8 * j + 2 * t;
+            const int c = row0 + 8 * j + 2 * t;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int r = rt0 + 8 * (k >> 1), o = c + (k & 1);

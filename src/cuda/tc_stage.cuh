@@ -23,16 +23,23 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a01, uint32_t a2
                  : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b0), "r"(b1));
 }
 
-// Tile q of a grouped expert plan (tiles: {expert, first position in sorted, count}) or, with tiles NULL,
-// of T tokens in tiles of TT; its items (tokens) and their x rows into items[0 .. TT) and xrows (past the
-// tile's count, its last item again: computed, never stored). Every thread of the block calls it; returns
-// {expert (0 for dense products), first position, count}.
+// Tile q of a grouped expert plan (tiles: {expert, first position in sorted, count, index among the
+// expert's tiles}) or, with tiles NULL, of T tokens in tiles of TT; its items (tokens) and their x rows into
+// items[0 .. TT) and xrows (past the tile's count, its last item again: computed, never stored). With
+// pairs, the expert's next tile (of the plan's n_tiles in use) joins tile q when there is one (the caller
+// takes an expert's tiles in pairs 2j, 2j + 1 and TT is twice the plan's tile). Every thread of the block
+// calls it; returns {expert (0 for dense products), first position, count}.
 __device__ __forceinline__ int3 gemm_tile_items(const int4 *tiles, const int32_t *sorted, int q, int T,
-                                                int TT, int x_div, int *items, int *xrows) {
+                                                int TT, int x_div, int *items, int *xrows, bool pairs = false,
+                                                int n_tiles = 0) {
     int3 r;
     if (tiles) {
         const int4 ti = tiles[q];
         r = make_int3(ti.x, ti.y, ti.z);
+        if (pairs && q + 1 < n_tiles) {
+            const int4 tn = tiles[q + 1];
+            if (tn.x == ti.x && tn.w == ti.w + 1) r.z += tn.z; // consecutive in sorted
+        }
     } else {
         r = make_int3(0, q * TT, min(TT, T - q * TT));
     }
