@@ -683,20 +683,7 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
         return 0;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
     tc_gemm_args a = {};
-    a.w0 = static_cast<const uint8_t *>(W->data);
-    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
-    a.rb = W->row_bytes;
-    a.n_part = static_cast<int>(n_out);
-    a.n_out = static_cast<int>(parts * n_out);
-    a.rows_per_expert = rows_per_expert;
-    a.row_off = row_off;
-    a.e_max = static_cast<int>(e_max);
-    a.x_div = static_cast<int>(xd);
-    a.y = y_dev;
-    a.y_stride = y_stride;
-    a.sorted = plan->sorted;
-    a.tiles = static_cast<const int4 *>(plan->tiles);
-    a.n_tiles = plan->n_tiles;
+    fill_expert_args(a, plan, W, W2, rows_per_expert, row_off, n_out, parts, e_max, xd, y_dev, y_stride);
     const int nx = static_cast<int>((plan->n_items + xd - 1) / xd);
     return run_type(W->type, x_dev, nx, x_stride, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>((a.n_out + kRowsTc - 1) / kRowsTc),

@@ -569,22 +569,9 @@ extern "C" int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts
     if (ok <= 0) return ok;
     if (parts * n_out > INT_MAX - kWgRows) return -1;
     wg_args a = {};
-    a.w0 = static_cast<const uint8_t *>(W->data);
-    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
-    a.rb = W->row_bytes;
+    fill_expert_args(a, plan, W, W2, rows_per_expert, row_off, n_out, parts, e_max, xd, y_dev, y_stride);
     a.nsb = static_cast<int>(W->ne0 / wg_group(W->type));
-    a.n_part = static_cast<int>(n_out);
-    a.n_out = static_cast<int>(parts * n_out);
-    a.rows_per_expert = rows_per_expert;
-    a.row_off = row_off;
-    a.e_max = static_cast<int>(e_max);
-    a.x_div = static_cast<int>(xd);
     a.xw = static_cast<const uint8_t *>(scratch);
-    a.y = y_dev;
-    a.y_stride = y_stride;
-    a.sorted = plan->sorted;
-    a.tiles = static_cast<const int4 *>(plan->tiles);
-    a.n_tiles = plan->n_tiles;
     return run_wg<true>(W->type, x_dev, static_cast<int>(nx), x_stride, a,
                         static_cast<unsigned>((a.n_out + kWgRows - 1) / kWgRows),
                         static_cast<unsigned>(plan->max_tiles < 65535 ? plan->max_tiles : 65535), s);

@@ -1,17 +1,41 @@
-// Device pieces the tensor-core products share (the decode GEMV, gemv_tc.cu, and the prefill GEMM,
-// gemm_tc.cu): the MMA, the two kinds of weight types, and x rounded to fp16 A fragments
-// (gemv_tc.cuh says how and why). The staging functions write a (row, group)'s fragments, sums and
-// scale at the given steps: the GEMV packs them in three arrays of shared memory, the GEMM in one record
-// per (row, group) in global memory (gemm_tc.cu).
+// Pieces the tensor-core products share (the decode GEMV, gemv_tc.cu; the prefill GEMMs, gemm_tc.cu and
+// gemm_wg.cu): the MMA, the two kinds of weight types, x rounded to fp16 A fragments (gemv_tc.cuh says
+// how and why), a GEMM block's tile of items and the grouped products' arguments. The staging functions
+// write a (row, group)'s fragments, sums and scale at the given steps: the GEMV packs them in three arrays
+// of shared memory, the GEMM in one record per (row, group) in global memory (gemm_tc.cu).
 #ifndef TS_CUDA_TC_STAGE_CUH
 #define TS_CUDA_TC_STAGE_CUH
 
+#include "cuda/gemm.h"
 #include "cuda/gemv_tc.cuh"
 
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace ts_cu {
+
+// The grouped products' fields of their kernels' arguments (gemm_tc.cu's tc_gemm_args and gemm_wg.cu's
+// wg_args name them alike): the weights (rows ≥ n_out of a part from W2), the plan, x's rows (item i's is
+// ⌊i / xd⌋) and the outputs; parts and e_max as ts_cuda_expert_gemm_check returned them.
+template <class A>
+void fill_expert_args(A &a, const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                      const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                      int64_t parts, int64_t e_max, int64_t xd, float *y, int64_t y_stride) {
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
+    a.rb = W->row_bytes;
+    a.n_part = static_cast<int>(n_out);
+    a.n_out = static_cast<int>(parts * n_out);
+    a.rows_per_expert = rows_per_expert;
+    a.row_off = row_off;
+    a.e_max = static_cast<int>(e_max);
+    a.x_div = static_cast<int>(xd);
+    a.y = y;
+    a.y_stride = y_stride;
+    a.sorted = plan->sorted;
+    a.tiles = static_cast<const int4 *>(plan->tiles);
+    a.n_tiles = plan->n_tiles;
+}
 
 // C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
 // A rows g (a01: k-slots 2t, 2t+1; a45: 2t+8, 2t+9) and g + 8 (a23, a67): tokens g and g + 8.
