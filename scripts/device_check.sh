@@ -21,6 +21,10 @@
 #   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
 #                                         thresholds and always (TURBOSPARK_CUDA_MOE_GROUPED=1), then the
 #                                         warm per-kernel table of a 64-row step both ways
+#   bash scripts/device_check.sh chain    the persistent product chain (src/cuda/persist.h): its twin test
+#                                         against ts_cuda_matmul, then one launch against a graph of launches
+#                                         at the model's shapes (test_cuda_chain --bench), one and two blocks
+#                                         an SM
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 and prefill at the default micro-batch, then
 #                                         prefill of 8,192 tokens at micro-batches of 512 to 4,096
 #   bash scripts/device_check.sh ab       prefill with the hyper-connections' split products off and on
@@ -245,6 +249,16 @@ batch)
       --log-file "$out/ncu_b64g$g.csv" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 64 --profile-batch 64 --ctx 1 -r 1 > /dev/null 2>&1
     echo "ncu b64 grouped=$g rc=$?"; python3 tools/ncu_table.py "$out/ncu_b64g$g.csv" | tee "$out/ncu_b64g$g.md" | head -24
+  done
+  ;;
+chain)
+  # One persistent kernel for a chain of decode products (issue 21): exact against ts_cuda_matmul, and what
+  # the launches between products cost
+  (timeout 120 $D/test_cuda_chain) > "$out/chain.txt" 2>&1
+  echo "chain twin rc=$?"; grep -E "FAIL|differ|refused:|launch|passed" "$out/chain.txt" | head -20
+  for n in 1 2; do
+    echo "== TURBOSPARK_PERSIST_PER_SM=$n"
+    TURBOSPARK_PERSIST_PER_SM=$n timeout 200 $D/test_cuda_chain --bench 2>&1 | tee "$out/chain_bench$n.txt"
   done
   ;;
 speed)
