@@ -18,6 +18,13 @@
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
 #                                         (each filled by a prefill in micro-batches of 2,048)
+#   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
+#                                         thresholds and always (TURBOSPARK_CUDA_MOE_GROUPED=1), then the
+#                                         warm per-kernel table of a 64-row step both ways
+#   bash scripts/device_check.sh chain    the persistent product chain (src/cuda/persist.h): its twin test
+#                                         against ts_cuda_matmul, then one launch against a graph of launches
+#                                         at the model's shapes (test_cuda_chain --bench), one and two blocks
+#                                         an SM
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 and prefill at the default micro-batch, then
 #                                         prefill of 8,192 tokens at micro-batches of 512 to 4,096
 #   bash scripts/device_check.sh ab       prefill with the hyper-connections' split products off and on
@@ -251,6 +258,32 @@ wgncu)
     -k regex:gemm_wg_kernel $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgstall.csv"
   echo "ncu stalls rc=$?"
   python3 tools/ncu_medians.py "$out/wgstall.csv" 6
+  ;;
+batch)
+  # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
+  # rows read once a tile of its items) faster at 8-64 rows; then where a 64-row step goes, both ways
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  for g in "" 1; do
+    echo "== TURBOSPARK_CUDA_MOE_GROUPED=$g"
+    TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
+      -b 1,8,16,32,64 --ctx 1 -r 2 2> "$out/batch$g.err" | tee "$out/batch$g.txt" | grep -E "tg|experts"
+  done
+  for g in "" 1; do
+    TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 150 ncu --clock-control none --cache-control none --profile-from-start off --csv \
+      --log-file "$out/ncu_b64g$g.csv" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 64 --profile-batch 64 --ctx 1 -r 1 > /dev/null 2>&1
+    echo "ncu b64 grouped=$g rc=$?"; python3 tools/ncu_table.py "$out/ncu_b64g$g.csv" | tee "$out/ncu_b64g$g.md" | head -24
+  done
+  ;;
+chain)
+  # One persistent kernel for a chain of decode products (issue 21): exact against ts_cuda_matmul, and what
+  # the launches between products cost
+  (timeout 120 $D/test_cuda_chain) > "$out/chain.txt" 2>&1
+  echo "chain twin rc=$?"; grep -E "FAIL|differ|refused:|launch|passed" "$out/chain.txt" | head -20
+  for n in 1 2; do
+    echo "== TURBOSPARK_PERSIST_PER_SM=$n"
+    TURBOSPARK_PERSIST_PER_SM=$n timeout 200 $D/test_cuda_chain --bench 2>&1 | tee "$out/chain_bench$n.txt"
+  done
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096

@@ -62,15 +62,6 @@ __global__ void read_bw_kernel(const float4 *__restrict__ p, size_t n, float *si
 extern "C" const char *const ts_cuda_prof_names[TS_PROF_KINDS] = {"embed", "hc",  "ple",   "gdn",
                                                                   "qsa",   "moe", "output"};
 
-namespace {
-
-// table layout (ints): ids[N] pos[N] row_seq[N] seq_row0[N+1] lrows[N]
-size_t tab_ints(int64_t N) {
-    return (size_t)(5 * N + 1);
-}
-
-} // namespace
-
 namespace ts_cu {
 int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     const ts_hparams *hp = &c->m->hp;
@@ -122,6 +113,11 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
 } // namespace ts_cu
 
 namespace {
+
+// table layout (ints): ids[N] pos[N] row_seq[N] seq_row0[N+1] lrows[N]
+size_t tab_ints(int64_t N) {
+    return (size_t)(5 * N + 1);
+}
 
 // ---- the layer loop ----------------------------------------------------------------------------
 

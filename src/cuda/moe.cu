@@ -47,8 +47,8 @@
 // N ≥ kGroupedMinRows (64: decode batches never change) and N·k ≥ kGroupedMinItemsPerExpert·E (4:
 // below that most tiles would hold one or two items; released shapes: N ≥ 205), and when the plan
 // fits the scratch (ts_memplan_moe_scratch reserves it whenever the plan is supported). Both
-// constants are estimates to be measured on the H200 (ts_cuda_moe_force_grouped switches the path
-// for comparisons). The results do not depend on the path beyond fp32 rounding, nor, on the
+// constants are estimates to be measured on the H200 (TURBOSPARK_CUDA_MOE_GROUPED=1 always takes the
+// grouped path, =0 never; ts_cuda_moe_force_grouped does the same from a test). The results do not depend on the path beyond fp32 rounding, nor, on the
 // grouped path, on how the items fall into tiles.
 //
 // Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
@@ -81,6 +81,7 @@ extern "C" {
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -96,7 +97,16 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
 
-int g_moe_grouped = -1; // ts_cuda_moe_force_grouped: -1 thresholds, 0 never, 1 always
+// ts_cuda_moe_force_grouped, else TURBOSPARK_CUDA_MOE_GROUPED: -1 thresholds, 0 never, 1 always
+int g_moe_grouped = -2; // -2: not set yet (the environment is read at the first product)
+
+int moe_grouped_mode() {
+    if (g_moe_grouped == -2) {
+        const char *v = getenv("TURBOSPARK_CUDA_MOE_GROUPED");
+        g_moe_grouped = !v || !v[0] ? -1 : v[0] == '0' ? 0 : 1;
+    }
+    return g_moe_grouped;
+}
 
 inline int64_t round_up4(int64_t n) {
     return ts_memplan_round_up4(n);
@@ -541,8 +551,8 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     const ts_cuda_tensor *up = &L->ffn_up_exps;
     const size_t plan_off = sh_bytes + align256(gu_bytes);
     const size_t plan_bytes = ts_cuda_expert_plan_bytes(NK, E);
-    bool grouped = g_moe_grouped == 1 ||
-                   (g_moe_grouped < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
+    const int mode = moe_grouped_mode();
+    bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
     grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
     ts_cuda_expert_plan plan;
     if (grouped && ts_cuda_expert_plan_build(ids, NK, E, static_cast<char *>(w->scratch) + plan_off,

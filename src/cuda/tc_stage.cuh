@@ -94,12 +94,14 @@ template <int TYPE> struct tc_kind {
 // their L2 round trips overlap instead of following one another (one round was ~1 µs of a launch).
 constexpr int kStageRounds = 4;
 
-// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok.
-__device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
+// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok. COH: x may have been
+// written during this kernel (by another block: persist.cu's chain), so it is read through L2 (ld.global.cg),
+// not the read-only path, which may hold lines from before the write.
+template <bool COH = false> __device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float4 f =
-            ok ? __ldg(reinterpret_cast<const float4 *>(p) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 *q = reinterpret_cast<const float4 *>(p) + i;
+        const float4 f = ok ? (COH ? __ldcg(q) : __ldg(q)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
     }
 }
@@ -127,7 +129,7 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
 // nullptr for a unit past the row's inputs, staged as zeros) and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
 // round (the shuffles inside need all lanes), ok = u < units.
-template <class At, class Convert>
+template <bool COH = false, class At, class Convert>
 __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
     for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
         float v[kStageRounds][16];
@@ -136,7 +138,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
             if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
-            load_unit(p, p != nullptr, v[r]);
+            load_unit<COH>(p, p != nullptr, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
@@ -153,8 +155,8 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // its elements 16j .. 16j + 15, the words of MMAs 2(4j + ii) + h for ii = 0..3: a[2ii] k-slots 2t, 2t + 1,
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
-// (tc_x_residual).
-template <bool RES, class Store>
+// (tc_x_residual). COH: as load_unit.
+template <bool RES, bool COH = false, class Store>
 __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                            Store store) {
     const int units = nx * nsb * 16;
@@ -163,7 +165,7 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
         return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
                16 * (q & 1);
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];
@@ -186,11 +188,11 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
 // The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
 // word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
 // 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
-template <bool RES = false>
+template <bool RES = false, bool COH = false>
 __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                       uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
                                       int sum_step = 4, int sc_step = 1) {
-    stage_x_kquant_each<RES>(
+    stage_x_kquant_each<RES, COH>(
         x, nx, nsb, x_stride,
         [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
             const int h = q >> 1, j = q & 1;
@@ -211,8 +213,8 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
-// for the missing inputs. RES: the residual of x's own rounding (tc_x_residual).
-template <int G, bool RES = false>
+// for the missing inputs. RES: the residual of x's own rounding (tc_x_residual). COH: as load_unit.
+template <int G, bool RES = false, bool COH = false>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
                                        uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
@@ -221,7 +223,7 @@ __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int 
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
         return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];
