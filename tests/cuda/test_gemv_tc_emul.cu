@@ -294,10 +294,58 @@ template <int TYPE> static int run_inorder(int K, int G) {
     return fails + staged_bad;
 }
 
+// inorder_b_frag builds each pair of quants in a 16-bit word at once; here, for every MMA m and lane t of
+// random blocks, its words equal the element-at-a-time form of the same rule (each quant u of the type's
+// layout as 1024 + u in fp16, minus 1024 + the type's bias), bit for bit.
+template <int TYPE> static int frag_equal(void) {
+    using Q = tc_inorder<TYPE>;
+    const int M = TYPE == TS_TYPE_Q6_K ? 16 : 2;
+    int bad = 0;
+    std::vector<uint8_t> blk(Q::BS + 2);
+    for (int trial = 0; trial < 20000; trial++) {
+        uint8_t *b = blk.data(); // 2-byte aligned, as every caller's blocks
+        for (int i = 0; i < Q::BS; i++) b[i] = (uint8_t)(urand() * 256);
+        for (int m = 0; m < M; m++)
+            for (int t = 0; t < 4; t++) {
+                uint32_t w01, w23, want[2];
+                inorder_b_frag<TYPE>(b, m, t, w01, w23);
+                for (int half = 0; half < 2; half++) {
+                    int u[2];
+                    for (int k = 0; k < 2; k++) {
+                        const int e = 16 * m + 2 * t + 8 * half + k; // the input's index in the block
+                        if (TYPE == TS_TYPE_Q8_0) {
+                            u[k] = (int8_t)b[2 + e] + 128;
+                        } else if (TYPE == TS_TYPE_Q5_0) {
+                            const uint32_t qh = b[2] | b[3] << 8 | b[4] << 16 | (uint32_t)b[5] << 24;
+                            u[k] = ((b[6 + e % 16] >> (e < 16 ? 0 : 4)) & 15) | (((qh >> e) & 1) << 4);
+                        } else { // Q6_K: element e = 128n + 32q + l
+                            const int n = e / 128, q = (e % 128) / 32, l = e % 32;
+                            u[k] = ((b[64 * n + 32 * (q & 1) + l] >> (q >= 2 ? 4 : 0)) & 15) |
+                                   (((b[128 + 32 * n + l] >> (2 * q)) & 3) << 4);
+                        }
+                    }
+                    const int bias = TYPE == TS_TYPE_Q8_0 ? 128 : TYPE == TS_TYPE_Q5_0 ? 16 : 32;
+                    want[half] = h2_sub((uint32_t)u[0] | (uint32_t)u[1] << 16 | 0x64006400u,
+                                        ts_fp32_to_fp16((float)(1024 + bias)) * 0x10001u);
+                }
+                if (w01 != want[0] || w23 != want[1]) {
+                    if (bad < 3)
+                        printf("  FAIL %s m %d t %d: %08x %08x, element-wise %08x %08x\n", ts_type_name(TYPE), m, t,
+                               w01, w23, want[0], want[1]);
+                    bad++;
+                }
+            }
+    }
+    printf("%s: inorder_b_frag = the element-at-a-time quants on 20000 random blocks, every MMA and lane: %s\n",
+           ts_type_name(TYPE), bad ? "FAIL" : "equal");
+    return bad;
+}
+
 int main(void) {
     const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
-                      run_inorder<TS_TYPE_Q6_K>(512, 256);
+                      run_inorder<TS_TYPE_Q6_K>(512, 256) + frag_equal<TS_TYPE_Q8_0>() +
+                      frag_equal<TS_TYPE_Q5_0>() + frag_equal<TS_TYPE_Q6_K>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
