@@ -13,7 +13,8 @@
 //
 // Launch: as many blocks as are resident at once (a cooperative launch, so the runtime refuses a grid
 // that is not): one an SM with all its shared memory, or two (TURBOSPARK_PERSIST_PER_SM=2). The
-// counters are reset by a memset before each launch.
+// counters are reset by a memset before each launch. TURBOSPARK_PERSIST_WA=1: tiles of 16 rows with the
+// weights as the MMAs' A operand (chunk_part_wa).
 extern "C" {
 #include "quant/quant.h"
 }
@@ -61,16 +62,23 @@ __host__ __device__ __forceinline__ uint32_t ring_bytes(const chain_prod &P, int
     return (static_cast<uint32_t>(nr) * static_cast<uint32_t>(P.row_stride) + 15u + 127u) & ~127u;
 }
 
-template <int TYPE>
+// A tile's partial sums for lane (g, t) (one token): gemv_tc's chunk sums (tiles of 8 rows), or WA, the
+// weights as the MMAs' A operand (tiles of 16 rows; gemv_tc_dot.cuh).
+template <int TYPE, bool WA>
 __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, const uint32_t *xs,
                                             const uint2 *xsum, const float *xsc, int ne0, int j, int warp,
                                             int g, int t) {
-    return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g, t);
+    if constexpr (WA)
+        return chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, 0, j, warp, g, t);
+    else
+        return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g, t);
 }
 
+template <bool WA>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     chain_kernel(const chain_prod *__restrict__ prods, const int *__restrict__ tile0, int n, int *counters,
                  uint32_t ring_off, uint32_t ring_size) {
+    constexpr int R = WA ? 16 : kTcTile; // rows a tile
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ ts_ring ring;
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm); // TS_RING_MAX barriers in the first 128 bytes
@@ -87,12 +95,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         while (issued < mine) {
             ts_tile_seek(tile0, n, static_cast<int>(blockIdx.x) + issued * static_cast<int>(gridDim.x), &pc);
             const chain_prod P = prods[pc.p];
-            const int nr = min(kTcTile, P.n_out - pc.tile * kTcTile);
+            const int nr = min(R, P.n_out - pc.tile * R);
             const int64_t off = ts_ring_place(&ring, ring_bytes(P, nr));
             if (off < 0) return;
             ts_ring_push(&ring, static_cast<uint32_t>(off), ring_bytes(P, nr));
             uint64_t *bar = &bars[issued % TS_RING_MAX];
-            const uint8_t *src = P.w + static_cast<size_t>(pc.tile) * kTcTile * P.rb;
+            const uint8_t *src = P.w + static_cast<size_t>(pc.tile) * R * P.rb;
             uint8_t *dst = ring_base + off;
             mbar_expect(bar, copy_bytes(P, nr));
             if (P.row_stride == static_cast<int>(P.rb))
@@ -152,19 +160,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         float4 acc;
         switch (P.type) {
         case TS_TYPE_Q4_K:
-            acc = tile_part<TS_TYPE_Q4_K>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
+            acc = tile_part<TS_TYPE_Q4_K, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         case TS_TYPE_Q5_K:
-            acc = tile_part<TS_TYPE_Q5_K>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
+            acc = tile_part<TS_TYPE_Q5_K, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         case TS_TYPE_Q6_K:
-            acc = tile_part<TS_TYPE_Q6_K>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
+            acc = tile_part<TS_TYPE_Q6_K, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         case TS_TYPE_Q8_0:
-            acc = tile_part<TS_TYPE_Q8_0>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
+            acc = tile_part<TS_TYPE_Q8_0, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         default:
-            acc = tile_part<TS_TYPE_Q5_0>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
+            acc = tile_part<TS_TYPE_Q5_0, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         }
         float4 *part = red + (j & 1) * kWarps * 32;
@@ -175,12 +183,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             issue_more();
         }
         if (warp == 0) {
-            const int nr = min(kTcTile, P.n_out - cc.tile * kTcTile);
-            if (g == 0) { // token 0: lanes t hold rows 2t, 2t + 1
+            const int nr = min(R, P.n_out - cc.tile * R);
+            float *y = P.y + static_cast<size_t>(cc.tile) * R;
+            if (WA ? t == 0 : g == 0) { // token 0: WA lanes (g, 0) rows g and g + 8, else lanes (0, t) 2t, 2t + 1
                 const float4 s = sum_classes<kWarps>(part, j, lane);
-                float *y = P.y + cc.tile * kTcTile;
-                if (2 * t < nr) y[2 * t] = s.x;
-                if (2 * t + 1 < nr) y[2 * t + 1] = s.y;
+                const int r0 = WA ? g : 2 * t, r1 = WA ? g + 8 : 2 * t + 1;
+                if (r0 < nr) y[r0] = s.x;
+                if (r1 < nr) y[r1] = WA ? s.z : s.y;
             }
             __syncwarp();
             if (lane == 0) {
@@ -197,10 +206,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
 using namespace ts_cu;
 
+using chain_kernel_t = void (*)(const chain_prod *, const int *, int, int *, uint32_t, uint32_t);
+
 struct ts_cuda_chain {
     chain_prod *prods; // device [n]
     int *tile0;        // device [n + 1]
     int *counters;     // device [n]
+    chain_kernel_t kernel;
     int n, blocks, per_sm;
     uint32_t ring_off, ring_size;
     size_t smem;
@@ -212,7 +224,7 @@ bool overlaps(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) {
     return a0 < b1 && b0 < a1;
 }
 
-int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_product *all, char *err,
+int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_product *all, int rows, char *err,
                   size_t errlen) {
     const int G = tc_gemv_group(p->type);
     if (!G)
@@ -223,7 +235,7 @@ int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_pro
                        (long long)p->ne0, ts_type_name(p->type), G, kMaxNe0);
     if (p->n_out <= 0 || p->n_out > (1 << 24))
         return ts_errf(err, errlen, "chain product %d has %lld outputs (1 to 16,777,216)", i, (long long)p->n_out);
-    if (p->row_bytes != ts_row_size(p->type, p->ne0) || (kTcTile * p->row_bytes) % 16 != 0)
+    if (p->row_bytes != ts_row_size(p->type, p->ne0) || (rows * p->row_bytes) % 16 != 0)
         return ts_errf(err, errlen, "chain product %d: %zu bytes a row is not %s's row of %lld inputs", i,
                        p->row_bytes, ts_type_name(p->type), (long long)p->ne0);
     if (!p->w || !p->x || !p->y || (reinterpret_cast<uintptr_t>(p->w) & 15u) ||
@@ -255,6 +267,11 @@ int env_per_sm() {
     const char *v = getenv("TURBOSPARK_PERSIST_PER_SM");
     return v && v[0] == '2' ? 2 : 1;
 }
+// TURBOSPARK_PERSIST_WA=1: the weights as the MMAs' A operand, tiles of 16 rows (gemv_tc_dot.cuh)
+bool env_wa() {
+    const char *v = getenv("TURBOSPARK_PERSIST_WA");
+    return v && v[0] == '1';
+}
 
 } // namespace
 
@@ -268,10 +285,13 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         free(hp), free(ht0);
         return ts_errf(err, errlen, "out of host memory building a chain of %d products", n);
     }
+    const bool wa = env_wa();
+    const int R = wa ? 16 : kTcTile; // rows a tile
+    const chain_kernel_t kernel = wa ? chain_kernel<true> : chain_kernel<false>;
     uint32_t ring_off = 128, max_tile = 0;
     int64_t tiles = 0;
     for (int i = 0; i < n; i++) {
-        if (check_product(&p[i], i, p, err, errlen)) {
+        if (check_product(&p[i], i, p, R, err, errlen)) {
             free(hp), free(ht0);
             return -1;
         }
@@ -283,9 +303,9 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         c.n_out = static_cast<int>(p[i].n_out), c.dep = p[i].dep;
         const tc_layout L(kWarps, 1, c.ne0, 0, 0);
         if (L.stages > ring_off) ring_off = static_cast<uint32_t>(L.stages);
-        if (ring_bytes(c, kTcTile) > max_tile) max_tile = ring_bytes(c, kTcTile);
+        if (ring_bytes(c, R) > max_tile) max_tile = ring_bytes(c, R);
         ht0[i] = static_cast<int>(tiles);
-        tiles += (p[i].n_out + kTcTile - 1) / kTcTile;
+        tiles += (p[i].n_out + R - 1) / R;
         if (tiles > INT32_MAX / 2) {
             free(hp), free(ht0);
             return ts_errf(err, errlen, "a chain of more than 1,073,741,823 tiles of 8 rows");
@@ -294,7 +314,7 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
     ht0[n] = static_cast<int>(tiles);
     ring_off = (ring_off + 127u) & ~127u;
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, chain_kernel) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
         free(hp), free(ht0);
         return ts_errf(err, errlen, "the chain kernel is not loadable on this device (an sm_90a build needs Hopper)");
     }
@@ -312,11 +332,11 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
                        ring_off);
     }
     ring_size = static_cast<uint32_t>(smem - ring_off);
-    cudaError_t e = cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     int resident = 0;
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, chain_kernel, kWarps * 32, smem);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, smem);
     if (e != cudaSuccess || resident < per_sm) {
         free(hp), free(ht0);
         return ts_errf(err, errlen, "the chain kernel cannot keep %d blocks of %zu bytes an SM resident (%s)",
@@ -327,7 +347,7 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         free(hp), free(ht0);
         return ts_errf(err, errlen, "out of host memory building a chain");
     }
-    c->n = n, c->per_sm = per_sm, c->blocks = per_sm * ts_cuda_sm_count();
+    c->kernel = kernel, c->n = n, c->per_sm = per_sm, c->blocks = per_sm * ts_cuda_sm_count();
     c->ring_off = ring_off, c->ring_size = ring_size, c->smem = smem;
     e = cudaMalloc(&c->prods, static_cast<size_t>(n) * sizeof *hp);
     if (e == cudaSuccess) e = cudaMalloc(&c->tile0, (static_cast<size_t>(n) + 1) * sizeof *ht0);
@@ -357,7 +377,7 @@ extern "C" int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s) {
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, chain_kernel, static_cast<const chain_prod *>(c->prods),
+    return cudaLaunchKernelEx(&cfg, c->kernel, static_cast<const chain_prod *>(c->prods),
                               static_cast<const int *>(c->tile0), c->n, c->counters, c->ring_off, c->ring_size) ==
                    cudaSuccess
                ? 0

@@ -2,9 +2,11 @@
  * one-kernel decode step. Each product is y = W·x for one token, W in its file encoding (Q4_K, Q5_K,
  * Q6_K, Q8_0, Q5_0) on the tensor-core GEMV's arithmetic (gemv_tc.cuh: x rounded to fp16 once per
  * group, fp32 sums), and its results equal ts_cuda_matmul's for the same product bit for bit (the same
- * chunk sums, added in the same order).
+ * chunk sums, added in the same order). TURBOSPARK_PERSIST_WA=1 puts the weights in the MMAs' A operand
+ * instead (tiles of 16 rows, half the MMAs for the same decoding: gemv_tc_dot.cuh), equal to ts_cuda_matmul's
+ * up to the order of the fp32 sums inside an MMA.
  *
- * One launch runs the whole chain: the blocks stay resident, each takes its tiles of 8 output rows in
+ * One launch runs the whole chain: the blocks stay resident, each takes its tiles of 8 (or 16) output rows in
  * chain order (persist_sched.h), streams their weights into shared memory as far ahead as its ring
  * allows, across product boundaries, and waits only where a product reads the output of an earlier one
  * (a counter per product in global memory), so the weight copies of the next products overlap the

@@ -1,7 +1,7 @@
 /* The bookkeeping of the persistent product chain (persist.cu), in C so that the host test
  * (tests/unit/test_persist_sched.c) runs the very functions the kernel runs.
  *
- * Tiles. The chain's products are cut into tiles of 8 output rows; tile g of the whole chain (product
+ * Tiles. The chain's products are cut into tiles of output rows (8, or 16); tile g of the whole chain (product
  * order, then row order) belongs to thread block g mod grid, and a block takes its tiles in order.
  * Product p waits for every tile of the product it reads (dep < p) and no other, so the chain cannot
  * deadlock while all blocks are resident: the lowest unfinished product's input is complete, and each

@@ -58,29 +58,45 @@ static int random_rows(uint32_t type, int rows, int K, std::vector<uint8_t> &W, 
     return 0;
 }
 
-// C[lane][0..3] += A·B of one warp (rows g + 8 of A are zero, as in the kernel), in double.
-static void mma_emul(double c[32][4], const uint32_t a0[32], const uint32_t a2[32], const uint32_t b0[32],
-                     const uint32_t b1[32]) {
-    double A[8][16], B[16][8];
+// C[lane][0..3] += A·B of one warp, in double: A rows g (a01: k-slots 2t, 2t+1; a45: 2t+8, 2t+9) and g + 8
+// (a23, a67; null: zero, as the B-form kernel's tokens 8-15), B column g (b01, b23), C rows g (c0, c1) and
+// g + 8 (c2, c3) at columns 2t, 2t+1.
+static void mma_emul(double c[32][4], const uint32_t a01[32], const uint32_t a45[32], const uint32_t b0[32],
+                     const uint32_t b1[32], const uint32_t *a23 = nullptr, const uint32_t *a67 = nullptr) {
+    double A[16][16], B[16][8];
     for (int lane = 0; lane < 32; lane++) {
         const int g = lane >> 2, t = lane & 3;
-        A[g][2 * t] = half_at(a0[lane], 0), A[g][2 * t + 1] = half_at(a0[lane], 1);
-        A[g][2 * t + 8] = half_at(a2[lane], 0), A[g][2 * t + 9] = half_at(a2[lane], 1);
+        A[g][2 * t] = half_at(a01[lane], 0), A[g][2 * t + 1] = half_at(a01[lane], 1);
+        A[g][2 * t + 8] = half_at(a45[lane], 0), A[g][2 * t + 9] = half_at(a45[lane], 1);
+        A[g + 8][2 * t] = a23 ? half_at(a23[lane], 0) : 0, A[g + 8][2 * t + 1] = a23 ? half_at(a23[lane], 1) : 0;
+        A[g + 8][2 * t + 8] = a67 ? half_at(a67[lane], 0) : 0;
+        A[g + 8][2 * t + 9] = a67 ? half_at(a67[lane], 1) : 0;
         B[2 * t][g] = half_at(b0[lane], 0), B[2 * t + 1][g] = half_at(b0[lane], 1);
         B[2 * t + 8][g] = half_at(b1[lane], 0), B[2 * t + 9][g] = half_at(b1[lane], 1);
     }
     for (int lane = 0; lane < 32; lane++) {
         const int g = lane >> 2, t = lane & 3;
-        for (int n = 0; n < 2; n++) {
+        for (int n = 0; n < 4; n++) {
             double s = 0;
-            for (int k = 0; k < 16; k++) s += A[g][k] * B[k][2 * t + n];
+            for (int k = 0; k < 16; k++) s += A[g + 8 * (n >> 1)][k] * B[k][2 * t + (n & 1)];
             c[lane][n] += s;
         }
     }
 }
 
-template <int TYPE> static int run_type(void) {
-    const int K = 512, NSB = K / 256, ROWS = 8, BS = tc_kquant<TYPE>::BS;
+// Where result n (0..3) of lane (g, t) belongs: B form (weights as B: C = tokens × rows) token g, row 2t + n
+// (n < 2); WA (weights as A, C = rows × tokens) row g + 8·(n / 2), token 2t + n % 2.
+static void c_place(bool wa, int lane, int n, int &token, int &row) {
+    const int g = lane >> 2, t = lane & 3;
+    if (wa)
+        row = g + 8 * (n >> 1), token = 2 * t + (n & 1);
+    else
+        token = g, row = n < 2 ? 2 * t + n : -1;
+}
+
+// WA: the weights as the MMAs' A operand (gemv_tc_dot.cuh's kquant_super_wa: rows g and g + 8 of a tile of 16).
+template <int TYPE, bool WA = false> static int run_type(void) {
+    const int K = 512, NSB = K / 256, ROWS = WA ? 16 : 8, BS = tc_kquant<TYPE>::BS;
     const size_t rb = ts_row_size(TYPE, K);
     int fails = 0, staged_bad = 0;
     double worst = 0, worst_raw = 0;
@@ -134,79 +150,85 @@ template <int TYPE> static int run_type(void) {
                 }
             }
 
-        // the warp: per super-block 16 + 1 MMAs and the epilogue
-        double acc[32][2] = {{0}};
+        // the warp: per super-block 16 + 1 MMAs and the epilogue; acc[token·ROWS + row]
+        std::vector<double> acc((size_t)T * ROWS, 0.0);
         for (int sb = 0; sb < NSB; sb++) {
-            uint32_t B[32][16][2], Bmin[32];
-            for (int lane = 0; lane < 32; lane++)
-                kquant_b_frags<TYPE>(W.data() + (lane >> 2) * rb + sb * BS, lane & 3, B[lane], Bmin[lane]);
+            static uint32_t F[16][4][16][2], Fmin[16][4]; // each row's fragments for each lane t
+            for (int r = 0; r < ROWS; r++)
+                for (int t = 0; t < 4; t++) kquant_b_frags<TYPE>(W.data() + r * rb + sb * BS, t, F[r][t], Fmin[r][t]);
             double c[32][4] = {{0}}, cm[32][4] = {{0}};
+            uint32_t x0[32], x1[32], w0[32], w1[32], w8a[32], w8b[32];
             for (int m = 0; m < 16; m++) {
-                uint32_t a0[32], a2[32], b0[32], b1[32];
                 for (int lane = 0; lane < 32; lane++) {
                     const int g = lane >> 2, t = lane & 3;
                     const uint32_t *xa = &xs[(g * NSB + sb) * kTcXsSuper + t * kTcXsLane];
-                    a0[lane] = g < T ? xa[2 * m] : 0, a2[lane] = g < T ? xa[2 * m + 1] : 0;
-                    b0[lane] = B[lane][m][0], b1[lane] = B[lane][m][1];
+                    x0[lane] = g < T ? xa[2 * m] : 0, x1[lane] = g < T ? xa[2 * m + 1] : 0;
+                    w0[lane] = F[g][t][m][0], w1[lane] = F[g][t][m][1];
+                    if (WA) w8a[lane] = F[g + 8][t][m][0], w8b[lane] = F[g + 8][t][m][1];
                 }
-                mma_emul(c, a0, a2, b0, b1);
+                if (WA)
+                    mma_emul(c, w0, w1, x0, x1, w8a, w8b);
+                else
+                    mma_emul(c, x0, x1, w0, w1);
             }
-            uint32_t a0[32], a2[32];
             for (int lane = 0; lane < 32; lane++) {
                 const int g = lane >> 2, t = lane & 3;
-                a0[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2] : 0;
-                a2[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2 + 1] : 0;
+                x0[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2] : 0;
+                x1[lane] = g < T ? xsum[((g * NSB + sb) * 4 + t) * 2 + 1] : 0;
+                w0[lane] = Fmin[g][t];
+                if (WA) w8a[lane] = Fmin[g + 8][t];
             }
-            mma_emul(cm, a0, a2, Bmin, Bmin);
-            for (int lane = 0; lane < 32; lane++) {
-                const int g = lane >> 2, t = lane & 3;
-                if (g >= T) continue;
-                for (int n = 0; n < 2; n++) {
-                    const uint8_t *blk = W.data() + (2 * t + n) * rb + sb * BS;
+            if (WA)
+                mma_emul(cm, w0, w0, x0, x1, w8a, w8a);
+            else
+                mma_emul(cm, x0, x1, w0, w0);
+            for (int lane = 0; lane < 32; lane++)
+                for (int n = 0; n < 4; n++) {
+                    int token, row;
+                    c_place(WA, lane, n, token, row);
+                    if (row < 0 || token >= T) continue;
+                    const uint8_t *blk = W.data() + row * rb + sb * BS;
                     const double d = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
                     const double dmin = ts_fp16_to_fp32((uint16_t)(blk[2] | blk[3] << 8));
-                    acc[lane][n] += xsc[g * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
+                    acc[token * ROWS + row] += xsc[token * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
                 }
-            }
         }
-        for (int lane = 0; lane < 32; lane++) {
-            const int g = lane >> 2, t = lane & 3;
-            if (g >= T) continue;
-            for (int n = 0; n < 2; n++) {
-                const int o = 2 * t + n;
+        for (int tok = 0; tok < T; tok++)
+            for (int o = 0; o < ROWS; o++) {
                 double ref = 0, raw = 0, mag = 0;
                 for (int i = 0; i < K; i++) {
-                    ref += (double)wf[o * K + i] * xr[g * K + i];
-                    raw += (double)wf[o * K + i] * x[g * K + i];
-                    mag += fabs((double)wf[o * K + i] * x[g * K + i]);
+                    ref += (double)wf[o * K + i] * xr[tok * K + i];
+                    raw += (double)wf[o * K + i] * x[tok * K + i];
+                    mag += fabs((double)wf[o * K + i] * x[tok * K + i]);
                 }
-                const double e = fabs(acc[lane][n] - ref) / (mag > 0 ? mag : 1e-300);
-                const double er = fabs(acc[lane][n] - raw) / (mag > 0 ? mag : 1e-300);
+                const double got = acc[tok * ROWS + o];
+                const double e = fabs(got - ref) / (mag > 0 ? mag : 1e-300);
+                const double er = fabs(got - raw) / (mag > 0 ? mag : 1e-300);
                 if (!(e <= 1e-6)) {
                     if (fails < 5)
                         printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S "
                                "%.3g)\n",
-                               trial, T, g, o, acc[lane][n], ref, mag);
+                               trial, T, tok, o, got, ref, mag);
                     fails++;
                 }
                 if (e > worst || e != e) worst = e;
                 if (er > worst_raw) worst_raw = er;
             }
-        }
     }
-    printf(
-        "%s: 40 trials of 8 rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e (bound "
-        "1e-6); against unrounded x %.2e; staged x != ts_round_x_like_tc at %d inputs%s\n",
-        ts_type_name(TYPE), K, worst, worst_raw, staged_bad, fails || staged_bad ? "  FAIL" : "");
+    printf("%s%s: 40 trials of %d rows x %d inputs, T = 1..8: max |emulated - sum(w*x~)| / sum|w*x| = %.2e "
+           "(bound 1e-6); against unrounded x %.2e; staged x != ts_round_x_like_tc at %d inputs%s\n",
+           ts_type_name(TYPE), WA ? " (weights as A)" : "", ROWS, K, worst, worst_raw, staged_bad,
+           fails || staged_bad ? "  FAIL" : "");
     return fails + staged_bad;
 }
 
 // Q8_0, Q5_0, Q6_K: 16-input MMAs in input order (gemv_tc.cuh, tc_x_inorder / inorder_b_frag), x staged
 // per group of G inputs with one power-of-two scale, each MMA's result scaled by its block's d (Q8_0,
 // Q5_0) or its sub-block's scale and the super-block's d (Q6_K), against Σ dequant(w)·x̃ in double.
-template <int TYPE> static int run_inorder(int K, int G) {
+// WA: the weights as the MMAs' A operand (dot_inorder_wa: rows g and g + 8 of a tile of 16).
+template <int TYPE, bool WA = false> static int run_inorder(int K, int G) {
     using Q = tc_inorder<TYPE>;
-    const int ROWS = 8, NG = K / G;
+    const int ROWS = WA ? 16 : 8, NG = K / G;
     const size_t rb = ts_row_size(TYPE, K);
     int fails = 0, staged_bad = 0;
     double worst = 0;
@@ -229,70 +251,70 @@ template <int TYPE> static int run_inorder(int K, int G) {
                 scale[t * NG + gi] = tc_x_scale(amax, inv[t * NG + gi]);
             }
         ts_round_x_like_tc(x.data(), T * K, G, xr.data()); // x as the kernel rounds it (the host reference)
-        double acc[32][2] = {{0}};
+        std::vector<double> acc((size_t)T * ROWS, 0.0); // acc[token·ROWS + row]
         for (int gi = 0; gi < NG; gi++)
             for (int mm = 0; mm < G / 16; mm++) {
                 const int in0 = gi * G + 16 * mm;                    // the MMA's first input
                 const int blk = in0 / Q::QK, m = (in0 % Q::QK) / 16; // its block and MMA within the block
-                uint32_t a0[32], a2[32], b0[32], b1[32];
+                uint32_t x0[32], x1[32], w0[32], w1[32], w8a[32], w8b[32];
                 for (int lane = 0; lane < 32; lane++) {
                     const int g = lane >> 2, t = lane & 3;
-                    a0[lane] = a2[lane] = 0;
+                    x0[lane] = x1[lane] = 0;
                     if (g < T) {
-                        tc_x_inorder(&x[g * K + in0], scale[g * NG + gi], t, a0[lane], a2[lane]);
+                        tc_x_inorder(&x[g * K + in0], scale[g * NG + gi], t, x0[lane], x1[lane]);
                         // the staged fp16 values, scaled back, are the reference's bit for bit
                         const float *r = &xr[g * K + in0 + 2 * t], iv = inv[g * NG + gi];
-                        if ((float)half_at(a0[lane], 0) * iv != r[0] ||
-                            (float)half_at(a0[lane], 1) * iv != r[1] ||
-                            (float)half_at(a2[lane], 0) * iv != r[8] ||
-                            (float)half_at(a2[lane], 1) * iv != r[9])
+                        if ((float)half_at(x0[lane], 0) * iv != r[0] ||
+                            (float)half_at(x0[lane], 1) * iv != r[1] ||
+                            (float)half_at(x1[lane], 0) * iv != r[8] ||
+                            (float)half_at(x1[lane], 1) * iv != r[9])
                             staged_bad++;
                     }
-                    inorder_b_frag<TYPE>(W.data() + g * rb + blk * Q::BS, m, t, b0[lane], b1[lane]);
+                    inorder_b_frag<TYPE>(W.data() + g * rb + blk * Q::BS, m, t, w0[lane], w1[lane]);
+                    if (WA) inorder_b_frag<TYPE>(W.data() + (g + 8) * rb + blk * Q::BS, m, t, w8a[lane], w8b[lane]);
                 }
                 double c[32][4] = {{0}};
-                mma_emul(c, a0, a2, b0, b1);
-                for (int lane = 0; lane < 32; lane++) {
-                    const int g = lane >> 2, t = lane & 3;
-                    if (g >= T) continue;
-                    for (int n = 0; n < 2; n++) {
-                        const uint8_t *b = W.data() + (2 * t + n) * rb + blk * Q::BS;
+                if (WA)
+                    mma_emul(c, w0, w1, x0, x1, w8a, w8b);
+                else
+                    mma_emul(c, x0, x1, w0, w1);
+                for (int lane = 0; lane < 32; lane++)
+                    for (int n = 0; n < 4; n++) {
+                        int token, row;
+                        c_place(WA, lane, n, token, row);
+                        if (row < 0 || token >= T) continue;
+                        const uint8_t *b = W.data() + row * rb + blk * Q::BS;
                         double f;
                         if (TYPE == TS_TYPE_Q6_K)
-                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) *
-                                (double)(int8_t)b[192 + m];
+                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) * (double)(int8_t)b[192 + m];
                         else
                             f = ts_fp16_to_fp32((uint16_t)(b[0] | b[1] << 8));
-                        acc[lane][n] += inv[g * NG + gi] * f * c[lane][n];
+                        acc[token * ROWS + row] += inv[token * NG + gi] * f * c[lane][n];
                     }
-                }
             }
-        for (int lane = 0; lane < 32; lane++) {
-            const int g = lane >> 2, t = lane & 3;
-            if (g >= T) continue;
-            for (int n = 0; n < 2; n++) {
-                const int o = 2 * t + n;
+        for (int tok = 0; tok < T; tok++)
+            for (int o = 0; o < ROWS; o++) {
                 double ref = 0, mag = 0;
                 for (int i = 0; i < K; i++) {
-                    ref += (double)wf[o * K + i] * xr[g * K + i];
-                    mag += fabs((double)wf[o * K + i] * x[g * K + i]);
+                    ref += (double)wf[o * K + i] * xr[tok * K + i];
+                    mag += fabs((double)wf[o * K + i] * x[tok * K + i]);
                 }
-                const double e = fabs(acc[lane][n] - ref) / (mag > 0 ? mag : 1e-300);
+                const double got = acc[tok * ROWS + o];
+                const double e = fabs(got - ref) / (mag > 0 ? mag : 1e-300);
                 if (!(e <= 1e-6)) {
                     if (fails < 5)
                         printf("  FAIL trial %d T %d token %d row %d: got %.9g, rounded-x reference %.9g (S "
                                "%.3g)\n",
-                               trial, T, g, o, acc[lane][n], ref, mag);
+                               trial, T, tok, o, got, ref, mag);
                     fails++;
                 }
                 if (e > worst || e != e) worst = e;
             }
-        }
     }
-    printf(
-        "%s: 40 trials of 8 rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated - "
-        "sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6); staged x != ts_round_x_like_tc at %d inputs%s\n",
-        ts_type_name(TYPE), K, G, worst, staged_bad, fails || staged_bad ? "  FAIL" : "");
+    printf("%s%s: 40 trials of %d rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated "
+           "- sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6); staged x != ts_round_x_like_tc at %d inputs%s\n",
+           ts_type_name(TYPE), WA ? " (weights as A)" : "", ROWS, K, G, worst, staged_bad,
+           fails || staged_bad ? "  FAIL" : "");
     return fails + staged_bad;
 }
 
@@ -553,11 +575,61 @@ template <int TYPE> static int run_wg_inorder(void) {
     return fails;
 }
 
+// inorder_b_frag builds each pair of quants in a 16-bit word at once; here, for every MMA m and lane t of
+// random blocks, its words equal the element-at-a-time form of the same rule (each quant u of the type's
+// layout as 1024 + u in fp16, minus 1024 + the type's bias), bit for bit.
+template <int TYPE> static int frag_equal(void) {
+    using Q = tc_inorder<TYPE>;
+    const int M = TYPE == TS_TYPE_Q6_K ? 16 : 2;
+    int bad = 0;
+    std::vector<uint8_t> blk(Q::BS + 2);
+    for (int trial = 0; trial < 20000; trial++) {
+        uint8_t *b = blk.data(); // 2-byte aligned, as every caller's blocks
+        for (int i = 0; i < Q::BS; i++) b[i] = (uint8_t)(urand() * 256);
+        for (int m = 0; m < M; m++)
+            for (int t = 0; t < 4; t++) {
+                uint32_t w01, w23, want[2];
+                inorder_b_frag<TYPE>(b, m, t, w01, w23);
+                for (int half = 0; half < 2; half++) {
+                    int u[2];
+                    for (int k = 0; k < 2; k++) {
+                        const int e = 16 * m + 2 * t + 8 * half + k; // the input's index in the block
+                        if (TYPE == TS_TYPE_Q8_0) {
+                            u[k] = (int8_t)b[2 + e] + 128;
+                        } else if (TYPE == TS_TYPE_Q5_0) {
+                            const uint32_t qh = b[2] | b[3] << 8 | b[4] << 16 | (uint32_t)b[5] << 24;
+                            u[k] = ((b[6 + e % 16] >> (e < 16 ? 0 : 4)) & 15) | (((qh >> e) & 1) << 4);
+                        } else { // Q6_K: element e = 128n + 32q + l
+                            const int n = e / 128, q = (e % 128) / 32, l = e % 32;
+                            u[k] = ((b[64 * n + 32 * (q & 1) + l] >> (q >= 2 ? 4 : 0)) & 15) |
+                                   (((b[128 + 32 * n + l] >> (2 * q)) & 3) << 4);
+                        }
+                    }
+                    const int bias = TYPE == TS_TYPE_Q8_0 ? 128 : TYPE == TS_TYPE_Q5_0 ? 16 : 32;
+                    want[half] = h2_sub((uint32_t)u[0] | (uint32_t)u[1] << 16 | 0x64006400u,
+                                        ts_fp32_to_fp16((float)(1024 + bias)) * 0x10001u);
+                }
+                if (w01 != want[0] || w23 != want[1]) {
+                    if (bad < 3)
+                        printf("  FAIL %s m %d t %d: %08x %08x, element-wise %08x %08x\n", ts_type_name(TYPE), m, t,
+                               w01, w23, want[0], want[1]);
+                    bad++;
+                }
+            }
+    }
+    printf("%s: inorder_b_frag = the element-at-a-time quants on 20000 random blocks, every MMA and lane: %s\n",
+           ts_type_name(TYPE), bad ? "FAIL" : "equal");
+    return bad;
+}
+
 int main(void) {
     const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
                       run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>() +
-                      run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>();
+                      run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>() + run_type<TS_TYPE_Q4_K, true>() +
+                      run_type<TS_TYPE_Q5_K, true>() + run_inorder<TS_TYPE_Q8_0, true>(640, 128) +
+                      run_inorder<TS_TYPE_Q5_0, true>(640, 128) + run_inorder<TS_TYPE_Q6_K, true>(512, 256) +
+                      frag_equal<TS_TYPE_Q8_0>() + frag_equal<TS_TYPE_Q5_0>() + frag_equal<TS_TYPE_Q6_K>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
