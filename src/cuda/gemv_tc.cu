@@ -40,7 +40,7 @@ namespace ts_cu {
 namespace {
 
 constexpr int kTile = kTcTile; // output rows a chunk
-constexpr int kMaxStages = 8;   // stages of the weight ring
+constexpr int kMaxStages = 8;  // stages of the weight ring
 constexpr size_t kSmemPerSm = 227 * 1024;
 
 // ---- chunks --------------------------------------------------------------------------------------

@@ -244,7 +244,7 @@ TS_HD uint32_t tc_pair_u8x2(uint32_t u01, uint32_t off16) {
 // Callers unroll m, so the shifts that depend on it are constants.
 template <int TYPE>
 TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint32_t &b23) {
-    const int j = 2 * t; // inputs j, j + 1, j + 8, j + 9 of the MMA
+    const int j = 2 * t;        // inputs j, j + 1, j + 8, j + 9 of the MMA
     if (TYPE == TS_TYPE_Q8_0) { // int8 q → 128 + q as a byte: (1024 + 128 + q) − 1152
         const uint8_t *q = blk + 2 + 16 * m + j;
         b01 = tc_pair_u8x2(lds_u16(q) ^ 0x8080u, 0x64806480u);

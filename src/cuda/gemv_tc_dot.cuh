@@ -259,8 +259,8 @@ __device__ __forceinline__ void add_scaled_wa(float4 &acc, float e0, float e1, f
 // column of this lane; x rows x0, x1: tokens 2t and 2t + 1, the C columns).
 template <int TYPE>
 __device__ __forceinline__ void dot_kquant_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                              const uint2 *xsum, const float *xsc, int nsb, int xr, int x0, int x1,
-                                              int first, int step, int g, int t, float4 &acc) {
+                                              const uint2 *xsum, const float *xsc, int nsb, int xr, int x0,
+                                              int x1, int first, int step, int g, int t, float4 &acc) {
     for (int sb = first; sb < nsb; sb += step) {
         const float4 v = kquant_super_wa<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb, g, t);
         add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v);
@@ -281,7 +281,8 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
         return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
     };
     for (int gi = first; gi < ng; gi += step) {
-        const uint2 *xa = reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
+        const uint2 *xa =
+            reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
         float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // (row g: tokens 2t, 2t + 1; row g + 8: the same)
 #pragma unroll
         for (int b = 0; b < BPG; b++) {
@@ -330,7 +331,8 @@ __device__ __forceinline__ float4 chunk_part_wa(const uint8_t *st, int row_strid
                                                 int x1, int j, int warp, int g, int t) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if constexpr (tc_kind<TYPE>::kInorder)
-        dot_inorder_wa<TYPE>(st, row_stride, xs, xsc, ne0, xr, x0, x1, (warp + j) % kWarps, kWarps, g, t, acc);
+        dot_inorder_wa<TYPE>(st, row_stride, xs, xsc, ne0, xr, x0, x1, (warp + j) % kWarps, kWarps, g, t,
+                             acc);
     else
         dot_kquant_wa<TYPE>(st, row_stride, xs, xsum, xsc, ne0 / kTcSuper, xr, x0, x1, (warp + j) % kWarps,
                             kWarps, g, t, acc);
@@ -348,8 +350,8 @@ __device__ __forceinline__ float4 chunk_part(const uint8_t *st, int row_stride, 
     if constexpr (tc_kind<TYPE>::kInorder)
         dot_inorder<TYPE, W16>(st, row_stride, xs, xsc, ne0, xr, xr8, (warp + j) % kWarps, kWarps, g, t, acc);
     else
-        dot_kquant<TYPE, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0 / kTcSuper, xr, xr8, (warp + j) % kWarps,
-                                    kWarps, g, t, acc);
+        dot_kquant<TYPE, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0 / kTcSuper, xr, xr8,
+                                    (warp + j) % kWarps, kWarps, g, t, acc);
     return acc;
 }
 

@@ -71,7 +71,8 @@ __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, c
     if constexpr (WA)
         return chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, 0, j, warp, g, t);
     else
-        return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g, t);
+        return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g,
+                                                      t);
 }
 
 template <bool WA>
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             if (P.row_stride == static_cast<int>(P.rb))
                 bulk_copy(dst, src, copy_bytes(P, nr), bar);
             else
-                for (int r = 0; r < nr; r++) bulk_copy(dst + r * P.row_stride, src + static_cast<size_t>(r) * P.rb, P.rb, bar);
+                for (int r = 0; r < nr; r++)
+                    bulk_copy(dst + r * P.row_stride, src + static_cast<size_t>(r) * P.rb, P.rb, bar);
             issued++;
         }
     };
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         if (warp == 0) {
             const int nr = min(R, P.n_out - cc.tile * R);
             float *y = P.y + static_cast<size_t>(cc.tile) * R;
-            if (WA ? t == 0 : g == 0) { // token 0: WA lanes (g, 0) rows g and g + 8, else lanes (0, t) 2t, 2t + 1
+            if (WA ? t == 0
+                   : g == 0) { // token 0: WA lanes (g, 0) rows g and g + 8, else lanes (0, t) 2t, 2t + 1
                 const float4 s = sum_classes<kWarps>(part, j, lane);
                 const int r0 = WA ? g : 2 * t, r1 = WA ? g + 8 : 2 * t + 1;
                 if (r0 < nr) y[r0] = s.x;
@@ -224,39 +227,47 @@ bool overlaps(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) {
     return a0 < b1 && b0 < a1;
 }
 
-int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_product *all, int rows, char *err,
-                  size_t errlen) {
+int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_product *all, int rows,
+                  char *err, size_t errlen) {
     const int G = tc_gemv_group(p->type);
     if (!G)
-        return ts_errf(err, errlen, "chain product %d has type %s; the chain takes Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0",
-                       i, ts_type_name(p->type));
+        return ts_errf(err, errlen,
+                       "chain product %d has type %s; the chain takes Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0", i,
+                       ts_type_name(p->type));
     if (p->ne0 <= 0 || p->ne0 % G != 0 || p->ne0 > kMaxNe0)
         return ts_errf(err, errlen, "chain product %d has %lld inputs; %s needs a multiple of %d up to %d", i,
                        (long long)p->ne0, ts_type_name(p->type), G, kMaxNe0);
     if (p->n_out <= 0 || p->n_out > (1 << 24))
-        return ts_errf(err, errlen, "chain product %d has %lld outputs (1 to 16,777,216)", i, (long long)p->n_out);
+        return ts_errf(err, errlen, "chain product %d has %lld outputs (1 to 16,777,216)", i,
+                       (long long)p->n_out);
     if (p->row_bytes != ts_row_size(p->type, p->ne0) || (rows * p->row_bytes) % 16 != 0)
         return ts_errf(err, errlen, "chain product %d: %zu bytes a row is not %s's row of %lld inputs", i,
                        p->row_bytes, ts_type_name(p->type), (long long)p->ne0);
     if (!p->w || !p->x || !p->y || (reinterpret_cast<uintptr_t>(p->w) & 15u) ||
         (reinterpret_cast<uintptr_t>(p->x) & 15u) || (reinterpret_cast<uintptr_t>(p->y) & 3u))
-        return ts_errf(err, errlen, "chain product %d: w and x must be 16-byte aligned device pointers, y 4-byte",
-                       i);
+        return ts_errf(err, errlen,
+                       "chain product %d: w and x must be 16-byte aligned device pointers, y 4-byte", i);
     if (p->dep < -1 || p->dep >= i)
-        return ts_errf(err, errlen, "chain product %d reads product %d: a product reads an earlier one or none",
-                       i, p->dep);
+        return ts_errf(err, errlen,
+                       "chain product %d reads product %d: a product reads an earlier one or none", i,
+                       p->dep);
     const uintptr_t x0 = reinterpret_cast<uintptr_t>(p->x), x1 = x0 + static_cast<size_t>(p->ne0) * 4;
     for (int k = 0; k < i; k++) {
-        const uintptr_t y0 = reinterpret_cast<uintptr_t>(all[k].y), y1 = y0 + static_cast<size_t>(all[k].n_out) * 4;
+        const uintptr_t y0 = reinterpret_cast<uintptr_t>(all[k].y),
+                        y1 = y0 + static_cast<size_t>(all[k].n_out) * 4;
         if (k == p->dep && (x0 < y0 || x1 > y1))
-            return ts_errf(err, errlen, "chain product %d reads product %d, but its x is not inside that y", i, k);
+            return ts_errf(err, errlen, "chain product %d reads product %d, but its x is not inside that y",
+                           i, k);
         if (k != p->dep && overlaps(x0, x1, y0, y1))
-            return ts_errf(err, errlen, "chain product %d's x overlaps product %d's y, which it does not read", i, k);
+            return ts_errf(err, errlen,
+                           "chain product %d's x overlaps product %d's y, which it does not read", i, k);
     }
     const uintptr_t y0 = reinterpret_cast<uintptr_t>(p->y), y1 = y0 + static_cast<size_t>(p->n_out) * 4;
     for (int k = 0; k < i; k++) {
-        const uintptr_t a0 = reinterpret_cast<uintptr_t>(all[k].y), a1 = a0 + static_cast<size_t>(all[k].n_out) * 4;
-        const uintptr_t b0 = reinterpret_cast<uintptr_t>(all[k].x), b1 = b0 + static_cast<size_t>(all[k].ne0) * 4;
+        const uintptr_t a0 = reinterpret_cast<uintptr_t>(all[k].y),
+                        a1 = a0 + static_cast<size_t>(all[k].n_out) * 4;
+        const uintptr_t b0 = reinterpret_cast<uintptr_t>(all[k].x),
+                        b1 = b0 + static_cast<size_t>(all[k].ne0) * 4;
         if (overlaps(y0, y1, a0, a1) || overlaps(y0, y1, b0, b1))
             return ts_errf(err, errlen, "chain product %d's y overlaps product %d's x or y", i, k);
     }
@@ -316,24 +327,26 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
         free(hp), free(ht0);
-        return ts_errf(err, errlen, "the chain kernel is not loadable on this device (an sm_90a build needs Hopper)");
+        return ts_errf(err, errlen,
+                       "the chain kernel is not loadable on this device (an sm_90a build needs Hopper)");
     }
     int per_sm = env_per_sm();
     size_t smem = 0;
     uint32_t ring_size = 0;
     for (; per_sm >= 1; per_sm--) { // the ring must hold the largest tile
-        smem = kSmemPerSm / per_sm - 1024 - fa.sharedSizeBytes; // the runtime's 1 KiB a block, the static ring
+        smem =
+            kSmemPerSm / per_sm - 1024 - fa.sharedSizeBytes; // the runtime's 1 KiB a block, the static ring
         smem &= ~static_cast<size_t>(127);
         if (smem > ring_off && smem - ring_off >= max_tile) break;
     }
     if (per_sm < 1) {
         free(hp), free(ht0);
-        return ts_errf(err, errlen, "a tile of the chain needs %u bytes of shared memory beside x's %u", max_tile,
-                       ring_off);
+        return ts_errf(err, errlen, "a tile of the chain needs %u bytes of shared memory beside x's %u",
+                       max_tile, ring_off);
     }
     ring_size = static_cast<uint32_t>(smem - ring_off);
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     int resident = 0;
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, smem);
@@ -352,7 +365,8 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
     e = cudaMalloc(&c->prods, static_cast<size_t>(n) * sizeof *hp);
     if (e == cudaSuccess) e = cudaMalloc(&c->tile0, (static_cast<size_t>(n) + 1) * sizeof *ht0);
     if (e == cudaSuccess) e = cudaMalloc(&c->counters, static_cast<size_t>(n) * sizeof(int));
-    if (e == cudaSuccess) e = cudaMemcpy(c->prods, hp, static_cast<size_t>(n) * sizeof *hp, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(c->prods, hp, static_cast<size_t>(n) * sizeof *hp, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaMemcpy(c->tile0, ht0, (static_cast<size_t>(n) + 1) * sizeof *ht0, cudaMemcpyHostToDevice);
     free(hp), free(ht0);
@@ -378,8 +392,8 @@ extern "C" int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, c->kernel, static_cast<const chain_prod *>(c->prods),
-                              static_cast<const int *>(c->tile0), c->n, c->counters, c->ring_off, c->ring_size) ==
-                   cudaSuccess
+                              static_cast<const int *>(c->tile0), c->n, c->counters, c->ring_off,
+                              c->ring_size) == cudaSuccess
                ? 0
                : -1;
 }

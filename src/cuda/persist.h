@@ -25,13 +25,13 @@ extern "C" {
 #endif
 
 typedef struct ts_cuda_chain_product {
-    uint32_t type;       /* Q4_K, Q5_K, Q6_K, Q8_0 or Q5_0 */
-    int64_t ne0, n_out;  /* inputs (a multiple of the type's x group: 256, or 128 for Q8_0 and Q5_0), rows */
-    size_t row_bytes;    /* ts_row_size(type, ne0) */
-    const void *w;       /* device: row 0, 16-byte aligned, with 16 readable bytes past the last row */
-    const float *x;      /* device: ne0 inputs, 16-byte aligned */
-    float *y;            /* device: n_out outputs */
-    int dep;             /* the earlier product whose y holds x, or −1: x is ready when the chain starts */
+    uint32_t type;      /* Q4_K, Q5_K, Q6_K, Q8_0 or Q5_0 */
+    int64_t ne0, n_out; /* inputs (a multiple of the type's x group: 256, or 128 for Q8_0 and Q5_0), rows */
+    size_t row_bytes;   /* ts_row_size(type, ne0) */
+    const void *w;      /* device: row 0, 16-byte aligned, with 16 readable bytes past the last row */
+    const float *x;     /* device: ne0 inputs, 16-byte aligned */
+    float *y;           /* device: n_out outputs */
+    int dep;            /* the earlier product whose y holds x, or −1: x is ready when the chain starts */
 } ts_cuda_chain_product;
 
 typedef struct ts_cuda_chain ts_cuda_chain;

@@ -97,7 +97,8 @@ constexpr int kStageRounds = 4;
 // The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok. COH: x may have been
 // written during this kernel (by another block: persist.cu's chain), so it is read through L2 (ld.global.cg),
 // not the read-only path, which may hold lines from before the write.
-template <bool COH = false> __device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
+template <bool COH = false>
+__device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const float4 *q = reinterpret_cast<const float4 *>(p) + i;

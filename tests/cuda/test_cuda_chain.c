@@ -85,7 +85,8 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
             ne0 = (ne_in / G) * G;
         }
         int64_t n_out = 1 + (int64_t)(rng_u64(r) % (i == n - 1 ? 3000 : 6000));
-        if (ts_row_size(type, ne0) % 16 != 0) n_out = (n_out + 7) / 8 * 8; /* what ts_cuda_matmul's GEMV takes */
+        if (ts_row_size(type, ne0) % 16 != 0)
+            n_out = (n_out + 7) / 8 * 8; /* what ts_cuda_matmul's GEMV takes */
         p[i].type = type, p[i].ne0 = ne0, p[i].n_out = n_out, p[i].row_bytes = ts_row_size(type, ne0);
         p[i].w = random_matrix(r, type, ne0, n_out);
         p[i].dep = dep;
@@ -94,8 +95,8 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
         TS_CUDA_CHECK(cudaMalloc((void **)&yref[i], (size_t)n_out * sizeof(float)));
         W[i] = (ts_cuda_tensor){type, ne0, n_out, p[i].row_bytes, (void *)p[i].w, NULL};
         if (!ts_cuda_matmul_rounds_x(type, ne0, 1, 0, n_out)) {
-            fprintf(stderr, "chain %d product %d: ts_cuda_matmul does not take %s %lld -> %lld on the GEMV\n", trial,
-                    i, ts_type_name(type), (long long)ne0, (long long)n_out);
+            fprintf(stderr, "chain %d product %d: ts_cuda_matmul does not take %s %lld -> %lld on the GEMV\n",
+                    trial, i, ts_type_name(type), (long long)ne0, (long long)n_out);
             return 1;
         }
     }
@@ -131,14 +132,18 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
             if (isnan(a[o]) != isnan(b[o])) dmax = INFINITY;
         }
         for (int64_t o = 0; o < p[i].n_out; o++)
-            if ((wa ? !(fabs((double)a[o] - b[o]) <= 2e-5 * ymax) : memcmp(&a[o], &b[o], sizeof(float)) != 0) &&
+            if ((wa ? !(fabs((double)a[o] - b[o]) <= 2e-5 * ymax)
+                    : memcmp(&a[o], &b[o], sizeof(float)) != 0) &&
                 diff++ == 0)
                 first = o;
         if (ymax > 0 && dmax / ymax > *worst) *worst = dmax / ymax;
         if (diff) {
-            fprintf(stderr, "chain %d product %d (%s %lld -> %lld, reads %d): %lld of %lld outputs differ, first %lld: "
-                    "%.9g vs %.9g\n", trial, i, ts_type_name(p[i].type), (long long)p[i].ne0, (long long)p[i].n_out,
-                    p[i].dep, (long long)diff, (long long)p[i].n_out, (long long)first, a[first], b[first]);
+            fprintf(
+                stderr,
+                "chain %d product %d (%s %lld -> %lld, reads %d): %lld of %lld outputs differ, first %lld: "
+                "%.9g vs %.9g\n",
+                trial, i, ts_type_name(p[i].type), (long long)p[i].ne0, (long long)p[i].n_out, p[i].dep,
+                (long long)diff, (long long)p[i].n_out, (long long)first, a[first], b[first]);
             bad = 1;
         }
         free(a), free(b);
@@ -146,8 +151,9 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
     int blocks, per_sm;
     size_t smem, ring;
     ts_cuda_chain_geometry(c, &blocks, &per_sm, &smem, &ring);
-    if (trial == 0) printf("chain launch: %d blocks (%d an SM), %zu bytes of shared memory, ring %zu\n", blocks, per_sm,
-                           smem, ring);
+    if (trial == 0)
+        printf("chain launch: %d blocks (%d an SM), %zu bytes of shared memory, ring %zu\n", blocks, per_sm,
+               smem, ring);
     ts_cuda_chain_free(c);
     for (int i = 0; i < n; i++) {
         cudaFree((void *)p[i].w), cudaFree(p[i].y), cudaFree(yref[i]);
@@ -279,7 +285,8 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
     double bytes = 0;
     for (int i = 0; i < n; i++) {
         const stage_t *q = &st[i % nst];
-        p[i].type = q->type, p[i].ne0 = q->ne0, p[i].n_out = q->n_out, p[i].row_bytes = ts_row_size(q->type, q->ne0);
+        p[i].type = q->type, p[i].ne0 = q->ne0, p[i].n_out = q->n_out,
+        p[i].row_bytes = ts_row_size(q->type, q->ne0);
         p[i].w = random_matrix(r, q->type, q->ne0, q->n_out);
         p[i].dep = i - 1;
         p[i].x = i ? p[i - 1].y : x0;
@@ -309,7 +316,8 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
     TS_CUDA_CHECK(cudaGraphInstantiate(&e2, g2, 0));
     const float ms1 = time_exec(e1, s), ms2 = time_exec(e2, s);
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3; /* the weights read at the copy's bytes/s */
-    printf("%-34s %4d products %8.1f MB | launches %8.2f us/product %6.0f GB/s | chain %8.2f us/product %6.0f GB/s"
+    printf("%-34s %4d products %8.1f MB | launches %8.2f us/product %6.0f GB/s | chain %8.2f us/product "
+           "%6.0f GB/s"
            " (x%.2f) | reads at copy speed %.2f us/product\n",
            what, n, bytes / 1e6, ms1 * 1e3 / n, bytes / (ms1 * 1e-3) / 1e9, ms2 * 1e3 / n,
            bytes / (ms2 * 1e-3) / 1e9, ms1 / ms2, floor_ms * 1e3 / n);
@@ -326,12 +334,14 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
 static void bench(cudaStream_t s) {
     rng_t r = {0xC4A1u};
     const double copy_gbs = copy_bandwidth(s);
-    printf("device-to-device copy: %.0f GB/s (read + write); \"reads at copy speed\": the weights at that rate\n",
+    printf("device-to-device copy: %.0f GB/s (read + write); \"reads at copy speed\": the weights at that "
+           "rate\n",
            copy_gbs);
     const stage_t big[] = {{TS_TYPE_Q4_K, 2560, 10240}, {TS_TYPE_Q4_K, 10240, 2560}};
     const stage_t expert[] = {{TS_TYPE_Q4_K, 2560, 1280}, {TS_TYPE_Q5_0, 1280, 2560}};
-    const stage_t mixed[] = {{TS_TYPE_Q5_K, 2560, 12288}, {TS_TYPE_Q6_K, 12288, 2560}, {TS_TYPE_Q4_K, 2560, 8192},
-                             {TS_TYPE_Q8_0, 8192, 2560}, {TS_TYPE_Q4_K, 2560, 640},   {TS_TYPE_Q6_K, 512, 2560}};
+    const stage_t mixed[] = {{TS_TYPE_Q5_K, 2560, 12288}, {TS_TYPE_Q6_K, 12288, 2560},
+                             {TS_TYPE_Q4_K, 2560, 8192},  {TS_TYPE_Q8_0, 8192, 2560},
+                             {TS_TYPE_Q4_K, 2560, 640},   {TS_TYPE_Q6_K, 512, 2560}};
     bench_chain(&r, "Q4_K 2560->10240->2560", big, 2, 48, copy_gbs, s);
     bench_chain(&r, "expert-sized Q4_K 2560->1280, Q5_0 ->2560", expert, 2, 240, copy_gbs, s);
     bench_chain(&r, "mixed (Q5_K, Q6_K, Q4_K, Q8_0)", mixed, 6, 24, copy_gbs, s);
@@ -359,8 +369,9 @@ int main(int argc, char **argv) {
         bad += b;
         if (b && ++failed >= 5) break;
     }
-    printf("40 random chains against ts_cuda_matmul: largest |chain - matmul| / max|y| of a product %.3g (%s)\n",
-           worst, wa ? "weights as A: bound 2e-5" : "bit for bit: 0");
+    printf(
+        "40 random chains against ts_cuda_matmul: largest |chain - matmul| / max|y| of a product %.3g (%s)\n",
+        worst, wa ? "weights as A: bound 2e-5" : "bit for bit: 0");
     bad += refusals(&r);
     printf("%s\n", bad ? "FAILED" : "all passed");
     return bad ? 1 : 0;

@@ -68,7 +68,8 @@ static void mma_emul(double c[32][4], const uint32_t a01[32], const uint32_t a45
         const int g = lane >> 2, t = lane & 3;
         A[g][2 * t] = half_at(a01[lane], 0), A[g][2 * t + 1] = half_at(a01[lane], 1);
         A[g][2 * t + 8] = half_at(a45[lane], 0), A[g][2 * t + 9] = half_at(a45[lane], 1);
-        A[g + 8][2 * t] = a23 ? half_at(a23[lane], 0) : 0, A[g + 8][2 * t + 1] = a23 ? half_at(a23[lane], 1) : 0;
+        A[g + 8][2 * t] = a23 ? half_at(a23[lane], 0) : 0,
+                     A[g + 8][2 * t + 1] = a23 ? half_at(a23[lane], 1) : 0;
         A[g + 8][2 * t + 8] = a67 ? half_at(a67[lane], 0) : 0;
         A[g + 8][2 * t + 9] = a67 ? half_at(a67[lane], 1) : 0;
         B[2 * t][g] = half_at(b0[lane], 0), B[2 * t + 1][g] = half_at(b0[lane], 1);
@@ -155,7 +156,8 @@ template <int TYPE, bool WA = false> static int run_type(void) {
         for (int sb = 0; sb < NSB; sb++) {
             static uint32_t F[16][4][16][2], Fmin[16][4]; // each row's fragments for each lane t
             for (int r = 0; r < ROWS; r++)
-                for (int t = 0; t < 4; t++) kquant_b_frags<TYPE>(W.data() + r * rb + sb * BS, t, F[r][t], Fmin[r][t]);
+                for (int t = 0; t < 4; t++)
+                    kquant_b_frags<TYPE>(W.data() + r * rb + sb * BS, t, F[r][t], Fmin[r][t]);
             double c[32][4] = {{0}}, cm[32][4] = {{0}};
             uint32_t x0[32], x1[32], w0[32], w1[32], w8a[32], w8b[32];
             for (int m = 0; m < 16; m++) {
@@ -190,7 +192,8 @@ template <int TYPE, bool WA = false> static int run_type(void) {
                     const uint8_t *blk = W.data() + row * rb + sb * BS;
                     const double d = ts_fp16_to_fp32((uint16_t)(blk[0] | blk[1] << 8));
                     const double dmin = ts_fp16_to_fp32((uint16_t)(blk[2] | blk[3] << 8));
-                    acc[token * ROWS + row] += xsc[token * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
+                    acc[token * ROWS + row] +=
+                        xsc[token * NSB + sb] * (d * c[lane][n] - 64.0 * dmin * cm[lane][n]);
                 }
         }
         for (int tok = 0; tok < T; tok++)
@@ -251,7 +254,7 @@ template <int TYPE, bool WA = false> static int run_inorder(int K, int G) {
                 scale[t * NG + gi] = tc_x_scale(amax, inv[t * NG + gi]);
             }
         ts_round_x_like_tc(x.data(), T * K, G, xr.data()); // x as the kernel rounds it (the host reference)
-        std::vector<double> acc((size_t)T * ROWS, 0.0); // acc[token·ROWS + row]
+        std::vector<double> acc((size_t)T * ROWS, 0.0);    // acc[token·ROWS + row]
         for (int gi = 0; gi < NG; gi++)
             for (int mm = 0; mm < G / 16; mm++) {
                 const int in0 = gi * G + 16 * mm;                    // the MMA's first input
@@ -271,7 +274,9 @@ template <int TYPE, bool WA = false> static int run_inorder(int K, int G) {
                             staged_bad++;
                     }
                     inorder_b_frag<TYPE>(W.data() + g * rb + blk * Q::BS, m, t, w0[lane], w1[lane]);
-                    if (WA) inorder_b_frag<TYPE>(W.data() + (g + 8) * rb + blk * Q::BS, m, t, w8a[lane], w8b[lane]);
+                    if (WA)
+                        inorder_b_frag<TYPE>(W.data() + (g + 8) * rb + blk * Q::BS, m, t, w8a[lane],
+                                             w8b[lane]);
                 }
                 double c[32][4] = {{0}};
                 if (WA)
@@ -286,7 +291,8 @@ template <int TYPE, bool WA = false> static int run_inorder(int K, int G) {
                         const uint8_t *b = W.data() + row * rb + blk * Q::BS;
                         double f;
                         if (TYPE == TS_TYPE_Q6_K)
-                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) * (double)(int8_t)b[192 + m];
+                            f = ts_fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)) *
+                                (double)(int8_t)b[192 + m];
                         else
                             f = ts_fp16_to_fp32((uint16_t)(b[0] | b[1] << 8));
                         acc[token * ROWS + row] += inv[token * NG + gi] * f * c[lane][n];
@@ -311,10 +317,11 @@ template <int TYPE, bool WA = false> static int run_inorder(int K, int G) {
                 if (e > worst || e != e) worst = e;
             }
     }
-    printf("%s%s: 40 trials of %d rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated "
-           "- sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6); staged x != ts_round_x_like_tc at %d inputs%s\n",
-           ts_type_name(TYPE), WA ? " (weights as A)" : "", ROWS, K, G, worst, staged_bad,
-           fails || staged_bad ? "  FAIL" : "");
+    printf(
+        "%s%s: 40 trials of %d rows x %d inputs (groups of %d), T = 1..8, MMAs in input order: max |emulated "
+        "- sum(w*x~)| / sum|w*x| = %.2e (bound 1e-6); staged x != ts_round_x_like_tc at %d inputs%s\n",
+        ts_type_name(TYPE), WA ? " (weights as A)" : "", ROWS, K, G, worst, staged_bad,
+        fails || staged_bad ? "  FAIL" : "");
     return fails + staged_bad;
 }
 
@@ -611,14 +618,15 @@ template <int TYPE> static int frag_equal(void) {
                 }
                 if (w01 != want[0] || w23 != want[1]) {
                     if (bad < 3)
-                        printf("  FAIL %s m %d t %d: %08x %08x, element-wise %08x %08x\n", ts_type_name(TYPE), m, t,
-                               w01, w23, want[0], want[1]);
+                        printf("  FAIL %s m %d t %d: %08x %08x, element-wise %08x %08x\n", ts_type_name(TYPE),
+                               m, t, w01, w23, want[0], want[1]);
                     bad++;
                 }
             }
     }
-    printf("%s: inorder_b_frag = the element-at-a-time quants on 20000 random blocks, every MMA and lane: %s\n",
-           ts_type_name(TYPE), bad ? "FAIL" : "equal");
+    printf(
+        "%s: inorder_b_frag = the element-at-a-time quants on 20000 random blocks, every MMA and lane: %s\n",
+        ts_type_name(TYPE), bad ? "FAIL" : "equal");
     return bad;
 }
 
