@@ -634,10 +634,11 @@ int main(void) {
     const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
                       run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>() +
-                      run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>() + run_type<TS_TYPE_Q4_K, true>() +
-                      run_type<TS_TYPE_Q5_K, true>() + run_inorder<TS_TYPE_Q8_0, true>(640, 128) +
-                      run_inorder<TS_TYPE_Q5_0, true>(640, 128) + run_inorder<TS_TYPE_Q6_K, true>(512, 256) +
-                      frag_equal<TS_TYPE_Q8_0>() + frag_equal<TS_TYPE_Q5_0>() + frag_equal<TS_TYPE_Q6_K>();
+                      run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>() +
+                      run_type<TS_TYPE_Q4_K, true>() + run_type<TS_TYPE_Q5_K, true>() +
+                      run_inorder<TS_TYPE_Q8_0, true>(640, 128) + run_inorder<TS_TYPE_Q5_0, true>(640, 128) +
+                      run_inorder<TS_TYPE_Q6_K, true>(512, 256) + frag_equal<TS_TYPE_Q8_0>() +
+                      frag_equal<TS_TYPE_Q5_0>() + frag_equal<TS_TYPE_Q6_K>();
     printf(fails ? "test_gemv_tc_emul: FAILED\n" : "test_gemv_tc_emul: all passed\n");
     return fails ? 1 : 0;
 }
