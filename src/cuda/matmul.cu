@@ -456,20 +456,10 @@ int matmul(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_
         return launch_mma(W->type, w, W->row_bytes, no, ne0, x_dev, y_dev, s); // integer MMA (matvec_mma.cuh)
     if (is_plain(W->type) && ne0 % 8 != 0) {
         const int blocks = (no + kWarps - 1) / kWarps;
-        switch (W->type) {
-        case TS_TYPE_F32:
-            launch(matmul_plain_any_kernel<TS_TYPE_F32>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
-                   x_dev, static_cast<int>(T), y_dev);
-            break;
-        case TS_TYPE_F16:
-            launch(matmul_plain_any_kernel<TS_TYPE_F16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
-                   x_dev, static_cast<int>(T), y_dev);
-            break;
-        default:
-            launch(matmul_plain_any_kernel<TS_TYPE_BF16>, blocks, kWarps * 32, 0, s, w, W->row_bytes, no, ne0,
-                   x_dev, static_cast<int>(T), y_dev);
-            break;
-        }
+        with_plain_type(W->type, [&](auto t) { // is_plain: one of its types
+            launch(matmul_plain_any_kernel<decltype(t)::value>, blocks, kWarps * 32, 0, s, w, W->row_bytes,
+                   no, ne0, x_dev, static_cast<int>(T), y_dev);
+        });
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
     for (int64_t t0 = 0; t0 < T; t0 += kMaxT) {
@@ -546,17 +536,9 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
 
     if (is_plain(W->type) && L.ne0 % 8 != 0) {
         const dim3 grid((a.n_out + kWarps - 1) / kWarps, a.n_items < kMaxGridY ? a.n_items : kMaxGridY);
-        switch (W->type) {
-        case TS_TYPE_F32:
-            launch(matmul_experts_plain_any_kernel<TS_TYPE_F32>, grid, kWarps * 32, 0, s, a, L.ne0);
-            break;
-        case TS_TYPE_F16:
-            launch(matmul_experts_plain_any_kernel<TS_TYPE_F16>, grid, kWarps * 32, 0, s, a, L.ne0);
-            break;
-        default:
-            launch(matmul_experts_plain_any_kernel<TS_TYPE_BF16>, grid, kWarps * 32, 0, s, a, L.ne0);
-            break;
-        }
+        with_plain_type(W->type, [&](auto t) { // is_plain: one of its types
+            launch(matmul_experts_plain_any_kernel<decltype(t)::value>, grid, kWarps * 32, 0, s, a, L.ne0);
+        });
         return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
     }
     if (expert_tc(W->type, W->ne0, a.n_items, a.x_div, ids_dev != nullptr, rows_per_expert, row_off, n_out,

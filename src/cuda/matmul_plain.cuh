@@ -1,6 +1,6 @@
 // The plain-type (F32, F16, BF16) SIMT products of the quantized GEMV (matmul.cu, whose top comment is
 // the design): plain_product (rows a multiple of 8 elements, 16-byte streaming loads), plain_any_product
-// (any row length) and their dense kernels.
+// (any row length), their dense kernels, and with_plain_type, which launches them for a run-time type.
 // The expert kernels (matmul_experts.cuh) run the same bodies. Included by matmul.cu.
 #ifndef TS_CUDA_MATMUL_PLAIN_CUH
 #define TS_CUDA_MATMUL_PLAIN_CUH
@@ -155,6 +155,22 @@ __global__ void __launch_bounds__(kWarps * 32)
     pdl_wait();
     plain_any_product<TYPE>(dense_rows{W, rb}, n_out, ne0, x, T, y, static_cast<int>(blockIdx.x));
 }
+
+// The plain types' kernels for a run-time type, as with_type (quant_decode.cuh) over its plain list
+// TS_CU_PLAIN_TYPES: f(type_tag<TYPE>{}) for F32, F16 or BF16, then true; false for any other type.
+#define TS_CU_PLAIN_TYPE_CASE(T)                                                                             \
+    case T:                                                                                                  \
+        f(type_tag<T>{});                                                                                    \
+        return true;
+
+template <class F> bool with_plain_type(uint32_t type, F &&f) {
+    switch (type) {
+        TS_CU_PLAIN_TYPES(TS_CU_PLAIN_TYPE_CASE)
+    default:
+        return false;
+    }
+}
+#undef TS_CU_PLAIN_TYPE_CASE
 
 } // namespace
 
