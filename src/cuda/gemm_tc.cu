@@ -583,37 +583,16 @@ int run(const float *x, int nx, int64_t x_stride, int ne0, tc_gemm_args a, unsig
 
 int run_type(uint32_t type, const float *x, int nx, int64_t x_stride, int ne0, const tc_gemm_args &a,
              unsigned gx, unsigned gy, int split, int tt, cudaStream_t s) {
-    switch (type) {
-    case TS_TYPE_Q4_K:
-        return run<TS_TYPE_Q4_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
-    case TS_TYPE_Q5_K:
-        return run<TS_TYPE_Q5_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
-    case TS_TYPE_Q6_K:
-        return run<TS_TYPE_Q6_K>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
-    case TS_TYPE_Q8_0:
-        return run<TS_TYPE_Q8_0>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
-    case TS_TYPE_Q5_0:
-        return run<TS_TYPE_Q5_0>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s);
-    default:
-        return -1;
-    }
+    int rc = -1; // -1 for a type not in the list
+    with_tc_type(
+        type, [&](auto t) { rc = run<decltype(t)::value>(x, nx, x_stride, ne0, a, gx, gy, split, tt, s); });
+    return rc;
 }
 
 size_t record_bytes(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_Q4_K:
-        return tc_step<TS_TYPE_Q4_K>::REC;
-    case TS_TYPE_Q5_K:
-        return tc_step<TS_TYPE_Q5_K>::REC;
-    case TS_TYPE_Q6_K:
-        return tc_step<TS_TYPE_Q6_K>::REC;
-    case TS_TYPE_Q8_0:
-        return tc_step<TS_TYPE_Q8_0>::REC;
-    case TS_TYPE_Q5_0:
-        return tc_step<TS_TYPE_Q5_0>::REC;
-    default:
-        return 0;
-    }
+    size_t rec = 0; // 0 for a type not in the list
+    with_tc_type(type, [&](auto t) { rec = tc_step<decltype(t)::value>::REC; });
+    return rec;
 }
 
 } // namespace
