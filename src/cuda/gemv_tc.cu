@@ -290,17 +290,9 @@ int tc_gemv_min_tokens() {
 }
 
 int tc_gemv_group(uint32_t type) {
-    switch (type) {
-    case TS_TYPE_Q4_K:
-    case TS_TYPE_Q5_K:
-    case TS_TYPE_Q6_K:
-        return kTcSuper;
-    case TS_TYPE_Q8_0:
-    case TS_TYPE_Q5_0:
-        return 128;
-    default:
-        return 0;
-    }
+    int G = 0; // kTcSuper for the K-quants and Q6_K, 128 for Q8_0 and Q5_0 (tc_kind)
+    with_tc_type(type, [&](auto t) { G = tc_kind<decltype(t)::value>::G; });
+    return G;
 }
 
 bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
@@ -317,20 +309,11 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     if (T < 1 || T > kTcMaxTokens) return -1;
     const dense_chunks ch = {w, rb, n_out, T, y};
     const int n_chunks = (n_out + kTile - 1) / kTile;
-    switch (type) {
-    case TS_TYPE_Q4_K:
-        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
-    case TS_TYPE_Q5_K:
-        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
-    case TS_TYPE_Q6_K:
-        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
-    case TS_TYPE_Q8_0:
-        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
-    case TS_TYPE_Q5_0:
-        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
-    default:
-        return -1;
-    }
+    int rc = -1; // -1 for a type not in the list
+    with_tc_type(type, [&](auto t) {
+        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
+    });
+    return rc;
 }
 
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
@@ -338,20 +321,11 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
     ch.j = job;
     ch.cpp = (job.n_part + kTile - 1) / kTile;
     const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
-    switch (type) {
-    case TS_TYPE_Q4_K:
-        return launch_tc<TS_TYPE_Q4_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
-    case TS_TYPE_Q5_K:
-        return launch_tc<TS_TYPE_Q5_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
-    case TS_TYPE_Q6_K:
-        return launch_tc<TS_TYPE_Q6_K>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
-    case TS_TYPE_Q8_0:
-        return launch_tc<TS_TYPE_Q8_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
-    case TS_TYPE_Q5_0:
-        return launch_tc<TS_TYPE_Q5_0>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
-    default:
-        return -1;
-    }
+    int rc = -1; // -1 for a type not in the list
+    with_tc_type(type, [&](auto t) {
+        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
+    });
+    return rc;
 }
 
 } // namespace ts_cu

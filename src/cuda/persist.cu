@@ -78,7 +78,7 @@ __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, c
 template <bool WA>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     chain_kernel(const chain_prod *__restrict__ prods, const int *__restrict__ tile0, int n, int *counters,
-                 uint32_t ring_off, uint32_t ring_size) {
+                 uint32_t ring_off, uint32_t ring_size, long long *stamps) {
     constexpr int R = WA ? 16 : kTcTile; // rows a tile
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ ts_ring ring;
@@ -130,6 +130,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int j = 0; j < mine; j++) {
         ts_tile_seek(tile0, n, static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x), &cc);
         const chain_prod P = prods[cc.p];
+        long long *stamp =
+            stamps ? stamps + 4 * (static_cast<size_t>(blockIdx.x) + static_cast<size_t>(j) * gridDim.x)
+                   : nullptr; // tile g's four clock64 stamps at 4g
+        if (stamp && threadIdx.x == 0) stamp[0] = clock64();
         if (cc.p != cur) { // a new product: its input complete, then x staged
             if (threadIdx.x == 0 && P.dep >= 0) {
                 const int need = tile0[P.dep + 1] - tile0[P.dep];
@@ -157,7 +161,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             __syncthreads();
             cur = cc.p;
         }
+        if (stamp && threadIdx.x == 0) stamp[1] = clock64();
         mbar_wait(&bars[j % TS_RING_MAX], static_cast<uint32_t>(j / TS_RING_MAX) & 1u);
+        if (stamp && threadIdx.x == 0) stamp[2] = clock64();
         const uint8_t *st = ring_base + ts_ring_at(&ring, static_cast<uint32_t>(j));
         float4 acc;
         switch (P.type) {
@@ -180,6 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         float4 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = acc;
         __syncthreads(); // every warp is done with tile j's bytes and has written its partial sums
+        if (stamp && threadIdx.x == 0) stamp[3] = clock64();
         if (threadIdx.x == 0) {
             ts_ring_release(&ring);
             issue_more();
@@ -209,12 +216,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
 using namespace ts_cu;
 
-using chain_kernel_t = void (*)(const chain_prod *, const int *, int, int *, uint32_t, uint32_t);
+using chain_kernel_t = void (*)(const chain_prod *, const int *, int, int *, uint32_t, uint32_t, long long *);
 
 struct ts_cuda_chain {
     chain_prod *prods; // device [n]
     int *tile0;        // device [n + 1]
     int *counters;     // device [n]
+    long long *stamps; // device [4 · tiles] with TURBOSPARK_PERSIST_STAMPS=1, else NULL
+    int *host_tile0;   // [n + 1]
     chain_kernel_t kernel;
     int n, blocks, per_sm;
     uint32_t ring_off, ring_size;
@@ -361,15 +370,19 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         return ts_errf(err, errlen, "out of host memory building a chain");
     }
     c->kernel = kernel, c->n = n, c->per_sm = per_sm, c->blocks = per_sm * ts_cuda_sm_count();
-    c->ring_off = ring_off, c->ring_size = ring_size, c->smem = smem;
+    c->ring_off = ring_off, c->ring_size = ring_size, c->smem = smem, c->host_tile0 = ht0, ht0 = nullptr;
+    const char *sv = getenv("TURBOSPARK_PERSIST_STAMPS");
     e = cudaMalloc(&c->prods, static_cast<size_t>(n) * sizeof *hp);
     if (e == cudaSuccess) e = cudaMalloc(&c->tile0, (static_cast<size_t>(n) + 1) * sizeof *ht0);
     if (e == cudaSuccess) e = cudaMalloc(&c->counters, static_cast<size_t>(n) * sizeof(int));
     if (e == cudaSuccess)
         e = cudaMemcpy(c->prods, hp, static_cast<size_t>(n) * sizeof *hp, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
-        e = cudaMemcpy(c->tile0, ht0, (static_cast<size_t>(n) + 1) * sizeof *ht0, cudaMemcpyHostToDevice);
-    free(hp), free(ht0);
+        e = cudaMemcpy(c->tile0, c->host_tile0, (static_cast<size_t>(n) + 1) * sizeof(int),
+                       cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && sv && sv[0] == '1')
+        e = cudaMalloc(&c->stamps, 4 * static_cast<size_t>(tiles) * sizeof(long long));
+    free(hp);
     if (e != cudaSuccess) {
         ts_cuda_chain_free(c);
         return ts_errf(err, errlen, "allocating the chain's device tables: %s", cudaGetErrorString(e));
@@ -393,7 +406,7 @@ extern "C" int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s) {
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, c->kernel, static_cast<const chain_prod *>(c->prods),
                               static_cast<const int *>(c->tile0), c->n, c->counters, c->ring_off,
-                              c->ring_size) == cudaSuccess
+                              c->ring_size, c->stamps) == cudaSuccess
                ? 0
                : -1;
 }
@@ -406,10 +419,43 @@ extern "C" void ts_cuda_chain_geometry(const ts_cuda_chain *c, int *blocks, int 
     if (ring) *ring = c ? c->ring_size : 0;
 }
 
+extern "C" int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[5]) {
+    if (!c || !c->stamps) return -1;
+    const int total = c->host_tile0[c->n], grid = c->blocks;
+    long long *h = static_cast<long long *>(malloc(4 * static_cast<size_t>(total) * sizeof *h));
+    if (!h || cudaMemcpy(h, c->stamps, 4 * static_cast<size_t>(total) * sizeof *h, cudaMemcpyDeviceToHost) !=
+                  cudaSuccess) {
+        free(h);
+        return -1;
+    }
+    double sum[4] = {0, 0, 0, 0}, span = 0;
+    int busy = 0;
+    for (int b = 0; b < grid; b++) {
+        const int mine = ts_tiles_of_block(total, b, grid);
+        if (mine == 0) continue;
+        busy++;
+        for (int j = 0; j < mine; j++) {
+            const long long *t = h + 4 * (static_cast<size_t>(b) + static_cast<size_t>(j) * grid);
+            sum[0] += static_cast<double>(t[1] - t[0]), sum[1] += static_cast<double>(t[2] - t[1]);
+            sum[2] += static_cast<double>(t[3] - t[2]);
+            if (j + 1 < mine) sum[3] += static_cast<double>(t[4 * grid] - t[3]);
+        }
+        const long long first = h[4 * static_cast<size_t>(b)],
+                        last = h[4 * (static_cast<size_t>(b) + static_cast<size_t>(mine - 1) * grid) + 3];
+        if (static_cast<double>(last - first) > span) span = static_cast<double>(last - first);
+    }
+    free(h);
+    for (int k = 0; k < 4; k++) cycles[k] = busy ? sum[k] / busy : 0;
+    cycles[4] = span;
+    return 0;
+}
+
 extern "C" void ts_cuda_chain_free(ts_cuda_chain *c) {
     if (!c) return;
     cudaFree(c->prods);
     cudaFree(c->tile0);
     cudaFree(c->counters);
+    cudaFree(c->stamps);
+    free(c->host_tile0);
     free(c);
 }

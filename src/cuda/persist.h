@@ -48,6 +48,13 @@ int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s);
 /* The launch: blocks, blocks an SM, shared memory a block, of which the weight ring. */
 void ts_cuda_chain_geometry(const ts_cuda_chain *c, int *blocks, int *per_sm, size_t *smem, size_t *ring);
 
+/* Where a block's time went in the last run (call after it finished), when the chain was made with
+ * TURBOSPARK_PERSIST_STAMPS=1 (the kernel then writes four clock64 stamps a tile): SM cycles, summed over
+ * a block's tiles and averaged over the blocks that had tiles: [0] waiting for a product's input and
+ * staging its x, [1] waiting for the tile's weights, [2] the tile's sums, [3] between tiles (the stores,
+ * the count, the next copies); [4] the longest block's first-to-last span. 0, or −1 without stamps. */
+int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[5]);
+
 void ts_cuda_chain_free(ts_cuda_chain *c);
 
 #ifdef __cplusplus

@@ -90,6 +90,25 @@ template <int TYPE> struct tc_kind {
     static_assert(G % 128 == 0, "x groups are whole multiples of 128 inputs");
 };
 
+// The types of both kinds, in one list: the tensor-core products (the GEMV, gemv_tc.cu, and the GEMM,
+// gemm_tc.cu) launch a kernel templated on the type for a run-time type by
+//   with_tc_type(type, f)  f(type_tag<TYPE>{}) for Q4_K, Q5_K, Q6_K, Q8_0 or Q5_0, then true; false otherwise
+// (type_tag and the same dispatch over every type the SIMT kernels take: with_type, quant_decode.cuh).
+#define TS_CU_TC_TYPES(X) X(TS_TYPE_Q4_K) X(TS_TYPE_Q5_K) X(TS_TYPE_Q6_K) X(TS_TYPE_Q8_0) X(TS_TYPE_Q5_0)
+#define TS_CU_TC_TYPE_CASE(T)                                                                                \
+    case T:                                                                                                  \
+        f(type_tag<T>{});                                                                                    \
+        return true;
+
+template <class F> bool with_tc_type(uint32_t type, F &&f) {
+    switch (type) {
+        TS_CU_TC_TYPES(TS_CU_TC_TYPE_CASE)
+    default:
+        return false;
+    }
+}
+#undef TS_CU_TC_TYPE_CASE
+
 // x staging loads kStageRounds rounds of units (one unit a thread a round) before converting any, so
 // their L2 round trips overlap instead of following one another (one round was ~1 µs of a launch).
 constexpr int kStageRounds = 4;

@@ -25,6 +25,8 @@ for f in "${core[@]}" tests/cuda/test_cuda_matmul.c tests/cuda/bench_cuda_matmul
 done
 "$nvcc" -std=c++17 -O3 $arch -Isrc -Iinclude -c src/cuda/matmul.cu -o "$out/obj/matmul_cu.o" &
 pids+=($!)
+"$nvcc" -std=c++17 -O3 $arch -Isrc -Iinclude -c src/cuda/matmul_split.cu -o "$out/obj/matmul_split_cu.o" &
+pids+=($!)
 "$nvcc" -std=c++17 -O3 $arch -Isrc -Iinclude -c src/cuda/gemm.cu -o "$out/obj/gemm_cu.o" &
 pids+=($!)
 "$nvcc" -std=c++17 -O2 $arch -Isrc -Iinclude -c tests/cuda/test_cuda_decode.cu -o "$out/obj/test_cuda_decode_cu.o" &
@@ -37,7 +39,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 lib=()
 for f in "${core[@]}"; do lib+=("$out/obj/$(basename "$f" .c).o"); done
-mm=("$out/obj/matmul_cu.o" "$out/obj/gemm_cu.o") # ts_cuda_matmul hands T >= 16 to the GEMM
+mm=("$out/obj/matmul_cu.o" "$out/obj/matmul_split_cu.o" "$out/obj/gemm_cu.o") # ts_cuda_matmul hands T >= 16 to the GEMM
 "$nvcc" $arch -o "$out/test_cuda_matmul" "$out/obj/test_cuda_matmul.o" "${mm[@]}" "${lib[@]}" -lpthread -lm
 "$nvcc" $arch -o "$out/bench_cuda_matmul" "$out/obj/bench_cuda_matmul.o" "${mm[@]}" "${lib[@]}" -lpthread -lm
 "$nvcc" $arch -o "$out/test_cuda_gemm" "$out/obj/test_cuda_gemm.o" "${mm[@]}" "${lib[@]}" -lpthread -lm

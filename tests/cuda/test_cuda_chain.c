@@ -321,6 +321,24 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
            " (x%.2f) | reads at copy speed %.2f us/product\n",
            what, n, bytes / 1e6, ms1 * 1e3 / n, bytes / (ms1 * 1e-3) / 1e9, ms2 * 1e3 / n,
            bytes / (ms2 * 1e-3) / 1e9, ms1 / ms2, floor_ms * 1e3 / n);
+    /* where a block's time goes: one more run of the chain with the kernel's stamps */
+    setenv("TURBOSPARK_PERSIST_STAMPS", "1", 1);
+    ts_cuda_chain *cs;
+    double cyc[5];
+    int khz = 0;
+    TS_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    if (ts_cuda_chain_new(p, n, &cs, err, sizeof err) == 0) {
+        if (ts_cuda_chain_run(cs, s) == 0 && cudaStreamSynchronize(s) == cudaSuccess &&
+            ts_cuda_chain_phases(cs, cyc) == 0) {
+            const double us = 1e3 / khz; /* µs a cycle at the device's clock */
+            printf("%-34s a block (stamped run, %d MHz): input + x %.1f us, weights %.1f, sums %.1f, between "
+                   "tiles %.1f;"
+                   " longest block %.1f us\n",
+                   "", khz / 1000, cyc[0] * us, cyc[1] * us, cyc[2] * us, cyc[3] * us, cyc[4] * us);
+        }
+        ts_cuda_chain_free(cs);
+    }
+    unsetenv("TURBOSPARK_PERSIST_STAMPS");
     TS_CUDA_CHECK(cudaGraphExecDestroy(e1));
     TS_CUDA_CHECK(cudaGraphExecDestroy(e2));
     TS_CUDA_CHECK(cudaGraphDestroy(g1));
