@@ -97,9 +97,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             ts_tile_seek(tile0, n, static_cast<int>(blockIdx.x) + issued * static_cast<int>(gridDim.x), &pc);
             const chain_prod P = prods[pc.p];
             const int nr = min(R, P.n_out - pc.tile * R);
-            const int64_t off = ts_ring_place(&ring, ring_bytes(P, nr));
+            // room for all R rows even when fewer are copied: the sums read every row of a tile (the rows
+            // past nr hold stale bytes and their sums are never stored, but they must lie inside the ring)
+            const int64_t off = ts_ring_place(&ring, ring_bytes(P, R));
             if (off < 0) return;
-            ts_ring_push(&ring, static_cast<uint32_t>(off), ring_bytes(P, nr));
+            ts_ring_push(&ring, static_cast<uint32_t>(off), ring_bytes(P, R));
             uint64_t *bar = &bars[issued % TS_RING_MAX];
             const uint8_t *src = P.w + static_cast<size_t>(pc.tile) * R * P.rb;
             uint8_t *dst = ring_base + off;
