@@ -8,7 +8,7 @@
 #endif
 #endif
 #ifndef TS_GIT_COMMIT
-#define TS_GIT_COMMIT "unknown" /* built without CMake (tests/cuda/build_standalone.sh) */
+#define TS_GIT_COMMIT "unknown" /* built without CMake */
 #endif
 
 #ifndef TS_VERSION
