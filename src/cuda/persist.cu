@@ -341,31 +341,30 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         return ts_errf(err, errlen,
                        "the chain kernel is not loadable on this device (an sm_90a build needs Hopper)");
     }
-    int per_sm = env_per_sm();
+    // blocks an SM: as asked (TURBOSPARK_PERSIST_PER_SM), or fewer when their shared memory would not hold the
+    // largest tile beside x, or their registers do not let that many stay resident
+    int per_sm = env_per_sm(), resident = 0;
     size_t smem = 0;
-    uint32_t ring_size = 0;
-    for (; per_sm >= 1; per_sm--) { // the ring must hold the largest tile
+    cudaError_t e = cudaSuccess;
+    for (; per_sm >= 1; per_sm--) {
         smem =
             kSmemPerSm / per_sm - 1024 - fa.sharedSizeBytes; // the runtime's 1 KiB a block, the static ring
         smem &= ~static_cast<size_t>(127);
-        if (smem > ring_off && smem - ring_off >= max_tile) break;
+        if (smem <= ring_off || smem - ring_off < max_tile) continue;
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, smem);
+        if (e != cudaSuccess) break;
+        if (resident >= per_sm) break;
     }
-    if (per_sm < 1) {
+    if (e != cudaSuccess || per_sm < 1) {
         free(hp), free(ht0);
+        if (e != cudaSuccess)
+            return ts_errf(err, errlen, "sizing the chain kernel's launch failed: %s", cudaGetErrorString(e));
         return ts_errf(err, errlen, "a tile of the chain needs %u bytes of shared memory beside x's %u",
                        max_tile, ring_off);
     }
-    ring_size = static_cast<uint32_t>(smem - ring_off);
-    cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    int resident = 0;
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, smem);
-    if (e != cudaSuccess || resident < per_sm) {
-        free(hp), free(ht0);
-        return ts_errf(err, errlen, "the chain kernel cannot keep %d blocks of %zu bytes an SM resident (%s)",
-                       per_sm, smem, e == cudaSuccess ? "occupancy" : cudaGetErrorString(e));
-    }
+    const uint32_t ring_size = static_cast<uint32_t>(smem - ring_off);
     ts_cuda_chain *c = static_cast<ts_cuda_chain *>(calloc(1, sizeof *c));
     if (!c) {
         free(hp), free(ht0);

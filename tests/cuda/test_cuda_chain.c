@@ -316,6 +316,10 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
     TS_CUDA_CHECK(cudaGraphInstantiate(&e2, g2, 0));
     const float ms1 = time_exec(e1, s), ms2 = time_exec(e2, s);
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3; /* the weights read at the copy's bytes/s */
+    int blocks, per_sm;
+    size_t smem, ring;
+    ts_cuda_chain_geometry(c, &blocks, &per_sm, &smem, &ring);
+    printf("%s: %d blocks (%d an SM), ring %zu KiB of %zu\n", what, blocks, per_sm, ring / 1024, smem / 1024);
     printf("%-34s %4d products %8.1f MB | launches %8.2f us/product %6.0f GB/s | chain %8.2f us/product "
            "%6.0f GB/s"
            " (x%.2f) | reads at copy speed %.2f us/product\n",
