@@ -12,7 +12,7 @@
 // atomicAdd).
 //
 // Launch: as many blocks as are resident at once (a cooperative launch, so the runtime refuses a grid
-// that is not): one an SM with all its shared memory, or two (TURBOSPARK_PERSIST_PER_SM=2). The
+// that is not): one an SM with all its shared memory, or two where they fit (TURBOSPARK_PERSIST_PER_SM=2). The
 // counters are reset by a memset before each launch. TURBOSPARK_PERSIST_WA=1: tiles of 16 rows with the
 // weights as the MMAs' A operand (chunk_part_wa).
 extern "C" {

@@ -38,7 +38,8 @@ typedef struct ts_cuda_chain ts_cuda_chain;
 
 /* Checks the products and builds the chain's device tables (x must lie inside y of dep, or, with dep
  * −1, outside every product's y; the y ranges must not overlap). The shared memory a block gets: all
- * of an SM's (TURBOSPARK_PERSIST_PER_SM=2: half, two blocks an SM). 0, or −1 with a sentence in err. */
+ * of an SM's; TURBOSPARK_PERSIST_PER_SM=2 asks for two blocks an SM with half each, granted when the
+ * largest tile fits and the registers let two stay resident. 0, or −1 with a sentence in err. */
 int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_chain **out, char *err, size_t errlen);
 
 /* Runs the chain on s (a counter reset and one launch; capturable in a CUDA graph). 0, or −1 when a
