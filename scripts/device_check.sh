@@ -280,7 +280,7 @@ chain)
   # the launches between products cost
   for wa in 0 1; do
     (TURBOSPARK_PERSIST_WA=$wa timeout 120 $D/test_cuda_chain) > "$out/chain$wa.txt" 2>&1
-    echo "chain twin WA=$wa rc=$?"; grep -E "FAIL|differ|refused:|launch|passed|largest" "$out/chain$wa.txt" | head -12
+    echo "chain twin WA=$wa rc=$?"; grep -E "FAIL|differ|refused|launch|passed|largest" "$out/chain$wa.txt" | head -14
   done
   for wa in 0 1; do
     echo "== TURBOSPARK_PERSIST_WA=$wa"
