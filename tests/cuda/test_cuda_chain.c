@@ -15,6 +15,7 @@
  *
  * Weights are random blocks (random bytes, finite scales); every product of a timed chain has its own
  * matrix (no product finds its weights in L2). */
+#include "bench_util.h"
 #include "cuda/cuda_common.h"
 #include "cuda/matmul.h"
 #include "cuda/persist.h"
@@ -219,56 +220,7 @@ static int refusals(rng_t *r) {
 
 /* ---- bench -------------------------------------------------------------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 enum { WARMUP = 3, SAMPLES = 15 };
-
-/* Median ms of `launch` (a graph launch) over SAMPLES. */
-static float time_exec(cudaGraphExec_t exec, cudaStream_t s) {
-    cudaEvent_t e0, e1;
-    TS_CUDA_CHECK(cudaEventCreate(&e0));
-    TS_CUDA_CHECK(cudaEventCreate(&e1));
-    float ms[SAMPLES];
-    for (int i = 0; i < WARMUP + SAMPLES; i++) {
-        TS_CUDA_CHECK(cudaEventRecord(e0, s));
-        TS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-        TS_CUDA_CHECK(cudaEventRecord(e1, s));
-        TS_CUDA_CHECK(cudaEventSynchronize(e1));
-        if (i >= WARMUP) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i - WARMUP], e0, e1));
-    }
-    qsort(ms, SAMPLES, sizeof ms[0], cmp_float);
-    TS_CUDA_CHECK(cudaEventDestroy(e0));
-    TS_CUDA_CHECK(cudaEventDestroy(e1));
-    return ms[SAMPLES / 2];
-}
-
-static double copy_bandwidth(cudaStream_t s) {
-    const size_t bytes = (size_t)1 << 30;
-    void *a, *b;
-    TS_CUDA_CHECK(cudaMalloc(&a, bytes));
-    TS_CUDA_CHECK(cudaMalloc(&b, bytes));
-    TS_CUDA_CHECK(cudaMemset(a, 0x5A, bytes));
-    cudaEvent_t e0, e1;
-    TS_CUDA_CHECK(cudaEventCreate(&e0));
-    TS_CUDA_CHECK(cudaEventCreate(&e1));
-    float ms[SAMPLES];
-    for (int i = 0; i < WARMUP + SAMPLES; i++) {
-        TS_CUDA_CHECK(cudaEventRecord(e0, s));
-        TS_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-        TS_CUDA_CHECK(cudaEventRecord(e1, s));
-        TS_CUDA_CHECK(cudaEventSynchronize(e1));
-        if (i >= WARMUP) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i - WARMUP], e0, e1));
-    }
-    qsort(ms, SAMPLES, sizeof ms[0], cmp_float);
-    TS_CUDA_CHECK(cudaEventDestroy(e0));
-    TS_CUDA_CHECK(cudaEventDestroy(e1));
-    TS_CUDA_CHECK(cudaFree(a));
-    TS_CUDA_CHECK(cudaFree(b));
-    return 2.0 * (double)bytes / (ms[SAMPLES / 2] * 1e-3) / 1e9;
-}
 
 typedef struct {
     uint32_t type;
@@ -314,7 +266,7 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
     (void)ts_cuda_chain_run(c, s);
     TS_CUDA_CHECK(cudaStreamEndCapture(s, &g2));
     TS_CUDA_CHECK(cudaGraphInstantiate(&e2, g2, 0));
-    const float ms1 = time_exec(e1, s), ms2 = time_exec(e2, s);
+    const float ms1 = bench_graph_ms(e1, s, WARMUP, SAMPLES), ms2 = bench_graph_ms(e2, s, WARMUP, SAMPLES);
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3; /* the weights read at the copy's bytes/s */
     int blocks, per_sm;
     size_t smem, ring;
@@ -355,7 +307,7 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
 
 static void bench(cudaStream_t s) {
     rng_t r = {0xC4A1u};
-    const double copy_gbs = copy_bandwidth(s);
+    const double copy_gbs = bench_copy_gbs(s);
     printf("device-to-device copy: %.0f GB/s (read + write); \"reads at copy speed\": the weights at that "
            "rate\n",
            copy_gbs);
