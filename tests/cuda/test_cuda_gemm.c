@@ -574,9 +574,11 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
     /* the tensor-core grouped GEMM (gemm_tc.h) where it takes the type, x rounded: within the bound of the
        GEMV path where that rounds x alike (the reference `other`), else of the chain over x rounded by
        ts_round_x_like_tc (at N·k beyond the GEMV's tensor-core sizes); bad ids NaN */
-    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
-    /* path 0: gemm_tc.cu; 1: the warpgroup MMAs (gemm_wg.cu: Q4_K and Q5_K, plans of 64-item tiles) */
+    /* path 0: gemm_tc.cu; 1: the warpgroup MMAs (gemm_wg.cu: Q4_K and Q5_K, plans of 64-item tiles; x
+       converted in whole tiles of 128 rows, so its scratch is its own size) */
     for (int path = 0; path < 2; path++) {
+        const size_t tcx_bytes =
+            path ? ts_cuda_gemm_wg_x_bytes(type, H, N) : ts_memplan_tc_x_bytes(type, H, N);
         if (tcx_bytes == 0 || H % ts_tc_x_group(type) != 0)
             break; /* expert products take whole groups only */
         if (path == 1 && (plan.tile != 64 || (type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K))) break;
