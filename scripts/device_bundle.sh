@@ -12,10 +12,10 @@ set -euo pipefail
 arch=${TS_CUDA_ARCH:-90a}
 dev=${TS_DEVICE_DIR:-.device}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
-cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul test_cuda_gemm bench_cuda_matmul
+cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul test_cuda_gemm test_cuda_chain bench_cuda_matmul
 rm -rf "$dev"
 mkdir -p "$dev/lib"
-cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul build-dev/tests/test_cuda_gemm \
+cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul build-dev/tests/test_cuda_gemm build-dev/tests/test_cuda_chain \
    build-dev/tests/bench_cuda_matmul "$dev/"
 strip "$dev/turbospark" "$dev"/test_cuda_* "$dev/bench_cuda_matmul"
 for lib in $(ldd "$dev/turbospark" "$dev/test_cuda_forward" | awk '/=>/ {print $3}' | sort -u); do

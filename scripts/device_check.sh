@@ -21,6 +21,10 @@
 #   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
 #                                         thresholds and always (TURBOSPARK_CUDA_MOE_GROUPED=1), then the
 #                                         warm per-kernel table of a 64-row step both ways
+#   bash scripts/device_check.sh chain    the persistent product chain (src/cuda/persist.h): its twin test
+#                                         against ts_cuda_matmul, then one launch against a graph of launches
+#                                         at the model's shapes (test_cuda_chain --bench), the weights as B or
+#                                         as A (TURBOSPARK_PERSIST_WA), where a block's time goes (stamps)
 #   bash scripts/device_check.sh speed    decode b1/8/16/64 and prefill at the default micro-batch, then
 #                                         prefill of 8,192 tokens at micro-batches of 512 to 4,096
 #   bash scripts/device_check.sh ab       prefill with the hyper-connections' split products off and on
@@ -38,10 +42,13 @@
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
 #                                         hyper-connection up launch's sections, decode at 32K
-#   bash scripts/device_check.sh wg       the warpgroup-MMA products (TURBOSPARK_CUDA_GEMM_WG=1): their twin
-#                                         cases and times, test_cuda_forward and the golden fixtures with
-#                                         them on, prefill on and off, the sections of one launch
-#                                         (TURBOSPARK_CUDA_GEMM_WG=1 device_check.sh realwidth: the gate)
+#   bash scripts/device_check.sh wg       the warpgroup-MMA products: their twin cases and times,
+#                                         test_cuda_forward and the golden fixtures, prefill with
+#                                         TURBOSPARK_CUDA_GEMM_WG=1 / unset / 0, the sections of one launch
+#                                         (WG_RW=1: the real-width gate instead of the last three)
+#   bash scripts/device_check.sh wgncu    Nsight Compute's time, instructions and registers of the GEMM
+#                                         launches of test_cuda_gemm --wg, a line per (kernel, grid), then
+#                                         the warpgroup kernel's six largest stall reasons
 #   bash scripts/device_check.sh bench    decode b1/8/64 with the tensor-core GEMV and without,
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
@@ -212,24 +219,45 @@ land)
   ;;
 wg)
   # The warpgroup-MMA products: test_cuda_gemm --wg (cases, times against gemm_tc_kernel), the golden
-  # fixtures and test_cuda_forward (FWD_S seconds, 200) with TURBOSPARK_CUDA_GEMM_WG=1, prefill with it on
-  # and off, then Nsight Compute's sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt
+  # fixtures and test_cuda_forward (FWD_S seconds, 200) as built (the dense products on them), prefill with
+  # TURBOSPARK_CUDA_GEMM_WG=1 (the grouped ones too), as built and =0 (neither), then Nsight Compute's
+  # sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1: the twin cases, prefill, then
+  # the real-width gate as built (no golden, forward, ncu)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
   echo "wg rc=$?"; tail -12 "$out/wg.txt"
-  (TURBOSPARK_CUDA_GEMM_WG=1 TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
-  echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
-  (TURBOSPARK_CUDA_GEMM_WG=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
-  echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  if [ "${WG_RW:-0}" = 0 ]; then
+    (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
+    echo "golden rc=$?"; grep -E "CUDA vs|FAIL|Error|assert" "$out/golden.txt" | head -8
+    (TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd.txt" 2>&1
+    echo "fwd rc=$?"; grep -a -E "FAIL|logits:|micro-batch 1" "$out/fwd.txt" | head -24
+  fi
   wait
-  for wg in 1 0; do
-    echo "== TURBOSPARK_CUDA_GEMM_WG=$wg"
+  for wg in 1 "" 0; do
+    echo "== TURBOSPARK_CUDA_GEMM_WG=${wg:-(unset)}"
     TURBOSPARK_CUDA_GEMM_WG=$wg timeout 120 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 16 -b 1 --ctx 1 -r 1 2>/dev/null | grep -E "pp|tg"
   done
+  if [ "${WG_RW:-0}" = 1 ]; then
+    bash $0 realwidth
+    exit
+  fi
   TURBOSPARK_CUDA_GEMM_WG=1 timeout 100 ncu --clock-control none --cache-control none -k regex:gemm_wg_kernel --launch-skip 0 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_wg.txt" 2>&1
   echo "sections rc=$?"; grep -E "gemm_wg_kernel|Duration|Throughput|Occupancy|Registers|Stall|Issue Slots|Warp Cycles" "$out/sec_wg.txt" | head -24
+  ;;
+wgncu)
+  # Nsight Compute's time, instructions and registers of every GEMM launch of test_cuda_gemm --wg (warpgroup
+  # MMAs, the tensor-core GEMM, their x conversions), the median a (kernel, grid)
+  timeout 240 ncu --csv --metrics gpu__time_duration.sum,smsp__inst_executed.sum,launch__registers_per_thread \
+    -k regex:"gemm_wg_kernel|gemm_tc_kernel|x_prep" $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgncu.csv"
+  echo "ncu rc=$?"
+  python3 tools/ncu_medians.py "$out/wgncu.csv"
+  # then where the warpgroup kernel's warps wait: the stall reasons an issued instruction, the largest six
+  timeout 240 ncu --csv --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    -k regex:gemm_wg_kernel $D/test_cuda_gemm --wg 2>/dev/null > "$out/wgstall.csv"
+  echo "ncu stalls rc=$?"
+  python3 tools/ncu_medians.py "$out/wgstall.csv" 6
   ;;
 batch)
   # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
@@ -245,6 +273,18 @@ batch)
       --log-file "$out/ncu_b64g$g.csv" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b 64 --profile-batch 64 --ctx 1 -r 1 > /dev/null 2>&1
     echo "ncu b64 grouped=$g rc=$?"; python3 tools/ncu_table.py "$out/ncu_b64g$g.csv" | tee "$out/ncu_b64g$g.md" | head -24
+  done
+  ;;
+chain)
+  # One persistent kernel for a chain of decode products (issue 21): exact against ts_cuda_matmul, and what
+  # the launches between products cost
+  for wa in 0 1; do
+    (TURBOSPARK_PERSIST_WA=$wa timeout 120 $D/test_cuda_chain) > "$out/chain$wa.txt" 2>&1
+    echo "chain twin WA=$wa rc=$?"; grep -E "FAIL|differ|refused|launch|passed|largest" "$out/chain$wa.txt" | head -14
+  done
+  for wa in 0 1; do
+    echo "== TURBOSPARK_PERSIST_WA=$wa"
+    TURBOSPARK_PERSIST_WA=$wa timeout 150 $D/test_cuda_chain --bench 2>&1 | tee "$out/chain_bench$wa.txt"
   done
   ;;
 speed)

@@ -77,7 +77,7 @@
 //   4. warp w scatters its items again, in order: position = off[e] + offset of its range +
 //      rank among the equal lanes before it: sorted[] is a stable sort by expert;
 //   5. tiles: tile q (< total) of expert e (binary search in toff) = {e (−1 for the bad group),
-//      off[e] + j·TT, min(TT, tot[e] − j·TT), 0}; n_tiles = total.
+//      off[e] + j·TT, min(TT, tot[e] − j·TT), j}; n_tiles = total.
 // R = min(32, what fits kPlanSmem (96 KiB) of counters): 32 for E up to ~700, fewer beyond, none
 // past E ≈ 6100 (ts_cuda_expert_plan_supported; ts_cuda_moe then keeps the GEMV path).
 // Plan scratch (ts_cuda_expert_plan_bytes): align256(4·n) + align256(16·max over TT of max_tiles)

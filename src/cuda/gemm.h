@@ -46,8 +46,9 @@ int ts_cuda_gemm(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const flo
  * group whose outputs are NaN. The plan is built by one kernel, from the ids as they are when it
  * runs (graph-capturable); the launches that use it are sized from n_items and n_experts only. */
 typedef struct ts_cuda_expert_plan {
-    const int32_t *sorted;  /* [n_items] item indices grouped by expert (device) */
-    const void *tiles;      /* [max_tiles] int4 {expert or -1, first position in sorted, count, 0} (device) */
+    const int32_t *sorted; /* [n_items] item indices grouped by expert (device) */
+    const void *tiles;     /* [max_tiles] int4 {expert or -1, first position in sorted, count, index among the
+                             * expert's tiles} (device) */
     const int32_t *n_tiles; /* [1] tiles in use (device) */
     int64_t n_items, n_experts;
     int64_t max_tiles; /* a bound on *n_tiles from n_items and n_experts */

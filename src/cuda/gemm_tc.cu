@@ -247,7 +247,7 @@ extern "C" int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_
     if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
         (reinterpret_cast<uintptr_t>(W->data) & 15u))
         return -1;
-    if (ts_cuda_gemm_wg_on() && ts_cuda_gemm_wg_takes(W->type, W->ne0, T, g_scratch_bytes) &&
+    if (ts_cuda_gemm_wg_on(false) && ts_cuda_gemm_wg_takes(W->type, W->ne0, T, g_scratch_bytes) &&
         ts_cuda_gemm_wg(W, row0, n_out, x_dev, T, y_dev, n_out, g_scratch, g_scratch_bytes, s) == 0)
         return 0;
     tc_gemm_args a = {};
@@ -282,22 +282,13 @@ extern "C" int ts_cuda_gemm_tc_experts(const ts_cuda_expert_plan *plan, const ts
     const int ok = ts_cuda_expert_gemm_check(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div,
                                              x_stride, y_dev, y_stride, &parts, &e_max);
     if (ok <= 0) return ok;
+    if (ts_cuda_gemm_wg_on(true) &&
+        ts_cuda_gemm_wg_experts(plan, W, W2, rows_per_expert, row_off, n_out, x_dev, x_div, x_stride, y_dev,
+                                y_stride, g_scratch, g_scratch_bytes, s) == 0)
+        return 0;
     const int64_t xd = x_div < plan->n_items ? x_div : plan->n_items;
     tc_gemm_args a = {};
-    a.w0 = static_cast<const uint8_t *>(W->data);
-    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
-    a.rb = W->row_bytes;
-    a.n_part = static_cast<int>(n_out);
-    a.n_out = static_cast<int>(parts * n_out);
-    a.rows_per_expert = rows_per_expert;
-    a.row_off = row_off;
-    a.e_max = static_cast<int>(e_max);
-    a.x_div = static_cast<int>(xd);
-    a.y = y_dev;
-    a.y_stride = y_stride;
-    a.sorted = plan->sorted;
-    a.tiles = static_cast<const int4 *>(plan->tiles);
-    a.n_tiles = plan->n_tiles;
+    fill_expert_args(a, plan, W, W2, rows_per_expert, row_off, n_out, parts, e_max, xd, y_dev, y_stride);
     const int nx = static_cast<int>((plan->n_items + xd - 1) / xd);
     return run_type(W->type, x_dev, nx, x_stride, static_cast<int>(W->ne0), a,
                     static_cast<unsigned>((a.n_out + kRowsTc - 1) / kRowsTc),

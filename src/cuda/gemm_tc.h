@@ -34,16 +34,27 @@ bool ts_cuda_gemm_tc_takes(uint32_t type, int64_t ne0, int64_t x_rows);
 int ts_cuda_gemm_tc(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                     float *y_dev, cudaStream_t s);
 
-/* The dense products of Q4_K and Q5_K on Hopper's warpgroup MMAs (src/cuda/gemm_wg.cu): ts_cuda_gemm_tc's
+/* The dense products of Q4_K, Q5_K, Q8_0 and Q5_0 (widths of whole groups) on Hopper's warpgroup MMAs
+ * (src/cuda/gemm_wg.cu): ts_cuda_gemm_tc's
  * numerics and contract, y rows y_stride floats apart, x converted into the given device scratch of at
- * least ts_cuda_gemm_wg_x_bytes(ne0, T) bytes (a Hopper GPU and a build for sm_90a). Returns -1 where
+ * least ts_cuda_gemm_wg_x_bytes(type, ne0, T) bytes (x's chunks: T rounded up to 128 rows; a Hopper GPU and a
+ * build for sm_90a). Returns -1 where
  * not taken (ts_cuda_gemm_wg_takes) or on a bad argument. ts_cuda_gemm_tc tries it first when
- * ts_cuda_gemm_wg_on (TURBOSPARK_CUDA_GEMM_WG=1; opt-in until the device gate has run it). */
-bool ts_cuda_gemm_wg_on(void);
-size_t ts_cuda_gemm_wg_x_bytes(int64_t ne0, int64_t T);
+ * ts_cuda_gemm_wg_on(false). ts_cuda_gemm_wg_on(experts): whether the dense (grouped) products take the
+ * warpgroup MMAs: TURBOSPARK_CUDA_GEMM_WG unset, the dense ones; =1, both; =0, neither. */
+bool ts_cuda_gemm_wg_on(bool experts);
+size_t ts_cuda_gemm_wg_x_bytes(uint32_t type, int64_t ne0, int64_t T);
 bool ts_cuda_gemm_wg_takes(uint32_t type, int64_t ne0, int64_t T, size_t scratch_bytes);
 int ts_cuda_gemm_wg(const ts_cuda_tensor *W, int64_t row0, int64_t n_out, const float *x_dev, int64_t T,
                     float *y_dev, int64_t y_stride, void *scratch, size_t scratch_bytes, cudaStream_t s);
+/* The grouped expert products of the same types on the warpgroup MMAs: ts_cuda_gemm_tc_experts's contract for
+ * plans of 64-item tiles (prefill), x's rows converted into the given scratch (ts_cuda_gemm_wg_x_bytes of
+ * ⌈n_items / x_div⌉ rows). -1 where not taken or on a bad argument; ts_cuda_gemm_tc_experts tries it first
+ * when ts_cuda_gemm_wg_on(true). */
+int ts_cuda_gemm_wg_experts(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                            const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
+                            int64_t y_stride, void *scratch, size_t scratch_bytes, cudaStream_t s);
 
 /* Whether ts_cuda_gemm_tc_experts runs a plan's product: ts_cuda_gemm_tc_takes for its x rows (items
  * sharing x rows, x_div = k: the routed gate/up products; an x row an item, x_div = 1: the routed down

@@ -142,21 +142,8 @@ __global__ void __launch_bounds__(kWarpsTc * 32, 1) gemm_tc_kernel(const tc_gemm
     uint8_t *ring = XR ? sm + static_cast<size_t>(nsteps) * TT * S::REC : sm; // XR: after the x records
 
     for (int q = static_cast<int>(blockIdx.y); q < n_tiles; q += static_cast<int>(gridDim.y)) {
-        int e = 0, start, cnt;
-        if (a.tiles) {
-            const int4 ti = a.tiles[q];
-            e = ti.x, start = ti.y, cnt = ti.z;
-        } else {
-            start = q * TT, cnt = min(TT, a.T - start);
-        }
-        __syncthreads(); // the previous tile is done with items and the stages
-        if (tid < TT) {
-            const int j = min(tid, cnt - 1); // tokens past the tile repeat its last one (never stored)
-            const int it = a.tiles ? a.sorted[start + j] : start + j;
-            items[tid] = it;
-            xrows[tid] = it / a.x_div;
-        }
-        __syncthreads();
+        const int3 tile = gemm_tile_items(a.tiles, a.sorted, q, a.T, TT, a.x_div, items, xrows);
+        const int e = tile.x, cnt = tile.z;
         if (e < 0 || e > a.e_max) { // bad expert id: NaN outputs, no weight read
             const float nan = __int_as_float(0x7fffffff);
             for (int jr = 0; jr < nrb_mine; jr++) {

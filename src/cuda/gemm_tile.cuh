@@ -431,7 +431,7 @@ TS_HD void expert_plan_block(const int32_t *ids, int n, int E, int TT, int R, in
                 hi = mid - 1;
         }
         const int j = q - toff[lo];
-        tiles[q] = make_int4(lo < E ? lo : -1, off[lo] + j * TT, gmin(TT, tot[lo] - j * TT), 0);
+        tiles[q] = make_int4(lo < E ? lo : -1, off[lo] + j * TT, gmin(TT, tot[lo] - j * TT), j);
     }
     if (tid == 0) *n_tiles = total;
 }

@@ -220,12 +220,6 @@ TS_HD void tc_x_inorder(const float *x16, float scale, int t, uint32_t &a01, uin
     a45 = h2_pack(x16[2 * t + 8] * scale, x16[2 * t + 9] * scale);
 }
 
-// An fp16 pair (u0 − off, u1 − off) for small unsigned u < 1024: 1024 + u under 0x6400, then one exact
-// subtraction; off16 is {1024 + off, 1024 + off} in fp16.
-TS_HD uint32_t tc_small_pair(uint32_t u0, uint32_t u1, uint32_t off16) {
-    return h2_sub(u0 | (u1 << 16) | 0x64006400u, off16);
-}
-
 template <int TYPE> struct tc_inorder;
 template <> struct tc_inorder<TS_TYPE_Q8_0> {
     static constexpr int BS = 34, QK = 32; // d, then 32 int8
@@ -237,29 +231,45 @@ template <> struct tc_inorder<TS_TYPE_Q6_K> {
     static constexpr int BS = 210, QK = 256; // ql[128], qh[64], int8 scales[16], d
 };
 
+// The fp16 pair (u0 − off, u1 − off) of u01's bytes 0 and 1 (each < 256): one PRMT puts them under 0x64
+// (1024 + u0, 1024 + u1), one exact subtraction; off16 = {1024 + off, 1024 + off} in fp16.
+TS_HD uint32_t tc_pair_u8x2(uint32_t u01, uint32_t off16) {
+    return h2_sub(ts_cu_prmt(u01, 0x64u, 0x4140u), off16);
+}
+
 // B words of lane t for MMA m of the block at blk (Q8_0, Q5_0: m = 0, 1, the block's halves; Q6_K:
 // m = 0 .. 15, its sub-blocks): the quants of inputs 16m + 2t, +1 (b01) and 16m + 2t + 8, +9 (b23).
+// Each pair of inputs is two neighbouring bytes (blk is 2-byte aligned: the block sizes are even), read
+// as one 16-bit word, and the pair's two unsigned quants are made in that word's bytes (tc_pair_u8x2).
+// Callers unroll m, so the shifts that depend on it are constants.
 template <int TYPE>
 TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint32_t &b23) {
-    const int j = 2 * t; // inputs j, j + 1, j + 8, j + 9 of the MMA
-    if (TYPE == TS_TYPE_Q8_0) {
-        const uint8_t *q = blk + 2 + 16 * m + j; // int8 q → 128 + q as a byte: (1024 + 128 + q) − 1152
-        b01 = tc_small_pair(q[0] ^ 0x80u, q[1] ^ 0x80u, 0x64806480u);
-        b23 = tc_small_pair(q[8] ^ 0x80u, q[9] ^ 0x80u, 0x64806480u);
+    const int j = 2 * t;        // inputs j, j + 1, j + 8, j + 9 of the MMA
+    if (TYPE == TS_TYPE_Q8_0) { // int8 q → 128 + q as a byte: (1024 + 128 + q) − 1152
+        const uint8_t *q = blk + 2 + 16 * m + j;
+        b01 = tc_pair_u8x2(lds_u16(q) ^ 0x8080u, 0x64806480u);
+        b23 = tc_pair_u8x2(lds_u16(q + 8) ^ 0x8080u, 0x64806480u);
     } else if (TYPE == TS_TYPE_Q5_0) {
-        const uint32_t qh = blk[2] | blk[3] << 8 | blk[4] << 16 | static_cast<uint32_t>(blk[5]) << 24;
-        const uint8_t *qs = blk + 6;
-        const int sh = 4 * m, e = 16 * m + j; // element e: nibble (low for e < 16) of qs[e % 16], bit e of qh
-        auto u = [&](int k) { return ((qs[j + k] >> sh) & 15u) | (((qh >> (e + k)) & 1u) << 4); };
-        b01 = tc_small_pair(u(0), u(1), 0x64106410u); // u − 16
-        b23 = tc_small_pair(u(8), u(9), 0x64106410u);
+        // element e = 16m + j + k: nibble (low for m = 0) of qs[j + k], fifth bit = bit e of qh; the fifth
+        // bits of a pair (h bits 0, 1) go to bits 4 and 12 by one multiply: (h & 3)·0x810 has bit 0 at 4
+        // and 11, bit 1 at 5 and 12, so & 0x1010 keeps bits 4 and 12
+        const uint32_t qh = lds_u32_a2(blk + 2), sh = 4u * static_cast<uint32_t>(m);
+        const uint8_t *qs = blk + 6 + j;
+        const uint32_t h = qh >> (16 * m + j), h8 = qh >> (16 * m + j + 8);
+        const uint32_t u = ((lds_u16(qs) >> sh) & 0x0F0Fu) | (((h & 3u) * 0x810u) & 0x1010u);
+        const uint32_t u8 = ((lds_u16(qs + 8) >> sh) & 0x0F0Fu) | (((h8 & 3u) * 0x810u) & 0x1010u);
+        b01 = tc_pair_u8x2(u, 0x64106410u); // u − 16
+        b23 = tc_pair_u8x2(u8, 0x64106410u);
     } else { // Q6_K: element 128n + 32q + l from ql[64n + 32(q & 1) + l] (high nibble for q ≥ 2) and qh[32n + l]
         const int n = m >> 3, q = (m & 7) >> 1, l = 16 * (m & 1) + j;
         const uint8_t *ql = blk + 64 * n + 32 * (q & 1) + l, *qh = blk + 128 + 32 * n + l;
-        const int sl = q >= 2 ? 4 : 0, sh = 2 * q;
-        auto u = [&](int k) { return ((ql[k] >> sl) & 15u) | (((qh[k] >> sh) & 3u) << 4); };
-        b01 = tc_small_pair(u(0), u(1), 0x64206420u); // u − 32
-        b23 = tc_small_pair(u(8), u(9), 0x64206420u);
+        const int sl = q >= 2 ? 4 : 0, sh = 2 * q; // qh bits sh, sh + 1 of each byte → bits 4, 5
+        auto pair = [&](int k) {
+            const uint32_t h = lds_u16(qh + k), hs = sh <= 4 ? h << (4 - sh) : h >> (sh - 4);
+            return ((lds_u16(ql + k) >> sl) & 0x0F0Fu) | (hs & 0x3030u);
+        };
+        b01 = tc_pair_u8x2(pair(0), 0x64206420u); // u − 32
+        b23 = tc_pair_u8x2(pair(8), 0x64206420u);
     }
 }
 

@@ -1,17 +1,41 @@
-// Device pieces the tensor-core products share (the decode GEMV, gemv_tc.cu, and the prefill GEMM,
-// gemm_tc.cu): the MMA, the two kinds of weight types, and x rounded to fp16 A fragments
-// (gemv_tc.cuh says how and why). The staging functions write a (row, group)'s fragments, sums and
-// scale at the given steps: the GEMV packs them in three arrays of shared memory, the GEMM in one record
-// per (row, group) in global memory (gemm_tc.cu).
+// Pieces the tensor-core products share (the decode GEMV, gemv_tc.cu; the prefill GEMMs, gemm_tc.cu and
+// gemm_wg.cu): the MMA, the two kinds of weight types, x rounded to fp16 A fragments (gemv_tc.cuh says
+// how and why), a GEMM block's tile of items and the grouped products' arguments. The staging functions
+// write a (row, group)'s fragments, sums and scale at the given steps: the GEMV packs them in three arrays
+// of shared memory, the GEMM in one record per (row, group) in global memory (gemm_tc.cu).
 #ifndef TS_CUDA_TC_STAGE_CUH
 #define TS_CUDA_TC_STAGE_CUH
 
+#include "cuda/gemm.h"
 #include "cuda/gemv_tc.cuh"
 
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace ts_cu {
+
+// The grouped products' fields of their kernels' arguments (gemm_tc.cu's tc_gemm_args and gemm_wg.cu's
+// wg_args name them alike): the weights (rows ≥ n_out of a part from W2), the plan, x's rows (item i's is
+// ⌊i / xd⌋) and the outputs; parts and e_max as ts_cuda_expert_gemm_check returned them.
+template <class A>
+void fill_expert_args(A &a, const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                      const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off, int64_t n_out,
+                      int64_t parts, int64_t e_max, int64_t xd, float *y, int64_t y_stride) {
+    a.w0 = static_cast<const uint8_t *>(W->data);
+    a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
+    a.rb = W->row_bytes;
+    a.n_part = static_cast<int>(n_out);
+    a.n_out = static_cast<int>(parts * n_out);
+    a.rows_per_expert = rows_per_expert;
+    a.row_off = row_off;
+    a.e_max = static_cast<int>(e_max);
+    a.x_div = static_cast<int>(xd);
+    a.y = y;
+    a.y_stride = y_stride;
+    a.sorted = plan->sorted;
+    a.tiles = static_cast<const int4 *>(plan->tiles);
+    a.n_tiles = plan->n_tiles;
+}
 
 // C += A·B, m16n8k16, fp16 operands, fp32 accumulation.
 // A rows g (a01: k-slots 2t, 2t+1; a45: 2t+8, 2t+9) and g + 8 (a23, a67): tokens g and g + 8.
@@ -21,6 +45,38 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a01, uint32_t a2
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b0), "r"(b1));
+}
+
+// Tile q of a grouped expert plan (tiles: {expert, first position in sorted, count, index among the
+// expert's tiles}) or, with tiles NULL, of T tokens in tiles of TT; its items (tokens) and their x rows into
+// items[0 .. TT) and xrows (past the tile's count, its last item again: computed, never stored). With
+// pairs, the expert's next tile (of the plan's n_tiles in use) joins tile q when there is one (the caller
+// takes an expert's tiles in pairs 2j, 2j + 1 and TT is twice the plan's tile). Every thread of the block
+// calls it; returns {expert (0 for dense products), first position, count}.
+__device__ __forceinline__ int3 gemm_tile_items(const int4 *tiles, const int32_t *sorted, int q, int T,
+                                                int TT, int x_div, int *items, int *xrows, bool pairs = false,
+                                                int n_tiles = 0) {
+    int3 r;
+    if (tiles) {
+        const int4 ti = tiles[q];
+        r = make_int3(ti.x, ti.y, ti.z);
+        if (pairs && q + 1 < n_tiles) {
+            const int4 tn = tiles[q + 1];
+            if (tn.x == ti.x && tn.w == ti.w + 1) r.z += tn.z; // consecutive in sorted
+        }
+    } else {
+        r = make_int3(0, q * TT, min(TT, T - q * TT));
+    }
+    __syncthreads(); // the previous tile is done with items and the stages
+    const int tid = static_cast<int>(threadIdx.x);
+    if (tid < TT) {
+        const int j = min(tid, r.z - 1);
+        const int it = tiles ? sorted[r.y + j] : r.y + j;
+        items[tid] = it;
+        xrows[tid] = it / x_div;
+    }
+    __syncthreads();
+    return r;
 }
 
 // ---- the two kinds of types ------------------------------------------------------------------------
@@ -57,12 +113,15 @@ template <class F> bool with_tc_type(uint32_t type, F &&f) {
 // their L2 round trips overlap instead of following one another (one round was ~1 µs of a launch).
 constexpr int kStageRounds = 4;
 
-// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok.
+// The 16 inputs of a unit at p (16-byte aligned) and their max |x|; zeros when !ok. COH: x may have been
+// written during this kernel (by another block: persist.cu's chain), so it is read through L2 (ld.global.cg),
+// not the read-only path, which may hold lines from before the write.
+template <bool COH = false>
 __device__ __forceinline__ void load_unit(const float *p, bool ok, float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float4 f =
-            ok ? __ldg(reinterpret_cast<const float4 *>(p) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 *q = reinterpret_cast<const float4 *>(p) + i;
+        const float4 f = ok ? (COH ? __ldcg(q) : __ldg(q)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
     }
 }
@@ -90,7 +149,7 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
 // nullptr for a unit past the row's inputs, staged as zeros) and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
 // round (the shuffles inside need all lanes), ok = u < units.
-template <class At, class Convert>
+template <bool COH = false, class At, class Convert>
 __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
     for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
         float v[kStageRounds][16];
@@ -99,7 +158,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
             if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
             const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
             const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
-            load_unit(p, p != nullptr, v[r]);
+            load_unit<COH>(p, p != nullptr, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < kStageRounds; r++) {
@@ -116,8 +175,8 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // its elements 16j .. 16j + 15, the words of MMAs 2(4j + ii) + h for ii = 0..3: a[2ii] k-slots 2t, 2t + 1,
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
-// (tc_x_residual).
-template <bool RES, class Store>
+// (tc_x_residual). COH: as load_unit.
+template <bool RES, bool COH = false, class Store>
 __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                            Store store) {
     const int units = nx * nsb * 16;
@@ -126,7 +185,7 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
         return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
                16 * (q & 1);
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];
@@ -149,11 +208,11 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
 // The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
 // word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
 // 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
-template <bool RES = false>
+template <bool RES = false, bool COH = false>
 __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                       uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
                                       int sum_step = 4, int sc_step = 1) {
-    stage_x_kquant_each<RES>(
+    stage_x_kquant_each<RES, COH>(
         x, nx, nsb, x_stride,
         [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
             const int h = q >> 1, j = q & 1;
@@ -174,8 +233,8 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
-// for the missing inputs. RES: the residual of x's own rounding (tc_x_residual).
-template <int G, bool RES = false>
+// for the missing inputs. RES: the residual of x's own rounding (tc_x_residual). COH: as load_unit.
+template <int G, bool RES = false, bool COH = false>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
                                        uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
@@ -184,7 +243,7 @@ __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int 
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
         return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
     };
-    stage_rounds(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];

@@ -358,13 +358,16 @@ void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_mem
     /* x records of the tensor-core prefill products: N rows of the widest product input (the routed
      * down products: N·k rows of F, so k·F a token; the hyper-connection down products, split: two
      * records a row of W), at most 72 4-byte words per 128 inputs (src/cuda/gemm_tc.cu: 576 bytes per
-     * 256 for the K-quants, 288 per 128 for Q8_0 and Q5_0, 544 per 256 for Q6_K) */
+     * 256 for the K-quants, 288 per 128 for Q8_0 and Q5_0, 544 per 256 for Q6_K); from 128 rows on,
+     * the rows rounded up to the warpgroup products' tiles of 128 (src/cuda/gemm_wg.cu converts x in
+     * whole tiles, at most 548 bytes a row per 256 inputs); a smaller workspace has no room for a tile,
+     * and its products take gemm_tc.cu's */
     int64_t K = 2 * W > vd ? 2 * W : vd;
     K = K > k * F ? K : k * F;
     K = K > nh * hd ? K : nh * hd;
     K = K > (int64_t)hp->n_ff_shexp ? K : (int64_t)hp->n_ff_shexp;
     K = K > NE ? K : NE;
-    e[TS_WORK_TCX] = N * ((K + 127) / 128) * 72;
+    e[TS_WORK_TCX] = (N < 128 ? N : (N + 127) / 128 * 128) * ((K + 127) / 128) * 72;
     size_t off = 0;
     for (int i = 0; i < TS_WORK_REGIONS; i++) {
         o->off[i] = off;

@@ -10,6 +10,7 @@
  * samples the median of `samples` samples is reported, per launch. Copy bandwidth: a 1 GiB
  * cudaMemcpyAsync device to device, counted as bytes read + bytes written, median of 20. */
 #include "cuda/cuda_common.h"
+#include "bench_util.h"
 #include "cuda/matmul.h"
 #include "quant/quant.h"
 
@@ -50,16 +51,6 @@ static double rng_gauss(void) {
     return (s - 2.0) * 1.7320508;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static float median(float *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_float);
-    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Median milliseconds of one graph launch holding one matmul per copy. */
 static float time_graph(ts_cuda_tensor *copies, int ncopies, int64_t n_out, const float *x, int64_t T,
                         float *y, cudaStream_t s, int samples) {
@@ -80,49 +71,10 @@ static float time_graph(ts_cuda_tensor *copies, int ncopies, int64_t n_out, cons
     }
     TS_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     TS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    TS_CUDA_CHECK(cudaEventCreate(&e0));
-    TS_CUDA_CHECK(cudaEventCreate(&e1));
-    float *ms = malloc((size_t)samples * sizeof *ms);
-    for (int i = 0; i < WARMUP + samples; i++) {
-        TS_CUDA_CHECK(cudaEventRecord(e0, s));
-        TS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-        TS_CUDA_CHECK(cudaEventRecord(e1, s));
-        TS_CUDA_CHECK(cudaEventSynchronize(e1));
-        if (i >= WARMUP) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i - WARMUP], e0, e1));
-    }
-    const float med = median(ms, samples) / (float)ncopies;
-    free(ms);
-    TS_CUDA_CHECK(cudaEventDestroy(e0));
-    TS_CUDA_CHECK(cudaEventDestroy(e1));
+    const float med = bench_graph_ms(exec, s, WARMUP, samples) / (float)ncopies;
     TS_CUDA_CHECK(cudaGraphExecDestroy(exec));
     TS_CUDA_CHECK(cudaGraphDestroy(graph));
     return med;
-}
-
-static double copy_bandwidth(cudaStream_t s) {
-    const size_t bytes = (size_t)1 << 30;
-    void *a, *b;
-    TS_CUDA_CHECK(cudaMalloc(&a, bytes));
-    TS_CUDA_CHECK(cudaMalloc(&b, bytes));
-    TS_CUDA_CHECK(cudaMemset(a, 0x5A, bytes));
-    cudaEvent_t e0, e1;
-    TS_CUDA_CHECK(cudaEventCreate(&e0));
-    TS_CUDA_CHECK(cudaEventCreate(&e1));
-    float ms[20];
-    for (int i = 0; i < 3 + 20; i++) {
-        TS_CUDA_CHECK(cudaEventRecord(e0, s));
-        TS_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
-        TS_CUDA_CHECK(cudaEventRecord(e1, s));
-        TS_CUDA_CHECK(cudaEventSynchronize(e1));
-        if (i >= 3) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
-    }
-    const float med = median(ms, 20);
-    TS_CUDA_CHECK(cudaEventDestroy(e0));
-    TS_CUDA_CHECK(cudaEventDestroy(e1));
-    TS_CUDA_CHECK(cudaFree(a));
-    TS_CUDA_CHECK(cudaFree(b));
-    return 2.0 * (double)bytes / (med * 1e-3) / 1e9;
 }
 
 int main(int argc, char **argv) {
@@ -132,7 +84,7 @@ int main(int argc, char **argv) {
     TS_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
     cudaStream_t s;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const double copy_gbs = copy_bandwidth(s);
+    const double copy_gbs = bench_copy_gbs(s);
     printf("device: %s, %d SMs, L2 %.0f MiB, %.1f GiB\n", p.name, p.multiProcessorCount,
            p.l2CacheSize / 1048576.0, p.totalGlobalMem / 1073741824.0);
     printf("device-to-device copy: %.0f GB/s (read + write, 1 GiB, median of 20)\n", copy_gbs);

@@ -302,7 +302,7 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     float *y = malloc(sizeof(float) * (size_t)(T * n_out));
     for (int64_t i = 0; i < T * ne0; i++) x[i] = (float)rng_gauss(&g) * (i % 5 == 0 ? 20.0f : 1.0f);
     ts_round_x_like_tc(x, T * ne0, ts_tc_x_group(type), xr);
-    const size_t tcx_bytes = wg ? ts_cuda_gemm_wg_x_bytes(ne0, T) : ts_memplan_tc_x_bytes(type, ne0, T);
+    const size_t tcx_bytes = wg ? ts_cuda_gemm_wg_x_bytes(type, ne0, T) : ts_memplan_tc_x_bytes(type, ne0, T);
     float *xd, *yd;
     void *tcx;
     TS_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * (size_t)(T * ne0)));
@@ -337,16 +337,6 @@ static void tc_dense_case(uint32_t type, int64_t ne0, int64_t n_out, int64_t T, 
     free(xr);
     free(y);
     wtensor_free(&w);
-}
-
-/* The dense products on the warpgroup MMAs (gemm_wg.cu; Hopper), the same reference: partial token
- * tiles and row blocks, one super-block, a width of ten. */
-static void wg_cases(uint64_t seed, tstats *st) {
-    printf("warpgroup-MMA dense products\n");
-    tc_dense_case(TS_TYPE_Q4_K, 2560, 300, 200, 1, seed + 86, st);
-    tc_dense_case(TS_TYPE_Q5_K, 512, 130, 128, 1, seed + 87, st);
-    tc_dense_case(TS_TYPE_Q4_K, 256, 128, 1, 1, seed + 88, st);
-    tc_dense_case(TS_TYPE_Q5_K, 2560, 1000, 300, 1, seed + 89, st);
 }
 
 /* Split products (ts_cuda_gemm_tc_split): the parts added in order on the host against the CPU's fp32
@@ -584,8 +574,14 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
     /* the tensor-core grouped GEMM (gemm_tc.h) where it takes the type, x rounded: within the bound of the
        GEMV path where that rounds x alike (the reference `other`), else of the chain over x rounded by
        ts_round_x_like_tc (at N·k beyond the GEMV's tensor-core sizes); bad ids NaN */
-    const size_t tcx_bytes = ts_memplan_tc_x_bytes(type, H, N);
-    if (tcx_bytes > 0 && H % ts_tc_x_group(type) == 0) { /* expert products take whole groups only */
+    /* path 0: gemm_tc.cu; 1: the warpgroup MMAs (gemm_wg.cu: Q4_K and Q5_K, plans of 64-item tiles; x
+       converted in whole tiles of 128 rows, so its scratch is its own size) */
+    for (int path = 0; path < 2; path++) {
+        const size_t tcx_bytes =
+            path ? ts_cuda_gemm_wg_x_bytes(type, H, N) : ts_memplan_tc_x_bytes(type, H, N);
+        if (tcx_bytes == 0 || H % ts_tc_x_group(type) != 0)
+            break; /* expert products take whole groups only */
+        if (path == 1 && (plan.tile != 64 || (type != TS_TYPE_Q4_K && type != TS_TYPE_Q5_K))) break;
         float *xr = NULL;
         if (!gemv_rounds) {
             xr = malloc(sizeof(float) * (size_t)(N * H));
@@ -595,8 +591,13 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
         TS_CUDA_CHECK(cudaMalloc(&tcx, tcx_bytes));
         ts_cuda_tc_scratch_set(tcx, tcx_bytes);
         TS_CUDA_CHECK(cudaMemset(gu_d, 0xFF, sizeof(float) * (size_t)(NK * G)));
-        int rt = !ts_cuda_gemm_tc_experts_takes(&plan, type, H, k);
-        rt |= ts_cuda_gemm_tc_experts(&plan, W, W2, rpe, 0, n_part, x_d, k, H, gu_d, G, 0);
+        int rt;
+        if (path == 0) {
+            rt = !ts_cuda_gemm_tc_experts_takes(&plan, type, H, k);
+            rt |= ts_cuda_gemm_tc_experts(&plan, W, W2, rpe, 0, n_part, x_d, k, H, gu_d, G, 0);
+        } else {
+            rt = ts_cuda_gemm_wg_experts(&plan, W, W2, rpe, 0, n_part, x_d, k, H, gu_d, G, tcx, tcx_bytes, 0);
+        }
         TS_CUDA_CHECK(cudaDeviceSynchronize());
         float *gut = malloc(sizeof(float) * (size_t)(NK * G));
         TS_CUDA_CHECK(cudaMemcpy(gut, gu_d, sizeof(float) * (size_t)(NK * G), cudaMemcpyDeviceToHost));
@@ -607,7 +608,7 @@ static void expert_case(uint32_t type, const ecase *ec, uint64_t seed, tstats *s
         pthread_mutex_init(&ct.mu, NULL);
         parallel_for(n_check, expert_items, &ct);
         st->runs++;
-        st->fails += !report_experts("gate/up tc", ec, type, rt, &ct, plan.tile);
+        st->fails += !report_experts(path ? "gate/up wg" : "gate/up tc", ec, type, rt, &ct, plan.tile);
         ts_cuda_tc_scratch_set(NULL, 0);
         free(gut);
         free(xr);
@@ -809,6 +810,26 @@ static void bench_tensor(ts_cuda_tensor *out, uint32_t type, int64_t ne0, int64_
     wtensor_free(&pool);
 }
 
+/* The dense products on the warpgroup MMAs (gemm_wg.cu; Hopper), the same reference: partial token
+ * tiles and row blocks, one super-block, a width of ten; then grouped experts (expert_case's "gate/up wg"). */
+static void wg_cases(uint64_t seed, tstats *st) {
+    printf("warpgroup-MMA dense products\n");
+    tc_dense_case(TS_TYPE_Q4_K, 2560, 300, 200, 1, seed + 86, st);
+    tc_dense_case(TS_TYPE_Q5_K, 512, 130, 128, 1, seed + 87, st);
+    tc_dense_case(TS_TYPE_Q4_K, 256, 128, 1, 1, seed + 88, st);
+    tc_dense_case(TS_TYPE_Q5_K, 2560, 1000, 300, 1, seed + 89, st);
+    /* the in-order types (B as hi + lo of d·q): the shared expert's down shape cut to fewer rows, a group
+     * of 128, 1024 inputs at one token tile */
+    tc_dense_case(TS_TYPE_Q8_0, 640, 700, 130, 1, seed + 93, st);
+    tc_dense_case(TS_TYPE_Q5_0, 128, 200, 70, 1, seed + 94, st);
+    tc_dense_case(TS_TYPE_Q5_0, 1024, 300, 64, 1, seed + 95, st);
+    /* grouped experts with tiles of 64 (100 items an expert): gate|up fused, split, and bad ids */
+    const ecase ecs[] = {
+        {8, 4, 200, 512, 256, 0, 0, 0}, {8, 4, 200, 512, 256, 0, 1, 0}, {8, 4, 200, 512, 256, 1, 0, 0}};
+    for (int i = 0; i < 3; i++)
+        expert_case(i == 1 ? TS_TYPE_Q5_K : TS_TYPE_Q4_K, &ecs[i], seed + 90 + (uint64_t)i, st);
+}
+
 /* --wg: the warpgroup-MMA products' twin cases, then their time against the tensor-core GEMM
  * (ts_cuda_gemm_tc) at the released shapes, 4,096 tokens of random x */
 typedef struct {
@@ -818,9 +839,17 @@ typedef struct {
     void *scr;
     size_t scr_bytes;
     int wg;
+    const ts_cuda_expert_plan *plan; /* experts: the plan (items x_div = k to an x row), else NULL */
+    int64_t k;
 } wg_bench;
 static int run_wg(void *p, cudaStream_t s) {
     const wg_bench *b = p;
+    const int64_t ne0 = b->W->ne0, rpe = b->n_out;
+    if (b->plan)
+        return b->wg ? ts_cuda_gemm_wg_experts(b->plan, b->W, NULL, rpe, 0, b->n_out, b->x, b->k, ne0, b->y,
+                                               b->n_out, b->scr, b->scr_bytes, s)
+                     : ts_cuda_gemm_tc_experts(b->plan, b->W, NULL, rpe, 0, b->n_out, b->x, b->k, ne0, b->y,
+                                               b->n_out, s);
     return b->wg ? ts_cuda_gemm_wg(b->W, 0, b->n_out, b->x, b->T, b->y, b->n_out, b->scr, b->scr_bytes, s)
                  : ts_cuda_gemm_tc(b->W, 0, b->n_out, b->x, b->T, b->y, s);
 }
@@ -834,9 +863,10 @@ static void bench_wg(void) {
     float *x, *y, *xh = malloc(sizeof(float) * (size_t)(T * ne0));
     rng_t g = {mix64(7)};
     for (int64_t i = 0; i < T * ne0; i++) xh[i] = (float)rng_gauss(&g);
-    const size_t scr_bytes = ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T) > ts_cuda_gemm_wg_x_bytes(ne0, T)
-                                 ? ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T)
-                                 : ts_cuda_gemm_wg_x_bytes(ne0, T);
+    const size_t scr_bytes =
+        ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T) > ts_cuda_gemm_wg_x_bytes(TS_TYPE_Q4_K, ne0, T)
+            ? ts_memplan_tc_x_bytes(TS_TYPE_Q4_K, ne0, T)
+            : ts_cuda_gemm_wg_x_bytes(TS_TYPE_Q4_K, ne0, T);
     void *scr;
     TS_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * (size_t)(T * ne0)));
     TS_CUDA_CHECK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(T * 10240)));
@@ -849,7 +879,7 @@ static void bench_wg(void) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         ts_cuda_tensor W;
         bench_tensor(&W, shapes[si].type, shapes[si].ne0, shapes[si].n_out);
-        wg_bench b = {&W, shapes[si].n_out, T, x, y, scr, scr_bytes, 1};
+        wg_bench b = {&W, shapes[si].n_out, T, x, y, scr, scr_bytes, 1, NULL, 0};
         const double flop = 2.0 * (double)T * (double)shapes[si].n_out * (double)shapes[si].ne0;
         const float tw = time_ms(run_wg, &b);
         b.wg = 0;
@@ -859,9 +889,43 @@ static void bench_wg(void) {
                flop / tw * 1e-9, tt, flop / tt * 1e-9, tt / tw);
         ts_cuda_tensor_free(&W);
     }
+    TS_CUDA_CHECK(cudaFree(y));
+    /* the routed gate|up of a 4,096-token prompt: 512 experts, top 10, 2560 -> 2·640, uniform routing */
+    {
+        const int64_t E = 512, k = 10, F = 640, NK = T * k;
+        ts_cuda_tensor gu;
+        bench_tensor(&gu, TS_TYPE_Q4_K, ne0, E * 2 * F);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)NK), *ids_d;
+        make_ids(ids, T, k, E, 0, &g);
+        void *pscr;
+        const size_t pbytes = ts_cuda_expert_plan_bytes(NK, E);
+        TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, sizeof(int32_t) * (size_t)NK));
+        TS_CUDA_CHECK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(NK * 2 * F)));
+        TS_CUDA_CHECK(cudaMalloc(&pscr, pbytes));
+        TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof(int32_t) * (size_t)NK, cudaMemcpyHostToDevice));
+        ts_cuda_expert_plan plan;
+        if (ts_cuda_expert_plan_build(ids_d, NK, E, pscr, pbytes, &plan, 0)) {
+            fprintf(stderr, "plan refused\n");
+            exit(1);
+        }
+        wg_bench b = {&gu, 2 * F, T, x, y, scr, scr_bytes, 1};
+        b.plan = &plan, b.k = k;
+        const double flop = 2.0 * (double)NK * (double)(2 * F) * (double)ne0;
+        const float tw = time_ms(run_wg, &b);
+        b.wg = 0;
+        const float tt = time_ms(run_wg, &b);
+        printf(
+            "  %-6s experts gate|up (tiles of %d): wg %7.3f ms %6.1f TFLOP/s   tc %7.3f ms %6.1f TFLOP/s   "
+            "x%.2f\n",
+            ts_type_name(TS_TYPE_Q4_K), plan.tile, tw, flop / tw * 1e-9, tt, flop / tt * 1e-9, tt / tw);
+        ts_cuda_tensor_free(&gu);
+        TS_CUDA_CHECK(cudaFree(ids_d));
+        TS_CUDA_CHECK(cudaFree(y));
+        TS_CUDA_CHECK(cudaFree(pscr));
+        free(ids);
+    }
     ts_cuda_tc_scratch_set(NULL, 0);
     TS_CUDA_CHECK(cudaFree(x));
-    TS_CUDA_CHECK(cudaFree(y));
     TS_CUDA_CHECK(cudaFree(scr));
     free(xh);
 }
@@ -953,6 +1017,9 @@ int main(int argc, char **argv) {
         printf("test_cuda_gemm: no CUDA device; this test runs on the GPU machine only\n");
         return 1;
     }
+    /* ts_cuda_gemm_tc and ts_cuda_gemm_tc_experts on gemm_tc.cu's kernels; the warpgroup products are
+     * called by name (ts_cuda_gemm_wg, ts_cuda_gemm_wg_experts) */
+    setenv("TURBOSPARK_CUDA_GEMM_WG", "0", 1);
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench();

@@ -373,6 +373,12 @@ int check_plan(const std::vector<int32_t> &ids, int E, int TT, const plan_out &p
             printf("  plan: tile %d = {%d, %d, %d} does not continue at %d\n", q, t.x, t.y, t.z, pos);
             return 1;
         }
+        // its index among its expert's tiles (the warpgroup products take them in pairs)
+        const int4 prev = q ? p.tiles[static_cast<size_t>(q - 1)] : make_int4(-2, 0, 0, -1);
+        if (t.w != (prev.x == t.x ? prev.w + 1 : 0)) {
+            printf("  plan: tile %d of expert %d has index %d among its expert's tiles\n", q, t.x, t.w);
+            return 1;
+        }
         for (int j = 0; j < t.z; j++) {
             const int i = p.sorted[static_cast<size_t>(pos + j)];
             const int b = (ids[static_cast<size_t>(i)] >= 0 && ids[static_cast<size_t>(i)] < E)

@@ -255,6 +255,13 @@ static void test_released_work(void **state) {
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 4096), qsa4k);
     /* the scratch is the largest block's: GDN's at 4,096 */
     assert_int_equal(ts_memplan_work_bytes(&hp, 512, 4096), regions + 98304 + 12582912); /* 562.3 MiB */
+    /* the tensor-core x records from 128 rows on: whole tiles of 128 rows for the warpgroup products, so
+     * 200 rows take 256 rows' records (160 words · 72 · 256); 100 rows take their own */
+    ts_memplan_work w;
+    ts_memplan_work_layout(&hp, 200, 4096, &w);
+    assert_int_equal(w.scratch_off - w.off[TS_WORK_TCX], 4 * 256 * 160 * 72);
+    ts_memplan_work_layout(&hp, 100, 4096, &w);
+    assert_int_equal(w.scratch_off - w.off[TS_WORK_TCX], 4 * 100 * 160 * 72);
     /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864 */
     ts_memplan_qsa_layout(&hp, 512, 262144, false, &q);
     assert_int_equal(q.rows_pass, 256);
