@@ -19,8 +19,12 @@
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
 #                                         (each filled by a prefill in micro-batches of 2,048)
 #   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
-#                                         thresholds and always (TURBOSPARK_CUDA_MOE_GROUPED=1), then the
-#                                         warm per-kernel table of a 64-row step both ways
+#                                         thresholds, always (TURBOSPARK_CUDA_MOE_GROUPED=1), and with the
+#                                         expert products of > 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0),
+#                                         then the warm per-kernel table of a 64-row step the first two ways
+#   bash scripts/device_check.sh wa       the tensor-core GEMV with the weights as the MMAs' A operand
+#                                         (TURBOSPARK_TC_WA=1): twin and forward under the gate, decode b1/8
+#                                         and the GEMV microbenchmark with it off and on
 #   bash scripts/device_check.sh chain    the persistent product chain (src/cuda/persist.h): its twin test
 #                                         against ts_cuda_matmul, then one launch against a graph of launches
 #                                         at the model's shapes (test_cuda_chain --bench), the weights as B or
@@ -263,10 +267,11 @@ batch)
   # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
   # rows read once a tile of its items) faster at 8-64 rows; then where a 64-row step goes, both ways
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
-  for g in "" 1; do
-    echo "== TURBOSPARK_CUDA_MOE_GROUPED=$g"
-    TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
-      -b 1,8,16,32,64 --ctx 1 -r 2 2> "$out/batch$g.err" | tee "$out/batch$g.txt" | grep -E "tg|experts"
+  for g in "" 1 x0; do # x0: the expert products of more than 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0)
+    echo "== TURBOSPARK_CUDA_MOE_GROUPED=${g#x0}$([ "$g" = x0 ] && echo ' TURBOSPARK_TC_XROW=0')"
+    env $([ "$g" = x0 ] && echo TURBOSPARK_TC_XROW=0) TURBOSPARK_CUDA_MOE_GROUPED=${g#x0} timeout 200 $B bench -m $rel \
+      --backend cuda --random-weights -p 0 -n 32 -b 1,8,16,32,64 --ctx 1 -r 2 2> "$out/batch$g.err" |
+      tee "$out/batch$g.txt" | grep -E "tg|experts"
   done
   for g in "" 1; do
     TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 150 ncu --clock-control none --cache-control none --profile-from-start off --csv \
@@ -321,6 +326,23 @@ sweep)
     timeout 100 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 --ctx 1 -r 2 2>/dev/null | grep -E "tg"
   done
   unset TURBOSPARK_CUDA_GEMV_TC TURBOSPARK_TC_WARPS TURBOSPARK_TC_PER_SM
+  ;;
+wa)
+  # The tensor-core GEMV with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=1): its twin and the
+  # forward's under the gate, then decode b1/8 and the GEMV microbenchmark both ways
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (TURBOSPARK_TC_WA=1 timeout 200 $D/test_cuda_matmul --quick) > "$out/twin_wa.txt" 2>&1
+  echo "twin WA=1 rc=$?"; grep -E "FAIL" "$out/twin_wa.txt" | head -8; tail -2 "$out/twin_wa.txt"
+  (TURBOSPARK_TC_WA=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd_wa.txt" 2>&1
+  echo "fwd WA=1 rc=$?"; grep -a -E "FAIL|logits:|passed" "$out/fwd_wa.txt" | head -20
+  wait
+  for wa in 0 1; do
+    echo "== TURBOSPARK_TC_WA=$wa"
+    TURBOSPARK_TC_WA=$wa timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8 --ctx 1 -r 2 \
+      2> "$out/bench_wa$wa.err" | grep -E "tg"
+    (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
+    grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)" "$out/gemv_wa$wa.txt" | head -14
+  done
   ;;
 table)
   # The warm per-kernel table of one decode step at batch ${2:-64} (where a many-streams step goes).
