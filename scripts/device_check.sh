@@ -57,6 +57,10 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
+#   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on, off, weights as A),
+#                                         golden fixtures and the chain's twins side by side on the one GPU, then
+#                                         decode b1-64 (default, TURBOSPARK_TC_XROW=0, TURBOSPARK_TC_WA=1), the GEMV
+#                                         microbenchmark and the chain bench one after another (ALL_BENCH=0: tests only)
 # Logs go under $OUT/check (the device tool brings them back).
 # TS_DEVICE_DIR=.device-x runs the build that scripts/device_bundle.sh packed under that name.
 set -u
@@ -84,6 +88,50 @@ gate)
   fi
   wait
   ls -la $rel
+  ;;
+all)
+  # Correctness first, the tests side by side (each its own folder), then the timings one at a time.
+  t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
+  (TURBOSPARK_TC_WA=1 timeout 300 $D/test_cuda_matmul --quick > "$out/twin_wa.txt" 2>&1; echo "rc=$?" >> "$out/twin_wa.txt") &
+  for tc in 1 0 wa; do
+    mkdir -p /tmp/f$tc
+    (env $([ $tc = wa ] && echo TURBOSPARK_TC_WA=1) TURBOSPARK_CUDA_GEMV_TC=${tc/wa/1} timeout 400 $D/test_cuda_forward /tmp/f$tc \
+      > "$out/fwd$tc.txt" 2>&1; echo "rc=$?" >> "$out/fwd$tc.txt") &
+  done
+  (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 300 bash tests/cuda/golden_cuda.sh > "$out/golden.txt" 2>&1
+    echo "rc=$?" >> "$out/golden.txt") &
+  (timeout 300 $D/test_cuda_gemm --quick > "$out/gemm.txt" 2>&1; echo "rc=$?" >> "$out/gemm.txt") &
+  for wa in 0 1; do
+    (TURBOSPARK_PERSIST_WA=$wa timeout 200 $D/test_cuda_chain > "$out/chain$wa.txt" 2>&1; echo "rc=$?" >> "$out/chain$wa.txt") &
+  done
+  wait
+  st "tests done"
+  for f in twin twin_wa; do echo "== $f"; grep -E "FAIL" "$out/$f.txt" | head -8; tail -3 "$out/$f.txt"; done
+  for tc in 1 0 wa; do echo "== fwd $tc"; grep -a -E "FAIL|passed|x rounded|logits:|micro|together|^rc=" "$out/fwd$tc.txt" | head -30; done
+  echo "== golden"; grep -E "CUDA vs|FAIL|Error|assert|^rc=" "$out/golden.txt" | head -10
+  echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -3 "$out/gemm.txt"
+  for wa in 0 1; do echo "== chain WA=$wa"; grep -E "FAIL|differ|refused|launch|passed|largest|^rc=" "$out/chain$wa.txt" | head -14; done
+  ls -la $rel
+  [ "${ALL_BENCH:-1}" = 1 ] || exit 0
+  for v in "" TURBOSPARK_TC_XROW=0 TURBOSPARK_TC_WA=1; do
+    echo "== decode ${v:-default}"
+    env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
+      2> "$out/bench_${v:-default}.err" | tee "$out/bench_${v:-default}.txt" | grep -E "tg"
+    st "decode ${v:-default}"
+  done
+  for wa in 0 1; do
+    (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
+    echo "== GEMV WA=$wa"; grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)|copy" "$out/gemv_wa$wa.txt" | head -14
+  done
+  st "gemv"
+  for wa in 0 1; do
+    echo "== chain bench TURBOSPARK_PERSIST_WA=$wa"
+    TURBOSPARK_PERSIST_WA=$wa timeout 120 $D/test_cuda_chain --bench > "$out/chain_bench$wa.txt" 2>&1
+    echo "rc=$?"; cat "$out/chain_bench$wa.txt" | tail -40
+    st "chain bench $wa"
+  done
   ;;
 bench)
   for tc in 1 0; do
