@@ -57,10 +57,10 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
-#   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on, off, weights as A),
-#                                         golden fixtures and the chain's twins side by side on the one GPU, then
-#                                         decode b1-64 (default, TURBOSPARK_TC_XROW=0, TURBOSPARK_TC_WA=1), the GEMV
-#                                         microbenchmark and the chain bench one after another (ALL_BENCH=0: tests only)
+#   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
+#                                         fixtures and the chain's twins side by side on the one GPU, then decode
+#                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
+#                                         table of a step at batch B; all logs in $OUT/all.tgz
 # Logs go under $OUT/check (the device tool brings them back).
 # TS_DEVICE_DIR=.device-x runs the build that scripts/device_bundle.sh packed under that name.
 set -u
@@ -90,48 +90,53 @@ gate)
   ls -la $rel
   ;;
 all)
-  # Correctness first, the tests side by side (each its own folder), then the timings one at a time.
+  # Correctness first, the tests side by side (each its own folder), then the timings one at a time. Every
+  # log goes into one archive, $OUT/all.tgz (the device tool brings back 8 files). ALL_ENV: variables for
+  # every test and timing ("TURBOSPARK_TC_WA=1"); ALL_DECODE: the decode variants, ';'-separated ("" is the
+  # default); ALL_BENCH=0: tests only; ALL_NCU=B: the warm per-kernel table of a step at batch B.
   t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
+  out=/tmp/all-logs; mkdir -p $out
+  pack() { tar czf "${OUT:-/tmp}/all.tgz" -C "$out" . 2>/dev/null; }
+  export ${ALL_ENV:-TS_ALL_ENV=}
+  echo "env: ${ALL_ENV:-none}"
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
   (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
-  (TURBOSPARK_TC_WA=1 timeout 300 $D/test_cuda_matmul --quick > "$out/twin_wa.txt" 2>&1; echo "rc=$?" >> "$out/twin_wa.txt") &
-  for tc in 1 0 wa; do
+  for tc in ${FWD_TCS:-1 0}; do
     mkdir -p /tmp/f$tc
-    (env $([ $tc = wa ] && echo TURBOSPARK_TC_WA=1) TURBOSPARK_CUDA_GEMV_TC=${tc/wa/1} timeout 400 $D/test_cuda_forward /tmp/f$tc \
-      > "$out/fwd$tc.txt" 2>&1; echo "rc=$?" >> "$out/fwd$tc.txt") &
+    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 400 $D/test_cuda_forward /tmp/f$tc > "$out/fwd$tc.txt" 2>&1
+      echo "rc=$?" >> "$out/fwd$tc.txt") &
   done
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 300 bash tests/cuda/golden_cuda.sh > "$out/golden.txt" 2>&1
     echo "rc=$?" >> "$out/golden.txt") &
   (timeout 300 $D/test_cuda_gemm --quick > "$out/gemm.txt" 2>&1; echo "rc=$?" >> "$out/gemm.txt") &
-  for wa in 0 1; do
+  for wa in ${CHAIN_WAS-0 1}; do
     (TURBOSPARK_PERSIST_WA=$wa timeout 200 $D/test_cuda_chain > "$out/chain$wa.txt" 2>&1; echo "rc=$?" >> "$out/chain$wa.txt") &
   done
   wait
-  st "tests done"
-  for f in twin twin_wa; do echo "== $f"; grep -E "FAIL" "$out/$f.txt" | head -8; tail -3 "$out/$f.txt"; done
-  for tc in 1 0 wa; do echo "== fwd $tc"; grep -a -E "FAIL|passed|x rounded|logits:|micro|together|^rc=" "$out/fwd$tc.txt" | head -30; done
+  st "tests done"; pack
+  echo "== twin"; grep -E "FAIL" "$out/twin.txt" | head -8; tail -2 "$out/twin.txt"
+  for tc in ${FWD_TCS:-1 0}; do echo "== fwd GEMV_TC=$tc"; grep -a -E "FAIL|passed|logits:|together|^rc=" "$out/fwd$tc.txt" | head -30; done
   echo "== golden"; grep -E "CUDA vs|FAIL|Error|assert|^rc=" "$out/golden.txt" | head -10
-  echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -3 "$out/gemm.txt"
-  for wa in 0 1; do echo "== chain WA=$wa"; grep -E "FAIL|differ|refused|launch|passed|largest|^rc=" "$out/chain$wa.txt" | head -14; done
+  echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
+  for wa in ${CHAIN_WAS-0 1}; do echo "== chain WA=$wa"; grep -E "FAIL|largest|passed|^rc=" "$out/chain$wa.txt" | head -4; done
   ls -la $rel
   [ "${ALL_BENCH:-1}" = 1 ] || exit 0
-  for v in "" TURBOSPARK_TC_XROW=0 TURBOSPARK_TC_WA=1; do
+  IFS=';' read -r -a variants <<< "${ALL_DECODE:-}"
+  [ ${#variants[@]} -gt 0 ] || variants=("")
+  i=0
+  for v in "${variants[@]}"; do
     echo "== decode ${v:-default}"
     env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
-      2> "$out/bench_${v:-default}.err" | tee "$out/bench_${v:-default}.txt" | grep -E "tg"
-    st "decode ${v:-default}"
+      2> "$out/bench$i.err" | tee "$out/bench$i.txt" | grep -E "tg"
+    st "decode ${v:-default}"; i=$((i + 1)); pack
   done
-  for wa in 0 1; do
-    (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
-    echo "== GEMV WA=$wa"; grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)|copy" "$out/gemv_wa$wa.txt" | head -14
-  done
-  st "gemv"
-  for wa in 0 1; do
-    echo "== chain bench TURBOSPARK_PERSIST_WA=$wa"
-    TURBOSPARK_PERSIST_WA=$wa timeout 120 $D/test_cuda_chain --bench > "$out/chain_bench$wa.txt" 2>&1
-    echo "rc=$?"; cat "$out/chain_bench$wa.txt" | tail -40
-    st "chain bench $wa"
-  done
+  if [ -n "${ALL_NCU:-}" ]; then
+    timeout 300 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b$ALL_NCU.csv" \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b $ALL_NCU --profile-batch $ALL_NCU --ctx 1 -r 1 > /dev/null 2>&1
+    echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b$ALL_NCU.csv" | tee "$out/ncu_b$ALL_NCU.md" | head -45
+    st "ncu"; pack
+  fi
   ;;
 bench)
   for tc in 1 0; do

@@ -405,13 +405,13 @@ template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int 
 } // namespace
 
 int tc_xrow_mode() {
-    static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 2);
+    static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 3);
     return m;
 }
 
 int64_t tc_experts_staged_rows(int64_t x_rows) {
     const int m = tc_xrow_mode();
-    return m == 2 || (m == 1 && x_rows > kTcExpertXRows) ? 1 : x_rows;
+    return m == 2 || (m != 0 && x_rows > kTcExpertXRows) ? 1 : x_rows;
 }
 
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
