@@ -93,13 +93,15 @@ all)
   # Correctness first, the tests side by side (each its own folder), then the timings one at a time. Every
   # log goes into one archive, $OUT/all.tgz (the device tool brings back 8 files). ALL_ENV: variables for
   # every test and timing ("TURBOSPARK_TC_WA=1"); ALL_DECODE: the decode variants, ';'-separated ("" is the
-  # default); ALL_BENCH=0: tests only; ALL_NCU=B: the warm per-kernel table of a step at batch B.
+  # default); ALL_B: the batch sizes (1,8,16,64); ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
+  # the warm per-kernel table of a step at batch B.
   t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
   out=/tmp/all-logs; mkdir -p $out
   pack() { tar czf "${OUT:-/tmp}/all.tgz" -C "$out" . 2>/dev/null; }
   export ${ALL_ENV:-TS_ALL_ENV=}
   echo "env: ${ALL_ENV:-none}"
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  if [ "${ALL_TESTS:-1}" = 1 ]; then
   (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
   for tc in ${FWD_TCS:-1 0}; do
     mkdir -p /tmp/f$tc
@@ -119,6 +121,8 @@ all)
   echo "== golden"; grep -E "CUDA vs|FAIL|Error|assert|^rc=" "$out/golden.txt" | head -10
   echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
   for wa in ${CHAIN_WAS-0 1}; do echo "== chain WA=$wa"; grep -E "FAIL|largest|passed|^rc=" "$out/chain$wa.txt" | head -4; done
+  fi
+  wait
   ls -la $rel
   [ "${ALL_BENCH:-1}" = 1 ] || exit 0
   IFS=';' read -r -a variants <<< "${ALL_DECODE:-}"
@@ -126,7 +130,7 @@ all)
   i=0
   for v in "${variants[@]}"; do
     echo "== decode ${v:-default}"
-    env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
+    env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b ${ALL_B:-1,8,16,64} --ctx 1 -r 2 \
       2> "$out/bench$i.err" | tee "$out/bench$i.txt" | grep -E "tg"
     st "decode ${v:-default}"; i=$((i + 1)); pack
   done

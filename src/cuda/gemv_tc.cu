@@ -6,8 +6,9 @@
 // Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
 // flight from the first cycle on.
 //  * Output rows are cut into chunks of 8 (one MMA tile, all its inputs); chunk c belongs to thread
-//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows). With
-//    TURBOSPARK_TC_WA=1, chunks of up to 8 tokens are 16 rows with the weights as the MMAs' A operand.
+//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows). Chunks of up
+//    to 8 tokens are 16 rows with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=0: 8 rows, the
+//    weights as B).
 //  * A block streams its chunks' rows into a ring of NS stages in shared memory with bulk copies
 //    (cp.async.bulk: the copy engine moves a whole row per instruction and counts the bytes on an
 //    mbarrier per stage). Dense products issue their first NS chunks before waiting for the previous
@@ -251,11 +252,12 @@ bool tc_pair() {
     static const bool on = env_int("TURBOSPARK_TC_PAIR", 0, 0, 1) == 1;
     return on;
 }
-// TURBOSPARK_TC_WA=1: products of up to 8 tokens a chunk (dense ones of 1–8 tokens, every expert product)
-// take the weights as the MMAs' A operand, chunks of 16 rows (half the MMAs and x loads for the same
-// decoding; gemv_tc_dot.cuh); where no plan fits their larger stages, chunks of 8 as before.
+// Products of up to 8 tokens a chunk (dense ones of 1–8 tokens, every expert product) take the weights as
+// the MMAs' A operand, chunks of 16 rows (half the MMAs and x loads for the same decoding;
+// gemv_tc_dot.cuh); where no plan fits their larger stages, chunks of 8 with the weights as B, as every
+// product with TURBOSPARK_TC_WA=0 (measurements).
 bool tc_wa() {
-    static const bool on = env_int("TURBOSPARK_TC_WA", 0, 0, 1) == 1;
+    static const bool on = env_int("TURBOSPARK_TC_WA", 1, 0, 1) == 1;
     return on;
 }
 
@@ -405,13 +407,13 @@ template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int 
 } // namespace
 
 int tc_xrow_mode() {
-    static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 3);
+    static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 2);
     return m;
 }
 
 int64_t tc_experts_staged_rows(int64_t x_rows) {
     const int m = tc_xrow_mode();
-    return m == 2 || (m != 0 && x_rows > kTcExpertXRows) ? 1 : x_rows;
+    return m == 2 || (m == 1 && x_rows > kTcExpertXRows) ? 1 : x_rows;
 }
 
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {

@@ -55,8 +55,8 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
 // Expert products of more x rows than kTcExpertXRows stage one x row at a time, the row of the chunk at
 // hand (a block takes a contiguous range of chunks); fewer are staged whole, once a block.
 // TURBOSPARK_TC_XROW (read once): 0 none does (and the routed products with an x row an item, the downs,
-// stay off the tensor cores), 2 every expert product does (measurements), 3 as 1 but the routed downs stay
-// off the tensor cores; tc_xrow_mode() returns it, 1 when unset.
+// stay off the tensor cores), 2 every expert product does (measurements); tc_xrow_mode() returns it, 1
+// when unset.
 constexpr int64_t kTcExpertXRows = 8;
 int tc_xrow_mode();
 // The x rows an expert product of x_rows rows stages at once.

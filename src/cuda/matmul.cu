@@ -340,7 +340,7 @@ bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out
 bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool routed,
                int64_t rows_per_expert, int64_t row_off, int64_t n_out, size_t row_bytes) {
     const int64_t xd = x_div < n_items ? x_div : n_items, x_rows = (n_items + xd - 1) / xd;
-    if ((tc_xrow_mode() == 0 || tc_xrow_mode() == 3) && routed && xd == 1) return false;
+    if (tc_xrow_mode() == 0 && routed && xd == 1) return false;
     return tc_applies(type, ne0, tc_experts_staged_rows(x_rows), row_bytes,
                       expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out));
 }
