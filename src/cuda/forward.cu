@@ -166,6 +166,8 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
     // PLE changes R in between or the final mixer follows (it reads gathered rows); while tracing,
     // the plain write keeps R observable between blocks.
     bool normed = false; // w->xn holds the norm the next read needs
+    w->hc_defer.next = NULL;
+    w->hc_defer.off = c->trace != NULL; // R observable after every write
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_cuda_layer *L = &c->cm.layers[l];
         if ((int32_t)l == hp->ple_layer) {
@@ -212,6 +214,7 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         trace(c, (int)l, 1);
     }
+    if (w->hc_defer.next) return "a hyper-connection write (left to a read that did not follow)";
     if (n_logit > 0) {
         prof_scope p(c, TS_PROF_OUTPUT);
         const int W = (int)(hp->hc_count * hp->n_embd);
@@ -499,6 +502,10 @@ extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) {
 extern "C" int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c) {
     return c->o.max_rows;
 }
+extern "C" int64_t ts_cuda_hc_writes_deferred(const ts_cuda_ctx *c) {
+    return c ? c->w.hc_defer.count : 0;
+}
+
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;
 }

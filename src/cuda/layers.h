@@ -159,10 +159,22 @@ typedef struct ts_cuda_work {
     float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed */
     float *hc_ss;     /* N × ⌈H / 256⌉ × C partial Σ R² of the write that left xn unnormalised */
     bool xn_unnormed; /* host side: the last HC write left xn = R ⊙ g for the fused read to scale */
-    float *mix;       /* N × W HC mix logits; PLE keys */
-    float *lr;        /* N × r HC low rank */
-    float *x, *y;     /* N × H block input / output */
-    float *inj;       /* N × C inject weights */
+    /* host side: an HC write left to the fused read that follows it (ts_cuda_hc_write_norm): its operands,
+     * and that read's module (next, NULL when none is pending); the read's split product makes its x
+     * from them, leaves the written R in xn, and its second kernel copies it into R. off: every write
+     * stores R itself (the forward sets it while tracing R between blocks) */
+    struct {
+        bool off;
+        const ts_cuda_hc *next;
+        float *R;
+        const float *y, *inj, *sg, *eo, *tw; /* eo NULL: y is final */
+        int k;
+        int64_t count; /* writes left to reads so far (ts_cuda_hc_writes_deferred) */
+    } hc_defer;
+    float *mix;   /* N × W HC mix logits; PLE keys */
+    float *lr;    /* N × r HC low rank */
+    float *x, *y; /* N × H block input / output */
+    float *inj;   /* N × C inject weights */
     /* GDN */
     float *qkv;   /* N × cd raw projections */
     float *u;     /* N × cd after conv + SiLU */

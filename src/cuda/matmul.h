@@ -109,6 +109,35 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
 int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
                          int64_t x_stride, float *y_dev, cudaStream_t s);
 
+/* Whether ts_cuda_matmul_split enqueues this shape (true) or refuses it (returns 1); false for invalid
+ * arguments too. */
+bool ts_cuda_matmul_split_takes(const ts_cuda_tensor *W, int64_t n_out, int splits, int64_t T,
+                                int64_t x_stride);
+
+/* ts_cuda_matmul_split of C = splits streams of ne0 = W->ne0 / C inputs whose x is made on the way in from
+ * a hyper-connection write (hc.cu, the fused read): for token t and stream q,
+ *
+ *     v_q = R_q + y_t ⊙ inj[t, q] (one fmaf an element),   x_q = v_q ⊙ g_q,
+ *
+ * where y_t is the block output or, with eo set, its MoE combine (ts_dmoe_combine: σ(sg_t)·y_t, then
+ * + tw[t, j]·eo[t·k + j] in slot order). v goes to r_out, not to R (other blocks still read R), and its
+ * sums of squares, `slice` elements at a time, to ss[(t·⌈ne0 / slice⌉ + i)·C + q], each summed in
+ * hc_write_ss_kernel's order, so that the read that follows sees what that write would have left.
+ * Returns as ts_cuda_matmul_split. */
+typedef struct ts_cuda_hc_write_in {
+    const float *R;            /* T × C·ne0 the residual streams before the write */
+    const float *y;            /* T × ne0 the block output (the shared expert's, with eo) */
+    const float *inj;          /* T × C inject weights */
+    const float *g;            /* C·ne0 the next read's norm weights */
+    const float *sg, *eo, *tw; /* the MoE parts ([T], [T·k × ne0], [T × k]), or eo NULL */
+    int k;                     /* experts a token, with eo */
+    int slice;                 /* elements a partial sum of squares: a multiple of 32 up to 512 */
+    float *r_out;              /* T × C·ne0 the written streams */
+    float *ss;                 /* T × ⌈ne0 / slice⌉ × C partial sums of squares */
+} ts_cuda_hc_write_in;
+int ts_cuda_matmul_split_hc_write(const ts_cuda_tensor *W, int64_t n_out, int splits,
+                                  const ts_cuda_hc_write_in *in, int64_t T, float *y_dev, cudaStream_t s);
+
 /* Whether ts_cuda_matmul with T tokens (rows row0 .. row0 + n_out − 1), or ts_cuda_matmul_experts with
  * n_items items, x_div and ids (routed) or none (its rows_per_expert, row_off and n_out), runs this product
  * on the tensor cores (src/cuda/gemv_tc.h: Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; dense products of 1-64 tokens:

@@ -258,6 +258,31 @@ static void check_model(const char *name, const char *path) {
         ts_session_free(se), ts_session_free(sr);
     }
 
+    /* 4b: the hyper-connection writes left to the fused reads that follow them (hc.cu: their split products
+       make x from the write) equal the writes on their own, bit for bit, in micro-batches of 1 and 7 (m2's
+       context runs eagerly, so the switch is read at every step; a model whose reads are not fused leaves
+       none, and says so) */
+    for (int k = 0; k < 2; k++) {
+        const int64_t ub = k ? 7 : 1;
+        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
+        setenv("TURBOSPARK_CUDA_HC_DEFER", "0", 1);
+        ts_session *sa = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
+        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
+        unsetenv("TURBOSPARK_CUDA_HC_DEFER");
+        const int64_t before = ts_cuda_hc_writes_deferred(cx);
+        ts_session *sb = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
+        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
+        const int64_t deferred = ts_cuda_hc_writes_deferred(cx) - before;
+        int64_t differ = 0;
+        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
+            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
+        printf("  micro-batch %" PRId64 ", hyper-connection writes in the reads (%" PRId64
+               " of them) vs apart: %" PRId64 " logits differ\n",
+               ub, deferred, differ);
+        CHECK(ra == 0 && rb == 0 && differ == 0, "writes in the reads change %" PRId64 " logits", differ);
+        ts_session_free(sa), ts_session_free(sb);
+    }
+
     /* 5: batched decode vs alone */
     {
         ts_session *b[N_SEQ] = {0}, *a[N_SEQ] = {0};
