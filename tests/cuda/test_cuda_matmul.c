@@ -9,7 +9,9 @@
  * outputs, T = 1, 2, 3, 5, 8 and 11 (two launches), row0 ≠ 0 inside 3-D expert tensors, and rows
  * per warp automatic and forced to 1, 2 and 4 (R=4 exists for T = 1 only, larger T falls back to
  * 2), and x read through L1 instead of shared memory ("x-L1"; also what T·ne0 > 12288 takes). The output is
- * poisoned with NaN before each launch, so an unwritten element fails.
+ * poisoned with NaN before each launch, so an unwritten element fails. Also: expert products
+ * (run_experts_case) and the split product of a hyper-connection read, plain and with the write before
+ * it made on the way in (run_split_case).
  *
  * Bound: both twins decode the same exact weights and sum in fp32 in different orders, so
  *     |y_gpu − y_cpu| ≤ REL_BOUND · Σ_i |w_i·x_i|        for every output
@@ -348,6 +350,168 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     return rc != 0 || bad != 0;
 }
 
+/* The split product of a hyper-connection read, plain (ts_cuda_matmul_split) and with the write before it
+ * made on the way in (ts_cuda_matmul_split_hc_write): C = 4 streams of H = 256 inputs (Q4_K), r + C = 36
+ * rows, T tokens (6: launches of 4 and 2). Without the MoE parts every value is exact on both sides
+ * (fmaf, one product, float sums in the kernel's order), so the written streams, their sums of squares
+ * (each slice's warps summed by butterfly, as hc_write_ss_kernel) and the products equal the CPU's and
+ * the plain split product's on the same x bit for bit; with them (σ through expf, which may differ from
+ * the CPU's in the last place) within 1e-6 relative, and the products within the usual bound. */
+static float bfly_slice_sum(const float *sq, int slice) {
+    float total = 0.0f;
+    for (int w = 0; w < slice / 32; w++) {
+        float a[32], b[32];
+        memcpy(a, sq + 32 * w, sizeof a);
+        for (int o = 16; o > 0; o >>= 1) {
+            for (int l = 0; l < 32; l++) b[l] = a[l] + a[l ^ o];
+            memcpy(a, b, sizeof a);
+        }
+        total += a[0];
+    }
+    return total;
+}
+
+static int run_split_case(int T, int moe, uint64_t seed) {
+    enum { C = 4, H = 256, NP = 36, K = 3, SLICE = 256 };
+    const int64_t Wd = (int64_t)C * H;
+    const uint32_t type = TS_TYPE_Q4_K;
+    const size_t rb = ts_row_size(type, Wd);
+    qjob q = {.type = type, .ne0 = Wd, .rows = NP, .rb = rb, .seed = seed, .row0 = 0, .n_out = NP};
+    q.data = calloc(NP, rb);
+    parallel_for(NP, quantize_rows, &q);
+    ts_gguf_tensor host = {.n_dims = 2,
+                           .ne = {Wd, NP, 1, 1},
+                           .type = type,
+                           .nelements = Wd * NP,
+                           .nbytes = (uint64_t)rb * NP,
+                           .data = q.data};
+    host.name.ptr = "split", host.name.len = 5;
+    ts_cuda_tensor dev;
+    char err[256];
+    if (ts_cuda_tensor_upload(&host, &dev, err, sizeof err)) {
+        printf("  upload failed: %s\n", err);
+        free(q.data);
+        return 1;
+    }
+    rng_t r = {mix64(seed * 7 + 1)};
+    const size_t nR = (size_t)T * Wd, nH = (size_t)T * H;
+    float *R = malloc(nR * sizeof *R), *y = malloc(nH * sizeof *y),
+          *inj = malloc((size_t)T * C * sizeof *inj);
+    float *g = malloc((size_t)Wd * sizeof *g), *sg = malloc((size_t)T * sizeof *sg);
+    float *eo = malloc(nH * K * sizeof *eo), *tw = malloc((size_t)T * K * sizeof *tw);
+    for (size_t i = 0; i < nR; i++) R[i] = (float)rng_gauss(&r);
+    for (size_t i = 0; i < nH; i++) y[i] = (float)rng_gauss(&r);
+    for (int i = 0; i < T * C; i++) inj[i] = (float)(2.0 * rng_unit(&r));
+    for (int64_t i = 0; i < Wd; i++) g[i] = (float)(0.5 + rng_unit(&r));
+    for (int i = 0; i < T; i++) sg[i] = (float)rng_gauss(&r);
+    for (size_t i = 0; i < nH * K; i++) eo[i] = (float)rng_gauss(&r);
+    for (int i = 0; i < T * K; i++) tw[i] = (float)rng_unit(&r);
+
+    /* the CPU: v, x = v ⊙ g, the slices' sums of squares */
+    float *v = malloc(nR * sizeof *v), *xg = malloc(nR * sizeof *xg),
+          *ss = malloc((size_t)T * C * sizeof *ss);
+    for (int t = 0; t < T; t++) {
+        const float ys = 1.0f / (1.0f + expf(-sg[t]));
+        for (int c = 0; c < C; c++) {
+            float sq[SLICE];
+            for (int i = 0; i < H; i++) {
+                float yv = y[t * H + i];
+                if (moe) {
+                    yv = yv * ys;
+                    for (int j = 0; j < K; j++) yv = yv + tw[t * K + j] * eo[((size_t)t * K + j) * H + i];
+                }
+                const size_t e = (size_t)t * Wd + (size_t)c * H + i;
+                v[e] = fmaf(yv, inj[t * C + c], R[e]);
+                xg[e] = v[e] * g[c * H + i];
+                sq[i] = v[e] * v[e];
+            }
+            ss[t * C + c] = bfly_slice_sum(sq, SLICE); /* H = SLICE: one slice a stream */
+        }
+    }
+
+    float *R_d, *y_d, *inj_d, *g_d, *sg_d, *eo_d, *tw_d, *v_d, *ss_d, *xg_d, *P_d, *P2_d;
+    const size_t nP = (size_t)C * T * NP;
+#define DEV(p, n, src)                                                                                       \
+    do {                                                                                                     \
+        TS_CUDA_CHECK(cudaMalloc((void **)&p, (n) * sizeof(float)));                                         \
+        if (src) TS_CUDA_CHECK(cudaMemcpy(p, src, (n) * sizeof(float), cudaMemcpyHostToDevice));             \
+    } while (0)
+    DEV(R_d, nR, R);
+    DEV(y_d, nH, y);
+    DEV(inj_d, (size_t)T * C, inj);
+    DEV(g_d, (size_t)Wd, g);
+    DEV(sg_d, (size_t)T, sg);
+    DEV(eo_d, nH * K, eo);
+    DEV(tw_d, (size_t)T * K, tw);
+    DEV(xg_d, nR, xg);
+    DEV(v_d, nR, (float *)NULL);
+    DEV(ss_d, (size_t)T * C, (float *)NULL);
+    DEV(P_d, nP, (float *)NULL);
+    DEV(P2_d, nP, (float *)NULL);
+#undef DEV
+    TS_CUDA_CHECK(cudaMemset(v_d, 0xFF, nR * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(ss_d, 0xFF, (size_t)T * C * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(P_d, 0xFF, nP * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(P2_d, 0xFF, nP * sizeof(float)));
+    const ts_cuda_hc_write_in in = {
+        R_d,         y_d,   inj_d, g_d, moe ? sg_d : NULL, moe ? eo_d : NULL, moe ? tw_d : NULL,
+        moe ? K : 0, SLICE, v_d,   ss_d};
+    int rc = ts_cuda_matmul_split_hc_write(&dev, NP, C, &in, T, P_d, 0);
+    rc |= ts_cuda_matmul_split(&dev, NP, C, xg_d, T, Wd, P2_d, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    float *gv = malloc(nR * sizeof *gv), *gss = malloc((size_t)T * C * sizeof *gss);
+    float *gP = malloc(nP * sizeof *gP), *gP2 = malloc(nP * sizeof *gP2);
+    TS_CUDA_CHECK(cudaMemcpy(gv, v_d, nR * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(gss, ss_d, (size_t)T * C * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(gP, P_d, nP * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(gP2, P2_d, nP * sizeof(float), cudaMemcpyDeviceToHost));
+
+    int64_t bad_v = 0, bad_ss = 0, bad_p = 0, bad_same = 0;
+    const double tol = moe ? 1e-6 : 0.0;
+    for (size_t i = 0; i < nR; i++) bad_v += !(fabs((double)gv[i] - v[i]) <= tol * fabs(v[i]));
+    for (int i = 0; i < T * C; i++) bad_ss += !(fabs((double)gss[i] - ss[i]) <= tol * 4 * fabs(ss[i]));
+    if (!moe)
+        for (size_t i = 0; i < nP; i++) bad_same += memcmp(&gP[i], &gP2[i], sizeof(float)) != 0;
+    double worst = 0;
+    float *w = malloc((size_t)Wd * sizeof *w);
+    for (int o = 0; o < NP; o++) {
+        ts_dequantize_row(type, q.data + (size_t)o * rb, w, Wd, err, sizeof err);
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                double sum = 0, mag = 0;
+                for (int i = 0; i < H; i++) {
+                    const double p = (double)w[c * H + i] * xg[(size_t)t * Wd + (size_t)c * H + i];
+                    sum += p, mag += fabs(p);
+                }
+                const double e =
+                    fabs((double)gP[((size_t)c * T + t) * NP + o] - sum) / (mag > 0 ? mag : 1e-30);
+                if (!(e <= REL_BOUND)) bad_p++;
+                if (e > worst || e != e) worst = e != e ? INFINITY : e;
+            }
+    }
+    const int ok = rc == 0 && bad_v == 0 && bad_ss == 0 && bad_p == 0 && bad_same == 0;
+    printf("  split with the hyper-connection write, T %d%s: %s  written %s, sums of squares %s, products "
+           "|gpu-f64|/S %.2e%s\n",
+           T, moe ? ", MoE combine" : "", ok ? "ok  " : "FAIL",
+           bad_v ? "differ"
+           : moe ? "within 1e-6"
+                 : "exact",
+           bad_ss ? "differ"
+           : moe  ? "within 4e-6"
+                  : "exact",
+           worst,
+           moe        ? ""
+           : bad_same ? ", NOT equal to the plain split's"
+                      : ", equal to the plain split's");
+    float *bufs[] = {R_d, y_d, inj_d, g_d, sg_d, eo_d, tw_d, v_d, ss_d, xg_d, P_d, P2_d};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) TS_CUDA_CHECK(cudaFree(bufs[i]));
+    ts_cuda_tensor_free(&dev);
+    free(q.data), free(R), free(y), free(inj), free(g), free(sg), free(eo), free(tw), free(v), free(xg),
+        free(ss);
+    free(gv), free(gss), free(gP), free(gP2), free(w);
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -430,6 +594,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             for (int xd = 0; xd < 2; xd++)
                 fails += run_experts_case(tc[i], seed + 300 + (uint64_t)(2 * i + xd), xd ? 1 : 5);
+    }
+    for (int moe = 0; moe < 2; moe++) {
+        const int Ts[] = {1, 3, 6};
+        for (int i = 0; i < 3; i++)
+            fails += run_split_case(Ts[i], moe, seed + 400 + (uint64_t)(10 * moe + i));
     }
     {
         const uint32_t low_bit[] = {TS_TYPE_Q2_K,   TS_TYPE_Q3_K,  TS_TYPE_IQ2_XXS,
