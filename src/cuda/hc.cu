@@ -16,7 +16,8 @@
 // block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj, then
 // the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 64 rows
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
-// down|inject product and hc_up_mix_kernel), and the write before it goes into them too: the split
+// down|inject product and hc_up_mix_kernel), and for up to 4 rows the write of a block output before it
+// goes into them too (not a MoE's, whose combine every block of the split product would redo): the split
 // product computes the written streams while staging its x (ts_cuda_matmul_split_hc_write) and leaves
 // them in w->xn, and hc_up_mix_kernel copies them into R (the write is enqueued by the read it precedes:
 // w->hc_defer; TURBOSPARK_CUDA_HC_DEFER=0 keeps it a kernel of its own). Beyond 64 rows the down|inject
@@ -227,6 +228,7 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
 // Up to 64 rows (batched decode; the split product runs in launches of 4 tokens), fp32 as the CPU twin's
 // hyper-connections; larger micro-batches (prefill) take the five launches.
 constexpr int kFusedMaxRows = 64;
+constexpr int kMaxDeferRows = 4; // a deferred write's rows: one launch of the split product (matmul_split.cu)
 constexpr int kMaxSumsOfSquares = kThreads; // slices × streams of the partial sums a fused read takes
 constexpr int kLoadsAtOnce = 8;             // global loads a thread has in flight in hc_up_mix_kernel
 constexpr int kFusedMaxIB = 8;
@@ -498,8 +500,13 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
     if (N <= 0) return 0;
     if (w->hc_defer.next) return -1; // a write left to a read that never came
     w->xn_unnormed = w->hc_ss && hc_fused_shape(w, next, N, true).kernel;
-    if (w->xn_unnormed && !w->hc_defer.off && hc_defer_enabled() && next->down_inject.data && next->norm &&
-        !(reinterpret_cast<uintptr_t>(R) & 15u) && !(reinterpret_cast<uintptr_t>(next->norm) & 15u) &&
+    // Deferred: the writes of a block output y (not of a MoE combine, which every block of the split product
+    // would redo from the k expert outputs) of up to kMaxDeferRows rows (one launch of the split product;
+    // each of its blocks makes its stream's x from R, y and g, three reads where the separate write's xn is
+    // one).
+    if (w->xn_unnormed && !w->hc_defer.off && hc_defer_enabled() && !m.eo && N <= kMaxDeferRows &&
+        next->down_inject.data && next->norm && !(reinterpret_cast<uintptr_t>(R) & 15u) &&
+        !(reinterpret_cast<uintptr_t>(next->norm) & 15u) &&
         ts_cuda_matmul_split_takes(&next->down_inject, hp->hc_rank + C, static_cast<int>(C), N, C * H)) {
         w->hc_defer = {false, next, R, y, inj, m.sg, m.eo, m.tw, m.k, w->hc_defer.count + 1};
         return 0;

@@ -156,7 +156,8 @@ typedef struct ts_cuda_work {
     const ts_hparams *hp;
     int64_t max_rows; /* N ≤ max_rows */
     float *R;         /* N × W wide residual */
-    float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed */
+    float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed (R itself
+                         after a read that made a deferred write, below) */
     float *hc_ss;     /* N × ⌈H / 256⌉ × C partial Σ R² of the write that left xn unnormalised */
     bool xn_unnormed; /* host side: the last HC write left xn = R ⊙ g for the fused read to scale */
     /* host side: an HC write left to the fused read that follows it (ts_cuda_hc_write_norm): its operands,
