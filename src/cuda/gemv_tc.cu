@@ -82,6 +82,13 @@ template <int ROWS, bool XROW> struct expert_chunks {
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
                   cc = r % cpp;
+        if (i >= j.n_items) { // the shared expert's item of token s (sh_rows is a multiple of R)
+            const int s = i - j.n_items, o = part * j.n_part + cc * R;
+            const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
+                                             : j.sw1 + static_cast<size_t>(o - j.sh_rows) * j.rb;
+            return {w,    min(R, j.n_part - cc * R), s, 1, j.sy + static_cast<size_t>(s) * j.sy_stride + o, 0,
+                    false};
+        }
         const int e = j.ids ? __ldg(j.ids + i) : 0;
         const bool bad = e < 0 || e > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : e) * static_cast<size_t>(j.rows_per_expert) +
@@ -387,7 +394,7 @@ int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStre
     expert_chunks<R, XROW> ch;
     ch.j = job;
     ch.cpp = (job.n_part + R - 1) / R;
-    const int n_chunks = job.n_items * job.parts() * ch.cpp;
+    const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
@@ -397,7 +404,7 @@ int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStre
 }
 
 template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    const int n_wa = job.n_items * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
+    const int n_wa = (job.n_items + job.sh_items) * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
     tc_plan p;
     if (tc_wa() && plan(XROW ? 1 : nx, ne0, job.rb, n_wa, kTileWa, p))
         return experts_r<kTileWa, XROW>(type, job, ne0, nx, s);

@@ -31,6 +31,13 @@ struct tc_expert_job {
     int64_t x_stride, y_stride;
     const float *x;
     float *y;
+    // The shared expert as items n_items .. n_items + sh_items − 1, one a token s reading x row s (the
+    // tensor-core GEMV only; sh_items 0: none): row o of such an item's parts·n_part outputs is row o of sw0
+    // for o < sh_rows, else row o − sh_rows of sw1, and lands at sy + s·sy_stride + o.
+    const uint8_t *sw0, *sw1;
+    int sh_items, sh_rows;
+    float *sy;
+    int64_t sy_stride;
     __host__ __device__ int parts() const { return w1 ? 2 : 1; }
 };
 

@@ -484,10 +484,13 @@ extern "C" int ts_cuda_matmul_unrounded(const ts_cuda_tensor *W, int64_t row0, i
     return matmul(W, row0, n_out, x_dev, T, y_dev, false, s);
 }
 
-extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
-                                      const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
-                                      int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
-                                      int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s) {
+namespace {
+
+// The arguments of ts_cuda_matmul_experts checked and laid out for the kernels: 0 (a filled), 1 for an empty
+// product (nothing to do), -1 for invalid arguments.
+int expert_job(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev, int64_t n_items,
+               int64_t rows_per_expert, int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
+               int64_t x_stride, float *y_dev, int64_t y_stride, expert_args *out) {
     if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
     if (n_items < 0 || n_items > INT_MAX || rows_per_expert < 0 || row_off < 0 || n_out < 0 || x_div < 1)
         return -1;
@@ -511,13 +514,14 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         e_max = (rows - row_off - n_out) / rows_per_expert;
         if (e_max > INT_MAX) e_max = INT_MAX;
     }
-    if (n_out == 0 || n_items == 0) return 0;
+    if (n_out == 0 || n_items == 0) return 1;
     if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
         (reinterpret_cast<uintptr_t>(y_dev) & 15u))
         return -1;
     if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out || y_stride % 4 != 0) return -1;
 
-    expert_args a;
+    expert_args &a = *out;
+    a = expert_args{};
     a.w0 = static_cast<const uint8_t *>(W->data);
     a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
     a.rb = W->row_bytes;
@@ -533,6 +537,20 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     a.y_stride = y_stride;
     a.x = x_dev;
     a.y = y_dev;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                      const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
+                                      int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
+                                      int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, W2, ids_dev, n_items, rows_per_expert, row_off, n_out, x_dev, x_div,
+                              x_stride, y_dev, y_stride, &a);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    const int64_t parts = W2 ? 2 : 1;
     const expert_launch L = {a, static_cast<int>(W->ne0), s};
 
     if (is_plain(W->type) && L.ne0 % 8 != 0) {
@@ -553,4 +571,33 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     const int R = rows_per_warp(W->type, total > INT_MAX ? INT_MAX : static_cast<int>(total), 1);
     if (!with_type(W->type, [&](auto t) { launch_experts_type<decltype(t)::value>(R, L); })) return -1;
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                             const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
+                                             int64_t n_out, const float *x_dev, int64_t x_div,
+                                             int64_t x_stride, float *y_dev, int64_t y_stride,
+                                             const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
+                                             int64_t sy_stride, cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, W2, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, x_div, x_stride,
+                              y_dev, y_stride, &a);
+    if (rc < 0 || !Sg || !Su || !sy) return -1;
+    const int64_t rows = a.n_out, fs = rows / 2;
+    const auto same = [&](const ts_cuda_tensor *T) {
+        return T->data && T->type == W->type && T->ne0 == W->ne0 && T->row_bytes == W->row_bytes &&
+               T->rows >= fs && !(reinterpret_cast<uintptr_t>(T->data) & 15u);
+    };
+    if (rc > 0 || !ids_dev || rows % 2 != 0 || fs % 16 != 0 || !same(Sg) || !same(Su) ||
+        n_items % a.x_div != 0 || sy_stride < rows || sy_stride % 4 != 0 ||
+        (reinterpret_cast<uintptr_t>(sy) & 15u) ||
+        !expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, 0, n_out, W->row_bytes))
+        return 1;
+    a.sw0 = static_cast<const uint8_t *>(Sg->data);
+    a.sw1 = static_cast<const uint8_t *>(Su->data);
+    a.sh_items = static_cast<int>(n_items / a.x_div); // one a token
+    a.sh_rows = static_cast<int>(fs);
+    a.sy = sy;
+    a.sy_stride = sy_stride;
+    return tc_gemv_experts(W->type, a, static_cast<int>(W->ne0), s);
 }

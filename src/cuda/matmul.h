@@ -94,6 +94,19 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
                            int64_t y_stride, cudaStream_t s);
 
+/* The routed gate/up products of ts_cuda_matmul_experts (ids set, row_off 0, x_div = k items a token) and the
+ * shared expert's in one launch: the tensor-core GEMV takes each token's shared product as one more item
+ * (one launch fewer a layer at decode). Its parts·n_out rows are the rows of Sg, then those of Su (each
+ * of F = parts·n_out / 2 rows, F a multiple of 16; the type and width of W), token t's at sy + t·sy_stride,
+ * as ts_cuda_matmul_experts(Sg, Su, NULL, n_items / x_div, 0, 0, F, x_dev, 1, x_stride, sy, sy_stride)
+ * would write them (the same chunk sums). Returns 1, enqueuing nothing, where the tensor-core GEMV does
+ * not take the routed product or the shapes differ: the caller then makes the two calls. */
+int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
+                                  int64_t n_items, int64_t rows_per_expert, int64_t n_out, const float *x_dev,
+                                  int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
+                                  const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
+                                  int64_t sy_stride, cudaStream_t s);
+
 /* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
  * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):
  *

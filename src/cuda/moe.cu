@@ -16,7 +16,9 @@
 //                      renormalisation → w->sg (N), w->topk_id and w->topk_w (N × k)
 //      (1 and 2 are one launch, router_fused_kernel, for N ≤ kRouterFusedMaxRows and an F32 router)
 //   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
-//                      tensors → scratch "sh"
+//                      tensors → scratch "sh"; where the tensor-core GEMV takes it and step 4's product
+//                      alike, as one more item a token of step 4's launch (ts_cuda_matmul_experts_shared;
+//                      TURBOSPARK_CUDA_MOE_SHARED_MERGE=0: on its own)
 //   4. expert gate/up  ts_cuda_matmul_experts, all N·k items in one launch (fused gate_up tensor,
 //                      or split gate and up tensors of one type; two launches only when their types
 //                      differ), ids read from w->topk_id → "gu" (N·k rows of G floats: gate at 0,
@@ -64,6 +66,7 @@
 // division, the top-k order, the renormalisation sum in slot order, silu, the combine in slot
 // order with separate fp32 products and sums) follows the CPU's operations one for one. No
 // fast-math intrinsics: expf and IEEE division.
+#include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_tc.h"
 #include "cuda/gemv_tc.cuh"
@@ -535,18 +538,10 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
             return -1;
     }
 
-    // 3. shared expert gate and up
-    if (sh_fused) {
-        if (ts_cuda_matmul_experts(&L->ffn_gate_shexp, &L->ffn_up_shexp, nullptr, N, 0, 0, Fs, x, 1, H, sh,
-                                   round_up4(2 * Fs), s) != 0)
-            return -1;
-    } else if (ts_cuda_matmul(&L->ffn_gate_shexp, 0, Fs, x, N, sh, s) != 0 ||
-               ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0) {
-        return -1;
-    }
-
-    // 4. expert gate and up for all N·k items (items t·k .. t·k + k − 1 read x row t): one GEMV per
-    //    item, or (grouped) an expert plan and grouped GEMMs, with the same arguments and outputs
+    // 3–4. shared expert gate and up, then the experts' for all N·k items (items t·k .. t·k + k − 1 read x
+    //    row t): one GEMV per item, or (grouped) an expert plan and grouped GEMMs, with the same arguments
+    //    and outputs; the shared expert's rides in the routed launch as one more item a token where the
+    //    tensor-core GEMV takes both (ts_cuda_matmul_experts_shared: the same sums, one launch fewer)
     const int32_t *ids = w->topk_id;
     const ts_cuda_tensor *up = &L->ffn_up_exps;
     const size_t plan_off = sh_bytes + align256(gu_bytes);
@@ -554,6 +549,21 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     const int mode = moe_grouped_mode();
     bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
     grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    int merged = 1; // 0: both gate/up products enqueued as one
+    if (!grouped && sh_fused && (fused || one_launch) &&
+        ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE"))
+        merged = ts_cuda_matmul_experts_shared(&gate, fused ? nullptr : up, ids, NK, fused ? 2 * F : F,
+                                               fused ? 2 * F : F, x, k, H, gu, G, &L->ffn_gate_shexp,
+                                               &L->ffn_up_shexp, sh, round_up4(2 * Fs), s);
+    if (merged < 0) return -1;
+    if (merged > 0 && sh_fused &&
+        ts_cuda_matmul_experts(&L->ffn_gate_shexp, &L->ffn_up_shexp, nullptr, N, 0, 0, Fs, x, 1, H, sh,
+                               round_up4(2 * Fs), s) != 0)
+        return -1;
+    if (merged > 0 && !sh_fused &&
+        (ts_cuda_matmul(&L->ffn_gate_shexp, 0, Fs, x, N, sh, s) != 0 ||
+         ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0))
+        return -1;
     ts_cuda_expert_plan plan;
     if (grouped && ts_cuda_expert_plan_build(ids, NK, E, static_cast<char *>(w->scratch) + plan_off,
                                              plan_bytes, &plan, s) != 0)
@@ -569,8 +579,10 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
                        : ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div,
                                                 x_stride, ys, y_stride, s);
     };
-    int rc;
-    if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
+    int rc = 0;
+    if (merged == 0) // enqueued above with the shared expert's
+        rc = 0;
+    else if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
         rc = experts(&gate, nullptr, 2 * F, 2 * F, x, k, H, gu, G);
     else if (one_launch) // gate rows F·e .., then the same rows of up
         rc = experts(&gate, up, F, F, x, k, H, gu, G);

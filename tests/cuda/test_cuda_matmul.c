@@ -10,8 +10,9 @@
  * per warp automatic and forced to 1, 2 and 4 (R=4 exists for T = 1 only, larger T falls back to
  * 2), and x read through L1 instead of shared memory ("x-L1"; also what T·ne0 > 12288 takes). The output is
  * poisoned with NaN before each launch, so an unwritten element fails. Also: expert products
- * (run_experts_case) and the split product of a hyper-connection read, plain and with the write before
- * it made on the way in (run_split_case).
+ * (run_experts_case), the shared expert's gate/up riding in the routed launch (run_shared_merge_case),
+ * and the split product of a hyper-connection read, plain and with the write before it made on the way
+ * in (run_split_case).
  *
  * Bound: both twins decode the same exact weights and sum in fp32 in different orders, so
  *     |y_gpu − y_cpu| ≤ REL_BOUND · Σ_i |w_i·x_i|        for every output
@@ -512,6 +513,92 @@ static int run_split_case(int T, int moe, uint64_t seed) {
     return !ok;
 }
 
+/* The shared expert's gate/up riding in the routed launch (ts_cuda_matmul_experts_shared) equals the two
+ * launches it replaces bit for bit, routed rows (bad ids' NaN included) and shared rows: N tokens of k = 3
+ * items of 6 experts of fused gate|up rows (Q4_K, 512 → 2 × 128), N = 1, 3 (x rows staged whole) and 12
+ * (one x row at a time). */
+static int run_shared_merge_case(int N, uint64_t seed) {
+    enum { NE0 = 512, F = 128, E = 6, K = 3 };
+    const uint32_t type = TS_TYPE_Q4_K;
+    const size_t rb = ts_row_size(type, NE0);
+    const int64_t rows[3] = {2 * F * E, F, F}; /* routed gate|up, shared gate, shared up */
+    qjob q[3];
+    ts_gguf_tensor host[3];
+    ts_cuda_tensor dev[3];
+    char err[256];
+    for (int p = 0; p < 3; p++) {
+        q[p] = (qjob){
+            .type = type, .ne0 = NE0, .rows = rows[p], .rb = rb, .seed = seed + 31 * p, .n_out = rows[p]};
+        q[p].data = calloc((size_t)rows[p], rb);
+        parallel_for(rows[p], quantize_rows, &q[p]);
+        host[p] = (ts_gguf_tensor){.n_dims = p ? 2 : 3,
+                                   .ne = {NE0, p ? F : 2 * F, p ? 1 : E, 1},
+                                   .type = type,
+                                   .nelements = NE0 * rows[p],
+                                   .nbytes = (uint64_t)rb * (uint64_t)rows[p],
+                                   .data = q[p].data};
+        host[p].name.ptr = "shared", host[p].name.len = 6;
+        if (ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err)) {
+            printf("  upload failed: %s\n", err);
+            return 1;
+        }
+    }
+    const int NK = N * K, SY = 2 * F;
+    rng_t r = {mix64(seed)};
+    int32_t ids[12 * K];
+    for (int i = 0; i < NK; i++) ids[i] = (int32_t)(rng_unit(&r) * E) % E;
+    ids[NK / 2] = -1;
+    float *x = malloc((size_t)N * NE0 * sizeof *x);
+    for (int64_t i = 0; i < (int64_t)N * NE0; i++) x[i] = (float)rng_gauss(&r);
+    float *x_d, *gu_d, *sh_d, *gu2_d, *sh2_d;
+    int32_t *ids_d;
+    const size_t ngu = (size_t)NK * 2 * F, nsh = (size_t)N * SY;
+    TS_CUDA_CHECK(cudaMalloc((void **)&x_d, (size_t)N * NE0 * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&gu_d, ngu * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&gu2_d, ngu * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&sh_d, nsh * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&sh2_d, nsh * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, (size_t)NK * sizeof(int32_t)));
+    TS_CUDA_CHECK(cudaMemcpy(x_d, x, (size_t)N * NE0 * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, (size_t)NK * sizeof(int32_t), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(gu_d, 0, ngu * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(gu2_d, 0, ngu * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(sh_d, 0, nsh * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(sh2_d, 0, nsh * sizeof(float)));
+    const int merged = ts_cuda_matmul_experts_shared(&dev[0], NULL, ids_d, NK, 2 * F, 2 * F, x_d, K, NE0,
+                                                     gu_d, 2 * F, &dev[1], &dev[2], sh_d, SY, 0);
+    int rc = ts_cuda_matmul_experts(&dev[0], NULL, ids_d, NK, 2 * F, 0, 2 * F, x_d, K, NE0, gu2_d, 2 * F, 0);
+    rc |= ts_cuda_matmul_experts(&dev[1], &dev[2], NULL, N, 0, 0, F, x_d, 1, NE0, sh2_d, SY, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    float *gu = malloc(ngu * sizeof *gu), *gu2 = malloc(ngu * sizeof *gu2);
+    float *sh = malloc(nsh * sizeof *sh), *sh2 = malloc(nsh * sizeof *sh2);
+    TS_CUDA_CHECK(cudaMemcpy(gu, gu_d, ngu * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(gu2, gu2_d, ngu * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(sh, sh_d, nsh * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(sh2, sh2_d, nsh * sizeof(float), cudaMemcpyDeviceToHost));
+    int64_t differ = 0, nan_bad = 0;
+    for (size_t i = 0; i < ngu; i++) differ += memcmp(&gu[i], &gu2[i], sizeof(float)) != 0;
+    for (size_t i = 0; i < nsh; i++) differ += memcmp(&sh[i], &sh2[i], sizeof(float)) != 0;
+    for (int o = 0; o < 2 * F; o++)
+        nan_bad += gu[(size_t)(NK / 2) * 2 * F + o] == gu[(size_t)(NK / 2) * 2 * F + o];
+    const int ok = merged == 0 && rc == 0 && differ == 0 && nan_bad == 0;
+    printf("  shared expert in the routed launch, N %2d: %s  (%s; %lld outputs differ from two launches)\n",
+           N, ok ? "ok  " : "FAIL",
+           merged == 0  ? "merged"
+           : merged > 0 ? "NOT merged"
+                        : "refused",
+           (long long)differ);
+    TS_CUDA_CHECK(cudaFree(x_d));
+    TS_CUDA_CHECK(cudaFree(gu_d));
+    TS_CUDA_CHECK(cudaFree(gu2_d));
+    TS_CUDA_CHECK(cudaFree(sh_d));
+    TS_CUDA_CHECK(cudaFree(sh2_d));
+    TS_CUDA_CHECK(cudaFree(ids_d));
+    for (int p = 0; p < 3; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+    free(x), free(gu), free(gu2), free(sh), free(sh2);
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -595,6 +682,8 @@ int main(int argc, char **argv) {
             for (int xd = 0; xd < 2; xd++)
                 fails += run_experts_case(tc[i], seed + 300 + (uint64_t)(2 * i + xd), xd ? 1 : 5);
     }
+    for (int i = 0; i < 3; i++)
+        fails += run_shared_merge_case(i == 0 ? 1 : i == 1 ? 3 : 12, seed + 500 + (uint64_t)i);
     for (int moe = 0; moe < 2; moe++) {
         const int Ts[] = {1, 3, 6};
         for (int i = 0; i < 3; i++)
