@@ -586,7 +586,7 @@ extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_c
     const int64_t rows = a.n_out, fs = rows / 2;
     const auto same = [&](const ts_cuda_tensor *T) {
         return T->data && T->type == W->type && T->ne0 == W->ne0 && T->row_bytes == W->row_bytes &&
-               T->rows >= fs && !(reinterpret_cast<uintptr_t>(T->data) & 15u);
+               T->rows == fs && !(reinterpret_cast<uintptr_t>(T->data) & 15u);
     };
     if (rc > 0 || !ids_dev || rows % 2 != 0 || fs % 16 != 0 || !same(Sg) || !same(Su) ||
         n_items % a.x_div != 0 || sy_stride < rows || sy_stride % 4 != 0 ||

@@ -97,7 +97,7 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
 /* The routed gate/up products of ts_cuda_matmul_experts (ids set, row_off 0, x_div = k items a token) and the
  * shared expert's in one launch: the tensor-core GEMV takes each token's shared product as one more item
  * (one launch fewer a layer at decode). Its parts·n_out rows are the rows of Sg, then those of Su (each
- * of F = parts·n_out / 2 rows, F a multiple of 16; the type and width of W), token t's at sy + t·sy_stride,
+ * exactly F = parts·n_out / 2 rows, F a multiple of 16; the type and width of W), token t's at sy + t·sy_stride,
  * as ts_cuda_matmul_experts(Sg, Su, NULL, n_items / x_div, 0, 0, F, x_dev, 1, x_stride, sy, sy_stride)
  * would write them (the same chunk sums). Returns 1, enqueuing nothing, where the tensor-core GEMV does
  * not take the routed product or the shapes differ: the caller then makes the two calls. */
