@@ -39,6 +39,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -228,6 +229,17 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
 // Up to 64 rows (batched decode; the split product runs in launches of 4 tokens), fp32 as the CPU twin's
 // hyper-connections; larger micro-batches (prefill) take the five launches.
 constexpr int kFusedMaxRows = 64;
+
+// The rows up to which a read is fused: kFusedMaxRows, or fewer with TURBOSPARK_CUDA_HC_FUSED_ROWS=n (0 .. 64)
+// for measurements (beyond it the products run on the tensor cores as split products, below).
+int fused_max_rows() {
+    static const int n = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_HC_FUSED_ROWS");
+        const int r = v && *v ? atoi(v) : kFusedMaxRows;
+        return r < 0 ? 0 : r > kFusedMaxRows ? kFusedMaxRows : r;
+    }();
+    return n;
+}
 constexpr int kMaxDeferRows = 4; // a deferred write's rows: one launch of the split product (matmul_split.cu)
 constexpr int kMaxSumsOfSquares = kThreads; // slices × streams of the partial sums a fused read takes
 constexpr int kLoadsAtOnce = 8;             // global loads a thread has in flight in hc_up_mix_kernel
@@ -376,7 +388,7 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     const ts_cuda_tensor *D = with_inj ? &hc->down_inject : &hc->down;
     const ts_cuda_tensor &U = hc->up;
     const int64_t np = with_inj ? r + C : r;
-    if (N > kFusedMaxRows || C > kMaxStreams || !D->data || D->ne0 != W || D->rows < np || !U.data ||
+    if (N > fused_max_rows() || C > kMaxStreams || !D->data || D->ne0 != W || D->rows < np || !U.data ||
         U.ne0 != r || U.rows < W || r % 4 != 0 || r > 4 * kThreads || C * np > W ||
         (H + kThreads - 1) / kThreads * C > kMaxSumsOfSquares)
         return none;
