@@ -403,15 +403,27 @@ int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStre
     return rc;
 }
 
+// The job's x rows, and whether they are staged one at a time.
+int job_x_rows(const tc_expert_job &job, bool *xrow) {
+    const int nx = (job.n_items + job.x_div - 1) / job.x_div;
+    *xrow = tc_xrow_mode() == 2 || tc_experts_staged_rows(nx) < nx;
+    return nx;
+}
+
 template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    const int n_wa = (job.n_items + job.sh_items) * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
-    tc_plan p;
-    if (tc_wa() && plan(XROW ? 1 : nx, ne0, job.rb, n_wa, kTileWa, p))
-        return experts_r<kTileWa, XROW>(type, job, ne0, nx, s);
+    if (tc_experts_wa(job, ne0)) return experts_r<kTileWa, XROW>(type, job, ne0, nx, s);
     return experts_r<kTile, XROW>(type, job, ne0, nx, s);
 }
 
 } // namespace
+
+bool tc_experts_wa(const tc_expert_job &job, int ne0) {
+    bool xrow;
+    const int nx = job_x_rows(job, &xrow);
+    const int n_wa = (job.n_items + job.sh_items) * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
+    tc_plan p;
+    return tc_wa() && plan(xrow ? 1 : nx, ne0, job.rb, n_wa, kTileWa, p);
+}
 
 int tc_xrow_mode() {
     static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 2);
@@ -424,9 +436,9 @@ int64_t tc_experts_staged_rows(int64_t x_rows) {
 }
 
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
-    const int nx = (job.n_items + job.x_div - 1) / job.x_div;
-    if (tc_xrow_mode() == 2 || tc_experts_staged_rows(nx) < nx) return experts_x<true>(type, job, ne0, nx, s);
-    return experts_x<false>(type, job, ne0, nx, s);
+    bool xrow;
+    const int nx = job_x_rows(job, &xrow);
+    return xrow ? experts_x<true>(type, job, ne0, nx, s) : experts_x<false>(type, job, ne0, nx, s);
 }
 
 } // namespace ts_cu

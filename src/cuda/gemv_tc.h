@@ -71,6 +71,9 @@ int64_t tc_experts_staged_rows(int64_t x_rows);
 
 // The expert products of ts_cuda_matmul_experts. 0, or -1 when the launch failed.
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s);
+// Whether tc_gemv_experts runs this job with the weights as the MMAs' A operand (chunks of 16 rows) or as B
+// (chunks of 8): the two sum in different orders.
+bool tc_experts_wa(const tc_expert_job &job, int ne0);
 
 // TURBOSPARK_CUDA_GEMV_TC, default on (read once).
 bool tc_gemv_enabled();

@@ -583,21 +583,31 @@ extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_c
     const int rc = expert_job(W, W2, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, x_div, x_stride,
                               y_dev, y_stride, &a);
     if (rc < 0 || !Sg || !Su || !sy) return -1;
-    const int64_t rows = a.n_out, fs = rows / 2;
+    if (rc > 0 || !ids_dev) return 1;
+    const int64_t rows = a.n_out, fs = rows / 2, ne0 = W->ne0;
     const auto same = [&](const ts_cuda_tensor *T) {
-        return T->data && T->type == W->type && T->ne0 == W->ne0 && T->row_bytes == W->row_bytes &&
+        return T->data && T->type == W->type && T->ne0 == ne0 && T->row_bytes == W->row_bytes &&
                T->rows == fs && !(reinterpret_cast<uintptr_t>(T->data) & 15u);
     };
-    if (rc > 0 || !ids_dev || rows % 2 != 0 || fs % 16 != 0 || !same(Sg) || !same(Su) ||
-        n_items % a.x_div != 0 || sy_stride < rows || sy_stride % 4 != 0 ||
-        (reinterpret_cast<uintptr_t>(sy) & 15u) ||
-        !expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, 0, n_out, W->row_bytes))
+    if (rows % 2 != 0 || fs % 16 != 0 || !same(Sg) || !same(Su) || n_items % a.x_div != 0 ||
+        sy_stride < rows || sy_stride % 4 != 0 || (reinterpret_cast<uintptr_t>(sy) & 15u))
         return 1;
-    a.sw0 = static_cast<const uint8_t *>(Sg->data);
-    a.sw1 = static_cast<const uint8_t *>(Su->data);
-    a.sh_items = static_cast<int>(n_items / a.x_div); // one a token
-    a.sh_rows = static_cast<int>(fs);
-    a.sy = sy;
-    a.sy_stride = sy_stride;
-    return tc_gemv_experts(W->type, a, static_cast<int>(W->ne0), s);
+    // the shared expert's product as ts_cuda_matmul_experts(Sg, Su, NULL, n_items / x_div, 0, 0, fs, x_dev,
+    // 1, ...) would run it alone
+    const int64_t n_tok = n_items / a.x_div;
+    expert_args sh = a;
+    sh.w0 = static_cast<const uint8_t *>(Sg->data), sh.w1 = static_cast<const uint8_t *>(Su->data);
+    sh.ids = nullptr, sh.n_items = static_cast<int>(n_tok), sh.rows_per_expert = 0, sh.e_max = 0;
+    sh.n_part = static_cast<int>(fs), sh.x_div = 1, sh.y = sy, sh.y_stride = sy_stride;
+    expert_args merged = a;
+    merged.sw0 = sh.w0, merged.sw1 = sh.w1, merged.sh_items = sh.n_items, merged.sh_rows = sh.n_part;
+    merged.sy = sy, merged.sy_stride = sy_stride;
+    // both alone on the tensor cores, and all three with the same chunks (the weights as A or as B: they
+    // sum in different orders), so that the merged launch's sums are theirs
+    const int ni = static_cast<int>(ne0);
+    if (!expert_tc(W->type, ne0, a.n_items, a.x_div, true, rows_per_expert, 0, n_out, W->row_bytes) ||
+        !expert_tc(W->type, ne0, n_tok, 1, false, 0, 0, fs, W->row_bytes) ||
+        tc_experts_wa(a, ni) != tc_experts_wa(sh, ni) || tc_experts_wa(a, ni) != tc_experts_wa(merged, ni))
+        return 1;
+    return tc_gemv_experts(W->type, merged, ni, s);
 }

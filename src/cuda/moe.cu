@@ -100,6 +100,13 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
 
+// The shared expert's gate/up as one more item a token of the routed launch (step 3), unless
+// TURBOSPARK_CUDA_MOE_SHARED_MERGE=0 (read once).
+bool shared_merge_enabled() {
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
+    return on;
+}
+
 // ts_cuda_moe_force_grouped, else TURBOSPARK_CUDA_MOE_GROUPED: -1 thresholds, 0 never, 1 always
 int g_moe_grouped = -2; // -2: not set yet (the environment is read at the first product)
 
@@ -550,8 +557,7 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
     grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
     int merged = 1; // 0: both gate/up products enqueued as one
-    if (!grouped && sh_fused && (fused || one_launch) &&
-        ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE"))
+    if (!grouped && sh_fused && (fused || one_launch) && Fs == F && shared_merge_enabled())
         merged = ts_cuda_matmul_experts_shared(&gate, fused ? nullptr : up, ids, NK, fused ? 2 * F : F,
                                                fused ? 2 * F : F, x, k, H, gu, G, &L->ffn_gate_shexp,
                                                &L->ffn_up_shexp, sh, round_up4(2 * Fs), s);
