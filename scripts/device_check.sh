@@ -93,7 +93,8 @@ all)
   # Correctness first, the tests side by side (each its own folder), then the timings one at a time. Every
   # log goes into one archive, $OUT/all.tgz (the device tool brings back 8 files). ALL_ENV: variables for
   # every test and timing ("TURBOSPARK_TC_WA=1"); ALL_DECODE: the decode variants, ';'-separated ("" is the
-  # default); ALL_B: the batch sizes (1,8,16,64); ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
+  # default); ALL_B: the batch sizes (1,8,16,64); ALL_PROFILE: the batch of bench's step-by-block table (1);
+  # ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
   # the warm per-kernel table of a step at batch B.
   t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
   out=/tmp/all-logs; mkdir -p $out
@@ -131,7 +132,9 @@ all)
   for v in "${variants[@]}"; do
     echo "== decode ${v:-default}"
     env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b ${ALL_B:-1,8,16,64} --ctx 1 -r 2 \
+      --profile-batch ${ALL_PROFILE:-1} \
       2> "$out/bench$i.err" | tee "$out/bench$i.txt" | grep -E "tg"
+    grep -A10 "^| block" "$out/bench$i.txt" | grep -E "^\| (hc|gdn|qsa|moe|output|total)"
     st "decode ${v:-default}"; i=$((i + 1)); pack
   done
   if [ -n "${ALL_NCU:-}" ]; then
