@@ -54,6 +54,7 @@ struct chunk_t {
     float *y;         // output of token 0, row 0
     int64_t ystride;  // floats from one token's outputs to the next
     bool bad;         // an out-of-range expert id: NaN outputs, no weight read
+    const float *xp;  // XROW: its x row where that is not the kernel's x + xrow·x_stride, else nullptr
 };
 
 // ts_cuda_matmul: chunk c is rows R·c .. R·c + R − 1 for all T tokens.
@@ -66,7 +67,14 @@ template <int ROWS> struct dense_chunks {
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
     __device__ chunk_t at(int c) const {
-        return {w + static_cast<size_t>(c) * R * rb, min(R, n_out - c * R), 0, T, y + c * R, n_out, false};
+        return {w + static_cast<size_t>(c) * R * rb,
+                min(R, n_out - c * R),
+                0,
+                T,
+                y + c * R,
+                n_out,
+                false,
+                nullptr};
     }
 };
 
@@ -86,8 +94,14 @@ template <int ROWS, bool XROW> struct expert_chunks {
             const int s = i - j.n_items, o = part * j.n_part + cc * R;
             const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
                                              : j.sw1 + static_cast<size_t>(o - j.sh_rows) * j.rb;
-            return {w,    min(R, j.n_part - cc * R), s, 1, j.sy + static_cast<size_t>(s) * j.sy_stride + o, 0,
-                    false};
+            return {w,
+                    min(R, j.n_part - cc * R),
+                    s,
+                    1,
+                    j.sy + static_cast<size_t>(s) * j.sy_stride + o,
+                    0,
+                    false,
+                    j.sx ? j.sx + static_cast<size_t>(s) * static_cast<size_t>(j.sx_stride) : nullptr};
         }
         const int e = j.ids ? __ldg(j.ids + i) : 0;
         const bool bad = e < 0 || e > j.e_max;
@@ -99,7 +113,8 @@ template <int ROWS, bool XROW> struct expert_chunks {
                 1,
                 j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * R,
                 0,
-                bad};
+                bad,
+                nullptr};
     }
 };
 
@@ -165,26 +180,27 @@ __global__ void __launch_bounds__(kWarps * 32)
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
     constexpr int kRounds = XR ? 1 : kStageRounds;
-    auto stage = [&](int r0, int n) {
-        const float *xr0 = x + static_cast<size_t>(r0) * static_cast<size_t>(x_stride);
+    auto stage = [&](const float *xr0, int n) {
         if constexpr (tc_kind<TYPE>::kInorder)
             stage_x_inorder<tc_kind<TYPE>::G, false, false, 0, kRounds>(xr0, n, ne0, x_stride, xs, xsc);
         else
             stage_x_kquant<false, false, 0, kRounds>(xr0, n, nsb, x_stride, xs, xsum, xsc);
         __syncthreads();
     };
-    if constexpr (!XR) stage(0, nx);
-    int staged = -1; // XROW: the x row in the staging
+    if constexpr (!XR) stage(x, nx);
+    const float *staged = nullptr; // XROW: the x row in the staging
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
     for (int j = 0; j < n_mine; j++) {
         const chunk_t k = ch.at(c0 + j * cstep);
-        if constexpr (XR)
-            if (k.xrow != staged) { // every warp is past the last chunk's sums (the barrier at its end)
-                stage(k.xrow, 1);
-                staged = k.xrow;
+        if constexpr (XR) {
+            const float *xp = k.xp ? k.xp : x + static_cast<size_t>(k.xrow) * static_cast<size_t>(x_stride);
+            if (xp != staged) { // every warp is past the last chunk's sums (the barrier at its end)
+                stage(xp, 1);
+                staged = xp;
             }
+        }
         const int x0 = XR ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
         const uint8_t *st = stages + static_cast<size_t>(j % ns) * R * row_stride;
@@ -372,8 +388,7 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
             cudaStream_t s) {
     if (T < 1 || T > kTcMaxTokens) return -1;
     const int n_chunks = (n_out + kTile - 1) / kTile, n_wa = (n_out + kTileWa - 1) / kTileWa;
-    tc_plan p;
-    const bool wa = tc_wa() && T <= 8 && plan(T, ne0, rb, n_wa, kTileWa, p);
+    const bool wa = tc_dense_wa(ne0, rb, n_out, T);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         if (wa)
@@ -416,6 +431,17 @@ template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int 
 }
 
 } // namespace
+
+bool tc_dense_wa(int ne0, size_t rb, int n_out, int T) {
+    tc_plan p;
+    return tc_wa() && T <= 8 && plan(T, ne0, rb, (n_out + kTileWa - 1) / kTileWa, kTileWa, p);
+}
+
+bool tc_experts_one_row(const tc_expert_job &job) {
+    bool xrow;
+    job_x_rows(job, &xrow);
+    return xrow;
+}
 
 bool tc_experts_wa(const tc_expert_job &job, int ne0) {
     bool xrow;

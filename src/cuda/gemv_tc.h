@@ -34,10 +34,13 @@ struct tc_expert_job {
     // The shared expert as items n_items .. n_items + sh_items − 1, one a token s reading x row s (the
     // tensor-core GEMV only; sh_items 0: none): row o of such an item's parts·n_part outputs is row o of sw0
     // for o < sh_rows, else row o − sh_rows of sw1, and lands at sy + s·sy_stride + o.
+    // With sx set those items read x row s at sx + s·sx_stride instead (one x row at a time only).
     const uint8_t *sw0, *sw1;
     int sh_items, sh_rows;
     float *sy;
     int64_t sy_stride;
+    const float *sx;
+    int64_t sx_stride;
     __host__ __device__ int parts() const { return w1 ? 2 : 1; }
 };
 
@@ -74,6 +77,10 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
 // Whether tc_gemv_experts runs this job with the weights as the MMAs' A operand (chunks of 16 rows) or as B
 // (chunks of 8): the two sum in different orders.
 bool tc_experts_wa(const tc_expert_job &job, int ne0);
+// Whether it stages the job's x one row at a time.
+bool tc_experts_one_row(const tc_expert_job &job);
+// Whether tc_gemv takes the weights as A for a dense product of T tokens.
+bool tc_dense_wa(int ne0, size_t rb, int n_out, int T);
 
 // TURBOSPARK_CUDA_GEMV_TC, default on (read once).
 bool tc_gemv_enabled();

@@ -611,3 +611,37 @@ extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_c
         return 1;
     return tc_gemv_experts(W->type, merged, ni, s);
 }
+
+extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev,
+                                                  int64_t n_items, int64_t rows_per_expert, int64_t n_out,
+                                                  const float *x_dev, int64_t x_stride, float *y_dev,
+                                                  int64_t y_stride, const ts_cuda_tensor *Sd, const float *sx,
+                                                  int64_t sx_stride, int64_t n_tok, float *sy,
+                                                  cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, nullptr, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, 1, x_stride,
+                              y_dev, y_stride, &a);
+    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1) return -1;
+    if (rc > 0 || !ids_dev) return 1;
+    const int64_t ne0 = W->ne0;
+    const auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+    if (!Sd->data || Sd->type != W->type || Sd->ne0 != ne0 || Sd->row_bytes != W->row_bytes ||
+        Sd->rows != n_out || misaligned(Sd->data) || misaligned(sx) || misaligned(sy) || sx_stride < ne0 ||
+        sx_stride % 4 != 0 || n_tok > kTcMaxTokens)
+        return 1;
+    expert_args merged = a;
+    merged.sw0 = static_cast<const uint8_t *>(Sd->data), merged.sw1 = nullptr;
+    merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
+    merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
+    // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, n_tok,
+    // sy) both on the tensor cores, with the chunks of the merged launch (which stages one x row at a time:
+    // the dense product's sums of a token do not depend on the others)
+    const int ni = static_cast<int>(ne0);
+    if (!expert_tc(W->type, ne0, n_items, 1, true, rows_per_expert, 0, n_out, W->row_bytes) ||
+        ts_cuda_matmul_rounds_x(Sd->type, ne0, n_tok, 0, n_out) == 0 || !tc_experts_one_row(merged) ||
+        tc_experts_wa(a, ni) != tc_experts_wa(merged, ni) ||
+        tc_dense_wa(ni, W->row_bytes, static_cast<int>(n_out), static_cast<int>(n_tok)) !=
+            tc_experts_wa(merged, ni))
+        return 1;
+    return tc_gemv_experts(W->type, merged, ni, s);
+}

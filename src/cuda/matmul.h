@@ -107,6 +107,17 @@ int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor 
                                   const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
                                   int64_t sy_stride, cudaStream_t s);
 
+/* The routed down products of ts_cuda_matmul_experts (ids set, x_div 1, one part) and the shared expert's
+ * down in one launch: n_tok tokens' shared products as more items, reading x row t at sx + t·sx_stride and
+ * writing sy + t·n_out, as ts_cuda_matmul(Sd, 0, n_out, sx, n_tok, sy) would (sx rows sx_stride apart: the
+ * same sums). Returns 1, enqueuing nothing, where the tensor-core GEMV would not run both alone with the
+ * merged launch's chunks: the caller then makes the two calls. */
+int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev, int64_t n_items,
+                                       int64_t rows_per_expert, int64_t n_out, const float *x_dev,
+                                       int64_t x_stride, float *y_dev, int64_t y_stride,
+                                       const ts_cuda_tensor *Sd, const float *sx, int64_t sx_stride,
+                                       int64_t n_tok, float *sy, cudaStream_t s);
+
 /* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
  * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):
  *

@@ -28,7 +28,9 @@
 //   5. swiglu_kernel   h = silu(gate) ⊙ up over both the expert rows and the shared rows, written
 //                      over the gate values (a warp a slice of 256 or 128 of a row, grid-stride); the
 //                      experts' h rounded as the tensor-core products round x (below)
-//   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H)
+//   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H); at N = 1, where the tensor-core GEMV
+//                      takes it and step 7's product alike, as one more item of step 7's launch
+//                      (ts_cuda_matmul_experts_shared_down; TURBOSPARK_CUDA_MOE_SHARED_MERGE=0: on its own)
 //   7. expert down     ts_cuda_matmul_experts (or, grouped, ts_cuda_gemm_tc_experts or
 //                      ts_cuda_gemm_experts on the same plan), N·k items, x row i = item i's h → w->eo
 //                      (N·k × H)
@@ -100,7 +102,7 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
 
-// The shared expert's gate/up as one more item a token of the routed launch (step 3), unless
+// The shared expert's products as more items of the routed launches (steps 3 and 6), unless
 // TURBOSPARK_CUDA_MOE_SHARED_MERGE=0 (read once).
 bool shared_merge_enabled() {
     static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
@@ -609,9 +611,17 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
                       round_a) != cudaSuccess)
         return -1;
 
-    // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
-    if (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0) return -1;
-    if (experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0) return -1;
+    // 6–7. shared down into y, expert down into w->eo (item i reads its own h row); at one token the shared
+    //    down rides in the routed launch where the tensor-core GEMV takes both alike
+    //    (ts_cuda_matmul_experts_shared_down: the same sums, one launch fewer)
+    int merged_down = 1;
+    if (!grouped && N == 1 && shared_merge_enabled())
+        merged_down = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, s);
+    if (merged_down < 0) return -1;
+    if (merged_down > 0 && (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0 ||
+                            experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0))
+        return -1;
 
     // 8. y = σ(sg)·y + Σ_j w_j·eo_j (or, uncombined, in the next hyper-connection write)
     if (!combine) return 0;

@@ -10,7 +10,8 @@
  * per warp automatic and forced to 1, 2 and 4 (R=4 exists for T = 1 only, larger T falls back to
  * 2), and x read through L1 instead of shared memory ("x-L1"; also what T·ne0 > 12288 takes). The output is
  * poisoned with NaN before each launch, so an unwritten element fails. Also: expert products
- * (run_experts_case), the shared expert's gate/up riding in the routed launch (run_shared_merge_case),
+ * (run_experts_case), the shared expert's gate/up and down riding in the routed launches
+ * (run_shared_merge_case, run_shared_down_case),
  * and the split product of a hyper-connection read, plain and with the write before it made on the way
  * in (run_split_case).
  *
@@ -620,6 +621,105 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     return !ok;
 }
 
+/* The shared expert's down riding in the routed down launch (ts_cuda_matmul_experts_shared_down) equals
+ * ts_cuda_matmul_experts plus ts_cuda_matmul bit for bit: one token's k = 10 items of 12 experts (more x rows
+ * than staged whole: one at a time), h rows G = F + 8 apart, in Q4_K (F = 256) and the released downs'
+ * Q5_0 and Q8_0 (F = 640), H = 512 outputs. */
+static int run_shared_down_case(uint32_t type, uint64_t seed) {
+    enum { H = 512, E = 12, K = 10 };
+    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
+    if (tc && tc[0] == '0') {
+        printf("  shared down in the routed launch: skipped (the tensor-core GEMV is off)\n");
+        return 0;
+    }
+    const int64_t F = type == TS_TYPE_Q4_K ? 256 : 640, G = F + 8;
+    const size_t rb = ts_row_size(type, F);
+    const int64_t rows[2] = {H * E, H};
+    qjob q[2];
+    ts_gguf_tensor host[2];
+    ts_cuda_tensor dev[2];
+    char err[256];
+    int uploaded = 0;
+    for (int p = 0; p < 2; p++) {
+        q[p] = (qjob){
+            .type = type, .ne0 = F, .rows = rows[p], .rb = rb, .seed = seed + 41 * p, .n_out = rows[p]};
+        q[p].data = calloc((size_t)rows[p], rb);
+        parallel_for(rows[p], quantize_rows, &q[p]);
+        host[p] = (ts_gguf_tensor){.n_dims = p ? 2 : 3,
+                                   .ne = {F, H, p ? 1 : E, 1},
+                                   .type = type,
+                                   .nelements = F * rows[p],
+                                   .nbytes = (uint64_t)rb * (uint64_t)rows[p],
+                                   .data = q[p].data};
+        host[p].name.ptr = "down", host[p].name.len = 4;
+        if (uploaded == p && ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err) == 0)
+            uploaded++;
+        else if (uploaded == p)
+            printf("  upload failed: %s\n", err);
+    }
+    if (uploaded < 2) {
+        for (int p = 0; p < uploaded; p++) ts_cuda_tensor_free(&dev[p]);
+        for (int p = 0; p < 2; p++) free(q[p].data);
+        return 1;
+    }
+    rng_t r = {mix64(seed)};
+    int32_t ids[K];
+    for (int i = 0; i < K; i++) ids[i] = (int32_t)(rng_unit(&r) * E) % E;
+    ids[4] = E; /* out of range: NaN rows on both sides */
+    const size_t nh = (size_t)K * G, ne = (size_t)K * H;
+    float *h = malloc(nh * sizeof *h), *hs = malloc((size_t)F * sizeof *hs);
+    for (size_t i = 0; i < nh; i++) h[i] = (float)rng_gauss(&r);
+    for (int64_t i = 0; i < F; i++) hs[i] = (float)rng_gauss(&r);
+    float *h_d, *hs_d, *eo_d, *eo2_d, *y_d, *y2_d;
+    int32_t *ids_d;
+    TS_CUDA_CHECK(cudaMalloc((void **)&h_d, nh * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&hs_d, (size_t)F * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&eo_d, ne * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&eo2_d, ne * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y_d, H * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y2_d, H * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, sizeof ids));
+    TS_CUDA_CHECK(cudaMemcpy(h_d, h, nh * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(hs_d, hs, (size_t)F * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(eo_d, 0xFF, ne * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(eo2_d, 0xFF, ne * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, H * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(y2_d, 0xFF, H * sizeof(float)));
+    const int merged = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, h_d, G, eo_d, H, &dev[1],
+                                                          hs_d, F, 1, y_d, 0);
+    int rc = ts_cuda_matmul_experts(&dev[0], NULL, ids_d, K, H, 0, H, h_d, 1, G, eo2_d, H, 0);
+    rc |= ts_cuda_matmul(&dev[1], 0, H, hs_d, 1, y2_d, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    float *eo = malloc(ne * sizeof *eo), *eo2 = malloc(ne * sizeof *eo2), y[H], y2[H];
+    TS_CUDA_CHECK(cudaMemcpy(eo, eo_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(eo2, eo2_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(y, y_d, H * sizeof(float), cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(y2, y2_d, H * sizeof(float), cudaMemcpyDeviceToHost));
+    int64_t differ = 0, unwritten = 0;
+    for (size_t i = 0; i < ne; i++) differ += memcmp(&eo[i], &eo2[i], sizeof(float)) != 0;
+    for (int o = 0; o < H; o++)
+        differ += memcmp(&y[o], &y2[o], sizeof(float)) != 0, unwritten += y[o] != y[o];
+    const int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
+    printf("  shared down in the routed launch, %-5s %4lld -> %d: %s  (%s; %lld outputs differ from two "
+           "launches)\n",
+           ts_type_name(type), (long long)F, H, ok ? "ok  " : "FAIL",
+           merged == 0  ? "merged"
+           : merged > 0 ? "NOT merged"
+                        : "refused",
+           (long long)differ);
+    TS_CUDA_CHECK(cudaFree(h_d));
+    TS_CUDA_CHECK(cudaFree(hs_d));
+    TS_CUDA_CHECK(cudaFree(eo_d));
+    TS_CUDA_CHECK(cudaFree(eo2_d));
+    TS_CUDA_CHECK(cudaFree(y_d));
+    TS_CUDA_CHECK(cudaFree(y2_d));
+    TS_CUDA_CHECK(cudaFree(ids_d));
+    for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+    free(h), free(hs), free(eo), free(eo2);
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -703,12 +803,12 @@ int main(int argc, char **argv) {
             for (int xd = 0; xd < 2; xd++)
                 fails += run_experts_case(tc[i], seed + 300 + (uint64_t)(2 * i + xd), xd ? 1 : 5);
     }
-    for (int i = 0; i < 3; i++)
-        for (int m = 0; m < 6; m++)
-            fails += run_shared_merge_case(m % 3 == 0   ? 1
-                                           : m % 3 == 1 ? 3
-                                                        : 12,
-                                           m / 3, seed + 500 + (uint64_t)m);
+    for (int i = 0; i < 3; i++) {
+        const uint32_t down[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_0, TS_TYPE_Q8_0};
+        for (int m = 0; m < 3; m++) fails += run_shared_down_case(down[m], seed + 600 + (uint64_t)m);
+    }
+    for (int m = 0; m < 6; m++)
+        fails += run_shared_merge_case(m % 3 == 0 ? 1 : m % 3 == 1 ? 3 : 12, m / 3, seed + 500 + (uint64_t)m);
     for (int moe = 0; moe < 2; moe++) {
         const int Ts[] = {1, 3, 6};
         for (int i = 0; i < 3; i++)
