@@ -627,15 +627,14 @@ extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const
     const auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
     if (!Sd->data || Sd->type != W->type || Sd->ne0 != ne0 || Sd->row_bytes != W->row_bytes ||
         Sd->rows != n_out || misaligned(Sd->data) || misaligned(sx) || misaligned(sy) || sx_stride < ne0 ||
-        sx_stride % 4 != 0 || n_tok > kTcMaxTokens)
+        sx_stride % 4 != 0 || n_tok != 1)
         return 1;
     expert_args merged = a;
     merged.sw0 = static_cast<const uint8_t *>(Sd->data), merged.sw1 = nullptr;
     merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
     merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
-    // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, n_tok,
-    // sy) both on the tensor cores, with the chunks of the merged launch (which stages one x row at a time:
-    // the dense product's sums of a token do not depend on the others)
+    // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, 1,
+    // sy) both on the tensor-core GEMV (at one token never the GEMM), with the merged launch's chunks
     const int ni = static_cast<int>(ne0);
     if (!expert_tc(W->type, ne0, n_items, 1, true, rows_per_expert, 0, n_out, W->row_bytes) ||
         ts_cuda_matmul_rounds_x(Sd->type, ne0, n_tok, 0, n_out) == 0 || !tc_experts_one_row(merged) ||

@@ -108,10 +108,10 @@ int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor 
                                   int64_t sy_stride, cudaStream_t s);
 
 /* The routed down products of ts_cuda_matmul_experts (ids set, x_div 1, one part) and the shared expert's
- * down in one launch: n_tok tokens' shared products as more items, reading x row t at sx + t·sx_stride and
- * writing sy + t·n_out, as ts_cuda_matmul(Sd, 0, n_out, sx, n_tok, sy) would (sx rows sx_stride apart: the
- * same sums). Returns 1, enqueuing nothing, where the tensor-core GEMV would not run both alone with the
- * merged launch's chunks: the caller then makes the two calls. */
+ * down of one token (n_tok 1) in one launch: the shared product as one more item, reading its x at sx and
+ * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums). Returns 1, enqueuing
+ * nothing, for more tokens and where the tensor-core GEMV would not run both alone with the merged
+ * launch's chunks: the caller then makes the two calls. */
 int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev, int64_t n_items,
                                        int64_t rows_per_expert, int64_t n_out, const float *x_dev,
                                        int64_t x_stride, float *y_dev, int64_t y_stride,

@@ -521,9 +521,11 @@ static int run_split_case(int T, int moe, uint64_t seed) {
  * whole) and 12 (one x row at a time). */
 static int run_shared_merge_case(int N, int split, uint64_t seed) {
     enum { NE0 = 512, F = 128, E = 6, K = 3, XS = NE0 + 16, YS = 2 * F + 8, SY = 2 * F + 4 };
-    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
-    if (tc && tc[0] == '0') {
-        printf("  shared expert in the routed launch: skipped (the tensor-core GEMV is off)\n");
+    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"), *xr = getenv("TURBOSPARK_TC_XROW");
+    if ((tc && tc[0] == '0') || (xr && xr[0] == '0')) {
+        printf(
+            "  shared expert in the routed launch: skipped (the tensor-core GEMV is off, or stages no x row "
+            "at a time)\n");
         return 0;
     }
     const uint32_t type = TS_TYPE_Q4_K;
@@ -624,12 +626,14 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
 /* The shared expert's down riding in the routed down launch (ts_cuda_matmul_experts_shared_down) equals
  * ts_cuda_matmul_experts plus ts_cuda_matmul bit for bit: one token's k = 10 items of 12 experts (more x rows
  * than staged whole: one at a time), h rows G = F + 8 apart, in Q4_K (F = 256) and the released downs'
- * Q5_0 and Q8_0 (F = 640), H = 512 outputs. */
+ * Q5_0 and Q8_0 (F = 640), H = 4096 outputs (so that a block takes several chunks and restages x from a
+ * routed row to the shared one). */
 static int run_shared_down_case(uint32_t type, uint64_t seed) {
-    enum { H = 512, E = 12, K = 10 };
-    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
-    if (tc && tc[0] == '0') {
-        printf("  shared down in the routed launch: skipped (the tensor-core GEMV is off)\n");
+    enum { H = 4096, E = 12, K = 10 };
+    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"), *xr = getenv("TURBOSPARK_TC_XROW");
+    if ((tc && tc[0] == '0') || (xr && xr[0] == '0')) {
+        printf("  shared down in the routed launch: skipped (the tensor-core GEMV is off, or takes no routed "
+               "downs)\n");
         return 0;
     }
     const int64_t F = type == TS_TYPE_Q4_K ? 256 : 640, G = F + 8;
@@ -691,7 +695,8 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     int rc = ts_cuda_matmul_experts(&dev[0], NULL, ids_d, K, H, 0, H, h_d, 1, G, eo2_d, H, 0);
     rc |= ts_cuda_matmul(&dev[1], 0, H, hs_d, 1, y2_d, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
-    float *eo = malloc(ne * sizeof *eo), *eo2 = malloc(ne * sizeof *eo2), y[H], y2[H];
+    float *eo = malloc(ne * sizeof *eo), *eo2 = malloc(ne * sizeof *eo2);
+    float *y = malloc(H * sizeof *y), *y2 = malloc(H * sizeof *y2);
     TS_CUDA_CHECK(cudaMemcpy(eo, eo_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
     TS_CUDA_CHECK(cudaMemcpy(eo2, eo2_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
     TS_CUDA_CHECK(cudaMemcpy(y, y_d, H * sizeof(float), cudaMemcpyDeviceToHost));
@@ -716,7 +721,7 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     TS_CUDA_CHECK(cudaFree(y2_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
     for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
-    free(h), free(hs), free(eo), free(eo2);
+    free(h), free(hs), free(eo), free(eo2), free(y), free(y2);
     return !ok;
 }
 
@@ -803,7 +808,7 @@ int main(int argc, char **argv) {
             for (int xd = 0; xd < 2; xd++)
                 fails += run_experts_case(tc[i], seed + 300 + (uint64_t)(2 * i + xd), xd ? 1 : 5);
     }
-    for (int i = 0; i < 3; i++) {
+    {
         const uint32_t down[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_0, TS_TYPE_Q8_0};
         for (int m = 0; m < 3; m++) fails += run_shared_down_case(down[m], seed + 600 + (uint64_t)m);
     }
