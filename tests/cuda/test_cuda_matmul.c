@@ -352,6 +352,61 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     return rc != 0 || bad != 0;
 }
 
+/* How many of n floats differ in their bits (NaN payloads included). */
+static int64_t bits_differ(const float *a, const float *b, size_t n) {
+    int64_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+/* A host copy of n floats of device memory (malloc'ed). */
+static float *to_host(const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    TS_CUDA_CHECK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* A merged launch's outcome (ts_cuda_matmul_experts_shared*: 0 merged, 1 not, -1 refused). */
+static const char *merge_outcome(int merged) {
+    return merged == 0 ? "merged" : merged > 0 ? "NOT merged" : "refused";
+}
+
+/* n weight tensors of this type and width, tensor p of ne1[p] × ne2[p] rows (3-D where ne2[p] > 1), random
+ * as quantize_rows makes them (seed + 31·p), quantized on the host and uploaded; 0, or 1 with everything
+ * freed and a line printed. */
+static int make_weights(int n, uint32_t type, int64_t ne0, const int64_t *ne1, const int64_t *ne2,
+                        uint64_t seed, qjob *q, ts_gguf_tensor *host, ts_cuda_tensor *dev) {
+    const size_t rb = ts_row_size(type, ne0);
+    char err[256];
+    int uploaded = 0;
+    for (int p = 0; p < n; p++) {
+        const int64_t rows = ne1[p] * ne2[p];
+        q[p] = (qjob){
+            .type = type, .ne0 = ne0, .rows = rows, .rb = rb, .seed = seed + 31 * (uint64_t)p, .n_out = rows};
+        q[p].data = calloc((size_t)rows, rb);
+        parallel_for(rows, quantize_rows, &q[p]);
+        host[p] = (ts_gguf_tensor){.n_dims = ne2[p] > 1 ? 3 : 2,
+                                   .ne = {ne0, ne1[p], ne2[p], 1},
+                                   .type = type,
+                                   .nelements = ne0 * rows,
+                                   .nbytes = (uint64_t)rb * (uint64_t)rows,
+                                   .data = q[p].data};
+        host[p].name.ptr = "weights", host[p].name.len = 7;
+        if (uploaded == p && ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err) == 0)
+            uploaded++;
+        else if (uploaded == p)
+            printf("  upload failed: %s\n", err);
+    }
+    if (uploaded == n) return 0;
+    for (int p = 0; p < uploaded; p++) ts_cuda_tensor_free(&dev[p]);
+    for (int p = 0; p < n; p++) free(q[p].data);
+    return 1;
+}
+
+static void free_weights(int n, qjob *q, ts_cuda_tensor *dev) {
+    for (int p = 0; p < n; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+}
+
 /* The split product of a hyper-connection read, plain (ts_cuda_matmul_split) and with the write before it
  * made on the way in (ts_cuda_matmul_split_hc_write): C = 4 streams of H = 256 inputs (Q4_K), r + C = 36
  * rows, T tokens (6: launches of 4 and 2). Without the MoE parts every value is exact on both sides
@@ -472,8 +527,7 @@ static int run_split_case(int T, int moe, uint64_t seed) {
     const double tol = moe ? 1e-6 : 0.0;
     for (size_t i = 0; i < nR; i++) bad_v += !(fabs((double)gv[i] - v[i]) <= tol * fabs(v[i]));
     for (int i = 0; i < T * C; i++) bad_ss += !(fabs((double)gss[i] - ss[i]) <= tol * 4 * fabs(ss[i]));
-    if (!moe)
-        for (size_t i = 0; i < nP; i++) bad_same += memcmp(&gP[i], &gP2[i], sizeof(float)) != 0;
+    if (!moe) bad_same = bits_differ(gP, gP2, nP);
     double worst = 0;
     float *w = malloc((size_t)Wd * sizeof *w);
     for (int o = 0; o < NP; o++) {
@@ -529,41 +583,17 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
         return 0;
     }
     const uint32_t type = TS_TYPE_Q4_K;
-    const size_t rb = ts_row_size(type, NE0);
     /* routed gate|up (fused) or gate and up (split), then shared gate and up */
     const int np = split ? 4 : 3;
-    int64_t rows[4], ne1[4], ne2[4];
+    int64_t ne1[4], ne2[4];
     for (int p = 0; p < np; p++) {
         const int routed = p < np - 2;
-        ne1[p] = routed && !split ? 2 * F : F, ne2[p] = routed ? E : 1, rows[p] = ne1[p] * ne2[p];
+        ne1[p] = routed && !split ? 2 * F : F, ne2[p] = routed ? E : 1;
     }
     qjob q[4];
     ts_gguf_tensor host[4];
     ts_cuda_tensor dev[4];
-    char err[256];
-    int uploaded = 0;
-    for (int p = 0; p < np; p++) {
-        q[p] = (qjob){
-            .type = type, .ne0 = NE0, .rows = rows[p], .rb = rb, .seed = seed + 31 * p, .n_out = rows[p]};
-        q[p].data = calloc((size_t)rows[p], rb);
-        parallel_for(rows[p], quantize_rows, &q[p]);
-        host[p] = (ts_gguf_tensor){.n_dims = ne2[p] > 1 ? 3 : 2,
-                                   .ne = {NE0, ne1[p], ne2[p], 1},
-                                   .type = type,
-                                   .nelements = NE0 * rows[p],
-                                   .nbytes = (uint64_t)rb * (uint64_t)rows[p],
-                                   .data = q[p].data};
-        host[p].name.ptr = "shared", host[p].name.len = 6;
-        if (uploaded == p && ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err) == 0)
-            uploaded++;
-        else if (uploaded == p)
-            printf("  upload failed: %s\n", err);
-    }
-    if (uploaded < np) {
-        for (int p = 0; p < uploaded; p++) ts_cuda_tensor_free(&dev[p]);
-        for (int p = 0; p < np; p++) free(q[p].data);
-        return 1;
-    }
+    if (make_weights(np, type, NE0, ne1, ne2, seed, q, host, dev)) return 1;
     const ts_cuda_tensor *W = &dev[0], *W2 = split ? &dev[1] : NULL, *Sg = &dev[np - 2], *Su = &dev[np - 1];
     const int64_t rpe = split ? F : 2 * F;
     const int NK = N * K;
@@ -593,32 +623,23 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     int rc = ts_cuda_matmul_experts(W, W2, ids_d, NK, rpe, 0, rpe, x_d, K, XS, gu2_d, YS, 0);
     rc |= ts_cuda_matmul_experts(Sg, Su, NULL, N, 0, 0, F, x_d, 1, XS, sh2_d, SY, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
-    float *gu = malloc(ngu * sizeof *gu), *gu2 = malloc(ngu * sizeof *gu2);
-    float *sh = malloc(nsh * sizeof *sh), *sh2 = malloc(nsh * sizeof *sh2);
-    TS_CUDA_CHECK(cudaMemcpy(gu, gu_d, ngu * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(gu2, gu2_d, ngu * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(sh, sh_d, nsh * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(sh2, sh2_d, nsh * sizeof(float), cudaMemcpyDeviceToHost));
-    int64_t differ = 0, unwritten = 0;
-    for (size_t i = 0; i < ngu; i++) differ += memcmp(&gu[i], &gu2[i], sizeof(float)) != 0;
-    for (size_t i = 0; i < nsh; i++) differ += memcmp(&sh[i], &sh2[i], sizeof(float)) != 0;
+    float *gu = to_host(gu_d, ngu), *gu2 = to_host(gu2_d, ngu), *sh = to_host(sh_d, nsh),
+          *sh2 = to_host(sh2_d, nsh);
+    const int64_t differ = bits_differ(gu, gu2, ngu) + bits_differ(sh, sh2, nsh);
+    int64_t unwritten = 0;
     for (int t = 0; t < N; t++) /* the shared rows were written (the poison is NaN) */
         for (int o = 0; o < 2 * F; o++) unwritten += sh[(size_t)t * SY + o] != sh[(size_t)t * SY + o];
     const int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
     printf("  shared expert in the routed launch, %s gate|up, N %2d: %s  (%s; %lld outputs differ from two "
            "launches)\n",
-           split ? "split" : "fused", N, ok ? "ok  " : "FAIL",
-           merged == 0  ? "merged"
-           : merged > 0 ? "NOT merged"
-                        : "refused",
-           (long long)differ);
+           split ? "split" : "fused", N, ok ? "ok  " : "FAIL", merge_outcome(merged), (long long)differ);
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(gu_d));
     TS_CUDA_CHECK(cudaFree(gu2_d));
     TS_CUDA_CHECK(cudaFree(sh_d));
     TS_CUDA_CHECK(cudaFree(sh2_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
-    for (int p = 0; p < np; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+    free_weights(np, q, dev);
     free(x), free(gu), free(gu2), free(sh), free(sh2);
     return !ok;
 }
@@ -637,35 +658,11 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
         return 0;
     }
     const int64_t F = type == TS_TYPE_Q4_K ? 256 : 640, G = F + 8;
-    const size_t rb = ts_row_size(type, F);
-    const int64_t rows[2] = {H * E, H};
+    const int64_t ne1[2] = {H, H}, ne2[2] = {E, 1};
     qjob q[2];
     ts_gguf_tensor host[2];
     ts_cuda_tensor dev[2];
-    char err[256];
-    int uploaded = 0;
-    for (int p = 0; p < 2; p++) {
-        q[p] = (qjob){
-            .type = type, .ne0 = F, .rows = rows[p], .rb = rb, .seed = seed + 41 * p, .n_out = rows[p]};
-        q[p].data = calloc((size_t)rows[p], rb);
-        parallel_for(rows[p], quantize_rows, &q[p]);
-        host[p] = (ts_gguf_tensor){.n_dims = p ? 2 : 3,
-                                   .ne = {F, H, p ? 1 : E, 1},
-                                   .type = type,
-                                   .nelements = F * rows[p],
-                                   .nbytes = (uint64_t)rb * (uint64_t)rows[p],
-                                   .data = q[p].data};
-        host[p].name.ptr = "down", host[p].name.len = 4;
-        if (uploaded == p && ts_cuda_tensor_upload(&host[p], &dev[p], err, sizeof err) == 0)
-            uploaded++;
-        else if (uploaded == p)
-            printf("  upload failed: %s\n", err);
-    }
-    if (uploaded < 2) {
-        for (int p = 0; p < uploaded; p++) ts_cuda_tensor_free(&dev[p]);
-        for (int p = 0; p < 2; p++) free(q[p].data);
-        return 1;
-    }
+    if (make_weights(2, type, F, ne1, ne2, seed, q, host, dev)) return 1;
     rng_t r = {mix64(seed)};
     int32_t ids[K];
     for (int i = 0; i < K; i++) ids[i] = (int32_t)(rng_unit(&r) * E) % E;
@@ -695,23 +692,14 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     int rc = ts_cuda_matmul_experts(&dev[0], NULL, ids_d, K, H, 0, H, h_d, 1, G, eo2_d, H, 0);
     rc |= ts_cuda_matmul(&dev[1], 0, H, hs_d, 1, y2_d, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
-    float *eo = malloc(ne * sizeof *eo), *eo2 = malloc(ne * sizeof *eo2);
-    float *y = malloc(H * sizeof *y), *y2 = malloc(H * sizeof *y2);
-    TS_CUDA_CHECK(cudaMemcpy(eo, eo_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(eo2, eo2_d, ne * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(y, y_d, H * sizeof(float), cudaMemcpyDeviceToHost));
-    TS_CUDA_CHECK(cudaMemcpy(y2, y2_d, H * sizeof(float), cudaMemcpyDeviceToHost));
-    int64_t differ = 0, unwritten = 0;
-    for (size_t i = 0; i < ne; i++) differ += memcmp(&eo[i], &eo2[i], sizeof(float)) != 0;
-    for (int o = 0; o < H; o++)
-        differ += memcmp(&y[o], &y2[o], sizeof(float)) != 0, unwritten += y[o] != y[o];
+    float *eo = to_host(eo_d, ne), *eo2 = to_host(eo2_d, ne), *y = to_host(y_d, H), *y2 = to_host(y2_d, H);
+    const int64_t differ = bits_differ(eo, eo2, ne) + bits_differ(y, y2, H);
+    int64_t unwritten = 0;
+    for (int o = 0; o < H; o++) unwritten += y[o] != y[o];
     const int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
     printf("  shared down in the routed launch, %-5s %4lld -> %d: %s  (%s; %lld outputs differ from two "
            "launches)\n",
-           ts_type_name(type), (long long)F, H, ok ? "ok  " : "FAIL",
-           merged == 0  ? "merged"
-           : merged > 0 ? "NOT merged"
-                        : "refused",
+           ts_type_name(type), (long long)F, H, ok ? "ok  " : "FAIL", merge_outcome(merged),
            (long long)differ);
     TS_CUDA_CHECK(cudaFree(h_d));
     TS_CUDA_CHECK(cudaFree(hs_d));
@@ -720,7 +708,7 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     TS_CUDA_CHECK(cudaFree(y_d));
     TS_CUDA_CHECK(cudaFree(y2_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
-    for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
+    free_weights(2, q, dev);
     free(h), free(hs), free(eo), free(eo2), free(y), free(y2);
     return !ok;
 }
