@@ -425,8 +425,7 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
     const int64_t np = inj ? r + C : r;
     int rc;
     if (d.next) { // the write first: its v into w->xn, its sums of squares into w->hc_ss
-        const ts_cuda_hc_write_in in = {d.R,  d.y, d.inj,    hc->norm, d.sg,    d.eo,
-                                        d.tw, d.k, kThreads, w->xn,    w->hc_ss};
+        const ts_cuda_hc_write_in in = {d.R, d.y, d.inj, hc->norm, kThreads, w->xn, w->hc_ss};
         rc = ts_cuda_matmul_split_hc_write(D, np, static_cast<int>(C), &in, N, w->mix, s);
         if (rc != 0) return -1;
     } else {
@@ -518,9 +517,9 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
     // one).
     if (w->xn_unnormed && !w->hc_defer.off && hc_defer_enabled() && !m.eo && N <= kMaxDeferRows &&
         next->down_inject.data && next->norm && !(reinterpret_cast<uintptr_t>(R) & 15u) &&
-        !(reinterpret_cast<uintptr_t>(next->norm) & 15u) &&
+        !(reinterpret_cast<uintptr_t>(y) & 15u) && !(reinterpret_cast<uintptr_t>(next->norm) & 15u) &&
         ts_cuda_matmul_split_takes(&next->down_inject, hp->hc_rank + C, static_cast<int>(C), N, C * H)) {
-        w->hc_defer = {false, next, R, y, inj, m.sg, m.eo, m.tw, m.k, w->hc_defer.count + 1};
+        w->hc_defer = {false, next, R, y, inj, w->hc_defer.count + 1};
         return 0;
     }
     if (w->xn_unnormed) {

@@ -168,8 +168,7 @@ typedef struct ts_cuda_work {
         bool off;
         const ts_cuda_hc *next;
         float *R;
-        const float *y, *inj, *sg, *eo, *tw; /* eo NULL: y is final */
-        int k;
+        const float *y, *inj;
         int64_t count; /* writes left to reads so far (ts_cuda_hc_writes_deferred) */
     } hc_defer;
     float *mix;   /* N × W HC mix logits; PLE keys */

@@ -143,21 +143,18 @@ bool ts_cuda_matmul_split_takes(const ts_cuda_tensor *W, int64_t n_out, int spli
  *
  *     v_q = R_q + y_t ⊙ inj[t, q] (one fmaf an element),   x_q = v_q ⊙ g_q,
  *
- * where y_t is the block output or, with eo set, its MoE combine (ts_dmoe_combine: σ(sg_t)·y_t, then
- * + tw[t, j]·eo[t·k + j] in slot order). v goes to r_out, not to R (other blocks still read R), and its
+ * where y_t is the block output (16-byte aligned rows). v goes to r_out, not to R (other blocks still read R), and its
  * sums of squares, `slice` elements at a time, to ss[(t·⌈ne0 / slice⌉ + i)·C + q], each summed in
  * hc_write_ss_kernel's order, so that the read that follows sees what that write would have left.
  * Returns as ts_cuda_matmul_split. */
 typedef struct ts_cuda_hc_write_in {
-    const float *R;            /* T × C·ne0 the residual streams before the write */
-    const float *y;            /* T × ne0 the block output (the shared expert's, with eo) */
-    const float *inj;          /* T × C inject weights */
-    const float *g;            /* C·ne0 the next read's norm weights */
-    const float *sg, *eo, *tw; /* the MoE parts ([T], [T·k × ne0], [T × k]), or eo NULL */
-    int k;                     /* experts a token, with eo */
-    int slice;                 /* elements a partial sum of squares: a multiple of 32 up to 512 */
-    float *r_out;              /* T × C·ne0 the written streams */
-    float *ss;                 /* T × ⌈ne0 / slice⌉ × C partial sums of squares */
+    const float *R;   /* T × C·ne0 the residual streams before the write */
+    const float *y;   /* T × ne0 the block output */
+    const float *inj; /* T × C inject weights */
+    const float *g;   /* C·ne0 the next read's norm weights */
+    int slice;        /* elements a partial sum of squares: a multiple of 32 up to 512 */
+    float *r_out;     /* T × C·ne0 the written streams */
+    float *ss;        /* T × ⌈ne0 / slice⌉ × C partial sums of squares */
 } ts_cuda_hc_write_in;
 int ts_cuda_matmul_split_hc_write(const ts_cuda_tensor *W, int64_t n_out, int splits,
                                   const ts_cuda_hc_write_in *in, int64_t T, float *y_dev, cudaStream_t s);

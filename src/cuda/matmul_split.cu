@@ -54,17 +54,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 constexpr int kMaxSliceWarps = 16; // ts_cuda_hc_write_in.slice ≤ 512
 
-// The block output of token t at element i: y, or its MoE combine (ts_dmoe_combine with σ(sg_t) taken
-// once: the same operations).
-__device__ __forceinline__ float hc_block_out(const ts_cuda_hc_write_in &in, int64_t t, int64_t i, int64_t H,
-                                              float ys) {
-    if (!in.eo) return in.y[t * H + i];
-    float acc = in.y[t * H + i] * ys;
-    const float *eo = in.eo + t * in.k * H + i, *tw = in.tw + t * in.k;
-    for (int j = 0; j < in.k; j++) acc = __fadd_rn(acc, __fmul_rn(tw[j], eo[j * H]));
-    return acc;
-}
-
 // ts_cuda_matmul_split_hc_write: split q's x is stream q of tokens t0 .. t0 + T − 1 as the write leaves
 // it, times g (matmul.h); then the (token, slice) pairs of stream q are dealt to the blocks of the split:
 // each writes its slice of v to r_out and its sum of squares to ss, element s·slice + w·32 + lane in
@@ -81,25 +70,19 @@ __global__ void __launch_bounds__(kWarps * 32)
     pdl_trigger();
     prefetch_split_rows(W, rb, wsplit, n_out, q);
     pdl_wait();
-    float ys[T]; // σ(sg_t), with the MoE parts
-#pragma unroll
-    for (int t = 0; t < T; t++) ys[t] = in.eo ? ts_dsigmoid(in.sg[t0 + t]) : 0.0f;
-
     const int n4 = ne0 / 4;
     for (int f = tid; f < T * n4; f += kWarps * 32) {
         const int t = f / n4, j = f - t * n4;
         const int64_t tt = t0 + t, i = 4 * static_cast<int64_t>(j);
         const float4 r = *reinterpret_cast<const float4 *>(in.R + tt * Wd + q * H + i);
         const float4 g = *reinterpret_cast<const float4 *>(in.g + q * H + i);
+        const float4 y = *reinterpret_cast<const float4 *>(in.y + tt * H + i);
         const float k = in.inj[tt * C + q];
-        float ysel = 0.0f;
-#pragma unroll
-        for (int u = 0; u < T; u++) ysel = u == t ? ys[u] : ysel;
         float4 v;
-        v.x = __fmaf_rn(hc_block_out(in, tt, i, H, ysel), k, r.x) * g.x;
-        v.y = __fmaf_rn(hc_block_out(in, tt, i + 1, H, ysel), k, r.y) * g.y;
-        v.z = __fmaf_rn(hc_block_out(in, tt, i + 2, H, ysel), k, r.z) * g.z;
-        v.w = __fmaf_rn(hc_block_out(in, tt, i + 3, H, ysel), k, r.w) * g.w;
+        v.x = __fmaf_rn(y.x, k, r.x) * g.x;
+        v.y = __fmaf_rn(y.y, k, r.y) * g.y;
+        v.z = __fmaf_rn(y.z, k, r.z) * g.z;
+        v.w = __fmaf_rn(y.w, k, r.w) * g.w;
         xs[x_swizzle<qtype<TYPE>>(static_cast<uint32_t>(f))] = v;
     }
 
@@ -108,15 +91,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int task = static_cast<int>(blockIdx.x); task < T * nsl; task += static_cast<int>(gridDim.x)) {
         const int t = task / nsl, sl = task - t * nsl;
         const int64_t tt = t0 + t;
-        float ysel = 0.0f;
-#pragma unroll
-        for (int u = 0; u < T; u++) ysel = u == t ? ys[u] : ysel;
         for (int vw = warp; vw < nvw; vw += kWarps) {
             const int64_t i = static_cast<int64_t>(sl) * in.slice + vw * 32 + lane;
             float sq = 0.0f;
             if (i < H) {
-                const float v = __fmaf_rn(hc_block_out(in, tt, i, H, ysel), in.inj[tt * C + q],
-                                          in.R[tt * Wd + q * H + i]);
+                const float v = __fmaf_rn(in.y[tt * H + i], in.inj[tt * C + q], in.R[tt * Wd + q * H + i]);
                 in.r_out[tt * Wd + q * H + i] = v;
                 sq = v * v;
             }
@@ -255,9 +234,8 @@ extern "C" int ts_cuda_matmul_split_hc_write(const ts_cuda_tensor *W, int64_t n_
     if (!W || !in || splits < 1 || splits > INT_MAX / 2) return -1;
     if (T > 0 && n_out > 0) {
         if (!in->R || !in->y || !in->inj || !in->g || !in->r_out || !in->ss || !y_dev || !aligned16(y_dev) ||
-            !aligned16(in->R) || !aligned16(in->g) || in->R == in->r_out || in->slice < 32 ||
-            in->slice % 32 != 0 || in->slice > 32 * kMaxSliceWarps ||
-            (in->eo && (!in->sg || !in->tw || in->k < 1)))
+            !aligned16(in->R) || !aligned16(in->y) || !aligned16(in->g) || in->R == in->r_out ||
+            in->slice < 32 || in->slice % 32 != 0 || in->slice > 32 * kMaxSliceWarps)
             return -1;
     }
     return run_split(W, n_out, splits, nullptr, in, T, W ? W->ne0 : 0, y_dev, s);
