@@ -94,6 +94,10 @@ void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx);
  * (src/cuda/hc.cu; TURBOSPARK_CUDA_HC_DEFER=0 stops it), counted as the forwards were enqueued. */
 int64_t ts_cuda_hc_writes_deferred(const ts_cuda_ctx *c);
 
+/* Tests: how many expert products this context has run as planned GEMVs (src/cuda/moe.cu: the items of an
+ * expert as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED), counted as the forwards were enqueued. */
+int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c);
+
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds
  * {embed, hc, ple, gdn, qsa, moe, output}; returns 0 or −1 with err. */

@@ -33,6 +33,7 @@ extern "C" {
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -55,17 +56,23 @@ struct chunk_t {
     int64_t ystride;  // floats from one token's outputs to the next
     bool bad;         // an out-of-range expert id: NaN outputs, no weight read
     const float *xp;  // XROW: its x row where that is not the kernel's x + xrow·x_stride, else nullptr
+    // planned chunks: the items of its tile (nt of them, in a plan's sorted list): token i is item
+    // items[i], its x row x + ⌊items[i] / x_div⌋·x_stride (gathered into staged rows 0 .. nt − 1), its
+    // outputs y + items[i]·ystride; nullptr for the other chunks
+    const int32_t *items;
 };
 
 // ts_cuda_matmul: chunk c is rows R·c .. R·c + R − 1 for all T tokens.
 template <int ROWS> struct dense_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = true, kXRow = false;
+    static constexpr bool kDense = true, kXRow = false, kGather = false;
     const uint8_t *w;
     size_t rb;
     int n_out, T;
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
+    __device__ int count(int n_chunks) const { return n_chunks; }
+    __device__ int x_div() const { return 1; }
     __device__ chunk_t at(int c) const {
         return {w + static_cast<size_t>(c) * R * rb,
                 min(R, n_out - c * R),
@@ -74,6 +81,7 @@ template <int ROWS> struct dense_chunks {
                 y + c * R,
                 n_out,
                 false,
+                nullptr,
                 nullptr};
     }
 };
@@ -83,10 +91,12 @@ template <int ROWS> struct dense_chunks {
 // mostly fall to one block and its x row is staged once there).
 template <int ROWS, bool XROW> struct expert_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = false, kXRow = XROW;
+    static constexpr bool kDense = false, kXRow = XROW, kGather = false;
     tc_expert_job j;
     int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
+    __device__ int count(int n_chunks) const { return n_chunks; }
+    __device__ int x_div() const { return j.x_div; }
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
                   cc = r % cpp;
@@ -101,7 +111,8 @@ template <int ROWS, bool XROW> struct expert_chunks {
                     j.sy + static_cast<size_t>(s) * j.sy_stride + o,
                     0,
                     false,
-                    j.sx ? j.sx + static_cast<size_t>(s) * static_cast<size_t>(j.sx_stride) : nullptr};
+                    j.sx ? j.sx + static_cast<size_t>(s) * static_cast<size_t>(j.sx_stride) : nullptr,
+                    nullptr};
         }
         const int e = j.ids ? __ldg(j.ids + i) : 0;
         const bool bad = e < 0 || e > j.e_max;
@@ -114,9 +125,51 @@ template <int ROWS, bool XROW> struct expert_chunks {
                 j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * R,
                 0,
                 bad,
+                nullptr,
                 nullptr};
     }
 };
+
+// ts_cuda_matmul_experts_planned: the tiles of a grouped expert plan (gemm.h; up to kTcPlanTile items of one
+// expert each), tile q's chunks those of its part 0, then of its part 1, every chunk taking all the tile's
+// items as its tokens, so that an expert's weights are read once a tile instead of once an item. The tiles
+// in use (*n_tiles) are known on the device only: the launch is sized for the plan's bound and a block takes
+// a contiguous range of the chunks in use, read after the wait (the plan is built by the kernel before).
+template <int ROWS> struct planned_chunks {
+    static constexpr int R = ROWS;
+    static constexpr bool kDense = false, kXRow = false, kGather = true;
+    tc_expert_job j; // the plan's items stand for ids
+    const int32_t *sorted;
+    const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
+    const int32_t *n_tiles;
+    int cpp; // chunks per part
+    __device__ bool after_wait() const { return true; }
+    __device__ int count(int) const { return *n_tiles * j.parts() * cpp; }
+    __device__ int x_div() const { return j.x_div; }
+    __device__ chunk_t at(int c) const {
+        const int per_tile = j.parts() * cpp, q = c / per_tile, r = c % per_tile, part = r / cpp,
+                  cc = r % cpp;
+        const int4 ti = tiles[q];
+        const bool bad = ti.x < 0 || ti.x > j.e_max;
+        const size_t row = static_cast<size_t>(bad ? 0 : ti.x) * static_cast<size_t>(j.rows_per_expert) +
+                           static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * R;
+        return {(part ? j.w1 : j.w0) + row * j.rb,
+                min(R, j.n_part - cc * R),
+                0,
+                ti.z,
+                j.y + part * j.n_part + cc * R,
+                j.y_stride,
+                bad,
+                nullptr,
+                sorted + ti.y};
+    }
+};
+
+// Where token i of chunk k puts its outputs (row 0): its item's row (planned chunks) or the i-th at ystride.
+__device__ __forceinline__ float *out_row(const chunk_t &k, int i) {
+    const size_t r = k.items ? static_cast<size_t>(__ldg(k.items + i)) : static_cast<size_t>(i);
+    return k.y + r * static_cast<size_t>(k.ystride);
+}
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
@@ -139,13 +192,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr bool WA = R == kTileWa;
     static_assert(!WA || (!PAIR && !W16),
                   "the weights-as-A chunks take up to 8 tokens, one super-block a pass");
-    // this block's chunks: c0, c0 + cstep, ... (n_mine of them): every grid-th, or XROW a contiguous range
-    constexpr bool XR = Chunks::kXRow;
+    // this block's chunks: c0, c0 + cstep, ... (n_mine of them): every grid-th, or (XROW, planned chunks) a
+    // contiguous range; planned chunks count theirs after the wait
+    constexpr bool XR = Chunks::kXRow, GA = Chunks::kGather, RANGE = XR || GA;
     const int b = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
-    const int c0 = XR ? static_cast<int>(static_cast<int64_t>(b) * n_chunks / grid) : b,
-              cstep = XR ? 1 : grid;
-    const int n_mine = XR ? static_cast<int>(static_cast<int64_t>(b + 1) * n_chunks / grid) - c0
-                          : (n_chunks - b + grid - 1) / grid;
+    int c0, cstep, n_mine;
+    auto mine = [&](int n) {
+        c0 = RANGE ? static_cast<int>(static_cast<int64_t>(b) * n / grid) : b;
+        cstep = RANGE ? 1 : grid;
+        n_mine =
+            RANGE ? static_cast<int>(static_cast<int64_t>(b + 1) * n / grid) - c0 : (n - b + grid - 1) / grid;
+    };
+    mine(n_chunks);
 
     pdl_trigger();
     if (threadIdx.x == 0) {
@@ -174,21 +232,25 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
     pdl_wait();
+    if constexpr (GA) mine(ch.count(n_chunks)); // after_wait() holds for them: nothing issued yet
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
     constexpr int kRounds = XR ? 1 : kStageRounds;
-    auto stage = [&](const float *xr0, int n) {
+    auto stage_rows = [&](auto rows, int n) {
         if constexpr (tc_kind<TYPE>::kInorder)
-            stage_x_inorder<tc_kind<TYPE>::G, false, false, 0, kRounds>(xr0, n, ne0, x_stride, xs, xsc);
+            stage_x_inorder_rows<tc_kind<TYPE>::G, false, false, 0, kRounds>(rows, n, ne0, xs, xsc);
         else
-            stage_x_kquant<false, false, 0, kRounds>(xr0, n, nsb, x_stride, xs, xsum, xsc);
+            stage_x_kquant_rows<false, false, 0, kRounds>(rows, n, nsb, xs, xsum, xsc);
         __syncthreads();
     };
-    if constexpr (!XR) stage(x, nx);
-    const float *staged = nullptr; // XROW: the x row in the staging
+    auto stage = [&](const float *xr0, int n) { stage_rows(strided_rows{xr0, x_stride}, n); };
+    if constexpr (!XR && !GA) stage(x, nx);
+    const float *staged = nullptr;         // XROW: the x row in the staging
+    const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
+    const int xd = ch.x_div();
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -201,7 +263,17 @@ __global__ void __launch_bounds__(kWarps * 32)
                 staged = xp;
             }
         }
-        const int x0 = XR ? 0 : k.xrow; // the chunk's first token's row in the staging
+        if constexpr (GA)
+            if (k.items != staged_items) { // the same rule; the tile's items are its tokens 0 .. nt − 1
+                const int32_t *it = k.items;
+                stage_rows(
+                    [=](int r) {
+                        return x + static_cast<size_t>(__ldg(it + r) / xd) * static_cast<size_t>(x_stride);
+                    },
+                    k.nt);
+                staged_items = k.items;
+            }
+        const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
         const uint8_t *st = stages + static_cast<size_t>(j % ns) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
@@ -224,11 +296,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (WA && warp == 0 && 2 * t < k.nt) { // rows g, g + 8 of tokens 2t (s.x, s.z) and 2t + 1 (s.y, s.w)
             float4 s = sum_classes<kWarps>(part, j, lane);
             if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
-            float *y0 = k.y + static_cast<size_t>(2 * t) * static_cast<size_t>(k.ystride);
+            float *y0 = out_row(k, 2 * t);
             if (g < k.nr) y0[g] = s.x;
             if (g + 8 < k.nr) y0[g + 8] = s.z;
             if (2 * t + 1 < k.nt) {
-                float *y1 = y0 + k.ystride;
+                float *y1 = out_row(k, 2 * t + 1);
                 if (g < k.nr) y1[g] = s.y;
                 if (g + 8 < k.nr) y1[g + 8] = s.w;
             }
@@ -236,11 +308,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (!WA && warp == 0 && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
             if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
-            float *yt = k.y + static_cast<size_t>(g) * static_cast<size_t>(k.ystride);
+            float *yt = out_row(k, g);
             if (2 * t < k.nr) yt[2 * t] = s.x;
             if (2 * t + 1 < k.nr) yt[2 * t + 1] = s.y;
             if (W16 && g + 8 < k.nt) {
-                float *y8 = k.y + static_cast<size_t>(g + 8) * static_cast<size_t>(k.ystride);
+                float *y8 = out_row(k, g + 8);
                 if (2 * t < k.nr) y8[2 * t] = s.z;
                 if (2 * t + 1 < k.nr) y8[2 * t + 1] = s.w;
             }
@@ -465,6 +537,33 @@ int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream
     bool xrow;
     const int nx = job_x_rows(job, &xrow);
     return xrow ? experts_x<true>(type, job, ne0, nx, s) : experts_x<false>(type, job, ne0, nx, s);
+}
+
+bool tc_planned_takes(const tc_expert_job &job, int ne0) {
+    tc_plan p;
+    return tc_wa() && job.sh_items == 0 && plan(kTcPlanTile, ne0, job.rb, 1, kTileWa, p);
+}
+
+int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cuda_expert_plan &plan, int ne0,
+                            cudaStream_t s) {
+    if (plan.tile < 1 || plan.tile > kTcPlanTile || !plan.sorted || !plan.tiles || !plan.n_tiles ||
+        !tc_planned_takes(job, ne0))
+        return -1;
+    planned_chunks<kTileWa> ch;
+    ch.j = job;
+    ch.sorted = plan.sorted;
+    ch.tiles = static_cast<const int4 *>(plan.tiles);
+    ch.n_tiles = plan.n_tiles;
+    ch.cpp = (job.n_part + kTileWa - 1) / kTileWa;
+    const int64_t n_chunks =
+        plan.max_tiles * job.parts() * ch.cpp; // a bound: the tiles in use, on the device
+    if (n_chunks > INT_MAX) return -1;
+    int rc = -1; // -1 for a type not in the list
+    with_tc_type(type, [&](auto t) {
+        rc = launch_tc<decltype(t)::value>(ch, static_cast<int>(n_chunks), ne0, job.x, kTcPlanTile,
+                                           job.x_stride, job.rb, false, s);
+    });
+    return rc;
 }
 
 } // namespace ts_cu

@@ -10,6 +10,8 @@
 #ifndef TS_CUDA_GEMV_TC_H
 #define TS_CUDA_GEMV_TC_H
 
+#include "cuda/gemm.h"
+
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,6 +83,15 @@ bool tc_experts_wa(const tc_expert_job &job, int ne0);
 bool tc_experts_one_row(const tc_expert_job &job);
 // Whether tc_gemv takes the weights as A for a dense product of T tokens.
 bool tc_dense_wa(int ne0, size_t rb, int n_out, int T);
+
+// Grouped expert products (ts_cuda_matmul_experts_planned): the items of a plan's tile (gemm.h, tiles of at
+// most kTcPlanTile items of one expert) are one chunk's tokens, so an expert's rows are read once a tile. The
+// chunks are those of tc_gemv_experts with the weights as A, so an item's sums are the ones it gets there, bit
+// for bit. Whether the kernel takes the job (the weights as A fit; no shared items), and the launch.
+constexpr int kTcPlanTile = 8;
+bool tc_planned_takes(const tc_expert_job &job, int ne0);
+int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cuda_expert_plan &plan, int ne0,
+                            cudaStream_t s);
 
 // TURBOSPARK_CUDA_GEMV_TC, default on (read once).
 bool tc_gemv_enabled();

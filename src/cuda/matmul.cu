@@ -612,6 +612,28 @@ extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_c
     return tc_gemv_experts(W->type, merged, ni, s);
 }
 
+extern "C" int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                              const ts_cuda_tensor *W2, int64_t rows_per_expert,
+                                              int64_t row_off, int64_t n_out, const float *x_dev,
+                                              int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
+                                              cudaStream_t s) {
+    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || plan->n_items < 0) return -1;
+    // the job as ts_cuda_matmul_experts would make it for the plan's items (a stand-in id pointer: the
+    // items' ids are the plan's)
+    expert_args a;
+    const int32_t *ids = plan->sorted;
+    const int rc = expert_job(W, W2, ids, plan->n_items, rows_per_expert, row_off, n_out, x_dev, x_div,
+                              x_stride, y_dev, y_stride, &a);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    if (plan->tile > kTcPlanTile ||
+        !expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, row_off, n_out,
+                   W->row_bytes) ||
+        !tc_experts_wa(a, static_cast<int>(W->ne0)) || !tc_planned_takes(a, static_cast<int>(W->ne0)))
+        return 1;
+    a.ids = nullptr;
+    return tc_gemv_experts_planned(W->type, a, *plan, static_cast<int>(W->ne0), s);
+}
+
 extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev,
                                                   int64_t n_items, int64_t rows_per_expert, int64_t n_out,
                                                   const float *x_dev, int64_t x_stride, float *y_dev,

@@ -118,6 +118,21 @@ int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *i
                                        const ts_cuda_tensor *Sd, const float *sx, int64_t sx_stride,
                                        int64_t n_tok, float *sy, cudaStream_t s);
 
+/* ts_cuda_matmul_experts for the items of an expert plan (gemm.h) of tiles of up to 8 items
+ * (ts_cuda_expert_plan_build_tile(..., 8, ...)): the same arguments and outputs for every item i of the plan
+ * (expert ids_dev[i] of the ids the plan was built from), computed on the tensor-core GEMV with a tile's
+ * items as one chunk's tokens, so that each expert's rows are read once a tile rather than once an item;
+ * each item's sums are those ts_cuda_matmul_experts gives it, bit for bit. Returns 1, enqueuing nothing,
+ * where ts_cuda_matmul_experts would not run the product on the tensor cores with the weights as the MMAs' A
+ * operand (gemv_tc.h) or the plan's tiles are larger: the caller then calls ts_cuda_matmul_experts. 0 when
+ * enqueued, -1 for invalid arguments or a failed launch. PRECONDITIONS: those of ts_cuda_matmul_experts; the
+ * plan built on the same stream before this call. */
+typedef struct ts_cuda_expert_plan ts_cuda_expert_plan;
+int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                   const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                   int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                   float *y_dev, int64_t y_stride, cudaStream_t s);
+
 /* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
  * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):
  *

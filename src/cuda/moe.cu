@@ -55,6 +55,13 @@
 // grouped path, =0 never; ts_cuda_moe_force_grouped does the same from a test). The results do not depend on the path beyond fp32 rounding, nor, on the
 // grouped path, on how the items fall into tiles.
 //
+// Planned expert products (batched decode, below the grouped GEMMs): from kPlannedMinRows rows the same
+// plan with tiles of up to 8 items feeds the tensor-core GEMV (ts_cuda_matmul_experts_planned), a tile's
+// items as one chunk's tokens, so an expert's rows are read once a tile rather than once an item (at 64
+// rows, ~365 distinct experts a layer for 640 items); every item's sums are those of one GEMV per item, bit
+// for bit, so a token's result still does not depend on its batch. One plan kernel a layer, and the shared
+// expert's gate/up stays a launch of its own. TURBOSPARK_CUDA_MOE_PLANNED=0 never, =n from n rows (≥ 2).
+//
 // Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
 // w->sg (N), w->eo (N·k × H), w->gu (N·k × 2F: expert gate/up rows of stride G = 2F, used when
 // that stride is a multiple of 4 floats, i.e. every x/y row 16-byte aligned), and from w->scratch
@@ -101,12 +108,22 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
                                                  // ts_cuda_matmul, which reuse each weight for up to 8 rows)
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
+constexpr int64_t kPlannedMinRows = 16;          // planned expert GEMVs from this N (see the header)
 
 // The shared expert's products as more items of the routed launches (steps 3 and 6), unless
 // TURBOSPARK_CUDA_MOE_SHARED_MERGE=0 (read once).
 bool shared_merge_enabled() {
     static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
     return on;
+}
+
+// The fewest rows of the planned expert products: kPlannedMinRows, or TURBOSPARK_CUDA_MOE_PLANNED (0: never;
+// read at every layer's host work, so a test may compare both in one process).
+int64_t planned_min_rows() {
+    const char *v = getenv("TURBOSPARK_CUDA_MOE_PLANNED");
+    if (!v || !v[0]) return kPlannedMinRows;
+    const long n = strtol(v, nullptr, 10);
+    return n <= 0 ? INT64_MAX : n < 2 ? 2 : n;
 }
 
 // ts_cuda_moe_force_grouped, else TURBOSPARK_CUDA_MOE_GROUPED: -1 thresholds, 0 never, 1 always
@@ -557,9 +574,11 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     const size_t plan_bytes = ts_cuda_expert_plan_bytes(NK, E);
     const int mode = moe_grouped_mode();
     bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
-    grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    const bool plan_fits = plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    grouped = grouped && plan_fits;
+    const bool planned = !grouped && plan_fits && N >= planned_min_rows();
     int merged = 1; // 0: both gate/up products enqueued as one
-    if (!grouped && sh_fused && (fused || one_launch) && Fs == F && shared_merge_enabled())
+    if (!grouped && !planned && sh_fused && (fused || one_launch) && Fs == F && shared_merge_enabled())
         merged = ts_cuda_matmul_experts_shared(&gate, fused ? nullptr : up, ids, NK, fused ? 2 * F : F,
                                                fused ? 2 * F : F, x, k, H, gu, G, &L->ffn_gate_shexp,
                                                &L->ffn_up_shexp, sh, round_up4(2 * Fs), s);
@@ -573,8 +592,9 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
          ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0))
         return -1;
     ts_cuda_expert_plan plan;
-    if (grouped && ts_cuda_expert_plan_build(ids, NK, E, static_cast<char *>(w->scratch) + plan_off,
-                                             plan_bytes, &plan, s) != 0)
+    if ((grouped || planned) &&
+        ts_cuda_expert_plan_build_tile(ids, NK, E, grouped ? 0 : ts_cu::kTcPlanTile,
+                                       static_cast<char *>(w->scratch) + plan_off, plan_bytes, &plan, s) != 0)
         return -1;
     auto experts = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
                        int64_t n_out, const float *xs, int64_t x_div, int64_t x_stride, float *ys,
@@ -582,10 +602,17 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
         if (grouped && ts_cuda_gemm_tc_experts_takes(&plan, Wp->type, Wp->ne0, x_div)) // gemm_tc.h
             return ts_cuda_gemm_tc_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
                                            y_stride, s);
-        return grouped ? ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride,
-                                              ys, y_stride, s)
-                       : ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div,
-                                                x_stride, ys, y_stride, s);
+        if (grouped)
+            return ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
+                                        y_stride, s);
+        if (planned) { // 1: the GEMV would not run it with the weights as A (the same sums as below otherwise)
+            const int rc = ts_cuda_matmul_experts_planned(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div,
+                                                          x_stride, ys, y_stride, s);
+            w->moe_planned += rc == 0;
+            if (rc <= 0) return rc;
+        }
+        return ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
+                                      y_stride, s);
     };
     int rc = 0;
     if (merged == 0) // enqueued above with the shared expert's

@@ -145,6 +145,13 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
 
+// x row r at x + r·stride: the staging's rows where they lie at a fixed stride (listed rows: gemv_tc.cu).
+struct strided_rows {
+    const float *x;
+    int64_t stride;
+    __device__ const float *operator()(int r) const { return x + static_cast<size_t>(r) * stride; }
+};
+
 // The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input (or
 // nullptr for a unit past the row's inputs, staged as zeros) and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
@@ -179,14 +186,13 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
 // (tc_x_residual). COH: as load_unit.
-template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
-__device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
-                                           Store store) {
+// rows(r): the first input of x row r (strided_rows, or the grouped GEMV's gathered rows).
+template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows, class Store>
+__device__ inline void stage_x_kquant_rows_each(Rows rows, int nx, int nsb, Store store) {
     const int units = nx * nsb * 16;
     auto at = [&](int u) { // unit u's first input
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
-        return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
-               16 * (q & 1);
+        return rows(rs / nsb) + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) + 16 * (q & 1);
     };
     stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
@@ -207,17 +213,20 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
         store(rs, t, q, a, sum, other, inv);
     });
 }
+template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
+__device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                           Store store) {
+    stage_x_kquant_rows_each<RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, nsb, store);
+}
 
 // The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
 // word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
 // 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
-template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
-__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
-                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
-                                      int sum_step = 4, int sc_step = 1) {
-    stage_x_kquant_each<RES, COH, NT, ROUNDS>(
-        x, nx, nsb, x_stride,
-        [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
+template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows>
+__device__ inline void stage_x_kquant_rows(Rows rows, int nx, int nsb, uint32_t *xs, uint2 *xsum, float *xsc,
+                                           int xs_step = kTcXsSuper, int sum_step = 4, int sc_step = 1) {
+    stage_x_kquant_rows_each<RES, COH, NT, ROUNDS>(
+        rows, nx, nsb, [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
             const int h = q >> 1, j = q & 1;
             uint32_t *lane_xs = xs + static_cast<size_t>(rs) * xs_step + t * kTcXsLane;
 #pragma unroll
@@ -232,19 +241,26 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
             }
         });
 }
+template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
+__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
+                                      int sum_step = 4, int sc_step = 1) {
+    stage_x_kquant_rows<RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, nsb, xs, xsum, xsc, xs_step,
+                                              sum_step, sc_step);
+}
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
 // for the missing inputs. RES: the residual of x's own rounding (tc_x_residual). COH: as load_unit.
-template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
-__device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
-                                       uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
+template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows>
+__device__ inline void stage_x_inorder_rows(Rows rows, int nx, int ne0, uint32_t *xs, float *xsc,
+                                            int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
     const int ng = (ne0 + G - 1) / G, units = nx * ng * UPG;
     auto at = [&](int u) -> const float * { // unit u's first input; rg = row·ng + group
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
-        return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
+        return i < ne0 ? rows(rg / ng) + i : nullptr;
     };
     stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
@@ -263,6 +279,12 @@ __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int 
         for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
         if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
     });
+}
+template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
+__device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
+                                       uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
+    stage_x_inorder_rows<G, RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, ne0, xs, xsc, xs_step,
+                                                  sc_step);
 }
 
 } // namespace ts_cu

@@ -270,7 +270,7 @@ size_t ts_memplan_expert_plan_bytes_for(int64_t n, int64_t max_tiles) {
 size_t ts_memplan_expert_plan_bytes(int64_t n_items, int64_t n_experts) {
     if (n_items < 0 || ts_memplan_expert_plan_ranges(n_experts) == 0) return 0;
     int64_t mt = 0;
-    for (int tt = 16; tt <= 64; tt *= 2) {
+    for (int tt = 8; tt <= 64; tt *= 2) {
         const int64_t m = ts_memplan_expert_plan_max_tiles(n_items, n_experts, tt);
         if (m > mt) mt = m;
     }

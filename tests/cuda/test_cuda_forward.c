@@ -11,7 +11,9 @@
  *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (5e-5);
  *   (1-3 within 2e-2 where the tensor-core products round x, against a CPU that rounds the same operands
  *   the same way, TURBOSPARK_CPU_ROUND_X: g_resid_bound below says why);
- *   4. graph replay equal to eager execution over greedy decode steps;
+ *   4. graph replay equal to eager execution over greedy decode steps; the hyper-connection writes left to
+ *      the reads that follow them (4b) and the expert products run as planned GEMVs (4c) equal to the
+ *      separate kernels, bit for bit;
  *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone;
  *   6. a copied session and one restored from a snapshot continue as the original;
  *   7. snapshots kept in GPU memory (ts_cuda_params.snapshot_bytes) hold the same bytes as host ones,
@@ -38,6 +40,7 @@
 
 static int failures;
 static int64_t g_hc_deferred; /* hyper-connection writes left to reads in step 4b, over all models */
+static int64_t g_moe_planned; /* expert products run as planned GEMVs in step 4c, over all models */
 
 #define CHECK(cond, ...)                                                                                     \
     do {                                                                                                     \
@@ -286,6 +289,39 @@ static void check_model(const char *name, const char *path) {
                " of them) vs apart: %" PRId64 " logits differ\n",
                ub, deferred, differ);
         CHECK(ra == 0 && rb == 0 && differ == 0, "writes in the reads change %" PRId64 " logits", differ);
+        ts_session_free(sa), ts_session_free(sb);
+    }
+
+    /* 4c: the expert products of micro-batches of 16 and 5 rows as planned GEMVs (moe.cu: an expert's items
+       as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED=2, from 2 rows) equal one GEMV an item, bit for bit
+       (m2's context runs eagerly, so the switch is read at every layer; a model whose products the GEMV does
+       not take with the weights as A runs none, and says so; main checks that some model did) */
+    for (int k = 0; k < 2; k++) {
+        const int64_t ub = k ? 5 : 16;
+        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
+        const char *was = getenv("TURBOSPARK_CUDA_MOE_PLANNED");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("TURBOSPARK_CUDA_MOE_PLANNED", "0", 1);
+        ts_session *sa = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
+        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
+        setenv("TURBOSPARK_CUDA_MOE_PLANNED", "2", 1);
+        const int64_t before = ts_cuda_moe_planned_products(cx);
+        ts_session *sb = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
+        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
+        const int64_t planned = ts_cuda_moe_planned_products(cx) - before;
+        if (saved)
+            setenv("TURBOSPARK_CUDA_MOE_PLANNED", saved, 1);
+        else
+            unsetenv("TURBOSPARK_CUDA_MOE_PLANNED");
+        free(saved);
+        g_moe_planned += planned;
+        int64_t differ = 0;
+        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
+            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
+        printf("  micro-batch %" PRId64 ", planned expert products (%" PRId64
+               " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
+               ub, planned, differ);
+        CHECK(ra == 0 && rb == 0 && differ == 0, "planned expert products change %" PRId64 " logits", differ);
         ts_session_free(sa), ts_session_free(sb);
     }
 
@@ -574,6 +610,13 @@ int main(int argc, char **argv) {
     if (argc <= 2 && !(hd && hd[0] == '0') && g_hc_deferred == 0) {
         printf("FAIL: no model left a hyper-connection write to its read: step 4b compared one path with "
                "itself\n");
+        failures++;
+    }
+    const char *pl = getenv("TURBOSPARK_CUDA_MOE_PLANNED"), *gt = getenv("TURBOSPARK_CUDA_GEMV_TC"),
+               *wa = getenv("TURBOSPARK_TC_WA");
+    if (argc <= 2 && !(pl && pl[0] == '0') && !(gt && gt[0] == '0') && !(wa && wa[0] == '0') &&
+        g_moe_planned == 0) {
+        printf("FAIL: no model ran a planned expert product: step 4c compared one path with itself\n");
         failures++;
     }
     printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);

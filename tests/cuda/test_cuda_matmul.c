@@ -11,7 +11,8 @@
  * 2), and x read through L1 instead of shared memory ("x-L1"; also what T·ne0 > 12288 takes). The output is
  * poisoned with NaN before each launch, so an unwritten element fails. Also: expert products
  * (run_experts_case), the shared expert's gate/up and down riding in the routed launches
- * (run_shared_merge_case, run_shared_down_case),
+ * (run_shared_merge_case, run_shared_down_case), the planned expert products (an expert's items as one
+ * chunk's tokens: run_planned_case),
  * and the split product of a hyper-connection read, plain and with the write before it made on the way
  * in (run_split_case).
  *
@@ -685,6 +686,80 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     return !ok;
 }
 
+/* ts_cuda_matmul_experts_planned (a plan's tiles of up to 8 items of one expert as one chunk's tokens)
+ * against ts_cuda_matmul_experts on the same items, bit for bit: n items over 24 experts (full and partial
+ * tiles of 8), two of them out of range (NaN rows on both sides), n_out 200 (a last chunk of 8 rows), one or
+ * two parts, x rows shared by x_div items or one an item (the downs: ne0 640). */
+static int run_planned_case(uint32_t type, int64_t ne0, int n, int x_div, int parts, uint64_t seed) {
+    enum { E = 24 };
+    const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"), *wa = getenv("TURBOSPARK_TC_WA"),
+               *xr = getenv("TURBOSPARK_TC_XROW");
+    if ((tc && tc[0] == '0') || (wa && wa[0] == '0') || (x_div == 1 && xr && xr[0] == '0')) {
+        printf("  planned experts %-5s: skipped (the tensor-core GEMV is off, takes the weights as B or "
+               "takes no "
+               "routed downs)\n",
+               ts_type_name(type));
+        return 0;
+    }
+    const int64_t n_out = 200, ys = parts * n_out + 8, nx = (n + x_div - 1) / x_div;
+    const int64_t ne1[2] = {n_out, n_out}, ne2[2] = {E, E};
+    qjob q[2];
+    ts_gguf_tensor host[2];
+    ts_cuda_tensor dev[2];
+    if (make_weights(parts, type, ne0, ne1, ne2, seed, q, host, dev)) return 1;
+    rng_t r = {mix64(seed)};
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_unit(&r) * E) % E;
+    ids[n / 3] = -1, ids[n - 1] = E + 5;
+    const size_t nxe = (size_t)(nx * ne0), ny = (size_t)n * (size_t)ys;
+    float *x = malloc(nxe * sizeof *x);
+    for (size_t i = 0; i < nxe; i++) x[i] = (float)rng_gauss(&r);
+    float *x_d, *y_d, *y2_d;
+    int32_t *ids_d;
+    void *scr;
+    const size_t scr_bytes = ts_cuda_expert_plan_bytes(n, E);
+    TS_CUDA_CHECK(cudaMalloc((void **)&x_d, nxe * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y_d, ny * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y2_d, ny * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, (size_t)n * sizeof *ids));
+    TS_CUDA_CHECK(cudaMalloc(&scr, scr_bytes));
+    TS_CUDA_CHECK(cudaMemcpy(x_d, x, nxe * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemset(y2_d, 0xFF, ny * sizeof(float)));
+    ts_cuda_expert_plan plan;
+    int rc = ts_cuda_expert_plan_build_tile(ids_d, n, E, 8, scr, scr_bytes, &plan, 0);
+    const int planned = rc ? -1
+                           : ts_cuda_matmul_experts_planned(&plan, &dev[0], parts > 1 ? &dev[1] : NULL, n_out,
+                                                            0, n_out, x_d, x_div, ne0, y_d, ys, 0);
+    rc |= ts_cuda_matmul_experts(&dev[0], parts > 1 ? &dev[1] : NULL, ids_d, n, n_out, 0, n_out, x_d, x_div,
+                                 ne0, y2_d, ys, 0);
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    float *y = to_host(y_d, ny), *y2 = to_host(y2_d, ny);
+    const int64_t differ = bits_differ(y, y2, ny);
+    int64_t unwritten = 0; /* 0xFF bytes are a NaN: count the written rows of good items that are NaN */
+    for (int i = 0; i < n; i++)
+        for (int64_t o = 0; ids[i] >= 0 && ids[i] < E && o < parts * n_out; o++)
+            unwritten += y[(size_t)i * (size_t)ys + (size_t)o] != y[(size_t)i * (size_t)ys + (size_t)o];
+    const int ok = planned == 0 && rc == 0 && differ == 0 && unwritten == 0;
+    printf("  planned experts %-5s %5lld -> %d x %lld, %d items, x_div %d: %s  (%s; %lld outputs differ from "
+           "one "
+           "GEMV an item, %lld unwritten)\n",
+           ts_type_name(type), (long long)ne0, parts, (long long)n_out, n, x_div, ok ? "ok  " : "FAIL",
+           planned == 0  ? "planned"
+           : planned > 0 ? "NOT planned"
+                         : "refused",
+           (long long)differ, (long long)unwritten);
+    TS_CUDA_CHECK(cudaFree(x_d));
+    TS_CUDA_CHECK(cudaFree(y_d));
+    TS_CUDA_CHECK(cudaFree(y2_d));
+    TS_CUDA_CHECK(cudaFree(ids_d));
+    TS_CUDA_CHECK(cudaFree(scr));
+    free_weights(parts, q, dev);
+    free(ids), free(x), free(y), free(y2);
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -772,6 +847,11 @@ int main(int argc, char **argv) {
         const uint32_t down[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_0, TS_TYPE_Q8_0};
         for (int m = 0; m < 3; m++) fails += run_shared_down_case(down[m], seed + 600 + (uint64_t)m);
     }
+    fails += run_planned_case(TS_TYPE_Q4_K, 2560, 160, 10, 2, seed + 700);
+    fails += run_planned_case(TS_TYPE_Q5_K, 2560, 150, 10, 1, seed + 701);
+    fails += run_planned_case(TS_TYPE_Q6_K, 2560, 64, 4, 2, seed + 702);
+    fails += run_planned_case(TS_TYPE_Q8_0, 640, 640, 1, 1, seed + 703);
+    fails += run_planned_case(TS_TYPE_Q5_0, 640, 250, 1, 1, seed + 704);
     for (int m = 0; m < 6; m++)
         fails += run_shared_merge_case(m % 3 == 0 ? 1 : m % 3 == 1 ? 3 : 12, m / 3, seed + 500 + (uint64_t)m);
     {

@@ -240,10 +240,10 @@ static void test_released_work(void **state) {
              N * 160 * 72 /* tensor-core x records: 10,240 inputs, two records a row */);
     assert_int_equal(regions, 576917504);
     /* GDN: α 512·48·4 = 98,304, then the chunks' T and P 512·48·128·4 = 12,582,912; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
-     * items: 20,480 + 800 tiles·16 + 256 = 33,536 */
+     * items: 20,480 + the most tiles (those of 8 items: (5,120 + 513·7) / 8 = 1,088)·16 = 17,408 + 256 = 38,144 */
     assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304 + 12582912);
-    assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 33536);
-    assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 33536);
+    assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 38144);
+    assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 38144);
     /* QSA at 4,096: 1,024 blocks > 512: selected blocks 512·512·4 = 1,048,576, scores of 512 rows
      * (16 M floats / 1,024 blocks = 16,384 ≥ 512) 512·1024·4 = 2,097,152; partials largest at 127
      * rows, dense, 2 splits: 254·24·256·4 = 6,242,304 and 254·24·2·4 = 48,768 → 48,896 */
