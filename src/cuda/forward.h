@@ -97,6 +97,9 @@ int64_t ts_cuda_hc_writes_deferred(const ts_cuda_ctx *c);
 /* Tests: how many expert products this context has run as planned GEMVs (src/cuda/moe.cu: the items of an
  * expert as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED), counted as the forwards were enqueued. */
 int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c);
+/* Tests: how many MoE blocks of this context computed the SwiGLU in their down launch (src/cuda/moe.cu, one
+ * token; TURBOSPARK_CUDA_SWIGLU_STAGED=0 stops it). */
+int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c);
 
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds

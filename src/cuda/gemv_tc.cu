@@ -27,6 +27,7 @@ extern "C" {
 }
 #include "cuda/cuda_device.h"
 #include "cuda/gemv_tc_dot.cuh"
+#include "cuda/layers.h"
 #include "cuda/gemv_tc.h"
 #include "cuda/tc_stage.cuh"
 #include "cuda/pdl.cuh"
@@ -65,7 +66,7 @@ struct chunk_t {
 // ts_cuda_matmul: chunk c is rows R·c .. R·c + R − 1 for all T tokens.
 template <int ROWS> struct dense_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = true, kXRow = false, kGather = false;
+    static constexpr bool kDense = true, kXRow = false, kGather = false, kSwiglu = false;
     const uint8_t *w;
     size_t rb;
     int n_out, T;
@@ -88,10 +89,11 @@ template <int ROWS> struct dense_chunks {
 
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1. XROW: the block
 // stages one x row at a time, its chunks' (a block takes a contiguous range of chunks, so an item's chunks
-// mostly fall to one block and its x row is staged once there).
-template <int ROWS, bool XROW> struct expert_chunks {
+// mostly fall to one block and its x row is staged once there). SWI: x rows of gate values (j.up_off).
+template <int ROWS, bool XROW, bool SWI = false> struct expert_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = false, kXRow = XROW, kGather = false;
+    static constexpr bool kDense = false, kXRow = XROW, kGather = false, kSwiglu = SWI;
+    static_assert(!SWI || XROW, "the SwiGLU of gate and up rows is staged one x row at a time");
     tc_expert_job j;
     int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
@@ -137,7 +139,7 @@ template <int ROWS, bool XROW> struct expert_chunks {
 // a contiguous range of the chunks in use, read after the wait (the plan is built by the kernel before).
 template <int ROWS> struct planned_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = false, kXRow = false, kGather = true;
+    static constexpr bool kDense = false, kXRow = false, kGather = true, kSwiglu = false;
     tc_expert_job j; // the plan's items stand for ids
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
@@ -162,6 +164,35 @@ template <int ROWS> struct planned_chunks {
                 bad,
                 nullptr,
                 sorted + ti.y};
+    }
+};
+
+// The gathered x rows of a planned chunk: row r of the staging is item items[r]'s, x + ⌊item / xd⌋·stride.
+struct listed_rows {
+    const float *x;
+    int64_t stride;
+    const int32_t *items;
+    int xd;
+    __device__ const float *operator()(int r) const {
+        return x + static_cast<size_t>(__ldg(items + r) / xd) * static_cast<size_t>(stride);
+    }
+    template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
+        load_unit<COH>(p, ok, v);
+    }
+};
+
+// Rows of gate values with the up values up floats further: a unit's inputs are h = silu(gate)·up, as the
+// MoE's swiglu_kernel computes them (moe.cu; zeros past the row, as silu(0)·0).
+struct swiglu_rows {
+    strided_rows rows;
+    int64_t up;
+    __device__ const float *operator()(int r) const { return rows(r); }
+    template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
+        float u[16];
+        load_unit<COH>(p, ok, v);
+        load_unit<COH>(ok ? p + up : p, ok, u);
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = ts_dsilu(v[i]) * u[i];
     }
 };
 
@@ -246,7 +277,12 @@ __global__ void __launch_bounds__(kWarps * 32)
             stage_x_kquant_rows<false, false, 0, kRounds>(rows, n, nsb, xs, xsum, xsc);
         __syncthreads();
     };
-    auto stage = [&](const float *xr0, int n) { stage_rows(strided_rows{xr0, x_stride}, n); };
+    auto stage = [&](const float *xr0, int n) {
+        if constexpr (Chunks::kSwiglu)
+            stage_rows(swiglu_rows{strided_rows{xr0, x_stride}, ch.j.up_off}, n);
+        else
+            stage_rows(strided_rows{xr0, x_stride}, n);
+    };
     if constexpr (!XR && !GA) stage(x, nx);
     const float *staged = nullptr;         // XROW: the x row in the staging
     const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
@@ -265,12 +301,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         if constexpr (GA)
             if (k.items != staged_items) { // the same rule; the tile's items are its tokens 0 .. nt − 1
-                const int32_t *it = k.items;
-                stage_rows(
-                    [=](int r) {
-                        return x + static_cast<size_t>(__ldg(it + r) / xd) * static_cast<size_t>(x_stride);
-                    },
-                    k.nt);
+                stage_rows(listed_rows{x, x_stride, k.items, xd}, k.nt);
                 staged_items = k.items;
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
@@ -475,10 +506,11 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
 
 namespace {
 
-// Runs an expert job with chunks of R rows, staging all nx x rows or (XROW) one at a time.
-template <int R, bool XROW>
+// Runs an expert job with chunks of R rows, staging all nx x rows or (XROW) one at a time (SWI: the SwiGLU of
+// gate and up rows, job.up_off).
+template <int R, bool XROW, bool SWI>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    expert_chunks<R, XROW> ch;
+    expert_chunks<R, XROW, SWI> ch;
     ch.j = job;
     ch.cpp = (job.n_part + R - 1) / R;
     const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
@@ -497,9 +529,10 @@ int job_x_rows(const tc_expert_job &job, bool *xrow) {
     return nx;
 }
 
-template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    if (tc_experts_wa(job, ne0)) return experts_r<kTileWa, XROW>(type, job, ne0, nx, s);
-    return experts_r<kTile, XROW>(type, job, ne0, nx, s);
+template <bool XROW, bool SWI = false>
+int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
+    if (tc_experts_wa(job, ne0)) return experts_r<kTileWa, XROW, SWI>(type, job, ne0, nx, s);
+    return experts_r<kTile, XROW, SWI>(type, job, ne0, nx, s);
 }
 
 } // namespace
@@ -536,12 +569,13 @@ int64_t tc_experts_staged_rows(int64_t x_rows) {
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
     bool xrow;
     const int nx = job_x_rows(job, &xrow);
+    if (job.up_off) return xrow ? experts_x<true, true>(type, job, ne0, nx, s) : -1;
     return xrow ? experts_x<true>(type, job, ne0, nx, s) : experts_x<false>(type, job, ne0, nx, s);
 }
 
 bool tc_planned_takes(const tc_expert_job &job, int ne0) {
     tc_plan p;
-    return tc_wa() && job.sh_items == 0 && plan(kTcPlanTile, ne0, job.rb, 1, kTileWa, p);
+    return tc_wa() && job.sh_items == 0 && job.up_off == 0 && plan(kTcPlanTile, ne0, job.rb, 1, kTileWa, p);
 }
 
 int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cuda_expert_plan &plan, int ne0,

@@ -43,6 +43,10 @@ struct tc_expert_job {
     int64_t sy_stride;
     const float *sx;
     int64_t sx_stride;
+    // up_off > 0 (one x row at a time only): every x row (sx's too) holds gate values, the up values lie
+    // up_off floats further, and the kernel stages h = silu(gate)·up, as the MoE's SwiGLU kernel computes
+    // it (moe.cu: the x rounding that follows leaves that kernel's own rounding of h as it is)
+    int64_t up_off;
     __host__ __device__ int parts() const { return w1 ? 2 : 1; }
 };
 

@@ -195,6 +195,7 @@ typedef struct ts_cuda_work {
     float *sg;             /* N shared-expert gate logits */
     unsigned *route_count; /* N block counters of the fused router kernel, 0 between launches */
     int64_t moe_planned;   /* host side: expert products run as planned GEMVs so far (moe.cu) */
+    int64_t swiglu_staged; /* host side: MoE blocks whose down launch computed the SwiGLU so far (moe.cu) */
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */

@@ -638,12 +638,12 @@ extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const
                                                   int64_t n_items, int64_t rows_per_expert, int64_t n_out,
                                                   const float *x_dev, int64_t x_stride, float *y_dev,
                                                   int64_t y_stride, const ts_cuda_tensor *Sd, const float *sx,
-                                                  int64_t sx_stride, int64_t n_tok, float *sy,
+                                                  int64_t sx_stride, int64_t n_tok, float *sy, int64_t up_off,
                                                   cudaStream_t s) {
     expert_args a;
     const int rc = expert_job(W, nullptr, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, 1, x_stride,
                               y_dev, y_stride, &a);
-    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1) return -1;
+    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1 || up_off < 0 || up_off % 4 != 0) return -1;
     if (rc > 0 || !ids_dev) return 1;
     const int64_t ne0 = W->ne0;
     const auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
@@ -655,6 +655,7 @@ extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const
     merged.sw0 = static_cast<const uint8_t *>(Sd->data), merged.sw1 = nullptr;
     merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
     merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
+    merged.up_off = up_off;
     // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, 1,
     // sy) both on the tensor-core GEMV (at one token never the GEMM), with the merged launch's chunks
     const int ni = static_cast<int>(ne0);

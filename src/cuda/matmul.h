@@ -109,14 +109,17 @@ int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor 
 
 /* The routed down products of ts_cuda_matmul_experts (ids set, x_div 1, one part) and the shared expert's
  * down of one token (n_tok 1) in one launch: the shared product as one more item, reading its x at sx and
- * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums). Returns 1, enqueuing
- * nothing, for more tokens and where the tensor-core GEMV would not run both alone with the merged
- * launch's chunks: the caller then makes the two calls. */
+ * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums). up_off > 0 (a multiple of
+ * 4): x_dev's rows and sx hold gate values and the up values lie up_off floats further; the products then
+ * read h = silu(gate)·up, computed as the MoE's SwiGLU kernel computes it, whose rounding of the routed rows
+ * the products' own rounding of x leaves as it is (the same sums as that kernel and then this call with
+ * up_off 0). Returns 1, enqueuing nothing, for more tokens and where the tensor-core GEMV would not run both
+ * alone with the merged launch's chunks: the caller then makes the two calls. */
 int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev, int64_t n_items,
                                        int64_t rows_per_expert, int64_t n_out, const float *x_dev,
                                        int64_t x_stride, float *y_dev, int64_t y_stride,
                                        const ts_cuda_tensor *Sd, const float *sx, int64_t sx_stride,
-                                       int64_t n_tok, float *sy, cudaStream_t s);
+                                       int64_t n_tok, float *sy, int64_t up_off, cudaStream_t s);
 
 /* ts_cuda_matmul_experts for the items of an expert plan (gemm.h) of tiles of up to 8 items
  * (ts_cuda_expert_plan_build_tile(..., 8, ...)): the same arguments and outputs for every item i of the plan

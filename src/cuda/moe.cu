@@ -117,6 +117,12 @@ bool shared_merge_enabled() {
     return on;
 }
 
+// The SwiGLU computed by the down launch at one token (steps 5–7), unless TURBOSPARK_CUDA_SWIGLU_STAGED=0 (read
+// at every layer's host work, so a test may compare both in one process).
+bool swiglu_staged_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_SWIGLU_STAGED");
+}
+
 // The fewest rows of the planned expert products: kPlannedMinRows, or TURBOSPARK_CUDA_MOE_PLANNED (0: never;
 // read at every layer's host work, so a test may compare both in one process).
 int64_t planned_min_rows() {
@@ -505,6 +511,14 @@ extern "C" void ts_cuda_moe_force_grouped(int mode) {
 
 namespace {
 
+// Step 8: y = σ(sg)·y + Σ_j w_j·eo_j.
+int launch_combine(ts_cuda_work *w, float *y, int64_t N, int64_t H, int64_t k, cudaStream_t s) {
+    const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
+                                        static_cast<const float *>(w->sg), static_cast<const float *>(w->eo),
+                                        static_cast<const float *>(w->topk_w), N, H, static_cast<int>(k));
+    return e == cudaSuccess ? 0 : -1;
+}
+
 int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y, bool combine,
         cudaStream_t s) {
     if (!w || !w->hp || !L || !x || !y || N < 0 || N > w->max_rows) return -1;
@@ -626,6 +640,18 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
              experts(up, nullptr, F, F, x, k, H, gu + uoff, G);
     if (rc != 0) return -1;
 
+    // 5–7 at one token, where the down launch below takes the shared expert's down too: that launch computes
+    //    h = silu(gate) ⊙ up while staging its x rows (the same h, the same sums: ts_cuda_matmul_experts_shared_down
+    //    with up_off), no SwiGLU kernel; TURBOSPARK_CUDA_SWIGLU_STAGED=0 keeps the kernel
+    if (!grouped && N == 1 && shared_merge_enabled() && swiglu_staged_enabled() && uoff == sh_uoff &&
+        uoff > 0) {
+        const int m = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, uoff, s);
+        if (m < 0) return -1;
+        w->swiglu_staged += m == 0;
+        if (m == 0) return combine ? launch_combine(w, y, N, H, k, s) : 0;
+    }
+
     // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass, the experts' rows rounded for their
     //    down products where the tensor-core GEMM may take those (see the top of this file)
     const swiglu_part pe = {gu, gu + uoff, NK, G, F};
@@ -644,18 +670,14 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     int merged_down = 1;
     if (!grouped && N == 1 && shared_merge_enabled())
         merged_down = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
-                                                         &L->ffn_down_shexp, sh, Fs, N, y, s);
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, 0, s);
     if (merged_down < 0) return -1;
     if (merged_down > 0 && (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0 ||
                             experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0))
         return -1;
 
     // 8. y = σ(sg)·y + Σ_j w_j·eo_j (or, uncombined, in the next hyper-connection write)
-    if (!combine) return 0;
-    const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
-                                        static_cast<const float *>(w->sg), static_cast<const float *>(w->eo),
-                                        static_cast<const float *>(w->topk_w), N, H, static_cast<int>(k));
-    return e == cudaSuccess ? 0 : -1;
+    return combine ? launch_combine(w, y, N, H, k, s) : 0;
 }
 
 } // namespace

@@ -145,11 +145,16 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
 
-// x row r at x + r·stride: the staging's rows where they lie at a fixed stride (listed rows: gemv_tc.cu).
+// The rows of a staging: rows(r) is the first input of x row r, and rows.load<COH>(p, ok, v) a unit's 16
+// inputs from p (zeros when !ok). strided_rows: x + r·stride, the inputs as they are; the GEMV's gathered
+// rows and its SwiGLU of gate and up rows (gemv_tc.cu) are others.
 struct strided_rows {
     const float *x;
     int64_t stride;
     __device__ const float *operator()(int r) const { return x + static_cast<size_t>(r) * stride; }
+    template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
+        load_unit<COH>(p, ok, v);
+    }
 };
 
 // The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input (or
@@ -158,8 +163,13 @@ struct strided_rows {
 // round (the shuffles inside need all lanes), ok = u < units. NT: only threads 0 .. NT − 1 stage (whole
 // warps; the persistent chain's copy warp does not), 0: the whole block. ROUNDS: the rounds loaded before
 // any is converted (fewer registers where one round covers x, as the GEMV's one-row staging).
-template <bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class At, class Convert>
-__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
+// load(p, ok, v): a unit's inputs (load_unit by default).
+template <bool COH> struct unit_load {
+    __device__ void operator()(const float *p, bool ok, float (&v)[16]) const { load_unit<COH>(p, ok, v); }
+};
+template <bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class At, class Convert,
+          class Load = unit_load<COH>>
+__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert, Load load = Load{}) {
     const int nt = NT ? NT : static_cast<int>(blockDim.x); // the staging threads: 0 .. nt − 1
     for (int u0 = 0; u0 < units; u0 += ROUNDS * nt) {
         float v[ROUNDS][16];
@@ -168,7 +178,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
             if (u0 + r * nt >= units) break; // the same for the whole block
             const int u = u0 + r * nt + static_cast<int>(threadIdx.x);
             const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
-            load_unit<COH>(p, p != nullptr, v[r]);
+            load(p, p != nullptr, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < ROUNDS; r++) {
@@ -186,7 +196,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
 // (tc_x_residual). COH: as load_unit.
-// rows(r): the first input of x row r (strided_rows, or the grouped GEMV's gathered rows).
+// rows: the staging's rows (strided_rows above).
 template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows, class Store>
 __device__ inline void stage_x_kquant_rows_each(Rows rows, int nx, int nsb, Store store) {
     const int units = nx * nsb * 16;
@@ -194,24 +204,29 @@ __device__ inline void stage_x_kquant_rows_each(Rows rows, int nx, int nsb, Stor
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
         return rows(rs / nsb) + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) + 16 * (q & 1);
     };
-    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
-        float v[16];
+    const auto load = [&](const float *p, bool ok, float(&v)[16]) { rows.template load<COH>(p, ok, v); };
+    stage_rounds<COH, NT, ROUNDS>(
+        units, at,
+        [&](int u, bool ok, const float(&x16)[16]) {
+            float v[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = x16[i];
-        if constexpr (RES) tc_x_residual<16>(v);
-        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-        float amax = unit_amax(v);
+            for (int i = 0; i < 16; i++) v[i] = x16[i];
+            if constexpr (RES) tc_x_residual<16>(v);
+            const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+            float amax = unit_amax(v);
 #pragma unroll
-        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        uint32_t a[8];
-        float sum = tc_x_quarter(v, scale, a);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
-        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
-        if (!ok) return;
-        store(rs, t, q, a, sum, other, inv);
-    });
+            for (int off = 1; off < 16; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            uint32_t a[8];
+            float sum = tc_x_quarter(v, scale, a);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the sub-block's sum (quarters j = 0, 1)
+            const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+            if (!ok) return;
+            store(rs, t, q, a, sum, other, inv);
+        },
+        load);
 }
 template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
 __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
@@ -262,23 +277,28 @@ __device__ inline void stage_x_inorder_rows(Rows rows, int nx, int ne0, uint32_t
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
         return i < ne0 ? rows(rg / ng) + i : nullptr;
     };
-    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
-        float v[16];
+    const auto load = [&](const float *p, bool ok, float(&v)[16]) { rows.template load<COH>(p, ok, v); };
+    stage_rounds<COH, NT, ROUNDS>(
+        units, at,
+        [&](int u, bool ok, const float(&x16)[16]) {
+            float v[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = x16[i];
-        if constexpr (RES) tc_x_residual<UPG>(v);
-        const int m = u % UPG, rg = u / UPG;
-        float amax = unit_amax(v);
+            for (int i = 0; i < 16; i++) v[i] = x16[i];
+            if constexpr (RES) tc_x_residual<UPG>(v);
+            const int m = u % UPG, rg = u / UPG;
+            float amax = unit_amax(v);
 #pragma unroll
-        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        if (!ok) return;
-        uint32_t *w = xs + static_cast<size_t>(rg) * xs_step + m * 8;
+            for (int off = 1; off < UPG; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            if (!ok) return;
+            uint32_t *w = xs + static_cast<size_t>(rg) * xs_step + m * 8;
 #pragma unroll
-        for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
-        if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
-    });
+            for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
+            if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
+        },
+        load);
 }
 template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,

@@ -12,8 +12,8 @@
  *   (1-3 within 2e-2 where the tensor-core products round x, against a CPU that rounds the same operands
  *   the same way, TURBOSPARK_CPU_ROUND_X: g_resid_bound below says why);
  *   4. graph replay equal to eager execution over greedy decode steps; the hyper-connection writes left to
- *      the reads that follow them (4b) and the expert products run as planned GEMVs (4c) equal to the
- *      separate kernels, bit for bit;
+ *      the reads that follow them (4b), the expert products run as planned GEMVs (4c) and the SwiGLU made by
+ *      the down launch (4d) equal to the separate kernels, bit for bit;
  *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone;
  *   6. a copied session and one restored from a snapshot continue as the original;
  *   7. snapshots kept in GPU memory (ts_cuda_params.snapshot_bytes) hold the same bytes as host ones,
@@ -39,8 +39,9 @@
 #include <string.h>
 
 static int failures;
-static int64_t g_hc_deferred; /* hyper-connection writes left to reads in step 4b, over all models */
-static int64_t g_moe_planned; /* expert products run as planned GEMVs in step 4c, over all models */
+static int64_t g_hc_deferred;   /* hyper-connection writes left to reads in step 4b, over all models */
+static int64_t g_moe_planned;   /* expert products run as planned GEMVs in step 4c, over all models */
+static int64_t g_swiglu_staged; /* MoE blocks whose down launch made the SwiGLU in step 4d, over all models */
 
 #define CHECK(cond, ...)                                                                                     \
     do {                                                                                                     \
@@ -322,6 +323,35 @@ static void check_model(const char *name, const char *path) {
                " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
                ub, planned, differ);
         CHECK(ra == 0 && rb == 0 && differ == 0, "planned expert products change %" PRId64 " logits", differ);
+        ts_session_free(sa), ts_session_free(sb);
+    }
+
+    /* 4d: at one token the down launch computes h = silu(gate)·up while staging its x (moe.cu), equal to the
+       SwiGLU kernel and then the launch, bit for bit (TURBOSPARK_CUDA_SWIGLU_STAGED=0; m2 runs eagerly, so the
+       switch is read at every layer; main checks that some model took it) */
+    {
+        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
+        const char *was = getenv("TURBOSPARK_CUDA_SWIGLU_STAGED");
+        char *saved = was ? strdup(was) : NULL;
+        setenv("TURBOSPARK_CUDA_SWIGLU_STAGED", "0", 1);
+        ts_session *sa = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
+        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
+        unsetenv("TURBOSPARK_CUDA_SWIGLU_STAGED");
+        const int64_t before = ts_cuda_moe_swiglu_staged(cx);
+        ts_session *sb = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
+        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
+        const int64_t staged = ts_cuda_moe_swiglu_staged(cx) - before;
+        if (saved) setenv("TURBOSPARK_CUDA_SWIGLU_STAGED", saved, 1);
+        free(saved);
+        g_swiglu_staged += staged;
+        int64_t differ = 0;
+        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
+            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
+        printf("  micro-batch 1, the SwiGLU in the down launch (%" PRId64
+               " blocks) vs its own kernel: %" PRId64 " logits differ\n",
+               staged, differ);
+        CHECK(ra == 0 && rb == 0 && differ == 0, "the SwiGLU in the down launch changes %" PRId64 " logits",
+              differ);
         ts_session_free(sa), ts_session_free(sb);
     }
 
@@ -617,6 +647,13 @@ int main(int argc, char **argv) {
     if (argc <= 2 && !(pl && pl[0] == '0') && !(gt && gt[0] == '0') && !(wa && wa[0] == '0') &&
         g_moe_planned == 0) {
         printf("FAIL: no model ran a planned expert product: step 4c compared one path with itself\n");
+        failures++;
+    }
+    const char *ss = getenv("TURBOSPARK_CUDA_SWIGLU_STAGED"),
+               *sm = getenv("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
+    if (argc <= 2 && !(ss && ss[0] == '0') && !(sm && sm[0] == '0') && !(gt && gt[0] == '0') &&
+        g_swiglu_staged == 0) {
+        printf("FAIL: no model made the SwiGLU in its down launch: step 4d compared one path with itself\n");
         failures++;
     }
     printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);
