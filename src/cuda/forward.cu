@@ -104,8 +104,8 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     w.tcx = at(TS_WORK_TCX), w.tcx_bytes = (size_t)L.elems[TS_WORK_TCX] * 4;
     c->scratch_ctx = ctx;
     c->b.max_ctx = ctx;
-    if (cudaMemset(w.route_count, 0, (size_t)N * sizeof(unsigned)) != cudaSuccess)
-        return ts_errf(err, errlen, "could not clear the router's block counters on the GPU");
+    if (cudaMemset(w.route_count, 0, (size_t)L.elems[TS_WORK_ROUTE_COUNT] * sizeof(unsigned)) != cudaSuccess)
+        return ts_errf(err, errlen, "could not clear the router's and the MoE combine's counters on the GPU");
     for (int64_t i = 0; i <= N; i++) // graphs captured with the old buffers are stale
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]), c->graphs[i] = nullptr, c->warm[i] = false;
     return 0;
@@ -199,17 +199,21 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         // the MoE's last step (its combine) is done by the next write when that write is also the next
         // read's norm (ts_cuda_hc_write_norm_moe)
+        // (unless the MoE's down launch made it: then a plain write, which the next read may take in)
         normed = l + 1 < hp->n_layer && (int32_t)(l + 1) != hp->ple_layer && !c->trace;
+        int combined = 1; // y is the MoE output
         {
             prof_scope p(c, TS_PROF_MOE);
-            if (normed ? ts_cuda_moe_uncombined(w, L, (int)l, w->x, N, w->y, s)
-                       : ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s))
-                return "MoE";
+            combined = normed ? ts_cuda_moe_uncombined(w, L, (int)l, w->x, N, w->y, s)
+                              : (ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s) == 0 ? 1 : -1);
+            if (combined < 0) return "MoE";
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (normed ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, &c->cm.layers[l + 1].hc_attn, s)
-                       : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
+            const ts_cuda_hc *next = normed ? &c->cm.layers[l + 1].hc_attn : NULL;
+            if (!normed    ? ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)
+                : combined ? ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, next, s)
+                           : ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, next, s))
                 return "a hyper-connection write";
         }
         trace(c, (int)l, 1);

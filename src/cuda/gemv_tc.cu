@@ -61,12 +61,13 @@ struct chunk_t {
     // items[i], its x row x + ⌊items[i] / x_div⌋·x_stride (gathered into staged rows 0 .. nt − 1), its
     // outputs y + items[i]·ystride; nullptr for the other chunks
     const int32_t *items;
+    int tile; // expert chunks: the chunk's row tile within its part (the MoE combine's counter)
 };
 
 // ts_cuda_matmul: chunk c is rows R·c .. R·c + R − 1 for all T tokens.
 template <int ROWS> struct dense_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = true, kXRow = false, kGather = false, kSwiglu = false;
+    static constexpr bool kDense = true, kXRow = false, kGather = false, kFused = false;
     const uint8_t *w;
     size_t rb;
     int n_out, T;
@@ -83,17 +84,19 @@ template <int ROWS> struct dense_chunks {
                 n_out,
                 false,
                 nullptr,
-                nullptr};
+                nullptr,
+                0};
     }
 };
 
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1. XROW: the block
 // stages one x row at a time, its chunks' (a block takes a contiguous range of chunks, so an item's chunks
-// mostly fall to one block and its x row is staged once there). SWI: x rows of gate values (j.up_off).
-template <int ROWS, bool XROW, bool SWI = false> struct expert_chunks {
+// mostly fall to one block and its x row is staged once there). FUSED: the MoE's down launch at one token,
+// with the SwiGLU of gate and up rows (j.up_off) and the combine (j.cmb_count) as the job says.
+template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = false, kXRow = XROW, kGather = false, kSwiglu = SWI;
-    static_assert(!SWI || XROW, "the SwiGLU of gate and up rows is staged one x row at a time");
+    static constexpr bool kDense = false, kXRow = XROW, kGather = false, kFused = FUSED;
+    static_assert(!FUSED || XROW, "the MoE's down launch stages one x row at a time");
     tc_expert_job j;
     int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
@@ -114,7 +117,8 @@ template <int ROWS, bool XROW, bool SWI = false> struct expert_chunks {
                     0,
                     false,
                     j.sx ? j.sx + static_cast<size_t>(s) * static_cast<size_t>(j.sx_stride) : nullptr,
-                    nullptr};
+                    nullptr,
+                    cc};
         }
         const int e = j.ids ? __ldg(j.ids + i) : 0;
         const bool bad = e < 0 || e > j.e_max;
@@ -128,7 +132,8 @@ template <int ROWS, bool XROW, bool SWI = false> struct expert_chunks {
                 0,
                 bad,
                 nullptr,
-                nullptr};
+                nullptr,
+                cc};
     }
 };
 
@@ -139,7 +144,7 @@ template <int ROWS, bool XROW, bool SWI = false> struct expert_chunks {
 // a contiguous range of the chunks in use, read after the wait (the plan is built by the kernel before).
 template <int ROWS> struct planned_chunks {
     static constexpr int R = ROWS;
-    static constexpr bool kDense = false, kXRow = false, kGather = true, kSwiglu = false;
+    static constexpr bool kDense = false, kXRow = false, kGather = true, kFused = false;
     tc_expert_job j; // the plan's items stand for ids
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
@@ -163,7 +168,8 @@ template <int ROWS> struct planned_chunks {
                 j.y_stride,
                 bad,
                 nullptr,
-                sorted + ti.y};
+                sorted + ti.y,
+                cc};
     }
 };
 
@@ -195,6 +201,25 @@ struct swiglu_rows {
         for (int i = 0; i < 16; i++) v[i] = ts_dsilu(v[i]) * u[i];
     }
 };
+
+// The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once its chunk's outputs
+// are stored: the chunk counts itself in its row tile's counter; the block that completes the tile combines its
+// rows, reading the other blocks' outputs through L2 (stores, fence, count; count, fence, loads).
+template <int R> __device__ void combine_tile(const tc_expert_job &j, const chunk_t &k, int lane) {
+    __threadfence(); // this lane's stores, before the count
+    __syncwarp();
+    unsigned last = 0;
+    if (lane == 0)
+        last = atomicAdd(j.cmb_count + k.tile, 1u) + 1u == static_cast<unsigned>(j.n_items + j.sh_items);
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence(); // every contributor's stores, before the loads
+    const int o = k.tile * R + lane;
+    if (lane < R && o < j.n_part) {
+        float *sy = j.sy + o;
+        *sy = ts_dmoe_combine(__ldcg(sy), *j.cmb_sg, j.y + o, j.y_stride, j.cmb_tw, j.n_items, ts_dload_l2{});
+    }
+    if (lane == 0) j.cmb_count[k.tile] = 0; // the next launch's (a kernel boundary away)
+}
 
 // Where token i of chunk k puts its outputs (row 0): its item's row (planned chunks) or the i-th at ystride.
 __device__ __forceinline__ float *out_row(const chunk_t &k, int i) {
@@ -263,13 +288,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
     pdl_wait();
-    if constexpr (GA) mine(ch.count(n_chunks)); // after_wait() holds for them: nothing issued yet
+    if constexpr (GA) mine(min(ch.count(n_chunks), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
-    constexpr int kRounds = XR ? 1 : kStageRounds;
+    constexpr int kRounds = XR || GA ? 1 : kStageRounds; // inside the chunk loop: one round (registers)
     auto stage_rows = [&](auto rows, int n) {
         if constexpr (tc_kind<TYPE>::kInorder)
             stage_x_inorder_rows<tc_kind<TYPE>::G, false, false, 0, kRounds>(rows, n, ne0, xs, xsc);
@@ -278,10 +303,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         __syncthreads();
     };
     auto stage = [&](const float *xr0, int n) {
-        if constexpr (Chunks::kSwiglu)
-            stage_rows(swiglu_rows{strided_rows{xr0, x_stride}, ch.j.up_off}, n);
-        else
-            stage_rows(strided_rows{xr0, x_stride}, n);
+        if constexpr (Chunks::kFused)
+            if (ch.j.up_off) return stage_rows(swiglu_rows{strided_rows{xr0, x_stride}, ch.j.up_off}, n);
+        stage_rows(strided_rows{xr0, x_stride}, n);
     };
     if constexpr (!XR && !GA) stage(x, nx);
     const float *staged = nullptr;         // XROW: the x row in the staging
@@ -348,6 +372,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 if (2 * t + 1 < k.nr) y8[2 * t + 1] = s.w;
             }
         }
+        if constexpr (Chunks::kFused)
+            if (warp == 0 && ch.j.cmb_count) combine_tile<R>(ch.j, k, lane);
     }
 }
 
@@ -506,11 +532,11 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
 
 namespace {
 
-// Runs an expert job with chunks of R rows, staging all nx x rows or (XROW) one at a time (SWI: the SwiGLU of
-// gate and up rows, job.up_off).
-template <int R, bool XROW, bool SWI>
+// Runs an expert job with chunks of R rows, staging all nx x rows or (XROW) one at a time (FUSED: the MoE's
+// down launch, job.up_off and job.cmb_count).
+template <int R, bool XROW, bool FUSED>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    expert_chunks<R, XROW, SWI> ch;
+    expert_chunks<R, XROW, FUSED> ch;
     ch.j = job;
     ch.cpp = (job.n_part + R - 1) / R;
     const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
@@ -529,10 +555,10 @@ int job_x_rows(const tc_expert_job &job, bool *xrow) {
     return nx;
 }
 
-template <bool XROW, bool SWI = false>
+template <bool XROW, bool FUSED = false>
 int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    if (tc_experts_wa(job, ne0)) return experts_r<kTileWa, XROW, SWI>(type, job, ne0, nx, s);
-    return experts_r<kTile, XROW, SWI>(type, job, ne0, nx, s);
+    if (tc_experts_wa(job, ne0)) return experts_r<kTileWa, XROW, FUSED>(type, job, ne0, nx, s);
+    return experts_r<kTile, XROW, FUSED>(type, job, ne0, nx, s);
 }
 
 } // namespace
@@ -569,19 +595,34 @@ int64_t tc_experts_staged_rows(int64_t x_rows) {
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
     bool xrow;
     const int nx = job_x_rows(job, &xrow);
-    if (job.up_off) return xrow ? experts_x<true, true>(type, job, ne0, nx, s) : -1;
+    if (job.up_off || job.cmb_count) { // the MoE's down launch at one token (tc_expert_job)
+        if (!xrow || (job.cmb_count && (job.parts() != 1 || job.sh_items != 1 || !job.cmb_sg || !job.cmb_tw)))
+            return -1;
+        return experts_x<true, true>(type, job, ne0, nx, s);
+    }
     return xrow ? experts_x<true>(type, job, ne0, nx, s) : experts_x<false>(type, job, ne0, nx, s);
 }
 
-bool tc_planned_takes(const tc_expert_job &job, int ne0) {
+namespace {
+// The planned launch's chunks for a plan of up to max_tiles tiles: a bound (the tiles in use are known on the
+// device only), or 0 past INT_MAX.
+int planned_chunks_bound(const tc_expert_job &job, int64_t max_tiles) {
+    const int64_t n = max_tiles * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
+    return n > INT_MAX ? 0 : static_cast<int>(n);
+}
+} // namespace
+
+bool tc_planned_takes(const tc_expert_job &job, int ne0, int64_t max_tiles) {
+    const int n = planned_chunks_bound(job, max_tiles);
     tc_plan p;
-    return tc_wa() && job.sh_items == 0 && job.up_off == 0 && plan(kTcPlanTile, ne0, job.rb, 1, kTileWa, p);
+    return tc_wa() && n > 0 && job.sh_items == 0 && job.up_off == 0 && !job.cmb_count &&
+           plan(kTcPlanTile, ne0, job.rb, n, kTileWa, p);
 }
 
 int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cuda_expert_plan &plan, int ne0,
                             cudaStream_t s) {
     if (plan.tile < 1 || plan.tile > kTcPlanTile || !plan.sorted || !plan.tiles || !plan.n_tiles ||
-        !tc_planned_takes(job, ne0))
+        !tc_planned_takes(job, ne0, plan.max_tiles))
         return -1;
     planned_chunks<kTileWa> ch;
     ch.j = job;
@@ -589,13 +630,11 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
     ch.tiles = static_cast<const int4 *>(plan.tiles);
     ch.n_tiles = plan.n_tiles;
     ch.cpp = (job.n_part + kTileWa - 1) / kTileWa;
-    const int64_t n_chunks =
-        plan.max_tiles * job.parts() * ch.cpp; // a bound: the tiles in use, on the device
-    if (n_chunks > INT_MAX) return -1;
+    const int n_chunks = planned_chunks_bound(job, plan.max_tiles);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        rc = launch_tc<decltype(t)::value>(ch, static_cast<int>(n_chunks), ne0, job.x, kTcPlanTile,
-                                           job.x_stride, job.rb, false, s);
+        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, kTcPlanTile, job.x_stride, job.rb, false,
+                                           s);
     });
     return rc;
 }

@@ -47,6 +47,12 @@ struct tc_expert_job {
     // up_off floats further, and the kernel stages h = silu(gate)·up, as the MoE's SwiGLU kernel computes
     // it (moe.cu: the x rounding that follows leaves that kernel's own rounding of h as it is)
     int64_t up_off;
+    // cmb_count set (one token, one part, the shared expert as item n_items, one x row at a time only): the MoE
+    // combine in the launch. Each chunk counts itself in cmb_count[its row tile] (zero between launches); the
+    // block that completes a tile's n_items + 1 chunks writes sy[o] = σ(cmb_sg[0])·sy[o] + Σ_j cmb_tw[j]·y[j·y_stride
+    // + o] for its rows o (ts_dmoe_combine, as the MoE's combine kernel) and sets the count back to zero.
+    unsigned *cmb_count;
+    const float *cmb_sg, *cmb_tw;
     __host__ __device__ int parts() const { return w1 ? 2 : 1; }
 };
 
@@ -91,9 +97,10 @@ bool tc_dense_wa(int ne0, size_t rb, int n_out, int T);
 // Grouped expert products (ts_cuda_matmul_experts_planned): the items of a plan's tile (gemm.h, tiles of at
 // most kTcPlanTile items of one expert) are one chunk's tokens, so an expert's rows are read once a tile. The
 // chunks are those of tc_gemv_experts with the weights as A, so an item's sums are the ones it gets there, bit
-// for bit. Whether the kernel takes the job (the weights as A fit; no shared items), and the launch.
+// for bit. Whether the kernel takes the job for a plan of up to max_tiles tiles (the weights as A fit with the
+// launch's stages; no shared items), and the launch.
 constexpr int kTcPlanTile = 8;
-bool tc_planned_takes(const tc_expert_job &job, int ne0);
+bool tc_planned_takes(const tc_expert_job &job, int ne0, int64_t max_tiles);
 int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cuda_expert_plan &plan, int ne0,
                             cudaStream_t s);
 

@@ -193,7 +193,8 @@ typedef struct ts_cuda_work {
     float *gu;             /* N × k × 2F gate/up products (also the shared expert: N × 2Fs) */
     float *eo;             /* N × k × H expert outputs */
     float *sg;             /* N shared-expert gate logits */
-    unsigned *route_count; /* N block counters of the fused router kernel, 0 between launches */
+    unsigned *route_count; /* N block counters of the fused router kernel, then ⌈H / 8⌉ of the MoE combine in
+                            * its down launch (at route_count + max_rows), 0 between launches */
     int64_t moe_planned;   /* host side: expert products run as planned GEMVs so far (moe.cu) */
     int64_t swiglu_staged; /* host side: MoE blocks whose down launch computed the SwiGLU so far (moe.cu) */
     /* PLE */
@@ -258,7 +259,9 @@ int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b,
 int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y,
                 cudaStream_t s);
 /* Everything but the final combine: y holds the shared expert's output, unscaled, and w->sg, w->eo,
- * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). */
+ * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). Returns 0 so, 1
+ * where the down launch made the combine itself (one token: y is the MoE output, for ts_cuda_hc_write_norm),
+ * −1 on failure. */
 int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s);
 
@@ -287,11 +290,19 @@ __device__ __forceinline__ float ts_dsoftplus(float x) {
 }
 /* The MoE output at one element (as the CPU's y = σ(sg)·y, then y += w_j·eo_j in slot order, each
  * product and sum rounded on its own): y the shared expert's output, eo the element's first expert
- * output (slots H apart), w the row's k renormalised weights. */
+ * output (slots H apart, read with ld: plain loads, or ts_dload_l2 where other blocks of the same kernel
+ * wrote them), w the row's k renormalised weights. */
+struct ts_dload_plain {
+    __device__ float operator()(const float *p) const { return *p; }
+};
+struct ts_dload_l2 {
+    __device__ float operator()(const float *p) const { return __ldcg(p); }
+};
+template <class Ld = ts_dload_plain>
 __device__ __forceinline__ float ts_dmoe_combine(float y, float sg, const float *eo, int64_t H,
-                                                 const float *w, int k) {
+                                                 const float *w, int k, Ld ld = Ld{}) {
     float acc = y * ts_dsigmoid(sg);
-    for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], eo[j * H]));
+    for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], ld(eo + j * H)));
     return acc;
 }
 /* NeoX rope of one (d, d + n_rot/2) pair at position pos, as ts_cpu_rope. */

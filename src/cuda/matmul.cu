@@ -67,6 +67,7 @@ extern "C" {
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/rows.cuh"
+#include "model/memplan.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -612,6 +613,18 @@ extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_c
     return tc_gemv_experts(W->type, merged, ni, s);
 }
 
+namespace {
+// Whether the planned launch runs job a (its shapes) with the sums ts_cuda_matmul_experts would give it: that
+// function's product on the tensor cores with the weights as A, and the planned chunks fitting.
+bool planned_takes(const expert_args &a, const ts_cuda_tensor *W, int64_t rows_per_expert, int64_t row_off,
+                   int64_t n_out, int64_t max_tiles) {
+    const int ne0 = static_cast<int>(W->ne0);
+    return expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, row_off, n_out,
+                     W->row_bytes) &&
+           tc_experts_wa(a, ne0) && tc_planned_takes(a, ne0, max_tiles);
+}
+} // namespace
+
 extern "C" int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
                                               const ts_cuda_tensor *W2, int64_t rows_per_expert,
                                               int64_t row_off, int64_t n_out, const float *x_dev,
@@ -625,25 +638,43 @@ extern "C" int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, c
     const int rc = expert_job(W, W2, ids, plan->n_items, rows_per_expert, row_off, n_out, x_dev, x_div,
                               x_stride, y_dev, y_stride, &a);
     if (rc != 0) return rc < 0 ? -1 : 0;
-    if (plan->tile > kTcPlanTile ||
-        !expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, row_off, n_out,
-                   W->row_bytes) ||
-        !tc_experts_wa(a, static_cast<int>(W->ne0)) || !tc_planned_takes(a, static_cast<int>(W->ne0)))
+    // the plan makes ids outside [0, n_experts) NaN rows, ts_cuda_matmul_experts those outside the tensors
+    if (plan->tile > kTcPlanTile || plan->n_experts != static_cast<int64_t>(a.e_max) + 1 ||
+        !planned_takes(a, W, rows_per_expert, row_off, n_out, plan->max_tiles))
         return 1;
     a.ids = nullptr;
     return tc_gemv_experts_planned(W->type, a, *plan, static_cast<int>(W->ne0), s);
+}
+
+extern "C" bool ts_cuda_matmul_experts_planned_takes(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                                     int64_t n_items, int64_t n_experts,
+                                                     int64_t rows_per_expert, int64_t n_out, int64_t x_div) {
+    if (!W || n_items < 1 || n_experts < 1 || !ts_cuda_expert_plan_supported(n_experts)) return false;
+    // the job's shapes, with stand-ins for the ids, x and y (16-byte aligned; never read)
+    alignas(16) static float stand_in[4];
+    const int64_t parts = W2 ? 2 : 1, xs = (W->ne0 + 3) / 4 * 4, ys = (parts * n_out + 3) / 4 * 4;
+    expert_args a;
+    if (expert_job(W, W2, reinterpret_cast<const int32_t *>(stand_in), n_items, rows_per_expert, 0, n_out,
+                   stand_in, x_div, xs, stand_in, ys, &a) != 0 ||
+        n_experts != static_cast<int64_t>(a.e_max) + 1)
+        return false;
+    return planned_takes(a, W, rows_per_expert, 0, n_out,
+                         ts_memplan_expert_plan_max_tiles(n_items, n_experts, kTcPlanTile));
 }
 
 extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev,
                                                   int64_t n_items, int64_t rows_per_expert, int64_t n_out,
                                                   const float *x_dev, int64_t x_stride, float *y_dev,
                                                   int64_t y_stride, const ts_cuda_tensor *Sd, const float *sx,
-                                                  int64_t sx_stride, int64_t n_tok, float *sy, int64_t up_off,
-                                                  cudaStream_t s) {
+                                                  int64_t sx_stride, int64_t n_tok, float *sy,
+                                                  const ts_cuda_moe_down_fused *f, cudaStream_t s) {
     expert_args a;
     const int rc = expert_job(W, nullptr, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, 1, x_stride,
                               y_dev, y_stride, &a);
-    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1 || up_off < 0 || up_off % 4 != 0) return -1;
+    const int64_t up_off = f ? f->up_off : 0;
+    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1 || up_off < 0 || up_off % 4 != 0 ||
+        (f && f->count && (!f->sg || !f->tw)))
+        return -1;
     if (rc > 0 || !ids_dev) return 1;
     const int64_t ne0 = W->ne0;
     const auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
@@ -656,6 +687,7 @@ extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const
     merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
     merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
     merged.up_off = up_off;
+    if (f && f->count) merged.cmb_count = f->count, merged.cmb_sg = f->sg, merged.cmb_tw = f->tw;
     // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, 1,
     // sy) both on the tensor-core GEMV (at one token never the GEMM), with the merged launch's chunks
     const int ni = static_cast<int>(ne0);

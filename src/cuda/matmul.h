@@ -107,19 +107,31 @@ int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor 
                                   const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
                                   int64_t sy_stride, cudaStream_t s);
 
+/* The MoE's steps around its down launch at one token that ts_cuda_matmul_experts_shared_down can take:
+ *   up_off > 0 (a multiple of 4): x_dev's rows and sx hold gate values and the up values lie up_off floats
+ *     further; the products read h = silu(gate)·up, computed as the MoE's SwiGLU kernel computes it, whose
+ *     rounding of the routed rows the products' own rounding of x leaves as it is (the same sums as that
+ *     kernel and then the launch);
+ *   count set: the MoE combine, sy[o] = σ(sg[0])·sy[o] + Σ_j tw[j]·y_dev[j·y_stride + o] in slot order (as the
+ *     MoE's combine kernel), by the block that completes each row tile (count: ⌈n_out / 8⌉ counters, zero,
+ *     left zero). */
+typedef struct ts_cuda_moe_down_fused {
+    int64_t up_off;
+    unsigned *count;
+    const float *sg, *tw;
+} ts_cuda_moe_down_fused;
+
 /* The routed down products of ts_cuda_matmul_experts (ids set, x_div 1, one part) and the shared expert's
  * down of one token (n_tok 1) in one launch: the shared product as one more item, reading its x at sx and
- * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums). up_off > 0 (a multiple of
- * 4): x_dev's rows and sx hold gate values and the up values lie up_off floats further; the products then
- * read h = silu(gate)·up, computed as the MoE's SwiGLU kernel computes it, whose rounding of the routed rows
- * the products' own rounding of x leaves as it is (the same sums as that kernel and then this call with
- * up_off 0). Returns 1, enqueuing nothing, for more tokens and where the tensor-core GEMV would not run both
- * alone with the merged launch's chunks: the caller then makes the two calls. */
+ * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums); with f, also the steps f
+ * names. Returns 1, enqueuing nothing, for more tokens and where the tensor-core GEMV would not run both
+ * alone with the merged launch's chunks: the caller then makes the two calls (and the SwiGLU and combine). */
 int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev, int64_t n_items,
                                        int64_t rows_per_expert, int64_t n_out, const float *x_dev,
                                        int64_t x_stride, float *y_dev, int64_t y_stride,
                                        const ts_cuda_tensor *Sd, const float *sx, int64_t sx_stride,
-                                       int64_t n_tok, float *sy, int64_t up_off, cudaStream_t s);
+                                       int64_t n_tok, float *sy, const ts_cuda_moe_down_fused *f,
+                                       cudaStream_t s);
 
 /* ts_cuda_matmul_experts for the items of an expert plan (gemm.h) of tiles of up to 8 items
  * (ts_cuda_expert_plan_build_tile(..., 8, ...)): the same arguments and outputs for every item i of the plan
@@ -131,6 +143,12 @@ int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *i
  * enqueued, -1 for invalid arguments or a failed launch. PRECONDITIONS: those of ts_cuda_matmul_experts; the
  * plan built on the same stream before this call. */
 typedef struct ts_cuda_expert_plan ts_cuda_expert_plan;
+/* Whether ts_cuda_matmul_experts_planned runs such a product (n_items items of n_experts experts, x_div,
+ * rows_per_expert, n_out, W2 or not; row_off 0) for a plan of tiles of 8, from the shapes alone (no plan needed:
+ * the caller builds one only where it is used). */
+bool ts_cuda_matmul_experts_planned_takes(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, int64_t n_items,
+                                          int64_t n_experts, int64_t rows_per_expert, int64_t n_out,
+                                          int64_t x_div);
 int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
                                    const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
                                    int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,

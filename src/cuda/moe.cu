@@ -123,6 +123,12 @@ bool swiglu_staged_enabled() {
     return ts_cuda_switch_on("TURBOSPARK_CUDA_SWIGLU_STAGED");
 }
 
+// The MoE combine in the down launch at one token (steps 5–8), unless TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 (read at
+// every layer's host work).
+bool down_combine_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_DOWN_COMBINE");
+}
+
 // The fewest rows of the planned expert products: kPlannedMinRows, or TURBOSPARK_CUDA_MOE_PLANNED (0: never;
 // read at every layer's host work, so a test may compare both in one process).
 int64_t planned_min_rows() {
@@ -519,6 +525,7 @@ int launch_combine(ts_cuda_work *w, float *y, int64_t N, int64_t H, int64_t k, c
     return e == cudaSuccess ? 0 : -1;
 }
 
+// 0, 1 where the down launch combined y although combine was false (ts_cuda_moe_uncombined), or −1.
 int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y, bool combine,
         cudaStream_t s) {
     if (!w || !w->hp || !L || !x || !y || N < 0 || N > w->max_rows) return -1;
@@ -590,7 +597,16 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
     const bool plan_fits = plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
     grouped = grouped && plan_fits;
-    const bool planned = !grouped && plan_fits && N >= planned_min_rows();
+    // planned where the GEMV takes every routed product so (else the plan would go unused)
+    const auto plans = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
+                           int64_t n_out, int64_t x_div) {
+        return ts_cuda_matmul_experts_planned_takes(Wp, W2, NK, E, rows_per_expert, n_out, x_div);
+    };
+    const bool planned = !grouped && plan_fits && N >= planned_min_rows() &&
+                         (fused        ? plans(&gate, nullptr, 2 * F, 2 * F, k)
+                          : one_launch ? plans(&gate, up, F, F, k)
+                                       : plans(&gate, nullptr, F, F, k) && plans(up, nullptr, F, F, k)) &&
+                         plans(&L->ffn_down_exps, nullptr, H, H, 1);
     int merged = 1; // 0: both gate/up products enqueued as one
     if (!grouped && !planned && sh_fused && (fused || one_launch) && Fs == F && shared_merge_enabled())
         merged = ts_cuda_matmul_experts_shared(&gate, fused ? nullptr : up, ids, NK, fused ? 2 * F : F,
@@ -643,12 +659,19 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     // 5–7 at one token, where the down launch below takes the shared expert's down too: that launch computes
     //    h = silu(gate) ⊙ up while staging its x rows (the same h, the same sums: ts_cuda_matmul_experts_shared_down
     //    with up_off), no SwiGLU kernel; TURBOSPARK_CUDA_SWIGLU_STAGED=0 keeps the kernel
+    //    and, with the route counters' room, the combine too (8: y is then the MoE output whether asked or not,
+    //    so ts_cuda_moe_uncombined returns 1; TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 leaves it to its kernel or the
+    //    next write)
     if (!grouped && N == 1 && shared_merge_enabled() && swiglu_staged_enabled() && uoff == sh_uoff &&
         uoff > 0) {
+        const bool cmb = down_combine_enabled() && w->route_count;
+        const ts_cuda_moe_down_fused f = {uoff, cmb ? w->route_count + w->max_rows : nullptr, w->sg,
+                                          w->topk_w};
         const int m = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
-                                                         &L->ffn_down_shexp, sh, Fs, N, y, uoff, s);
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, &f, s);
         if (m < 0) return -1;
         w->swiglu_staged += m == 0;
+        if (m == 0 && cmb) return 1;
         if (m == 0) return combine ? launch_combine(w, y, N, H, k, s) : 0;
     }
 
@@ -670,7 +693,7 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     int merged_down = 1;
     if (!grouped && N == 1 && shared_merge_enabled())
         merged_down = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
-                                                         &L->ffn_down_shexp, sh, Fs, N, y, 0, s);
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, nullptr, s);
     if (merged_down < 0) return -1;
     if (merged_down > 0 && (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0 ||
                             experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0))
@@ -684,7 +707,8 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
 
 extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s) {
-    return moe(w, L, l, x, N, y, true, s);
+    const int rc = moe(w, L, l, x, N, y, true, s);
+    return rc > 0 ? 0 : rc; // 1: combined by the down launch
 }
 
 extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x,

@@ -326,33 +326,48 @@ static void check_model(const char *name, const char *path) {
         ts_session_free(sa), ts_session_free(sb);
     }
 
-    /* 4d: at one token the down launch computes h = silu(gate)·up while staging its x (moe.cu), equal to the
-       SwiGLU kernel and then the launch, bit for bit (TURBOSPARK_CUDA_SWIGLU_STAGED=0; m2 runs eagerly, so the
-       switch is read at every layer; main checks that some model took it) */
+    /* 4d: at one token the down launch computes h = silu(gate)·up while staging its x, and the MoE combine at
+       its end (moe.cu; the MoE half's hyper-connection write is then a plain one, left to the next read), equal
+       to the SwiGLU kernel, the launch and the combine in the write, bit for bit: TURBOSPARK_CUDA_SWIGLU_STAGED=0
+       against TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 and against both on (m2 runs eagerly, so the switches are read at
+       every layer; main checks that some model took them) */
     {
         ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
-        const char *was = getenv("TURBOSPARK_CUDA_SWIGLU_STAGED");
-        char *saved = was ? strdup(was) : NULL;
-        setenv("TURBOSPARK_CUDA_SWIGLU_STAGED", "0", 1);
+        const char *names[2] = {"TURBOSPARK_CUDA_SWIGLU_STAGED", "TURBOSPARK_CUDA_MOE_DOWN_COMBINE"};
+        char *saved[2];
+        for (int v = 0; v < 2; v++) saved[v] = getenv(names[v]) ? strdup(getenv(names[v])) : NULL;
+        setenv(names[0], "0", 1);
         ts_session *sa = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
         const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
-        unsetenv("TURBOSPARK_CUDA_SWIGLU_STAGED");
-        const int64_t before = ts_cuda_moe_swiglu_staged(cx);
-        ts_session *sb = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
-        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
-        const int64_t staged = ts_cuda_moe_swiglu_staged(cx) - before;
-        if (saved) setenv("TURBOSPARK_CUDA_SWIGLU_STAGED", saved, 1);
-        free(saved);
-        g_swiglu_staged += staged;
-        int64_t differ = 0;
-        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
-            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
-        printf("  micro-batch 1, the SwiGLU in the down launch (%" PRId64
-               " blocks) vs its own kernel: %" PRId64 " logits differ\n",
-               staged, differ);
-        CHECK(ra == 0 && rb == 0 && differ == 0, "the SwiGLU in the down launch changes %" PRId64 " logits",
-              differ);
-        ts_session_free(sa), ts_session_free(sb);
+        unsetenv(names[0]);
+        ts_session_free(sa);
+        for (int v = 0; v < 2; v++) {
+            if (v == 0)
+                setenv(names[1], "0", 1);
+            else
+                unsetenv(names[1]);
+            const int64_t before = ts_cuda_moe_swiglu_staged(cx);
+            ts_session *sb = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
+            const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
+            const int64_t staged = ts_cuda_moe_swiglu_staged(cx) - before;
+            g_swiglu_staged += staged;
+            int64_t differ = 0;
+            for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
+                differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
+            printf("  micro-batch 1, the SwiGLU%s in the down launch (%" PRId64
+                   " blocks) vs their own kernels: %" PRId64 " logits differ\n",
+                   v ? " and the combine" : "", staged, differ);
+            CHECK(ra == 0 && rb == 0 && differ == 0, "the down launch's SwiGLU%s changes %" PRId64 " logits",
+                  v ? " and combine" : "", differ);
+            ts_session_free(sb);
+        }
+        for (int v = 0; v < 2; v++) {
+            if (saved[v])
+                setenv(names[v], saved[v], 1);
+            else
+                unsetenv(names[v]);
+            free(saved[v]);
+        }
     }
 
     /* 5: batched decode vs alone */
@@ -642,9 +657,9 @@ int main(int argc, char **argv) {
                "itself\n");
         failures++;
     }
-    const char *pl = getenv("TURBOSPARK_CUDA_MOE_PLANNED"), *gt = getenv("TURBOSPARK_CUDA_GEMV_TC"),
+    const char *gr = getenv("TURBOSPARK_CUDA_MOE_GROUPED"), *gt = getenv("TURBOSPARK_CUDA_GEMV_TC"),
                *wa = getenv("TURBOSPARK_TC_WA");
-    if (argc <= 2 && !(pl && pl[0] == '0') && !(gt && gt[0] == '0') && !(wa && wa[0] == '0') &&
+    if (argc <= 2 && !(gr && gr[0] != '0') && !(gt && gt[0] == '0') && !(wa && wa[0] == '0') &&
         g_moe_planned == 0) {
         printf("FAIL: no model ran a planned expert product: step 4c compared one path with itself\n");
         failures++;

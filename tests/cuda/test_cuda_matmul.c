@@ -661,7 +661,7 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
     TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, H * sizeof(float)));
     TS_CUDA_CHECK(cudaMemset(y2_d, 0xFF, H * sizeof(float)));
     const int merged = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, h_d, G, eo_d, H, &dev[1],
-                                                          hs_d, F, 1, y_d, 0, 0);
+                                                          hs_d, F, 1, y_d, NULL, 0);
     int rc = ts_cuda_matmul_experts(&dev[0], NULL, ids_d, K, H, 0, H, h_d, 1, G, eo2_d, H, 0);
     rc |= ts_cuda_matmul(&dev[1], 0, H, hs_d, 1, y2_d, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -697,10 +697,11 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
         TS_CUDA_CHECK(cudaMemcpy(hs_d, hs, (size_t)F * sizeof(float), cudaMemcpyHostToDevice));
         TS_CUDA_CHECK(cudaMemset(eo_d, 0xFF, ne * sizeof(float)));
         TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, H * sizeof(float)));
+        const ts_cuda_moe_down_fused fs = {F, NULL, NULL, NULL};
         const int ms = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H,
-                                                          &dev[1], gs_d, 2 * F, 1, y_d, F, 0);
+                                                          &dev[1], gs_d, 2 * F, 1, y_d, &fs, 0);
         const int mr = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, h_d, G, eo2_d, H, &dev[1],
-                                                          hs_d, F, 1, y2_d, 0, 0);
+                                                          hs_d, F, 1, y2_d, NULL, 0);
         TS_CUDA_CHECK(cudaDeviceSynchronize());
         float *a = to_host(eo_d, ne), *b = to_host(eo2_d, ne), *ya = to_host(y_d, H), *yb = to_host(y2_d, H);
         double amax = 0, worst = 0;
@@ -718,6 +719,60 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
                "mismatches)\n",
                (long long)F, ok2 ? "ok  " : "FAIL", merge_outcome(ms), worst, (long long)nan_mismatch);
         ok = ok && ok2;
+        /* and the combine in the launch: y = σ(sg)·y + Σ_j tw_j·eo_j by the block completing each row tile, twice
+           in a row (the counters must be left zero), against the same sum on the host from the outputs of the
+           launch without it (its sigmoid's expf may differ from the device's in the last bit: a bound); every id in
+           range here, or every combined value would be NaN */
+        ids[4] = ids[3];
+        TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
+        const int m0 = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H,
+                                                          &dev[1], gs_d, 2 * F, 1, y_d, &fs, 0);
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        free(a), free(ya);
+        a = to_host(eo_d, ne), ya = to_host(y_d, H);
+        float sg = (float)rng_gauss(&r), tw[K];
+        for (int j = 0; j < K; j++) tw[j] = (float)rng_unit(&r);
+        float *sg_d, *tw_d;
+        unsigned *cnt_d;
+        TS_CUDA_CHECK(cudaMalloc((void **)&sg_d, sizeof sg));
+        TS_CUDA_CHECK(cudaMalloc((void **)&tw_d, sizeof tw));
+        TS_CUDA_CHECK(cudaMalloc((void **)&cnt_d, (H / 8) * sizeof(unsigned)));
+        TS_CUDA_CHECK(cudaMemcpy(sg_d, &sg, sizeof sg, cudaMemcpyHostToDevice));
+        TS_CUDA_CHECK(cudaMemcpy(tw_d, tw, sizeof tw, cudaMemcpyHostToDevice));
+        TS_CUDA_CHECK(cudaMemset(cnt_d, 0, (H / 8) * sizeof(unsigned)));
+        const ts_cuda_moe_down_fused fc = {F, cnt_d, sg_d, tw_d};
+        int mc = 0;
+        for (int rep = 0; rep < 2; rep++)
+            mc |= ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H, &dev[1],
+                                                     gs_d, 2 * F, 1, y_d, &fc, 0);
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        float *yc = to_host(y_d, H);
+        unsigned cnt[H / 8];
+        TS_CUDA_CHECK(cudaMemcpy(cnt, cnt_d, sizeof cnt, cudaMemcpyDeviceToHost));
+        int64_t left = 0, nan_c = 0;
+        for (int i = 0; i < H / 8; i++) left += cnt[i] != 0;
+        double wc = 0, c_max = 0;
+        const float sgm = 1.0f / (1.0f + expf(-sg));
+        for (int o = 0; o < H; o++) {
+            float acc = ya[o] * sgm;
+            for (int j = 0; j < K; j++) acc += tw[j] * a[(size_t)j * H + o];
+            if ((acc != acc) != (yc[o] != yc[o])) nan_c++;
+            if (acc == acc && yc[o] == yc[o]) {
+                wc = fabs((double)acc - yc[o]) > wc ? fabs((double)acc - yc[o]) : wc;
+                c_max = fabs(acc) > c_max ? fabs(acc) : c_max;
+            }
+        }
+        wc /= c_max > 0 ? c_max : 1;
+        const int ok3 = m0 == 0 && mc == 0 && left == 0 && nan_c == 0 && c_max > 0 && wc <= 1e-5;
+        printf("  ... and the combine in the launch: %s  (max|d| %.2e of max|y|, %lld NaN mismatches, %lld "
+               "counters "
+               "left)\n",
+               ok3 ? "ok  " : "FAIL", wc, (long long)nan_c, (long long)left);
+        ok = ok && ok3;
+        TS_CUDA_CHECK(cudaFree(sg_d));
+        TS_CUDA_CHECK(cudaFree(tw_d));
+        TS_CUDA_CHECK(cudaFree(cnt_d));
+        free(yc);
         TS_CUDA_CHECK(cudaFree(gu_d));
         TS_CUDA_CHECK(cudaFree(gs_d));
         free(gu), free(gs), free(a), free(b), free(ya), free(yb);

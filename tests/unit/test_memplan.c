@@ -229,16 +229,17 @@ static void test_released_work(void **state) {
     char err[256];
     ts_hparams hp;
     assert_int_equal(ts_hparams_released(&hp, err, sizeof err), 0);
-    /* 512 rows: every region a multiple of 512·4 bytes, so no padding */
+    /* 512 rows: every region a multiple of 256 bytes, so no padding (the route counters: 512 of the router,
+       2,560 / 8 = 320 of the MoE combine) */
     const size_t N = 512;
     const size_t regions =
         4 * (3 * N * 10240 /* R, xn, mix */ + N * 320 + 2 * N * 2560 + N * 4 + 2 * N * 10240 /* qkv, u */ +
              2 * N * 6144 /* z, o */ + 2 * N * 48 + N * 24 * 2 * 256 /* qg */ + 2 * N * 512 /* kv */ +
              N * 4 * 128 + N * 128 + N * 24 * 256 /* att */ + N * 512 /* router */ + 2 * N * 10 +
-             N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + 2 * N + N * 4 * 10 /* hc_ss */ +
+             N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + N + (N + 320) + N * 4 * 10 /* hc_ss */ +
              2 * N * 2560 /* emb, pv */ + N * 10240 + N * 2560 /* Rsel, xsel */ + 256 * 248320 /* logits */ +
              N * 160 * 72 /* tensor-core x records: 10,240 inputs, two records a row */);
-    assert_int_equal(regions, 576917504);
+    assert_int_equal(regions, 576918784);
     /* GDN: α 512·48·4 = 98,304, then the chunks' T and P 512·48·128·4 = 12,582,912; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
      * items: 20,480 + the most tiles (those of 8 items: (5,120 + 513·7) / 8 = 1,088)·16 = 17,408 + 256 = 38,144 */
     assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304 + 12582912);
