@@ -57,6 +57,10 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
+#   bash scripts/device_check.sh gemvncu  why the decode GEMV streams below copy speed: Nsight Compute's
+#                                         throughput, stall, occupancy and memory sections of the tensor-core
+#                                         GEMV's launches in a batch-1 step (a Q4_K dense product, the routed
+#                                         gate|up, the routed down; the first with the source counters)
 #   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
 #                                         fixtures and the chain's twins side by side on the one GPU, then decode
 #                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
@@ -253,6 +257,23 @@ gemm)
       $([ $skip = 11 ] && echo --section SourceCounters --section InstructionStats) \
       $B bench -m $rel --backend cuda --random-weights -p 4096 -n 1 -b 1 --ctx 1 -r 1 > "$out/sec_gemm$skip.txt" 2>&1
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
+  done
+  ;;
+gemvncu)
+  # The sections of three tensor-core GEMV launches of a batch-1 decode step (demangled names: Q4_K is type 12;
+  # the 11th launch of each kind, past the first layers' cold start), then the 8 largest stall reasons of each.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  i=0
+  for k in "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks" "regex:gemv_tc_kernel<12, ts_cu::.*expert_chunks" \
+           "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks"; do
+    timeout 150 ncu --clock-control none --cache-control none -k "$k" --launch-skip 10 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis $([ $i = 0 ] && echo --section SourceCounters) \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/sec_gemv$i.txt" 2>&1
+    echo "== $k rc=$?"
+    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible" "$out/sec_gemv$i.txt" | head -16
+    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/sec_gemv$i.txt" | head -10
+    i=$((i + 1))
   done
   ;;
 land)

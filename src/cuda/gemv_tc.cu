@@ -6,9 +6,11 @@
 // Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
 // flight from the first cycle on.
 //  * Output rows are cut into chunks of 8 (one MMA tile, all its inputs); chunk c belongs to thread
-//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows). Chunks of up
-//    to 8 tokens are 16 rows with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=0: 8 rows, the
-//    weights as B).
+//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows). Chunks are 16
+//    rows with the weights as the MMAs' A operand, the tokens as B in groups of 8 (two groups for dense
+//    products of 9–16 tokens: the weights decoded once, each group its own MMAs, so a token's sums do not
+//    depend on the tokens beside it); TURBOSPARK_TC_WA=0: 8 rows, the weights as B, up to 16 tokens in the
+//    MMAs' rows.
 //  * A block streams its chunks' rows into a ring of NS stages in shared memory with bulk copies
 //    (cp.async.bulk: the copy engine moves a whole row per instruction and counts the bytes on an
 //    mbarrier per stage). Dense products issue their first NS chunks before waiting for the previous
@@ -179,6 +181,7 @@ struct listed_rows {
     int64_t stride;
     const int32_t *items;
     int xd;
+    __device__ static constexpr bool pre_round() { return false; }
     __device__ const float *operator()(int r) const {
         return x + static_cast<size_t>(__ldg(items + r) / xd) * static_cast<size_t>(stride);
     }
@@ -188,11 +191,16 @@ struct listed_rows {
 };
 
 // Rows of gate values with the up values up floats further: a unit's inputs are h = silu(gate)·up, as the
-// MoE's swiglu_kernel computes them (moe.cu; zeros past the row, as silu(0)·0).
+// MoE's swiglu_kernel computes them (moe.cu; zeros past the row, as silu(0)·0), and with pre (the routed rows
+// where that kernel rounds h per x group) rounded as it rounds them, so that the staging's own rounding sees
+// the very values it would have read (once rounded, a value mostly stays put, but where a group's max rounds
+// up to 2^15 the staging picks the next scale down and tiny values or sums may lose a last bit).
 struct swiglu_rows {
     strided_rows rows;
     int64_t up;
+    bool pre;
     __device__ const float *operator()(int r) const { return rows(r); }
+    __device__ bool pre_round() const { return pre; }
     template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
         float u[16];
         load_unit<COH>(p, ok, v);
@@ -206,13 +214,15 @@ struct swiglu_rows {
 // are stored: the chunk counts itself in its row tile's counter; the block that completes the tile combines its
 // rows, reading the other blocks' outputs through L2 (stores, fence, count; count, fence, loads).
 template <int R> __device__ void combine_tile(const tc_expert_job &j, const chunk_t &k, int lane) {
-    __threadfence(); // this lane's stores, before the count
-    __syncwarp();
+    __syncwarp(); // the warp's stores, before lane 0's fence and count (release)
     unsigned last = 0;
-    if (lane == 0)
+    if (lane == 0) {
+        __threadfence();
         last = atomicAdd(j.cmb_count + k.tile, 1u) + 1u == static_cast<unsigned>(j.n_items + j.sh_items);
+        if (last) __threadfence(); // every contributor's stores, before the loads (acquire)
+    }
     if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence(); // every contributor's stores, before the loads
+    __syncwarp();
     const int o = k.tile * R + lane;
     if (lane < R && o < j.n_part) {
         float *sy = j.sy + o;
@@ -246,8 +256,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint8_t *stages = sm + L.stages;
     constexpr int R = Chunks::R;
     constexpr bool WA = R == kTileWa;
-    static_assert(!WA || (!PAIR && !W16),
-                  "the weights-as-A chunks take up to 8 tokens, one super-block a pass");
+    static_assert(!WA || !PAIR, "the weights-as-A chunks take one super-block a pass");
+    constexpr int NG = WA && W16 ? 2 : 1; // token groups of 8 a chunk (the weights as A: 9–16 tokens in two)
     // this block's chunks: c0, c0 + cstep, ... (n_mine of them): every grid-th, or (XROW, planned chunks) a
     // contiguous range; planned chunks count theirs after the wait
     constexpr bool XR = Chunks::kXRow, GA = Chunks::kGather, RANGE = XR || GA;
@@ -302,9 +312,12 @@ __global__ void __launch_bounds__(kWarps * 32)
             stage_x_kquant_rows<false, false, 0, kRounds>(rows, n, nsb, xs, xsum, xsc);
         __syncthreads();
     };
-    auto stage = [&](const float *xr0, int n) {
+    // (routed: an item's row, not the shared expert's own, which the SwiGLU kernel does not round)
+    auto stage = [&](const float *xr0, int n, bool routed = true) {
         if constexpr (Chunks::kFused)
-            if (ch.j.up_off) return stage_rows(swiglu_rows{strided_rows{xr0, x_stride}, ch.j.up_off}, n);
+            if (ch.j.up_off)
+                return stage_rows(
+                    swiglu_rows{strided_rows{xr0, x_stride}, ch.j.up_off, routed && ch.j.pre_round}, n);
         stage_rows(strided_rows{xr0, x_stride}, n);
     };
     if constexpr (!XR && !GA) stage(x, nx);
@@ -319,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if constexpr (XR) {
             const float *xp = k.xp ? k.xp : x + static_cast<size_t>(k.xrow) * static_cast<size_t>(x_stride);
             if (xp != staged) { // every warp is past the last chunk's sums (the barrier at its end)
-                stage(xp, 1);
+                stage(xp, 1, !k.xp);
                 staged = xp;
             }
         }
@@ -335,29 +348,43 @@ __global__ void __launch_bounds__(kWarps * 32)
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
         // never stored, so the loads need no branch. WA: x row xr is the lane's B column (token g), x0 and x1
         // its C columns' (tokens 2t, 2t + 1), the same rule for tokens beyond the chunk's.
+        // WA, W16: a second group of 8 tokens, 8 .. 15, with the same rule (NG groups, their partial sums apart)
         const int xr = x0 + (g < k.nt ? g : 0), xr8 = x0 + (g + 8 < k.nt ? g + 8 : 0);
-        float4 acc;
-        if constexpr (WA)
-            acc = chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, xr,
-                                              x0 + (2 * t < k.nt ? 2 * t : 0),
-                                              x0 + (2 * t + 1 < k.nt ? 2 * t + 1 : 0), j, warp, g, t);
-        else
-            acc = chunk_part<TYPE, kWarps, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0, xr, xr8, j, warp, g,
-                                                      t);
-        float4 *part = red + (j & 1) * kWarps * 32;
-        part[warp * 32 + lane] = acc;
+        float4 acc[NG];
+        if constexpr (WA) {
+            int xrs[NG], x0s[NG], x1s[NG];
+#pragma unroll
+            for (int q = 0; q < NG; q++) {
+                const int b8 = 8 * q;
+                xrs[q] = x0 + (b8 + g < k.nt ? b8 + g : 0);
+                x0s[q] = x0 + (b8 + 2 * t < k.nt ? b8 + 2 * t : 0);
+                x1s[q] = x0 + (b8 + 2 * t + 1 < k.nt ? b8 + 2 * t + 1 : 0);
+            }
+            chunk_part_wa<TYPE, kWarps, NG>(st, row_stride, xs, xsum, xsc, ne0, xrs, x0s, x1s, j, warp, g, t,
+                                            acc);
+        } else {
+            acc[0] = chunk_part<TYPE, kWarps, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0, xr, xr8, j, warp,
+                                                         g, t);
+        }
+        float4 *part = red + (j & 1) * NG * kWarps * 32; // group q's at part + q·kWarps·32
+#pragma unroll
+        for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
-        if (WA && warp == 0 && 2 * t < k.nt) { // rows g, g + 8 of tokens 2t (s.x, s.z) and 2t + 1 (s.y, s.w)
-            float4 s = sum_classes<kWarps>(part, j, lane);
-            if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
-            float *y0 = out_row(k, 2 * t);
-            if (g < k.nr) y0[g] = s.x;
-            if (g + 8 < k.nr) y0[g + 8] = s.z;
-            if (2 * t + 1 < k.nt) {
-                float *y1 = out_row(k, 2 * t + 1);
-                if (g < k.nr) y1[g] = s.y;
-                if (g + 8 < k.nr) y1[g + 8] = s.w;
+#pragma unroll
+        for (int q = 0; q < NG; q++) {
+            const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
+            if (WA && warp == 0 && t0 < k.nt) {
+                float4 s = sum_classes<kWarps>(part + q * kWarps * 32, j, lane);
+                if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
+                float *y0 = out_row(k, t0);
+                if (g < k.nr) y0[g] = s.x;
+                if (g + 8 < k.nr) y0[g + 8] = s.z;
+                if (t0 + 1 < k.nt) {
+                    float *y1 = out_row(k, t0 + 1);
+                    if (g < k.nr) y1[g] = s.y;
+                    if (g + 8 < k.nr) y1[g + 8] = s.w;
+                }
             }
         }
         if (!WA && warp == 0 && g < k.nt) {
@@ -412,6 +439,12 @@ bool tc_wa() {
     static const bool on = env_int("TURBOSPARK_TC_WA", 1, 0, 1) == 1;
     return on;
 }
+// Dense products of 9–16 tokens a launch take the weights as A too, two groups of 8 tokens a chunk, so every
+// token's sums are those it gets alone (TURBOSPARK_TC_WA16=0: as B, 16 tokens in the MMAs' rows; measurements).
+bool tc_wa16() {
+    static const bool on = env_int("TURBOSPARK_TC_WA16", 1, 0, 1) == 1;
+    return on;
+}
 
 // Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
 // (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
@@ -464,19 +497,18 @@ int launch_tc_pw(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx
                : launch_tc_w<TYPE, Chunks, 4, PAIR, W16>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
-// w16: a chunk has 9–16 tokens (dense products only), the MMAs' A rows g + 8 carry tokens 8–15. Chunks of
-// kTileWa rows: the weights as A, neither w16 nor pairs.
+// w16: a chunk has 9–16 tokens (dense products only): the MMAs' A rows g + 8 carry tokens 8–15, or (chunks of
+// kTileWa rows, the weights as A, never pairs) a second group of MMAs does.
 template <int TYPE, class Chunks>
 int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
               bool w16, cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
     if (!plan(nx, ne0, rb, n_chunks, Chunks::R, p)) return -1;
-    constexpr bool kDense = Chunks::kDense && Chunks::R == kTile,
-                   kPair = !tc_kind<TYPE>::kInorder && Chunks::R == kTile;
+    constexpr bool kDense = Chunks::kDense, kPair = !tc_kind<TYPE>::kInorder && Chunks::R == kTile;
     if constexpr (kPair)
         if (tc_pair()) {
-            if constexpr (kDense)
+            if constexpr (kDense && Chunks::R == kTile)
                 if (w16)
                     return launch_tc_pw<TYPE, Chunks, true, true>(ch, n_chunks, ne0, x, nx, x_stride, rb, p,
                                                                   s);
@@ -522,7 +554,7 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     with_tc_type(type, [&](auto t) {
         if (wa)
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
-                                               ne0, rb, false, s);
+                                               ne0, rb, T > 8, s);
         else
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTile>{w, rb, n_out, T, y}, n_chunks, ne0, x, T,
                                                ne0, rb, T > kTile, s);
@@ -565,7 +597,8 @@ int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStre
 
 bool tc_dense_wa(int ne0, size_t rb, int n_out, int T) {
     tc_plan p;
-    return tc_wa() && T <= 8 && plan(T, ne0, rb, (n_out + kTileWa - 1) / kTileWa, kTileWa, p);
+    return tc_wa() && (T <= 8 || (T <= kTcMaxTokens && tc_wa16())) &&
+           plan(T, ne0, rb, (n_out + kTileWa - 1) / kTileWa, kTileWa, p);
 }
 
 bool tc_experts_one_row(const tc_expert_job &job) {

@@ -47,6 +47,7 @@ struct tc_expert_job {
     // up_off floats further, and the kernel stages h = silu(gate)·up, as the MoE's SwiGLU kernel computes
     // it (moe.cu: the x rounding that follows leaves that kernel's own rounding of h as it is)
     int64_t up_off;
+    bool pre_round; // with up_off: the routed rows' h rounded per x group first, as the SwiGLU kernel does
     // cmb_count set (one token, one part, the shared expert as item n_items, one x row at a time only): the MoE
     // combine in the launch. Each chunk counts itself in cmb_count[its row tile] (zero between launches); the
     // block that completes a tile's n_items + 1 chunks writes sy[o] = σ(cmb_sg[0])·sy[o] + Σ_j cmb_tw[j]·y[j·y_stride

@@ -687,6 +687,7 @@ extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const
     merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
     merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
     merged.up_off = up_off;
+    merged.pre_round = up_off && f->pre_round;
     if (f && f->count) merged.cmb_count = f->count, merged.cmb_sg = f->sg, merged.cmb_tw = f->tw;
     // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, 1,
     // sy) both on the tensor-core GEMV (at one token never the GEMM), with the merged launch's chunks

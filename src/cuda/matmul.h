@@ -117,6 +117,8 @@ int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor 
  *     left zero). */
 typedef struct ts_cuda_moe_down_fused {
     int64_t up_off;
+    int pre_round; /* with up_off: the routed rows' h rounded per x group first, as that kernel does where it
+                    * rounds them (moe.cu: round_a), so that the launch reads the very values it would write */
     unsigned *count;
     const float *sg, *tw;
 } ts_cuda_moe_down_fused;

@@ -657,16 +657,21 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     if (rc != 0) return -1;
 
     // 5–7 at one token, where the down launch below takes the shared expert's down too: that launch computes
-    //    h = silu(gate) ⊙ up while staging its x rows (the same h, the same sums: ts_cuda_matmul_experts_shared_down
-    //    with up_off), no SwiGLU kernel; TURBOSPARK_CUDA_SWIGLU_STAGED=0 keeps the kernel
+    //    h = silu(gate) ⊙ up while staging its x rows, the routed rows rounded as step 5 rounds them (the same h,
+    //    the same sums: ts_cuda_matmul_experts_shared_down with up_off), no SwiGLU kernel;
+    //    TURBOSPARK_CUDA_SWIGLU_STAGED=0 keeps the kernel
     //    and, with the route counters' room, the combine too (8: y is then the MoE output whether asked or not,
     //    so ts_cuda_moe_uncombined returns 1; TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 leaves it to its kernel or the
     //    next write)
+    // (step 5's rounding of the routed rows: per x group of the down products' type, where the tensor cores may
+    // take them)
+    const int64_t rg = ts_cu::tc_gemv_enabled() ? ts_tc_x_group(L->ffn_down_exps.type) : 0;
+    const int round_a = rg > 0 && rg <= kSwigluSlice && F % rg == 0 ? static_cast<int>(rg) : 0;
     if (!grouped && N == 1 && shared_merge_enabled() && swiglu_staged_enabled() && uoff == sh_uoff &&
         uoff > 0) {
         const bool cmb = down_combine_enabled() && w->route_count;
-        const ts_cuda_moe_down_fused f = {uoff, cmb ? w->route_count + w->max_rows : nullptr, w->sg,
-                                          w->topk_w};
+        const ts_cuda_moe_down_fused f = {uoff, round_a > 0, cmb ? w->route_count + w->max_rows : nullptr,
+                                          w->sg, w->topk_w};
         const int m = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
                                                          &L->ffn_down_shexp, sh, Fs, N, y, &f, s);
         if (m < 0) return -1;
@@ -679,8 +684,6 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     //    down products where the tensor-core GEMM may take those (see the top of this file)
     const swiglu_part pe = {gu, gu + uoff, NK, G, F};
     const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
-    const int64_t rg = ts_cu::tc_gemv_enabled() ? ts_tc_x_group(L->ffn_down_exps.type) : 0;
-    const int round_a = rg > 0 && rg <= kSwigluSlice && F % rg == 0 ? static_cast<int>(rg) : 0;
     const int64_t per_row = round_a ? F / round_a : (F + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
     const int64_t slices = NK * per_row + N * ((Fs + kSwigluSlice - 1) / kSwigluSlice);
     if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, pe, ps,

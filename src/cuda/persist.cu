@@ -111,9 +111,12 @@ template <int TYPE, bool WA>
 __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, const uint32_t *xs,
                                             const uint2 *xsum, const float *xsc, int ne0, int j, int warp,
                                             int g, int t) {
-    if constexpr (WA)
-        return chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, 0, j, warp, g, t);
-    else
+    if constexpr (WA) {
+        const int r0[1] = {0};
+        float4 acc[1];
+        chunk_part_wa<TYPE, kWarps, 1>(st, row_stride, xs, xsum, xsc, ne0, r0, r0, r0, j, warp, g, t, acc);
+        return acc[0];
+    } else
         return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g,
                                                       t);
 }

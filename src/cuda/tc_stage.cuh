@@ -145,13 +145,27 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
 
-// The rows of a staging: rows(r) is the first input of x row r, and rows.load<COH>(p, ok, v) a unit's 16
-// inputs from p (zeros when !ok). strided_rows: x + r·stride, the inputs as they are; the GEMV's gathered
-// rows and its SwiGLU of gate and up rows (gemv_tc.cu) are others.
+// v ← v rounded at its group's scale and back, fp16(v·2^s)·2^-s: what the MoE's SwiGLU kernel does to the routed
+// rows' h (moe.cu), which a staging that makes h itself does first to stage the same values. LANES: as above.
+template <int LANES> __device__ __forceinline__ void tc_x_preround(float (&v)[16]) {
+    float amax = unit_amax(v);
+#pragma unroll
+    for (int off = 1; off < LANES; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float inv;
+    const float scale = tc_x_scale(amax, inv);
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = __half2float(__float2half_rn(v[i] * scale)) * inv;
+}
+
+// The rows of a staging: rows(r) is the first input of x row r, rows.load<COH>(p, ok, v) a unit's 16 inputs
+// from p (zeros when !ok), and rows.pre_round() whether the inputs are rounded once at their group's scale
+// before the staging's own rounding (tc_x_preround). strided_rows: x + r·stride, the inputs as they are; the
+// GEMV's gathered rows and its SwiGLU of gate and up rows (gemv_tc.cu) are others.
 struct strided_rows {
     const float *x;
     int64_t stride;
     __device__ const float *operator()(int r) const { return x + static_cast<size_t>(r) * stride; }
+    __device__ static constexpr bool pre_round() { return false; }
     template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
         load_unit<COH>(p, ok, v);
     }
@@ -212,6 +226,7 @@ __device__ inline void stage_x_kquant_rows_each(Rows rows, int nx, int nsb, Stor
 #pragma unroll
             for (int i = 0; i < 16; i++) v[i] = x16[i];
             if constexpr (RES) tc_x_residual<16>(v);
+            if (rows.pre_round()) tc_x_preround<16>(v);
             const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
             float amax = unit_amax(v);
 #pragma unroll
@@ -285,6 +300,7 @@ __device__ inline void stage_x_inorder_rows(Rows rows, int nx, int ne0, uint32_t
 #pragma unroll
             for (int i = 0; i < 16; i++) v[i] = x16[i];
             if constexpr (RES) tc_x_residual<UPG>(v);
+            if (rows.pre_round()) tc_x_preround<UPG>(v);
             const int m = u % UPG, rg = u / UPG;
             float amax = unit_amax(v);
 #pragma unroll

@@ -336,6 +336,8 @@ static void check_model(const char *name, const char *path) {
         const char *names[2] = {"TURBOSPARK_CUDA_SWIGLU_STAGED", "TURBOSPARK_CUDA_MOE_DOWN_COMBINE"};
         char *saved[2];
         for (int v = 0; v < 2; v++) saved[v] = getenv(names[v]) ? strdup(getenv(names[v])) : NULL;
+        /* hyper-connection writes left to reads (the MoE half's too with the combine) and blocks staged */
+        int64_t deferred[2] = {0, 0}, staged_v[2] = {0, 0};
         setenv(names[0], "0", 1);
         ts_session *sa = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
         const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
@@ -346,10 +348,12 @@ static void check_model(const char *name, const char *path) {
                 setenv(names[1], "0", 1);
             else
                 unsetenv(names[1]);
-            const int64_t before = ts_cuda_moe_swiglu_staged(cx);
+            const int64_t before = ts_cuda_moe_swiglu_staged(cx), dbefore = ts_cuda_hc_writes_deferred(cx);
             ts_session *sb = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
             const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
             const int64_t staged = ts_cuda_moe_swiglu_staged(cx) - before;
+            deferred[v] = ts_cuda_hc_writes_deferred(cx) - dbefore;
+            staged_v[v] = staged;
             g_swiglu_staged += staged;
             int64_t differ = 0;
             for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
@@ -360,6 +364,12 @@ static void check_model(const char *name, const char *path) {
             CHECK(ra == 0 && rb == 0 && differ == 0, "the down launch's SwiGLU%s changes %" PRId64 " logits",
                   v ? " and combine" : "", differ);
             ts_session_free(sb);
+        }
+        if (staged_v[1] > 0) {
+            printf("  hyper-connection writes left to reads: %" PRId64
+                   " without the combine in the down launch, %" PRId64 " with it\n",
+                   deferred[0], deferred[1]);
+            CHECK(deferred[1] > deferred[0], "the combine in the down launch left no MoE write to a read");
         }
         for (int v = 0; v < 2; v++) {
             if (saved[v])

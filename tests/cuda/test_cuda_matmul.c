@@ -12,7 +12,7 @@
  * poisoned with NaN before each launch, so an unwritten element fails. Also: expert products
  * (run_experts_case), the shared expert's gate/up and down riding in the routed launches
  * (run_shared_merge_case, run_shared_down_case), the planned expert products (an expert's items as one
- * chunk's tokens: run_planned_case),
+ * chunk's tokens: run_planned_case), a dense product's tokens equal to each token alone (run_alone_case),
  * and the split product of a hyper-connection read, plain and with the write before it made on the way
  * in (run_split_case).
  *
@@ -697,7 +697,7 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
         TS_CUDA_CHECK(cudaMemcpy(hs_d, hs, (size_t)F * sizeof(float), cudaMemcpyHostToDevice));
         TS_CUDA_CHECK(cudaMemset(eo_d, 0xFF, ne * sizeof(float)));
         TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, H * sizeof(float)));
-        const ts_cuda_moe_down_fused fs = {F, NULL, NULL, NULL};
+        const ts_cuda_moe_down_fused fs = {F, 0, NULL, NULL, NULL};
         const int ms = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H,
                                                           &dev[1], gs_d, 2 * F, 1, y_d, &fs, 0);
         const int mr = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, h_d, G, eo2_d, H, &dev[1],
@@ -721,8 +721,8 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
         ok = ok && ok2;
         /* and the combine in the launch: y = σ(sg)·y + Σ_j tw_j·eo_j by the block completing each row tile, twice
            in a row (the counters must be left zero), against the same sum on the host from the outputs of the
-           launch without it (its sigmoid's expf may differ from the device's in the last bit: a bound); every id in
-           range here, or every combined value would be NaN */
+           launch without it (its sigmoid's expf may differ from the device's in the last bit, and the routed h is
+           rounded once more here: a bound); every id in range here, or every combined value would be NaN */
         ids[4] = ids[3];
         TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
         const int m0 = ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H,
@@ -740,7 +740,8 @@ static int run_shared_down_case(uint32_t type, uint64_t seed) {
         TS_CUDA_CHECK(cudaMemcpy(sg_d, &sg, sizeof sg, cudaMemcpyHostToDevice));
         TS_CUDA_CHECK(cudaMemcpy(tw_d, tw, sizeof tw, cudaMemcpyHostToDevice));
         TS_CUDA_CHECK(cudaMemset(cnt_d, 0, (H / 8) * sizeof(unsigned)));
-        const ts_cuda_moe_down_fused fc = {F, cnt_d, sg_d, tw_d};
+        const ts_cuda_moe_down_fused fc = {F, 1, cnt_d, sg_d,
+                                           tw_d}; /* the routed h pre-rounded, as moe.cu asks */
         int mc = 0;
         for (int rep = 0; rep < 2; rep++)
             mc |= ts_cuda_matmul_experts_shared_down(&dev[0], ids_d, K, H, H, gu_d, 2 * F, eo_d, H, &dev[1],
@@ -863,6 +864,62 @@ static int run_planned_case(uint32_t type, int64_t ne0, int n, int x_div, int pa
     return !ok;
 }
 
+/* A dense product of T tokens on the tensor-core GEMV gives every token the bits it gets alone (T = 1): 12 tokens
+ * (one launch, two groups of 8 with the weights as A), 40 (launches of 16, 16 and 8), 2560 inputs, 1000 rows
+ * (a last chunk of 8). Skipped where the GEMV takes the weights as B (TURBOSPARK_TC_WA=0 or WA16=0: 9–16 tokens
+ * then sum in another order than one). */
+static int run_alone_case(uint32_t type, uint64_t seed) {
+    enum { NE0 = 2560, NOUT = 1000, TMAX = 40 };
+    const char *wa = getenv("TURBOSPARK_TC_WA"), *wa16 = getenv("TURBOSPARK_TC_WA16"),
+               *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
+    if ((wa && wa[0] == '0') || (wa16 && wa16[0] == '0') || (tc && tc[0] == '0')) {
+        printf("  %-5s tokens vs alone: skipped (the weights as B for 9-16 tokens, or the GEMV off)\n",
+               ts_type_name(type));
+        return 0;
+    }
+    const int64_t ne1[1] = {NOUT}, ne2[1] = {1};
+    qjob q[1];
+    ts_gguf_tensor host[1];
+    ts_cuda_tensor dev[1];
+    if (make_weights(1, type, NE0, ne1, ne2, seed, q, host, dev)) return 1;
+    rng_t r = {mix64(seed)};
+    const size_t nx = (size_t)TMAX * NE0, ny = (size_t)TMAX * NOUT;
+    float *x = malloc(nx * sizeof *x);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)rng_gauss(&r) * (i % 7 == 0 ? 30.0f : 1.0f);
+    float *x_d, *y_d, *y1_d;
+    TS_CUDA_CHECK(cudaMalloc((void **)&x_d, nx * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y_d, ny * sizeof(float)));
+    TS_CUDA_CHECK(cudaMalloc((void **)&y1_d, ny * sizeof(float)));
+    TS_CUDA_CHECK(cudaMemcpy(x_d, x, nx * sizeof(float), cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(y1_d, 0xFF, ny * sizeof(float)));
+    int rc = 0;
+    for (int t = 0; t < TMAX; t++)
+        rc |= ts_cuda_matmul(&dev[0], 0, NOUT, x_d + (size_t)t * NE0, 1, y1_d + (size_t)t * NOUT, 0);
+    int ok = 1;
+    const int Ts[2] = {12, TMAX};
+    for (int i = 0; i < 2; i++) {
+        TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
+        rc |= ts_cuda_matmul(&dev[0], 0, NOUT, x_d, Ts[i], y_d, 0);
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        float *y = to_host(y_d, (size_t)Ts[i] * NOUT), *y1 = to_host(y1_d, (size_t)Ts[i] * NOUT);
+        const int64_t differ = bits_differ(y, y1, (size_t)Ts[i] * NOUT);
+        int64_t nan = 0;
+        for (size_t e = 0; e < (size_t)Ts[i] * NOUT; e++) nan += y[e] != y[e];
+        const int ok1 = rc == 0 && differ == 0 && nan == 0;
+        printf("  %-5s %d tokens vs each alone, %d -> %d: %s  (%lld outputs differ, %lld NaN)\n",
+               ts_type_name(type), Ts[i], NE0, NOUT, ok1 ? "ok  " : "FAIL", (long long)differ,
+               (long long)nan);
+        ok = ok && ok1;
+        free(y), free(y1);
+    }
+    TS_CUDA_CHECK(cudaFree(x_d));
+    TS_CUDA_CHECK(cudaFree(y_d));
+    TS_CUDA_CHECK(cudaFree(y1_d));
+    free_weights(1, q, dev);
+    free(x);
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -949,6 +1006,10 @@ int main(int argc, char **argv) {
     {
         const uint32_t down[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_0, TS_TYPE_Q8_0};
         for (int m = 0; m < 3; m++) fails += run_shared_down_case(down[m], seed + 600 + (uint64_t)m);
+    }
+    {
+        const uint32_t tc[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_Q8_0, TS_TYPE_Q5_0};
+        for (int i = 0; i < 5; i++) fails += run_alone_case(tc[i], seed + 800 + (uint64_t)i);
     }
     fails += run_planned_case(TS_TYPE_Q4_K, 2560, 160, 10, 2, seed + 700);
     fails += run_planned_case(TS_TYPE_Q5_K, 2560, 150, 10, 1, seed + 701);
