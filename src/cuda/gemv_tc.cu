@@ -247,17 +247,17 @@ __global__ void __launch_bounds__(kWarps * 32)
                    int64_t x_stride, int ns, int row_stride, uint32_t rb) {
     extern __shared__ __align__(128) uint8_t sm[];
     const int nsb = ne0 / kTcSuper;
-    const tc_layout L(kWarps, nx, ne0, ns, row_stride);
+    constexpr int R = Chunks::R;
+    constexpr bool WA = R == kTileWa;
+    constexpr int NG = WA && W16 ? 2 : 1; // token groups of 8 a chunk (the weights as A: 9–16 tokens in two)
+    const tc_layout L(kWarps, nx, ne0, ns, row_stride, NG);
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
     float4 *red = reinterpret_cast<float4 *>(sm + L.red);
     float *xsc = reinterpret_cast<float *>(sm + L.xsc);
     uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
     uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
     uint8_t *stages = sm + L.stages;
-    constexpr int R = Chunks::R;
-    constexpr bool WA = R == kTileWa;
     static_assert(!WA || !PAIR, "the weights-as-A chunks take one super-block a pass");
-    constexpr int NG = WA && W16 ? 2 : 1; // token groups of 8 a chunk (the weights as A: 9–16 tokens in two)
     // this block's chunks: c0, c0 + cstep, ... (n_mine of them): every grid-th, or (XROW, planned chunks) a
     // contiguous range; planned chunks count theirs after the wait
     constexpr bool XR = Chunks::kXRow, GA = Chunks::kGather, RANGE = XR || GA;
@@ -439,12 +439,16 @@ bool tc_wa() {
     static const bool on = env_int("TURBOSPARK_TC_WA", 1, 0, 1) == 1;
     return on;
 }
+} // namespace
+
 // Dense products of 9–16 tokens a launch take the weights as A too, two groups of 8 tokens a chunk, so every
 // token's sums are those it gets alone (TURBOSPARK_TC_WA16=0: as B, 16 tokens in the MMAs' rows; measurements).
 bool tc_wa16() {
     static const bool on = env_int("TURBOSPARK_TC_WA16", 1, 0, 1) == 1;
     return on;
 }
+
+namespace {
 
 // Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
 // (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
@@ -454,7 +458,7 @@ bool tc_wa16() {
 bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p) {
     p.warps = tc_warps();
     p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
-    const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride).total,
+    const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride, R == kTileWa && nx > 8 ? 2 : 1).total,
                  slot = static_cast<size_t>(R) * p.row_stride;
     for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
@@ -536,13 +540,18 @@ int tc_gemv_group(uint32_t type) {
     return G;
 }
 
-bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks,
+                   int64_t n_chunks) {
     const int G = tc_gemv_group(type);
     if (!G || ne0 <= 0 || ne0 % G != 0 || ne0 > (1 << 20) || x_rows < 1 || x_rows > 1024) return false;
     if (row_bytes != ts_row_size(type, ne0)) return false;
     if (row_bytes % 16 != 0 && !(whole_chunks && (kTile * row_bytes) % 16 == 0)) return false;
     tc_plan p;
-    return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes, 1, kTile, p);
+    return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes,
+                static_cast<int>(n_chunks < 1         ? 1
+                                 : n_chunks > INT_MAX ? INT_MAX
+                                                      : n_chunks),
+                kTile, p);
 }
 
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,

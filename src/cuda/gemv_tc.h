@@ -62,10 +62,12 @@ struct tc_expert_job {
 int tc_gemv_group(uint32_t type);
 
 // Whether the kernel takes this product: T tokens (dense) or x rows (experts) of ne0 inputs of this
-// type; the x staging must fit in shared memory beside two weight stages. Rows whose bytes are not a
-// multiple of 16 (Q8_0, Q5_0, Q6_K at some widths) only when whole_chunks: every 8 rows of the
-// product start at a multiple of 8 rows of a 16-byte aligned tensor.
-bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks);
+// type, n_chunks chunks of 8 rows; the x staging must fit in shared memory beside two weight stages (one
+// where every block has one chunk). Rows whose bytes are not a multiple of 16 (Q8_0, Q5_0, Q6_K at some
+// widths) only when whole_chunks: every 8 rows of the product start at a multiple of 8 rows of a 16-byte
+// aligned tensor.
+bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks,
+                   int64_t n_chunks);
 
 // Tokens of one dense launch: the 16 rows of the MMAs' A operand (tokens 8–15 in rows g + 8).
 constexpr int kTcMaxTokens = 16;
@@ -94,6 +96,8 @@ bool tc_experts_wa(const tc_expert_job &job, int ne0);
 bool tc_experts_one_row(const tc_expert_job &job);
 // Whether tc_gemv takes the weights as A for a dense product of T tokens.
 bool tc_dense_wa(int ne0, size_t rb, int n_out, int T);
+// Whether dense products of 9–16 tokens may take the weights as A (TURBOSPARK_TC_WA16, default on; read once).
+bool tc_wa16();
 
 // Grouped expert products (ts_cuda_matmul_experts_planned): the items of a plan's tile (gemm.h, tiles of at
 // most kTcPlanTile items of one expert) are one chunk's tokens, so an expert's rows are read once a tile. The

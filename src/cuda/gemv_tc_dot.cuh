@@ -59,17 +59,18 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
 // ---- shared memory -------------------------------------------------------------------------------
 
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
+// Partial sums: two chunks' (double-buffered) of ng token groups (the weights-as-A chunks of 9–16 tokens: 2).
 // x: nx rows of ne0 inputs staged as 2 bytes each (fp16), a scale per group of 128 or 256 inputs, and
 // (K-quants) four sub-block sums per super-block.
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
-    __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride) {
+    __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride, int ng = 1) {
         const size_t groups = static_cast<size_t>(nx) * (ne0 / 128),
                      supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
-        red = 128;                                // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float4); // 2 × nw × 32 float4
-        xsum = xsc + ((groups * 4 + 15) & ~15ul); // up to one float a group
-        xs = xsum + supers * 4 * sizeof(uint2);   // 4 uint2 a super-block
+        red = 128;                                                          // kMaxStages barriers
+        xsc = red + 2 * static_cast<size_t>(ng) * nw * 32 * sizeof(float4); // 2 × ng × nw × 32 float4
+        xsum = xsc + ((groups * 4 + 15) & ~15ul);                           // up to one float a group
+        xs = xsum + supers * 4 * sizeof(uint2);                             // 4 uint2 a super-block
         stages = (xs + static_cast<size_t>(nx) * ne0 * 2 + 127) & ~127ul;
         total = stages + static_cast<size_t>(ns) * kTcTile * row_stride;
     }

@@ -301,9 +301,10 @@ int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_
 }
 
 // The tensor-core GEMV takes the product unless it is switched off or a test forces a SIMT variant.
-bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
+bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks,
+                int64_t n_chunks) {
     return tc_gemv_enabled() && g_forced_rows_per_warp == 0 && g_x_shared &&
-           tc_gemv_takes(type, ne0, x_rows, row_bytes, whole_chunks);
+           tc_gemv_takes(type, ne0, x_rows, row_bytes, whole_chunks, n_chunks);
 }
 
 // Whether every chunk of 8 rows of a dense product / an expert product is whole and starts at a
@@ -319,8 +320,15 @@ bool dense_whole_chunks(int64_t row0, int64_t n_out) {
 int dense_tc(uint32_t type, int64_t ne0, int64_t T, size_t row_bytes, int64_t row0, int64_t n_out) {
     if (T < tc_gemv_min_tokens() || T > kTcMaxRows) return 0;
     const bool whole = dense_whole_chunks(row0, n_out);
-    if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole)) return kTcMaxTokens;
-    return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole) ? kMaxT : 0;
+    const int64_t chunks = (n_out + 7) / 8;
+    // launches of 16 only where they take the weights as the launches of 1–8 tokens do (as A, in two groups, or
+    // as B both), so that a token's sums do not depend on the launch's width
+    const int no = static_cast<int>(n_out), ne = static_cast<int>(ne0);
+    const bool same_form =
+        !tc_wa16() || tc_dense_wa(ne, row_bytes, no, kTcMaxTokens) == tc_dense_wa(ne, row_bytes, no, kMaxT);
+    if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole, chunks) && same_form)
+        return kTcMaxTokens;
+    return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole, chunks) ? kMaxT : 0;
 }
 // A dense product of T tokens beyond the GEMV's (T ≥ the GEMM threshold) goes to the tensor-core GEMM when it
 // takes the type and its x records fit the thread's scratch (gemm_tc.h); a test forcing a SIMT variant keeps
@@ -343,7 +351,8 @@ bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool 
     const int64_t xd = x_div < n_items ? x_div : n_items, x_rows = (n_items + xd - 1) / xd;
     if (tc_xrow_mode() == 0 && routed && xd == 1) return false;
     return tc_applies(type, ne0, tc_experts_staged_rows(x_rows), row_bytes,
-                      expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out));
+                      expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out),
+                      n_items * ((n_out + 7) / 8));
 }
 
 } // namespace

@@ -865,11 +865,12 @@ static int run_planned_case(uint32_t type, int64_t ne0, int n, int x_div, int pa
 }
 
 /* A dense product of T tokens on the tensor-core GEMV gives every token the bits it gets alone (T = 1): 12 tokens
- * (one launch, two groups of 8 with the weights as A), 40 (launches of 16, 16 and 8), 2560 inputs, 1000 rows
- * (a last chunk of 8). Skipped where the GEMV takes the weights as B (TURBOSPARK_TC_WA=0 or WA16=0: 9–16 tokens
+ * (one launch, two groups of 8 with the weights as A), 40 (launches of 16, 16 and 8), 2560 inputs, 9000 rows
+ * (a last chunk of 8; several chunks a block, so both halves of the double-buffered partial sums and the
+ * weight ring's turns are used). Skipped where the GEMV takes the weights as B (TURBOSPARK_TC_WA=0 or WA16=0: 9–16 tokens
  * then sum in another order than one). */
 static int run_alone_case(uint32_t type, uint64_t seed) {
-    enum { NE0 = 2560, NOUT = 1000, TMAX = 40 };
+    enum { NE0 = 2560, NOUT = 9000, TMAX = 40 };
     const char *wa = getenv("TURBOSPARK_TC_WA"), *wa16 = getenv("TURBOSPARK_TC_WA16"),
                *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
     if ((wa && wa[0] == '0') || (wa16 && wa16[0] == '0') || (tc && tc[0] == '0')) {
