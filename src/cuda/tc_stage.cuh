@@ -132,27 +132,30 @@ __device__ __forceinline__ float unit_amax(const float (&v)[16]) {
     return amax;
 }
 
-// v ← its residual after the fp16 rounding at its group's scale: v − fp16(v·2^s)·2^-s (exact in fp32). The
-// split products (gemm_tc.h) stage x and then this residual, each rounded at its own scale, so the two
-// carry ~22 bits of x. LANES: the neighbouring lanes whose units make up the group (they share its max).
-template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16]) {
+// The scale 2^s of the group that v's unit belongs to (tc_x_scale of the group's max |v|; 2^-s into inv).
+// LANES: the neighbouring lanes whose units make up the group (they share its max).
+template <int LANES> __device__ __forceinline__ float tc_group_scale(const float (&v)[16], float &inv) {
     float amax = unit_amax(v);
 #pragma unroll
     for (int off = 1; off < LANES; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    return tc_x_scale(amax, inv);
+}
+
+// v ← its residual after the fp16 rounding at its group's scale: v − fp16(v·2^s)·2^-s (exact in fp32). The
+// split products (gemm_tc.h) stage x and then this residual, each rounded at its own scale, so the two
+// carry ~22 bits of x.
+template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16]) {
     float inv;
-    const float scale = tc_x_scale(amax, inv);
+    const float scale = tc_group_scale<LANES>(v, inv);
 #pragma unroll
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
 
 // v ← v rounded at its group's scale and back, fp16(v·2^s)·2^-s: what the MoE's SwiGLU kernel does to the routed
-// rows' h (moe.cu), which a staging that makes h itself does first to stage the same values. LANES: as above.
+// rows' h (moe.cu), which a staging that makes h itself does first to stage the same values.
 template <int LANES> __device__ __forceinline__ void tc_x_preround(float (&v)[16]) {
-    float amax = unit_amax(v);
-#pragma unroll
-    for (int off = 1; off < LANES; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     float inv;
-    const float scale = tc_x_scale(amax, inv);
+    const float scale = tc_group_scale<LANES>(v, inv);
 #pragma unroll
     for (int i = 0; i < 16; i++) v[i] = __half2float(__float2half_rn(v[i] * scale)) * inv;
 }

@@ -128,6 +128,34 @@ static int32_t argmax(const float *x, int64_t n) {
 
 enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
 
+/* The logits of every prompt position from a fresh CUDA session of m (micro-batches of ub), with the environment
+ * variable name set to value (NULL: unset) for that run only. 0, or -1 (a failure, counted). */
+static int prompt_with(ts_model *m, int64_t n_ctx, int64_t ub, const int32_t *ids, float *logits,
+                       const char *name, const char *value) {
+    const char *was = getenv(name);
+    char *saved = was ? strdup(was) : NULL;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    ts_session *s = session(m, n_ctx, ub, TS_BACKEND_CUDA);
+    const int rc = s ? eval(s, ids, T_PROMPT, logits, true) : -1;
+    ts_session_free(s);
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+    return rc;
+}
+
+/* How many of the prompt's logits (T_PROMPT rows of V) differ in their bits. */
+static int64_t logits_differ(const float *a, const float *b, int64_t V) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < T_PROMPT * V; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
 /* Bounds of the CPU comparisons. The CUDA products that take x in fp16 (the tensor-core GEMV and GEMM,
  * ts_cuda_matmul_rounds_x: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0 at every batch size) round each activation once by
  * up to 2^-12. With those products on, the CPU reference rounds the same operands the same way
@@ -263,120 +291,68 @@ static void check_model(const char *name, const char *path) {
         ts_session_free(se), ts_session_free(sr);
     }
 
-    /* 4b: the hyper-connection writes left to the fused reads that follow them (hc.cu: their split products
-       make x from the write; the attention blocks' writes of up to 4 rows) equal the writes on their own, bit
-       for bit, in micro-batches of 1 and 3 (m2's context runs eagerly, so the switch is read at every step;
-       a model whose reads are not fused leaves none, and says so; main checks that some model did) */
-    for (int k = 0; k < 2; k++) {
-        const int64_t ub = k ? 3 : 1;
-        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
-        const char *was = getenv("TURBOSPARK_CUDA_HC_DEFER");
-        char *saved = was ? strdup(was) : NULL;
-        setenv("TURBOSPARK_CUDA_HC_DEFER", "0", 1);
-        ts_session *sa = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
-        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
-        unsetenv("TURBOSPARK_CUDA_HC_DEFER");
-        const int64_t before = ts_cuda_hc_writes_deferred(cx);
-        ts_session *sb = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
-        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
-        const int64_t deferred = ts_cuda_hc_writes_deferred(cx) - before;
-        if (saved) setenv("TURBOSPARK_CUDA_HC_DEFER", saved, 1);
-        free(saved);
-        g_hc_deferred += deferred;
-        int64_t differ = 0;
-        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
-            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
-        printf("  micro-batch %" PRId64 ", hyper-connection writes in the reads (%" PRId64
-               " of them) vs apart: %" PRId64 " logits differ\n",
-               ub, deferred, differ);
-        CHECK(ra == 0 && rb == 0 && differ == 0, "writes in the reads change %" PRId64 " logits", differ);
-        ts_session_free(sa), ts_session_free(sb);
-    }
-
-    /* 4c: the expert products of micro-batches of 16 and 5 rows as planned GEMVs (moe.cu: an expert's items
-       as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED=2, from 2 rows) equal one GEMV an item, bit for bit
-       (m2's context runs eagerly, so the switch is read at every layer; a model whose products the GEMV does
-       not take with the weights as A runs none, and says so; main checks that some model did) */
-    for (int k = 0; k < 2; k++) {
-        const int64_t ub = k ? 5 : 16;
-        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
-        const char *was = getenv("TURBOSPARK_CUDA_MOE_PLANNED");
-        char *saved = was ? strdup(was) : NULL;
-        setenv("TURBOSPARK_CUDA_MOE_PLANNED", "0", 1);
-        ts_session *sa = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
-        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
-        setenv("TURBOSPARK_CUDA_MOE_PLANNED", "2", 1);
-        const int64_t before = ts_cuda_moe_planned_products(cx);
-        ts_session *sb = session(m2, n_ctx, ub, TS_BACKEND_CUDA);
-        const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
-        const int64_t planned = ts_cuda_moe_planned_products(cx) - before;
-        if (saved)
-            setenv("TURBOSPARK_CUDA_MOE_PLANNED", saved, 1);
-        else
-            unsetenv("TURBOSPARK_CUDA_MOE_PLANNED");
-        free(saved);
-        g_moe_planned += planned;
-        int64_t differ = 0;
-        for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
-            differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
-        printf("  micro-batch %" PRId64 ", planned expert products (%" PRId64
-               " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
-               ub, planned, differ);
-        CHECK(ra == 0 && rb == 0 && differ == 0, "planned expert products change %" PRId64 " logits", differ);
-        ts_session_free(sa), ts_session_free(sb);
-    }
-
-    /* 4d: at one token the down launch computes h = silu(gate)·up while staging its x, and the MoE combine at
-       its end (moe.cu; the MoE half's hyper-connection write is then a plain one, left to the next read), equal
-       to the SwiGLU kernel, the launch and the combine in the write, bit for bit: TURBOSPARK_CUDA_SWIGLU_STAGED=0
-       against TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 and against both on (m2 runs eagerly, so the switches are read at
-       every layer; main checks that some model took them) */
+    /* 4b–4d: launch cuts that keep every sum, each against the kernels it replaces, bit for bit, on the whole
+       prompt (m2's context runs eagerly, so the switches are read at every layer; a model that takes none of
+       them says so, and main checks that some model did):
+       4b: the hyper-connection writes left to the fused reads that follow them (hc.cu: their split products
+           make x from the write; the attention blocks' writes of up to 4 rows), micro-batches of 1 and 3;
+       4c: the expert products of micro-batches of 16 and 5 rows as planned GEMVs (moe.cu: an expert's items
+           as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED=2, from 2 rows) against one GEMV an item;
+       4d: at one token the down launch computing h = silu(gate)·up while staging its x, and the MoE combine at
+           its end (moe.cu; the MoE half's write is then a plain one, left to the next read), against the
+           SwiGLU kernel (TURBOSPARK_CUDA_SWIGLU_STAGED=0) and against the combine in the write
+           (TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0) */
     {
         ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
-        const char *names[2] = {"TURBOSPARK_CUDA_SWIGLU_STAGED", "TURBOSPARK_CUDA_MOE_DOWN_COMBINE"};
-        char *saved[2];
-        for (int v = 0; v < 2; v++) saved[v] = getenv(names[v]) ? strdup(getenv(names[v])) : NULL;
-        /* hyper-connection writes left to reads (the MoE half's too with the combine) and blocks staged */
-        int64_t deferred[2] = {0, 0}, staged_v[2] = {0, 0};
-        setenv(names[0], "0", 1);
-        ts_session *sa = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
-        const int ra = sa ? eval(sa, ids, T_PROMPT, lx, true) : -1;
-        unsetenv(names[0]);
-        ts_session_free(sa);
+        for (int k = 0; k < 2; k++) {
+            const int64_t ub = k ? 3 : 1, before = ts_cuda_hc_writes_deferred(cx);
+            const int ra = prompt_with(m2, n_ctx, ub, ids, lx, "TURBOSPARK_CUDA_HC_DEFER", "0");
+            const int64_t between = ts_cuda_hc_writes_deferred(cx);
+            const int rb = prompt_with(m2, n_ctx, ub, ids, lc, "TURBOSPARK_CUDA_HC_DEFER", NULL);
+            const int64_t deferred = ts_cuda_hc_writes_deferred(cx) - between,
+                          differ = logits_differ(lx, lc, V);
+            g_hc_deferred += deferred;
+            printf("  micro-batch %" PRId64 ", hyper-connection writes in the reads (%" PRId64
+                   " of them) vs apart: %" PRId64 " logits differ\n",
+                   ub, deferred, differ);
+            CHECK(ra == 0 && rb == 0 && differ == 0 && between == before,
+                  "writes in the reads change %" PRId64 " logits", differ);
+        }
+        for (int k = 0; k < 2; k++) {
+            const int64_t ub = k ? 5 : 16;
+            const int ra = prompt_with(m2, n_ctx, ub, ids, lx, "TURBOSPARK_CUDA_MOE_PLANNED", "0");
+            const int64_t before = ts_cuda_moe_planned_products(cx);
+            const int rb = prompt_with(m2, n_ctx, ub, ids, lc, "TURBOSPARK_CUDA_MOE_PLANNED", "2");
+            const int64_t planned = ts_cuda_moe_planned_products(cx) - before,
+                          differ = logits_differ(lx, lc, V);
+            g_moe_planned += planned;
+            printf("  micro-batch %" PRId64 ", planned expert products (%" PRId64
+                   " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
+                   ub, planned, differ);
+            CHECK(ra == 0 && rb == 0 && differ == 0, "planned expert products change %" PRId64 " logits",
+                  differ);
+        }
+        const int ra = prompt_with(m2, n_ctx, 1, ids, lx, "TURBOSPARK_CUDA_SWIGLU_STAGED", "0");
+        int64_t deferred[2],
+            staged[2]; /* writes left to reads (the MoE half's too with the combine), blocks */
         for (int v = 0; v < 2; v++) {
-            if (v == 0)
-                setenv(names[1], "0", 1);
-            else
-                unsetenv(names[1]);
-            const int64_t before = ts_cuda_moe_swiglu_staged(cx), dbefore = ts_cuda_hc_writes_deferred(cx);
-            ts_session *sb = session(m2, n_ctx, 1, TS_BACKEND_CUDA);
-            const int rb = sb ? eval(sb, ids, T_PROMPT, lc, true) : -1;
-            const int64_t staged = ts_cuda_moe_swiglu_staged(cx) - before;
-            deferred[v] = ts_cuda_hc_writes_deferred(cx) - dbefore;
-            staged_v[v] = staged;
-            g_swiglu_staged += staged;
-            int64_t differ = 0;
-            for (int64_t i = 0; ra == 0 && rb == 0 && i < T_PROMPT * V; i++)
-                differ += memcmp(&lx[i], &lc[i], sizeof(float)) != 0;
+            const int64_t s0 = ts_cuda_moe_swiglu_staged(cx), d0 = ts_cuda_hc_writes_deferred(cx);
+            const int rb =
+                prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_MOE_DOWN_COMBINE", v ? NULL : "0");
+            staged[v] = ts_cuda_moe_swiglu_staged(cx) - s0, deferred[v] = ts_cuda_hc_writes_deferred(cx) - d0;
+            g_swiglu_staged += staged[v];
+            const int64_t differ = logits_differ(lx, lc, V);
             printf("  micro-batch 1, the SwiGLU%s in the down launch (%" PRId64
                    " blocks) vs their own kernels: %" PRId64 " logits differ\n",
-                   v ? " and the combine" : "", staged, differ);
+                   v ? " and the combine" : "", staged[v], differ);
             CHECK(ra == 0 && rb == 0 && differ == 0, "the down launch's SwiGLU%s changes %" PRId64 " logits",
                   v ? " and combine" : "", differ);
-            ts_session_free(sb);
         }
-        if (staged_v[1] > 0) {
+        if (staged[1] > 0) {
             printf("  hyper-connection writes left to reads: %" PRId64
                    " without the combine in the down launch, %" PRId64 " with it\n",
                    deferred[0], deferred[1]);
             CHECK(deferred[1] > deferred[0], "the combine in the down launch left no MoE write to a read");
-        }
-        for (int v = 0; v < 2; v++) {
-            if (saved[v])
-                setenv(names[v], saved[v], 1);
-            else
-                unsetenv(names[v]);
-            free(saved[v]);
         }
     }
 
