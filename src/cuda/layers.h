@@ -264,6 +264,11 @@ int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, 
  * −1 on failure. */
 int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s);
+/* Tests: the MoE's SwiGLU kernel on rows of width gate values at g + r·stride and up values at u + r·stride:
+ * h = silu(gate) ⊙ up over the gate values, each group of `round` values (0: none; a multiple of 32 dividing
+ * width, at most 256) rounded as the tensor-core products round x, as the MoE rounds the routed rows. */
+int ts_cuda_moe_swiglu(float *g, const float *u, int64_t rows, int64_t stride, int64_t width, int round,
+                       cudaStream_t s);
 
 /* ---- shared small ops (src/cuda/ops.cu) ----------------------------------------------------- */
 

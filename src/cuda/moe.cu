@@ -716,6 +716,20 @@ extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const
     return rc > 0 ? 0 : rc; // 1: combined by the down launch
 }
 
+extern "C" int ts_cuda_moe_swiglu(float *g, const float *u, int64_t rows, int64_t stride, int64_t width,
+                                  int round, cudaStream_t s) {
+    if (!g || !u || rows < 0 || width < 1 || stride < width || round < 0 || round > kSwigluSlice ||
+        (round && (round % 32 != 0 || width % round != 0)))
+        return -1;
+    if (rows == 0) return 0;
+    const swiglu_part a = {g, u, rows, stride, width}, none = {g, u, 0, stride, 1};
+    const int64_t per_row = round ? width / round : (width + kSwigluSlice - 1) / kSwigluSlice;
+    return ts_cu::launch(swiglu_kernel, dim3(elt_blocks(rows * per_row * 32)), dim3(kEltThreads), 0, s, a,
+                         none, round) == cudaSuccess
+               ? 0
+               : -1;
+}
+
 extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x,
                                       int64_t N, float *y, cudaStream_t s) {
     return moe(w, L, l, x, N, y, false, s);
