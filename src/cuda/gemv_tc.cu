@@ -455,12 +455,13 @@ namespace {
 // of its chunks in flight.
 // Rows whose bytes are not a multiple of 16 are staged as whole chunks of R back-to-back rows (row stride =
 // rb; the callers make sure every chunk is a whole number of 8 rows and starts 16-byte aligned).
-bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p) {
+bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_per_sm = 0) {
     p.warps = tc_warps();
     p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
     const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride, R == kTileWa && nx > 8 ? 2 : 1).total,
                  slot = static_cast<size_t>(R) * p.row_stride;
-    for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
+    const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
+    for (int per_sm = top; per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
         if (fixed + slot > budget) continue;
         p.blocks = per_sm * ts_cuda_sm_count();
@@ -476,17 +477,32 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p) {
     return false;
 }
 
+// TURBOSPARK_TC_OCC=1 (measurements; read once): plan the blocks an SM within what the kernel's registers
+// allow too, not shared memory alone (at 8 warps the kernels take 88–120 registers a thread: two blocks an SM,
+// where shared memory may plan four, and a grid of four an SM runs in two waves). The sums do not depend on it.
+bool tc_occ() {
+    static const bool on = env_int("TURBOSPARK_TC_OCC", 0, 0, 1) == 1;
+    return on;
+}
+
 template <int TYPE, class Chunks, int NW, bool PAIR, bool W16>
 int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
-                const tc_plan &p, cudaStream_t s) {
+                const tc_plan &p0, cudaStream_t s) {
     const auto kernel = gemv_tc_kernel<TYPE, Chunks, NW, PAIR, W16>;
     static bool opted_in = false; // one flag per instantiation
+    static int by_regs = 0;       // blocks an SM the registers (and warps) allow, without shared memory
     if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kSmemPerSm)) != cudaSuccess)
             return -1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
+            by_regs = 0, cudaGetLastError();
         opted_in = true;
     }
+    tc_plan p = p0, q;
+    if (tc_occ() && by_regs > 0 && p.blocks > by_regs * ts_cuda_sm_count() &&
+        plan(nx, ne0, rb, n_chunks, Chunks::R, q, by_regs))
+        p = q;
     return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0,
                   x, nx, x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
                ? 0
