@@ -495,7 +495,8 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kSmemPerSm)) != cudaSuccess)
             return -1;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
+        if (tc_occ() &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
             by_regs = 0, cudaGetLastError();
         opted_in = true;
     }
