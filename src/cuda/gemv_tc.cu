@@ -75,8 +75,6 @@ template <int ROWS> struct dense_chunks {
     int n_out, T;
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
-    __device__ int count(int n_chunks) const { return n_chunks; }
-    __device__ int x_div() const { return 1; }
     __device__ chunk_t at(int c) const {
         return {w + static_cast<size_t>(c) * R * rb,
                 min(R, n_out - c * R),
@@ -102,8 +100,6 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     tc_expert_job j;
     int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
-    __device__ int count(int n_chunks) const { return n_chunks; }
-    __device__ int x_div() const { return j.x_div; }
     __device__ chunk_t at(int c) const {
         const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
                   cc = r % cpp;
@@ -153,8 +149,7 @@ template <int ROWS> struct planned_chunks {
     const int32_t *n_tiles;
     int cpp; // chunks per part
     __device__ bool after_wait() const { return true; }
-    __device__ int count(int) const { return *n_tiles * j.parts() * cpp; }
-    __device__ int x_div() const { return j.x_div; }
+    __device__ int count() const { return *n_tiles * j.parts() * cpp; } // the chunks in use
     __device__ chunk_t at(int c) const {
         const int per_tile = j.parts() * cpp, q = c / per_tile, r = c % per_tile, part = r / cpp,
                   cc = r % cpp;
@@ -298,7 +293,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
     pdl_wait();
-    if constexpr (GA) mine(min(ch.count(n_chunks), n_chunks)); // after_wait() holds: nothing issued yet
+    if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
@@ -323,7 +318,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     if constexpr (!XR && !GA) stage(x, nx);
     const float *staged = nullptr;         // XROW: the x row in the staging
     const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
-    const int xd = ch.x_div();
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -338,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         if constexpr (GA)
             if (k.items != staged_items) { // the same rule; the tile's items are its tokens 0 .. nt − 1
-                stage_rows(listed_rows{x, x_stride, k.items, xd}, k.nt);
+                stage_rows(listed_rows{x, x_stride, k.items, ch.j.x_div}, k.nt);
                 staged_items = k.items;
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging

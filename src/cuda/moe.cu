@@ -519,6 +519,17 @@ extern "C" void ts_cuda_moe_force_grouped(int mode) {
 
 namespace {
 
+// Step 5: swiglu_kernel over parts a (its groups of `round` rounded, or none) and b, a warp a slice.
+int launch_swiglu(const swiglu_part &a, const swiglu_part &b, int round, cudaStream_t s) {
+    const int64_t per_a =
+        round ? a.width / round : (a.width + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
+    const int64_t slices = a.rows * per_a + b.rows * ((b.width + kSwigluSlice - 1) / kSwigluSlice);
+    return ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, a, b,
+                         round) == cudaSuccess
+               ? 0
+               : -1;
+}
+
 // Step 8: y = σ(sg)·y + Σ_j w_j·eo_j.
 int launch_combine(ts_cuda_work *w, float *y, int64_t N, int64_t H, int64_t k, cudaStream_t s) {
     const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
@@ -684,13 +695,7 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
 
     // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass, the experts' rows rounded for their
     //    down products where the tensor-core GEMM may take those (see the top of this file)
-    const swiglu_part pe = {gu, gu + uoff, NK, G, F};
-    const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
-    const int64_t per_row = round_a ? F / round_a : (F + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
-    const int64_t slices = NK * per_row + N * ((Fs + kSwigluSlice - 1) / kSwigluSlice);
-    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, pe, ps,
-                      round_a) != cudaSuccess)
-        return -1;
+    if (launch_swiglu({gu, gu + uoff, NK, G, F}, {sh, sh + sh_uoff, N, Fs, Fs}, round_a, s)) return -1;
 
     // 6–7. shared down into y, expert down into w->eo (item i reads its own h row); at one token the shared
     //    down rides in the routed launch where the tensor-core GEMV takes both alike
@@ -722,12 +727,7 @@ extern "C" int ts_cuda_moe_swiglu(float *g, const float *u, int64_t rows, int64_
         (round && (round % 32 != 0 || width % round != 0)))
         return -1;
     if (rows == 0) return 0;
-    const swiglu_part a = {g, u, rows, stride, width}, none = {g, u, 0, stride, 1};
-    const int64_t per_row = round ? width / round : (width + kSwigluSlice - 1) / kSwigluSlice;
-    return ts_cu::launch(swiglu_kernel, dim3(elt_blocks(rows * per_row * 32)), dim3(kEltThreads), 0, s, a,
-                         none, round) == cudaSuccess
-               ? 0
-               : -1;
+    return launch_swiglu({g, u, rows, stride, width}, {g, u, 0, stride, 1}, round, s);
 }
 
 extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x,
