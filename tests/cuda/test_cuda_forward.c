@@ -583,13 +583,15 @@ int main(int argc, char **argv) {
         const char *name;
         uint32_t type;
         ts_layout layout;
-        int shape;        /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used) */
+        int shape; /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used), 4 mid with 10 of its 64
+                      experts used (the released k: more than the 8 x rows a launch stages whole, so the
+                      down launch stages one row at a time and may make the SwiGLU, step 4d) */
         uint32_t experts; /* 0, or the routed experts' type */
     } cases[] = {
         {"tiny_f32", TS_TYPE_F32, {0}, 0, 0},
         {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, 0},
         {"awkward_f16", TS_TYPE_F16, {0}, 1, 0},
-        {"mid4_q4_k", TS_TYPE_Q4_K, {0}, 2, 0},
+        {"mid4k10_q4_k", TS_TYPE_Q4_K, {0}, 4, 0},
         {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, 0},
         /* the low-bit types of the UD-style mixes, with fewer experts (synth quantizes on one core;
          * the lattice search of IQ2_XXS takes ~0.4 µs a weight, so only its experts are IQ2_XXS) */
@@ -614,6 +616,7 @@ int main(int argc, char **argv) {
             rc = ts_hparams_set_layers(&hp, 5, 0, err, sizeof err);
         }
         if (!rc && cases[i].shape == 3) hp.n_expert = 8, hp.n_expert_used = 4;
+        if (!rc && cases[i].shape == 4) hp.n_expert_used = 10;
         if (!rc && cases[i].shape >= 2) rc = ts_hparams_set_layers(&hp, 4, 0, err, sizeof err);
         if (rc) {
             printf("%s: FAIL: hparams: %s\n", cases[i].name, err);
