@@ -75,9 +75,13 @@ B=$D/turbospark
 out=${OUT:-/tmp}/check$([ $D = .device ] || echo "-${D#.device-}")
 mkdir -p "$out"
 rel=/tmp/rel.gguf
+# REL_LAYERS=n: the released shapes cut to n layers (a card smaller than the H200: 24 layers fit an H100;
+# figures of such a model are comparisons within one call, never the released model's)
+rel_layers=
+[ -n "${REL_LAYERS:-}" ] && rel=/tmp/rel$REL_LAYERS.gguf rel_layers="--layers $REL_LAYERS"
 case "${1:-gate}" in
 gate)
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 300 $D/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
   echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
   for tc in ${GATE_TC:-1 0}; do
@@ -105,7 +109,7 @@ all)
   pack() { tar czf "${OUT:-/tmp}/all.tgz" -C "$out" . 2>/dev/null; }
   export ${ALL_ENV:-TS_ALL_ENV=}
   echo "env: ${ALL_ENV:-none}"
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   if [ "${ALL_TESTS:-1}" = 1 ]; then
   (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
   for tc in ${FWD_TCS:-1 0}; do
@@ -187,13 +191,13 @@ server)
   echo "server load rc=$?"; tail -8 "$out/server.txt"
   ;;
 ctx)
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 -d 1024,32768,131072,262144 \
     -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
   ;;
 ab)
   # Prefill with the hyper-connections' split products off and on (the fp32 GEMM against the tensor cores)
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for sp in 0 1; do
     echo "TURBOSPARK_CUDA_HC_SPLIT=$sp"
     TURBOSPARK_CUDA_HC_SPLIT=$sp timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 \
@@ -230,7 +234,7 @@ gemm)
   # 1 the GDN qkv in Q5_K, 9 the routed gate|up, 11 the routed down in Q8_0; the last with the source
   # counters). "gemm quick": the GEMM's twin tests, the golden fixtures, prefill figures and the launch
   # table, then test_cuda_forward for the time that is left (a loop for GEMM changes).
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   if [ "${2:-}" = quick ]; then
     (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
     echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
@@ -262,7 +266,7 @@ gemm)
 gemvncu)
   # The sections of three tensor-core GEMV launches of a batch-1 decode step (demangled names: Q4_K is type 12;
   # the 11th launch of each kind, past the first layers' cold start), then the 8 largest stall reasons of each.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   i=0
   for k in "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks" "regex:gemv_tc_kernel<12, ts_cu::.*expert_chunks" \
            "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks"; do
@@ -282,7 +286,7 @@ land)
   # prefill and decode with everything on, without the x-resident form and without the tensor-core
   # hyper-connection products, the sections of one hyper-connection up launch, batch-1 decode at 32K.
   # The real-width gate is `realwidth` (its own call).
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
   echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
@@ -308,7 +312,7 @@ wg)
   # TURBOSPARK_CUDA_GEMM_WG=1 (the grouped ones too), as built and =0 (neither), then Nsight Compute's
   # sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1: the twin cases, prefill, then
   # the real-width gate as built (no golden, forward, ncu)
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
   echo "wg rc=$?"; tail -12 "$out/wg.txt"
   if [ "${WG_RW:-0}" = 0 ]; then
@@ -347,7 +351,7 @@ wgncu)
 batch)
   # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
   # rows read once a tile of its items) faster at 8-64 rows; then where a 64-row step goes, both ways
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for g in "" 1 x0; do # x0: the expert products of more than 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0)
     echo "== TURBOSPARK_CUDA_MOE_GROUPED=${g#x0}$([ "$g" = x0 ] && echo ' TURBOSPARK_TC_XROW=0')"
     env $([ "$g" = x0 ] && echo TURBOSPARK_TC_XROW=0) TURBOSPARK_CUDA_MOE_GROUPED=${g#x0} timeout 200 $B bench -m $rel \
@@ -375,7 +379,7 @@ chain)
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 200 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
     2> "$out/speed.err" | tee "$out/speed.txt" | grep -E "pp|tg"
   timeout 250 $B bench -m $rel --backend cuda --random-weights -p 8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
@@ -398,7 +402,7 @@ ud)
 sweep)
   # The tensor-core GEMV's knobs at one token: dense products on it (TURBOSPARK_CUDA_GEMV_TC=2),
   # warps a block and blocks an SM; the GEMV microbenchmark and batch-1 decode for each.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for cfg in "1 4 4" "2 4 4" "2 8 4" "2 4 8" "2 8 8"; do
     set -- $cfg
     echo "== GEMV_TC=$1 TC_WARPS=$2 TC_PER_SM=$3"
@@ -411,7 +415,7 @@ sweep)
 wa)
   # The tensor-core GEMV with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=1): its twin and the
   # forward's under the gate, then decode b1/8 and the GEMV microbenchmark both ways
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (TURBOSPARK_TC_WA=1 timeout 200 $D/test_cuda_matmul --quick) > "$out/twin_wa.txt" 2>&1
   echo "twin WA=1 rc=$?"; grep -E "FAIL" "$out/twin_wa.txt" | head -8; tail -2 "$out/twin_wa.txt"
   (TURBOSPARK_TC_WA=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd_wa.txt" 2>&1
@@ -427,7 +431,7 @@ wa)
   ;;
 table)
   # The warm per-kernel table of one decode step at batch ${2:-64} (where a many-streams step goes).
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 400 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b${2:-64}.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b ${2:-64} --profile-batch ${2:-64} --ctx 1 -r 1 > /dev/null 2>&1
@@ -437,7 +441,7 @@ prefill)
   # Prefill figures, then where one 4,096-token prompt's GPU time goes (one micro-batch: the CUDA
   # default), kernel by kernel (ncu with warm caches; the sum includes bench's warm-up prompt and one
   # decode step; nsys cannot write reports on this machine).
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 300 $B bench -m $rel --backend cuda --random-weights -p 512,${2:-8192} -n 1 -b 1 --ctx 1 -r 1 2> "$out/pp.err" |
     tee "$out/pp.txt" | grep -E "pp|tg"
   timeout 300 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_pp4096.csv" \
@@ -448,7 +452,7 @@ prefill)
 diag)
   # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and
   # Nsight Compute's stall and occupancy sections for the main kernels of a batch-1 step.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   ls -d /opt/nvidia/nsight-systems*/*/bin /usr/local/cuda*/nsight-systems* /usr/local/cuda/bin/nsys 2>/dev/null; command -v nsys
   timeout 300 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_warm.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
