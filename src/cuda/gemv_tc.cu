@@ -205,25 +205,32 @@ struct swiglu_rows {
     }
 };
 
-// The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once its chunk's outputs
-// are stored: the chunk counts itself in its row tile's counter; the block that completes the tile combines its
-// rows, reading the other blocks' outputs through L2 (stores, fence, count; count, fence, loads).
-template <int R> __device__ void combine_tile(const tc_expert_job &j, const chunk_t &k, int lane) {
-    __syncwarp(); // the warp's stores, before lane 0's fence and count (release)
-    unsigned last = 0;
-    if (lane == 0) {
-        __threadfence();
-        last = atomicAdd(j.cmb_count + k.tile, 1u) + 1u == static_cast<unsigned>(j.n_items + j.sh_items);
-        if (last) __threadfence(); // every contributor's stores, before the loads (acquire)
+// The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once all its chunks'
+// outputs are stored (warp 0 stored them): one fence for the block (release), then each chunk counts itself in
+// its row tile's counter; the block that completes a tile combines its rows, reading the other blocks' outputs
+// through L2 (count, fence, loads). Counting at the end keeps the fence out of the chunk loop, where warp 0
+// would stall every chunk while the others wait for it at the next barrier.
+template <int R, class Chunks> __device__ void combine_tiles(const Chunks &ch, int c0, int n_mine, int lane) {
+    const tc_expert_job &j = ch.j;
+    __syncwarp(); // the warp's stores, before lane 0's fence and counts
+    if (lane == 0) __threadfence();
+    for (int m = 0; m < n_mine; m++) {
+        const int tile = ch.at(c0 + m).tile;
+        unsigned last = 0;
+        if (lane == 0) {
+            last = atomicAdd(j.cmb_count + tile, 1u) + 1u == static_cast<unsigned>(j.n_items + j.sh_items);
+            if (last) __threadfence(); // every contributor's stores, before the loads (acquire)
+        }
+        if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+        __syncwarp();
+        const int o = tile * R + lane;
+        if (lane < R && o < j.n_part) {
+            float *sy = j.sy + o;
+            *sy = ts_dmoe_combine(__ldcg(sy), *j.cmb_sg, j.y + o, j.y_stride, j.cmb_tw, j.n_items,
+                                  ts_dload_l2{});
+        }
+        if (lane == 0) j.cmb_count[tile] = 0; // the next launch's (a kernel boundary away)
     }
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __syncwarp();
-    const int o = k.tile * R + lane;
-    if (lane < R && o < j.n_part) {
-        float *sy = j.sy + o;
-        *sy = ts_dmoe_combine(__ldcg(sy), *j.cmb_sg, j.y + o, j.y_stride, j.cmb_tw, j.n_items, ts_dload_l2{});
-    }
-    if (lane == 0) j.cmb_count[k.tile] = 0; // the next launch's (a kernel boundary away)
 }
 
 // Where token i of chunk k puts its outputs (row 0): its item's row (planned chunks) or the i-th at ystride.
@@ -393,9 +400,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                 if (2 * t + 1 < k.nr) y8[2 * t + 1] = s.w;
             }
         }
-        if constexpr (Chunks::kFused)
-            if (warp == 0 && ch.j.cmb_count) combine_tile<R>(ch.j, k, lane);
     }
+    if constexpr (Chunks::kFused) // (a contiguous range of chunks: XROW)
+        if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
 }
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -471,11 +478,12 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_p
     return false;
 }
 
-// TURBOSPARK_TC_OCC=1 (measurements; read once): plan the blocks an SM within what the kernel's registers
-// allow too, not shared memory alone (at 8 warps the kernels take 88–120 registers a thread: two blocks an SM,
-// where shared memory may plan four, and a grid of four an SM runs in two waves). The sums do not depend on it.
+// The blocks an SM are planned within what the kernel's registers allow too, not shared memory alone (at 8
+// warps the kernels take 88–120 registers a thread: two blocks an SM, where shared memory may plan four, and a
+// grid of four an SM ran in two waves); TURBOSPARK_TC_OCC=0 plans by shared memory alone (measurements; read
+// once). The sums do not depend on it.
 bool tc_occ() {
-    static const bool on = env_int("TURBOSPARK_TC_OCC", 0, 0, 1) == 1;
+    static const bool on = env_int("TURBOSPARK_TC_OCC", 1, 0, 1) == 1;
     return on;
 }
 
