@@ -14,6 +14,8 @@
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
+#   bash scripts/device_check.sh rwpair   this bundle against RW_BASE's (.device-main) on the real-width q4_k_m
+#                                         file: whole prompt, micro-batches 1 and 4, positions that differ at all
 #   bash scripts/device_check.sh server   serve --backend cuda at the released shapes, 64 streaming clients
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
@@ -181,6 +183,39 @@ realwidth | kl)
   t=$([ $1 = kl ] && echo realwidth_kl || echo realwidth)
   (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/$t.sh) > "$out/$t.txt" 2>&1
   echo "$t rc=$?"; cat "$out/$t.txt" | tail -14
+  ;;
+rwpair)
+  # Two builds on the real-width fixture's q4_k_m file: this bundle's and RW_BASE's (.device-main: a bundle of
+  # main), the whole prompt and micro-batches 1 and 4, each build's logits against the other's (positions that
+  # differ at all, the largest difference): a change that claims the same sums shows 0 everywhere
+  [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
+    (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
+  echo "fixture rc=$?"
+  base=${RW_BASE:-.device-main}
+  [ -x $base/turbospark ] || tar xJf $base.tar.xz
+  fx=/tmp/rw/realwidth_4l
+  for d in $D $base; do
+    LD_LIBRARY_PATH=$PWD/$d/lib $d/turbospark convert $fx -o /tmp/rwp.${d#.}.gguf --type q4_k_m > /dev/null 2>&1 || echo "convert failed: $d"
+    for ub in 0 1 4; do
+      LD_LIBRARY_PATH=$PWD/$d/lib timeout 200 $d/turbospark logits -m /tmp/rwp.${d#.}.gguf --tokens-npy $fx/tokens.npy \
+        -o /tmp/rwp.${d#.}.ub$ub.npy $([ $ub = 0 ] || echo --ubatch $ub) --backend cuda > /dev/null 2>> "$out/rwpair.err" ||
+        echo "logits failed: $d ub $ub"
+    done
+  done
+  for ub in 0 1 4; do
+    python3 - /tmp/rwp.${D#.}.ub$ub.npy /tmp/rwp.${base#.}.ub$ub.npy "$([ $ub = 0 ] && echo whole prompt || echo micro-batch $ub)" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1], mmap_mode="r"), np.load(sys.argv[2], mmap_mode="r")
+scale, worst, rows = 0.0, 0.0, []
+for i in range(0, b.shape[0], 256):
+    x, y = np.asarray(a[i:i + 256]), np.asarray(b[i:i + 256])
+    scale = max(scale, float(np.abs(y).max()))
+    d = np.abs(x.astype(np.float64) - y).max(-1)
+    worst = max(worst, float(d.max()))
+    rows += (i + np.nonzero(d > 0)[0]).tolist()
+print(f"{sys.argv[3]}: this build vs the base: {len(rows)} of {b.shape[0]} positions differ, largest {worst / scale:.2e} of max|logit|; first {rows[:8]}")
+PY
+  done
   ;;
 server)
   $B convert models/demo -o /tmp/demo.gguf --type bf16 --quiet > /dev/null 2>&1
