@@ -186,8 +186,10 @@ realwidth | kl)
   ;;
 rwpair)
   # Two builds on the real-width fixture's q4_k_m file: this bundle's and RW_BASE's (.device-main: a bundle of
-  # main), the whole prompt and micro-batches 1 and 4, each build's logits against the other's (positions that
-  # differ at all, the largest difference): a change that claims the same sums shows 0 everywhere
+  # main), the whole prompt and micro-batches 1 and 4, each of this build's runs against the base's (positions
+  # that differ at all, the largest difference): a change that claims the same sums shows 0 everywhere. Then
+  # micro-batch 1 of this build with each switch of RW_ENVS (';'-separated) against the base, to find the one
+  # that moves a sum.
   [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
     (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
   echo "fixture rc=$?"
@@ -196,14 +198,16 @@ rwpair)
   fx=/tmp/rw/realwidth_4l
   for d in $D $base; do
     LD_LIBRARY_PATH=$PWD/$d/lib $d/turbospark convert $fx -o /tmp/rwp.${d#.}.gguf --type q4_k_m > /dev/null 2>&1 || echo "convert failed: $d"
-    for ub in 0 1 4; do
-      LD_LIBRARY_PATH=$PWD/$d/lib timeout 200 $d/turbospark logits -m /tmp/rwp.${d#.}.gguf --tokens-npy $fx/tokens.npy \
-        -o /tmp/rwp.${d#.}.ub$ub.npy $([ $ub = 0 ] || echo --ubatch $ub) --backend cuda > /dev/null 2>> "$out/rwpair.err" ||
-        echo "logits failed: $d ub $ub"
-    done
   done
-  for ub in 0 1 4; do
-    python3 - /tmp/rwp.${D#.}.ub$ub.npy /tmp/rwp.${base#.}.ub$ub.npy "$([ $ub = 0 ] && echo whole prompt || echo micro-batch $ub)" <<'PY'
+  # rw_logits DIR UB OUT [VAR=VALUE ...]: the file's logits by build DIR in micro-batches of UB (0: the whole prompt)
+  rw_logits() {
+    local d=$1 ub=$2 o=$3; shift 3
+    env "$@" LD_LIBRARY_PATH=$PWD/$d/lib timeout 200 $d/turbospark logits -m /tmp/rwp.${d#.}.gguf \
+      --tokens-npy $fx/tokens.npy -o $o $([ $ub = 0 ] || echo --ubatch $ub) --backend cuda > /dev/null 2>> "$out/rwpair.err" ||
+      echo "logits failed: $d ub $ub $*"
+  }
+  rw_diff() { # A B WHAT
+    python3 - "$@" <<'PY'
 import sys, numpy as np
 a, b = np.load(sys.argv[1], mmap_mode="r"), np.load(sys.argv[2], mmap_mode="r")
 scale, worst, rows = 0.0, 0.0, []
@@ -213,9 +217,21 @@ for i in range(0, b.shape[0], 256):
     d = np.abs(x.astype(np.float64) - y).max(-1)
     worst = max(worst, float(d.max()))
     rows += (i + np.nonzero(d > 0)[0]).tolist()
-print(f"{sys.argv[3]}: this build vs the base: {len(rows)} of {b.shape[0]} positions differ, largest {worst / scale:.2e} of max|logit|; first {rows[:8]}")
+print(f"{sys.argv[3]}: {len(rows)} of {b.shape[0]} positions differ from the base, largest {worst / scale:.2e} of max|logit|; first {rows[:8]}")
 PY
+  }
+  for ub in 0 1 4; do
+    rw_logits $base $ub /tmp/rwp.base.ub$ub.npy
+    rw_logits $D $ub /tmp/rwp.this.npy
+    rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub$ub.npy "$([ $ub = 0 ] && echo whole prompt || echo micro-batch $ub), this build"
   done
+  IFS=';' read -r -a envs <<< "${RW_ENVS:-}"
+  for e in "${envs[@]}"; do
+    [ -n "$e" ] || continue
+    rw_logits $D 1 /tmp/rwp.this.npy $e
+    rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub1.npy "micro-batch 1, this build with $e"
+  done
+  rm -f /tmp/rwp.*.npy
   ;;
 server)
   $B convert models/demo -o /tmp/demo.gguf --type bf16 --quiet > /dev/null 2>&1
