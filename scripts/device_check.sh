@@ -193,7 +193,7 @@ rwpair)
   [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
     (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
   echo "fixture rc=$?"
-  base=${RW_BASE:-.device-main}
+  base=${RW_BASE:-.device-main} # a bundle's name in the working directory, as TS_DEVICE_DIR
   [ -x $base/turbospark ] || tar xJf $base.tar.xz
   fx=/tmp/rw/realwidth_4l
   for d in $D $base; do
@@ -202,22 +202,28 @@ rwpair)
   # rw_logits DIR UB OUT [VAR=VALUE ...]: the file's logits by build DIR in micro-batches of UB (0: the whole prompt)
   rw_logits() {
     local d=$1 ub=$2 o=$3; shift 3
+    rm -f $o
     env "$@" LD_LIBRARY_PATH=$PWD/$d/lib timeout 200 $d/turbospark logits -m /tmp/rwp.${d#.}.gguf \
       --tokens-npy $fx/tokens.npy -o $o $([ $ub = 0 ] || echo --ubatch $ub) --backend cuda > /dev/null 2>> "$out/rwpair.err" ||
-      echo "logits failed: $d ub $ub $*"
+      { echo "logits failed: $d ub $ub $*"; rm -f $o; }
   }
-  rw_diff() { # A B WHAT
+  rw_diff() { # A B WHAT: positions whose logits differ in any bit (NaN and Inf included), the largest difference
+    [ -f "$1" ] && [ -f "$2" ] || { echo "$3: not compared (a run above failed)"; return; }
     python3 - "$@" <<'PY'
 import sys, numpy as np
 a, b = np.load(sys.argv[1], mmap_mode="r"), np.load(sys.argv[2], mmap_mode="r")
-scale, worst, rows = 0.0, 0.0, []
+assert a.shape == b.shape and a.dtype == b.dtype, f"{sys.argv[3]}: {a.shape} {a.dtype} against {b.shape} {b.dtype}"
+bits = lambda v: np.ascontiguousarray(v).view(np.uint8).reshape(v.shape[0], -1)
+scale, worst, rows, nonfinite = 0.0, 0.0, [], 0
 for i in range(0, b.shape[0], 256):
     x, y = np.asarray(a[i:i + 256]), np.asarray(b[i:i + 256])
-    scale = max(scale, float(np.abs(y).max()))
-    d = np.abs(x.astype(np.float64) - y).max(-1)
-    worst = max(worst, float(d.max()))
-    rows += (i + np.nonzero(d > 0)[0]).tolist()
-print(f"{sys.argv[3]}: {len(rows)} of {b.shape[0]} positions differ from the base, largest {worst / scale:.2e} of max|logit|; first {rows[:8]}")
+    scale = max(scale, float(np.nanmax(np.abs(np.where(np.isfinite(y), y, 0)))))
+    rows += (i + np.nonzero((bits(x) != bits(y)).any(-1))[0]).tolist()
+    nonfinite += int((~np.isfinite(x)).sum())
+    d = np.abs(x.astype(np.float64) - y)
+    worst = max(worst, float(np.nanmax(np.where(np.isfinite(d), d, 0))))
+print(f"{sys.argv[3]}: {len(rows)} of {b.shape[0]} positions differ from the base in some bit, largest finite difference "
+      f"{worst / scale if scale else 0:.2e} of max|logit|, {nonfinite} values not finite; first {rows[:8]}")
 PY
   }
   for ub in 0 1 4; do
@@ -226,7 +232,7 @@ PY
     rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub$ub.npy "$([ $ub = 0 ] && echo whole prompt || echo micro-batch $ub), this build"
   done
   IFS=';' read -r -a envs <<< "${RW_ENVS:-}"
-  for e in "${envs[@]}"; do
+  for e in "${envs[@]+"${envs[@]}"}"; do
     [ -n "$e" ] || continue
     rw_logits $D 1 /tmp/rwp.this.npy $e
     rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub1.npy "micro-batch 1, this build with $e"

@@ -206,30 +206,38 @@ struct swiglu_rows {
 };
 
 // The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once all its chunks'
-// outputs are stored (warp 0 stored them): one fence for the block (release), then each chunk counts itself in
-// its row tile's counter; the block that completes a tile combines its rows, reading the other blocks' outputs
-// through L2 (count, fence, loads). Counting at the end keeps the fence out of the chunk loop, where warp 0
+// outputs are stored (warp 0 stored them): the warp's fence (release), then each chunk counts itself in its row
+// tile's counter, a lane a chunk; the block that completes a tile combines its rows, reading the other blocks'
+// outputs through L2 (count, fence, loads). Counting at the end keeps fences out of the chunk loop, where warp 0
 // would stall every chunk while the others wait for it at the next barrier.
 template <int R, class Chunks> __device__ void combine_tiles(const Chunks &ch, int c0, int n_mine, int lane) {
     const tc_expert_job &j = ch.j;
-    __syncwarp(); // the warp's stores, before lane 0's fence and counts
-    if (lane == 0) __threadfence();
-    for (int m = 0; m < n_mine; m++) {
-        const int tile = ch.at(c0 + m).tile;
-        unsigned last = 0;
-        if (lane == 0) {
-            last = atomicAdd(j.cmb_count + tile, 1u) + 1u == static_cast<unsigned>(j.n_items + j.sh_items);
-            if (last) __threadfence(); // every contributor's stores, before the loads (acquire)
+    const unsigned total = static_cast<unsigned>(j.n_items + j.sh_items);
+    __syncwarp();
+    __threadfence();
+    for (int m0 = 0; m0 < n_mine; m0 += 32) {
+        const int m = m0 + lane;
+        int tile = 0;
+        bool last = false;
+        if (m < n_mine) {
+            tile = ch.at(c0 + m).tile;
+            last = atomicAdd(j.cmb_count + tile, 1u) + 1u == total;
         }
-        if (!__shfl_sync(0xffffffffu, last, 0)) continue;
+        unsigned done = __ballot_sync(0xffffffffu, last);
+        if (!done) continue;
+        __threadfence(); // every contributor's stores, before the loads (acquire)
         __syncwarp();
-        const int o = tile * R + lane;
-        if (lane < R && o < j.n_part) {
-            float *sy = j.sy + o;
-            *sy = ts_dmoe_combine(__ldcg(sy), *j.cmb_sg, j.y + o, j.y_stride, j.cmb_tw, j.n_items,
-                                  ts_dload_l2{});
+        while (done) {
+            const int src = __ffs(done) - 1;
+            done &= done - 1;
+            const int t = __shfl_sync(0xffffffffu, tile, src), o = t * R + lane;
+            if (lane < R && o < j.n_part) {
+                float *sy = j.sy + o;
+                *sy = ts_dmoe_combine(__ldcg(sy), *j.cmb_sg, j.y + o, j.y_stride, j.cmb_tw, j.n_items,
+                                      ts_dload_l2{});
+            }
+            if (lane == src) j.cmb_count[t] = 0; // the next launch's (a kernel boundary away)
         }
-        if (lane == 0) j.cmb_count[tile] = 0; // the next launch's (a kernel boundary away)
     }
 }
 
