@@ -188,8 +188,8 @@ rwpair)
   # Two builds on the real-width fixture's q4_k_m file: this bundle's and RW_BASE's (.device-main: a bundle of
   # main), the whole prompt and micro-batches 1 and 4, each of this build's runs against the base's (positions
   # that differ at all, the largest difference): a change that claims the same sums shows 0 everywhere. Then
-  # micro-batch 1 of this build with each switch of RW_ENVS (';'-separated) against the base, to find the one
-  # that moves a sum.
+  # micro-batches 1 and 4 of this build with each switch of RW_ENVS (';'-separated) against the base, to find
+  # the one that moves a sum.
   [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
     (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
   echo "fixture rc=$?"
@@ -234,8 +234,10 @@ PY
   IFS=';' read -r -a envs <<< "${RW_ENVS:-}"
   for e in "${envs[@]+"${envs[@]}"}"; do
     [ -n "$e" ] || continue
-    rw_logits $D 1 /tmp/rwp.this.npy $e
-    rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub1.npy "micro-batch 1, this build with $e"
+    for ub in 1 4; do
+      rw_logits $D $ub /tmp/rwp.this.npy $e
+      rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub$ub.npy "micro-batch $ub, this build with $e"
+    done
   done
   rm -f /tmp/rwp.*.npy
   ;;
