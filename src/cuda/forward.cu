@@ -515,6 +515,9 @@ extern "C" int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c) {
 extern "C" int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c) {
     return c ? c->w.swiglu_staged : 0;
 }
+extern "C" int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c) {
+    return c ? c->w.qsa_joined : 0;
+}
 
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;

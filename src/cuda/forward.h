@@ -100,6 +100,9 @@ int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c);
 /* Tests: how many MoE blocks of this context computed the SwiGLU in their down launch (src/cuda/moe.cu, one
  * token; TURBOSPARK_CUDA_SWIGLU_STAGED=0 stops it). */
 int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c);
+/* Tests: how many QSA blocks of this context ran their input projections as one product (src/cuda/qsa.cu, one
+ * row; TURBOSPARK_CUDA_QSA_JOIN=0 stops it). */
+int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c);
 
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds

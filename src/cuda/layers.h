@@ -60,12 +60,17 @@ typedef struct ts_cuda_layer {
     const float *ssm_conv1d;        /* [cd][Kc] tap Kc−1 = the current token */
     const float *ssm_norm;          /* [dv] */
     /* QSA */
-    ts_cuda_tensor attn_q;                  /* H → nh·2·hd, per head hd query rows then hd gate rows */
-    ts_cuda_tensor attn_k;                  /* H → nkv·hd */
-    ts_cuda_tensor attn_v;                  /* H → nkv·hd */
-    ts_cuda_tensor attn_output;             /* nh·hd → H */
-    ts_cuda_tensor idx_q;                   /* H → ni·di */
-    ts_cuda_tensor idx_k;                   /* H → di */
+    ts_cuda_tensor attn_q;      /* H → nh·2·hd, per head hd query rows then hd gate rows */
+    ts_cuda_tensor attn_k;      /* H → nkv·hd */
+    ts_cuda_tensor attn_v;      /* H → nkv·hd */
+    ts_cuda_tensor attn_output; /* nh·hd → H */
+    ts_cuda_tensor idx_q;       /* H → ni·di */
+    ts_cuda_tensor idx_k;       /* H → di */
+    /* H → nh·2·hd + 2·nkv·hd + ni·di + di: the q, k, v, idx_q and idx_k rows back to back (those five are
+       views into it), or the four but v (qsa_in_v false) where v's encoding differs; one product at batch 1;
+       data NULL when their encodings differ */
+    ts_cuda_tensor qsa_in;
+    bool qsa_in_v;
     const float *attn_q_norm, *attn_k_norm; /* [hd] */
     const float *idx_q_norm, *idx_k_norm;   /* [di] */
     /* MoE */
@@ -197,6 +202,7 @@ typedef struct ts_cuda_work {
                             * its down launch (at route_count + max_rows), 0 between launches */
     int64_t moe_planned;   /* host side: expert products run as planned GEMVs so far (moe.cu) */
     int64_t swiglu_staged; /* host side: MoE blocks whose down launch computed the SwiGLU so far (moe.cu) */
+    int64_t qsa_joined;    /* host side: QSA blocks whose projections ran as one product so far (qsa.cu) */
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */

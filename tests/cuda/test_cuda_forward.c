@@ -42,6 +42,7 @@ static int failures;
 static int64_t g_hc_deferred;   /* hyper-connection writes left to reads in step 4b, over all models */
 static int64_t g_moe_planned;   /* expert products run as planned GEMVs in step 4c, over all models */
 static int64_t g_swiglu_staged; /* MoE blocks whose down launch made the SwiGLU in step 4d, over all models */
+static int64_t g_qsa_joined; /* QSA blocks whose projections ran as one product in step 4e, over all models */
 
 #define CHECK(cond, ...)                                                                                     \
     do {                                                                                                     \
@@ -301,7 +302,9 @@ static void check_model(const char *name, const char *path) {
        4d: at one token the down launch computing h = silu(gate)·up while staging its x, and the MoE combine at
            its end (moe.cu; the MoE half's write is then a plain one, left to the next read), against the
            SwiGLU kernel (TURBOSPARK_CUDA_SWIGLU_STAGED=0) and against the combine in the write
-           (TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0) */
+           (TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0);
+       4e: at one row the QSA projections as one product of their joined rows (qsa.cu) against five
+           (TURBOSPARK_CUDA_QSA_JOIN=0) */
     {
         ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
         for (int k = 0; k < 2; k++) {
@@ -353,6 +356,18 @@ static void check_model(const char *name, const char *path) {
                    " without the combine in the down launch, %" PRId64 " with it\n",
                    deferred[0], deferred[1]);
             CHECK(deferred[1] > deferred[0], "the combine in the down launch left no MoE write to a read");
+        }
+        {
+            const int rx = prompt_with(m2, n_ctx, 1, ids, lx, "TURBOSPARK_CUDA_QSA_JOIN", "0");
+            const int64_t j0 = ts_cuda_qsa_joined(cx);
+            const int rj = prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_QSA_JOIN", NULL);
+            const int64_t joined = ts_cuda_qsa_joined(cx) - j0, differ = logits_differ(lx, lc, V);
+            g_qsa_joined += joined;
+            printf("  micro-batch 1, the QSA projections as one product (%" PRId64
+                   " blocks) vs five: %" PRId64 " logits differ\n",
+                   joined, differ);
+            CHECK(rx == 0 && rj == 0 && differ == 0, "the joined QSA projections change %" PRId64 " logits",
+                  differ);
         }
     }
 
@@ -658,6 +673,11 @@ int main(int argc, char **argv) {
     if (argc <= 2 && !(ss && ss[0] == '0') && !(sm && sm[0] == '0') && !(gt && gt[0] == '0') &&
         g_swiglu_staged == 0) {
         printf("FAIL: no model made the SwiGLU in its down launch: step 4d compared one path with itself\n");
+        failures++;
+    }
+    const char *qj = getenv("TURBOSPARK_CUDA_QSA_JOIN");
+    if (argc <= 2 && !(qj && qj[0] == '0') && g_qsa_joined == 0) {
+        printf("FAIL: no model joined its QSA projections: step 4e compared one path with itself\n");
         failures++;
     }
     printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);
