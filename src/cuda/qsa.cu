@@ -822,8 +822,9 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     float *kraw = w->kv;
     float *vraw = (N * kvw) % 4 == 0 ? w->kv + N * kvw : vbuf;
     const size_t jo = ts_memplan_align(ts_memplan_qsa_total(&lay));
-    if (N == 1 && L->qsa_in.data && join_enabled() && (nh * 2 * hd) % 4 == 0 && kvw % 4 == 0 &&
-        (ni * di) % 4 == 0 && di % 4 == 0 && jo + ts_memplan_qsa_in_out_bytes(hp) <= w->scratch_bytes) {
+    // (each part a whole number of 16-row chunks: alone it takes the same kernel and chunk form as joined)
+    if (N == 1 && L->qsa_in.data && join_enabled() && (nh * 2 * hd) % 16 == 0 && kvw % 16 == 0 &&
+        (ni * di) % 16 == 0 && di % 16 == 0 && jo + ts_memplan_qsa_in_out_bytes(hp) <= w->scratch_bytes) {
         qg = reinterpret_cast<float *>(static_cast<uint8_t *>(w->scratch) + jo);
         kraw = qg + nh * 2 * hd;
         if (L->qsa_in_v) // q|k|v|idx_q|idx_k
