@@ -42,7 +42,8 @@ static int failures;
 static int64_t g_hc_deferred;   /* hyper-connection writes left to reads in step 4b, over all models */
 static int64_t g_moe_planned;   /* expert products run as planned GEMVs in step 4c, over all models */
 static int64_t g_swiglu_staged; /* MoE blocks whose down launch made the SwiGLU in step 4d, over all models */
-static int64_t g_qsa_joined; /* QSA blocks whose projections ran as one product in step 4e, over all models */
+static int64_t g_qsa_joined;    /* QSA blocks whose projections ran as one product in step 4e, all models */
+static bool g_must_join;        /* the model being checked must join its QSA projections in step 4e */
 
 #define CHECK(cond, ...)                                                                                     \
     do {                                                                                                     \
@@ -368,6 +369,7 @@ static void check_model(const char *name, const char *path) {
                    joined, differ);
             CHECK(rx == 0 && rj == 0 && differ == 0, "the joined QSA projections change %" PRId64 " logits",
                   differ);
+            CHECK(joined > 0 || !g_must_join, "no QSA block joined its projections");
         }
     }
 
@@ -543,18 +545,25 @@ out:
 /* ---- the models -------------------------------------------------------------------------------------- */
 
 /* The routed experts (rows of 256-multiples) at the type *ctx, the rest at synth's type. */
-static int experts_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
-    if (strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = *(const uint32_t *)ctx;
+/* Types that differ from the model's: the routed experts', and the QSA values' (0: the model's). */
+typedef struct other_types {
+    uint32_t experts, v;
+} other_types;
+
+static int other_types_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
+    const other_types *o = ctx;
+    if (o->experts && strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = o->experts;
+    if (o->v && strstr(spec->name, ".attn_v.") && spec->ne[0] % 256 == 0) *type = o->v;
     return 1;
 }
 
-/* experts: 0, or the type of the routed experts (the rest at `type`). */
-static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, uint32_t experts,
+/* The rest at `type`. */
+static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, other_types other,
                        ts_layout layout, char *path, size_t n) {
     char err[1024];
     snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
     ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
-    if (experts) o.edit = experts_at, o.edit_ctx = &experts;
+    if (other.experts || other.v) o.edit = other_types_at, o.edit_ctx = &other;
     if (ts_synth_write(hp, &o, path, err, sizeof err)) {
         printf("%s: FAIL: synth: %s\n", name, err);
         failures++;
@@ -582,7 +591,7 @@ int main(int argc, char **argv) {
         ts_hparams hp;
         if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;
         ts_model *m;
-        int rc = write_model(dir, "probe", &hp, 0, 0, (ts_layout){0}, path, sizeof path) ||
+        int rc = write_model(dir, "probe", &hp, 0, (other_types){0}, (ts_layout){0}, path, sizeof path) ||
                  ts_model_load(path, &m, err, sizeof err);
         ts_hparams_free(&hp);
         if (rc) return 1;
@@ -601,18 +610,25 @@ int main(int argc, char **argv) {
         int shape; /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used), 4 mid with 10 of its 64
                       experts used (the released k: more than the 8 x rows a launch stages whole, so the
                       down launch stages one row at a time and may make the SwiGLU, step 4d) */
-        uint32_t experts; /* 0, or the routed experts' type */
+        other_types other; /* the routed experts' and the QSA values' types where they differ */
+        bool must_join;    /* step 4e must join its QSA projections (at one row, unless switched off) */
     } cases[] = {
-        {"tiny_f32", TS_TYPE_F32, {0}, 0, 0},
-        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, 0},
-        {"awkward_f16", TS_TYPE_F16, {0}, 1, 0},
-        {"mid4k10_q4_k", TS_TYPE_Q4_K, {0}, 4, 0},
-        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, 0},
+        {"tiny_f32", TS_TYPE_F32, {0}, 0, {0}, true},
+        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, {0}, false},
+        {"awkward_f16", TS_TYPE_F16, {0}, 1, {0}, false},
+        /* values in Q6_K as in the q4_k_m mix's QSA layers: their projection apart from the other four's */
+        {"mid4k10_q4_k_v_q6_k", TS_TYPE_Q4_K, {0}, 4, {.v = TS_TYPE_Q6_K}, true},
+        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, {0}, false},
         /* the low-bit types of the UD-style mixes, with fewer experts (synth quantizes on one core;
          * the lattice search of IQ2_XXS takes ~0.4 µs a weight, so only its experts are IQ2_XXS) */
-        {"mid4e8_q2_k", TS_TYPE_Q2_K, {0}, 3, 0},
-        {"mid4e8_iq1_m", TS_TYPE_IQ1_M, {0}, 3, 0},
-        {"mid4e8_q8_0_iq2_xxs_experts_fused", TS_TYPE_Q8_0, {.fused_experts = true}, 3, TS_TYPE_IQ2_XXS},
+        {"mid4e8_q2_k", TS_TYPE_Q2_K, {0}, 3, {0}, false},
+        {"mid4e8_iq1_m", TS_TYPE_IQ1_M, {0}, 3, {0}, false},
+        {"mid4e8_q8_0_iq2_xxs_experts_fused",
+         TS_TYPE_Q8_0,
+         {.fused_experts = true},
+         3,
+         {.experts = TS_TYPE_IQ2_XXS},
+         false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (only && !strstr(cases[i].name, only)) continue;
@@ -638,7 +654,7 @@ int main(int argc, char **argv) {
             failures++;
             continue;
         }
-        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].experts, cases[i].layout, path,
+        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].other, cases[i].layout, path,
                          sizeof path);
         ts_hparams_free(&hp);
         const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
@@ -652,6 +668,8 @@ int main(int argc, char **argv) {
             printf("%s: x rounded to fp16 in its tensor-core products, and so in the CPU reference: CPU and "
                    "micro-batch bounds 2e-2\n",
                    cases[i].name);
+        const char *qj = getenv("TURBOSPARK_CUDA_QSA_JOIN");
+        g_must_join = cases[i].must_join && !(qj && qj[0] == '0');
         if (!rc) check_model(cases[i].name, path);
         remove(path);
     }
