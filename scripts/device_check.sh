@@ -77,10 +77,18 @@ B=$D/turbospark
 out=${OUT:-/tmp}/check$([ $D = .device ] || echo "-${D#.device-}")
 mkdir -p "$out"
 rel=/tmp/rel.gguf
-# REL_LAYERS=n: the released shapes cut to n layers (a card smaller than the H200: 24 layers fit an H100;
-# figures of such a model are comparisons within one call, never the released model's)
+# REL_LAYERS=n: the released shapes cut to n layers (0: all 48). A card of less than 100 GB (an H100, where the
+# q4_k_m file does not fit) takes 24 unless REL_LAYERS is set. Figures of a cut model are comparisons within
+# one call, never the released model's.
+if [ -z "${REL_LAYERS:-}" ]; then
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  if [ -n "$mib" ] && [ "$mib" -lt 100000 ]; then
+    REL_LAYERS=24
+    echo "note: $mib MiB on this card, too little for the released q4_k_m file: its shapes cut to 24 layers"
+  fi
+fi
 rel_layers=
-[ -n "${REL_LAYERS:-}" ] && rel=/tmp/rel$REL_LAYERS.gguf rel_layers="--layers $REL_LAYERS"
+[ -n "${REL_LAYERS:-}" ] && [ "$REL_LAYERS" != 0 ] && rel=/tmp/rel$REL_LAYERS.gguf rel_layers="--layers $REL_LAYERS"
 case "${1:-gate}" in
 gate)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
