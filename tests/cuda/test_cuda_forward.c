@@ -158,6 +158,21 @@ static int64_t logits_differ(const float *a, const float *b, int64_t V) {
     return d;
 }
 
+/* The prompt's logits with switch `name` at `off` (into lx), then at `on` (into lc; NULL: unset), and what the
+ * context's counter `count` rose by in each run (rose[0], rose[1]); the number of logits that differ in their
+ * bits, or −1 when a run failed. */
+static int64_t switch_pair(ts_model *m, int64_t n_ctx, int64_t ub, const int32_t *ids, float *lx, float *lc,
+                           int64_t V, const char *name, const char *off, const char *on,
+                           int64_t (*count)(const ts_cuda_ctx *), int64_t rose[2]) {
+    const ts_cuda_ctx *cx = m->backend_ctx[TS_BACKEND_CUDA];
+    const int64_t c0 = count(cx);
+    const int ra = prompt_with(m, n_ctx, ub, ids, lx, name, off);
+    const int64_t c1 = count(cx);
+    const int rb = prompt_with(m, n_ctx, ub, ids, lc, name, on);
+    rose[0] = c1 - c0, rose[1] = count(cx) - c1;
+    return ra || rb ? -1 : logits_differ(lx, lc, V);
+}
+
 /* Bounds of the CPU comparisons. The CUDA products that take x in fp16 (the tensor-core GEMV and GEMM,
  * ts_cuda_matmul_rounds_x: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0 at every batch size) round each activation once by
  * up to 2^-12. With those products on, the CPU reference rounds the same operands the same way
@@ -309,32 +324,26 @@ static void check_model(const char *name, const char *path) {
     {
         ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
         for (int k = 0; k < 2; k++) {
-            const int64_t ub = k ? 3 : 1, before = ts_cuda_hc_writes_deferred(cx);
-            const int ra = prompt_with(m2, n_ctx, ub, ids, lx, "TURBOSPARK_CUDA_HC_DEFER", "0");
-            const int64_t between = ts_cuda_hc_writes_deferred(cx);
-            const int rb = prompt_with(m2, n_ctx, ub, ids, lc, "TURBOSPARK_CUDA_HC_DEFER", NULL);
-            const int64_t deferred = ts_cuda_hc_writes_deferred(cx) - between,
-                          differ = logits_differ(lx, lc, V);
-            g_hc_deferred += deferred;
+            const int64_t ub = k ? 3 : 1;
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, ub, ids, lx, lc, V, "TURBOSPARK_CUDA_HC_DEFER", "0",
+                                               NULL, ts_cuda_hc_writes_deferred, rose);
+            g_hc_deferred += rose[1];
             printf("  micro-batch %" PRId64 ", hyper-connection writes in the reads (%" PRId64
                    " of them) vs apart: %" PRId64 " logits differ\n",
-                   ub, deferred, differ);
-            CHECK(ra == 0 && rb == 0 && differ == 0 && between == before,
-                  "writes in the reads change %" PRId64 " logits", differ);
+                   ub, rose[1], differ);
+            CHECK(differ == 0 && rose[0] == 0, "writes in the reads change %" PRId64 " logits", differ);
         }
         for (int k = 0; k < 2; k++) {
             const int64_t ub = k ? 5 : 16;
-            const int ra = prompt_with(m2, n_ctx, ub, ids, lx, "TURBOSPARK_CUDA_MOE_PLANNED", "0");
-            const int64_t before = ts_cuda_moe_planned_products(cx);
-            const int rb = prompt_with(m2, n_ctx, ub, ids, lc, "TURBOSPARK_CUDA_MOE_PLANNED", "2");
-            const int64_t planned = ts_cuda_moe_planned_products(cx) - before,
-                          differ = logits_differ(lx, lc, V);
-            g_moe_planned += planned;
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, ub, ids, lx, lc, V, "TURBOSPARK_CUDA_MOE_PLANNED",
+                                               "0", "2", ts_cuda_moe_planned_products, rose);
+            g_moe_planned += rose[1];
             printf("  micro-batch %" PRId64 ", planned expert products (%" PRId64
                    " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
-                   ub, planned, differ);
-            CHECK(ra == 0 && rb == 0 && differ == 0, "planned expert products change %" PRId64 " logits",
-                  differ);
+                   ub, rose[1], differ);
+            CHECK(differ == 0, "planned expert products change %" PRId64 " logits", differ);
         }
         const int ra = prompt_with(m2, n_ctx, 1, ids, lx, "TURBOSPARK_CUDA_SWIGLU_STAGED", "0");
         int64_t deferred[2],
@@ -359,16 +368,15 @@ static void check_model(const char *name, const char *path) {
             CHECK(deferred[1] > deferred[0], "the combine in the down launch left no MoE write to a read");
         }
         {
-            const int rx = prompt_with(m2, n_ctx, 1, ids, lx, "TURBOSPARK_CUDA_QSA_JOIN", "0");
-            const int64_t j0 = ts_cuda_qsa_joined(cx);
-            const int rj = prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_QSA_JOIN", NULL);
-            const int64_t joined = ts_cuda_qsa_joined(cx) - j0, differ = logits_differ(lx, lc, V);
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, 1, ids, lx, lc, V, "TURBOSPARK_CUDA_QSA_JOIN", "0",
+                                               NULL, ts_cuda_qsa_joined, rose);
+            const int64_t joined = rose[1];
             g_qsa_joined += joined;
             printf("  micro-batch 1, the QSA projections as one product (%" PRId64
                    " blocks) vs five: %" PRId64 " logits differ\n",
                    joined, differ);
-            CHECK(rx == 0 && rj == 0 && differ == 0, "the joined QSA projections change %" PRId64 " logits",
-                  differ);
+            CHECK(differ == 0, "the joined QSA projections change %" PRId64 " logits", differ);
             CHECK(joined > 0 || !g_must_join, "no QSA block joined its projections");
         }
     }

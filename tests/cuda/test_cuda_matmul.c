@@ -898,8 +898,7 @@ static int run_planned_case(uint32_t type, int64_t ne0, int n, int x_div, int pa
             unwritten += y[(size_t)i * (size_t)ys + (size_t)o] != y[(size_t)i * (size_t)ys + (size_t)o];
     const int ok = planned == 0 && rc == 0 && differ == 0 && unwritten == 0;
     printf("  planned experts %-5s %5lld -> %d x %lld, %d items, x_div %d: %s  (%s; %lld outputs differ from "
-           "one "
-           "GEMV an item, %lld unwritten)\n",
+           "one GEMV an item, %lld unwritten)\n",
            ts_type_name(type), (long long)ne0, parts, (long long)n_out, n, x_div, ok ? "ok  " : "FAIL",
            planned == 0  ? "planned"
            : planned > 0 ? "NOT planned"
