@@ -459,6 +459,14 @@ bool tc_wa16() {
 
 namespace {
 
+// TURBOSPARK_TC_WHOLE=1: every chunk lands as one bulk copy of its back-to-back rows (row stride = rb), not a
+// copy a row at stage_row_stride apart: one copy instruction a chunk instead of R, at the price of bank
+// conflicts between the rows of a fragment where rb is a multiple of 128 apart. The sums are the same.
+bool tc_whole() {
+    static const bool on = env_int("TURBOSPARK_TC_WHOLE", 0, 0, 1) == 1;
+    return on;
+}
+
 // Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
 // (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
 // of its chunks in flight.
@@ -466,7 +474,7 @@ namespace {
 // rb; the callers make sure every chunk is a whole number of 8 rows and starts 16-byte aligned).
 bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_per_sm = 0) {
     p.warps = tc_warps();
-    p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
+    p.row_stride = rb % 16 == 0 && !tc_whole() ? stage_row_stride(rb) : static_cast<int>(rb);
     const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride, R == kTileWa && nx > 8 ? 2 : 1).total,
                  slot = static_cast<size_t>(R) * p.row_stride;
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
