@@ -413,6 +413,118 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
 }
 
+// ---- the warp-team kernel (dense K-quant products of 1–8 tokens, the weights as A) ---------------------
+//
+// The same sums as gemv_tc_kernel with 8 warps (TURBOSPARK_TC_WC; gemv_tc.h), without its per-chunk block
+// barrier, weight ring or copies. A team of S warps (1, 2, 4 or 8) owns a chunk of 16 rows, all its inputs:
+// member m sums the classes [cut(m), cut(m + 1)) of the chunk's super-blocks (class = super-block mod 8, the
+// classes the block kernel's warps take), each class's fma chain as there (add_scaled_wa in super-block
+// order); the leader, member 0, owns the first classes and adds the others' class sums after its own in class
+// order through shared memory (the order of sum_classes), so every output has the bits of the block kernel's.
+// Lanes read their words of the weights straight from global memory, the next super-block's while the MMAs
+// run on this one; x is staged once a block (8 warps), as in the block kernel.
+constexpr int kWcWarps = 8, kWcClasses = 8;
+
+// The first class of member m of S: the classes split so that each member's super-blocks (class c has
+// ⌈(nsb − c) / 8⌉ of them) come as near nsb·m / S as class boundaries allow.
+__device__ __forceinline__ int wc_cut(int m, int S, int nsb) {
+    if (m <= 0) return 0;
+    if (m >= S) return kWcClasses;
+    const int want = (nsb * m + S / 2) / S;
+    int c = 0, n = 0;
+    while (c < kWcClasses && n + (c < nsb ? (nsb - 1 - c) / 8 + 1 : 0) <= want)
+        n += c < nsb ? (nsb - 1 - c) / 8 + 1 : 0, c++;
+    return c < 1 ? 1 : c; // the leader keeps class 0
+}
+
+template <int TYPE, int S>
+__global__ void __launch_bounds__(kWcWarps * 32, 2)
+    gemv_wc_kernel(const uint8_t *__restrict__ w, uint32_t rb, int n_out, int T, float *__restrict__ y,
+                   int ne0, const float *__restrict__ x, int64_t x_stride) {
+    extern __shared__ __align__(128) uint8_t sm[];
+    using Q = tc_kquant<TYPE>;
+    constexpr int R = kTileWa, kTeams = kWcWarps / S;
+    const int nsb = ne0 / kTcSuper, n_chunks = (n_out + R - 1) / R;
+    const tc_layout L(kWcWarps, T, ne0, 0, 0, 1); // x as the block kernel stages it (its sums' room unused)
+    float *xsc = reinterpret_cast<float *>(sm + L.xsc);
+    uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
+    uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
+    float4 *parts = reinterpret_cast<float4 *>(sm + L.total); // [team][2][class][lane]
+    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+    const int g = lane >> 2, t = lane & 3, tib = warp / S, m = warp % S;
+    const int team = static_cast<int>(blockIdx.x) * kTeams + tib,
+              n_teams = static_cast<int>(gridDim.x) * kTeams;
+    const int c_lo = wc_cut(m, S, nsb), c_hi = wc_cut(m + 1, S, nsb);
+    const bool mine = c_lo < nsb && c_lo < c_hi; // this member has super-blocks to sum
+    // the words of chunk c's super-block sb for rows g and g + 8 (rows past n_out read row n_out − 1:
+    // computed, never stored)
+    auto fetch = [&](int c, int sb, kq_words &w0, kq_words &w8) {
+        const int r0 = min(c * R + g, n_out - 1), r8 = min(c * R + g + 8, n_out - 1);
+        const uint8_t *p0 = w + static_cast<size_t>(r0) * rb + static_cast<size_t>(sb) * Q::BS,
+                      *p8 = w + static_cast<size_t>(r8) * rb + static_cast<size_t>(sb) * Q::BS;
+        const uint4 zero = {0u, 0u, 0u, 0u};
+        const uint4 *v0 = reinterpret_cast<const uint4 *>(p0), *v8 = reinterpret_cast<const uint4 *>(p8);
+        w0 = {__ldg(v0), __ldg(v0 + Q::QS / 16 + 2 * t), __ldg(v0 + Q::QS / 16 + 2 * t + 1),
+              Q::QH ? __ldg(v0 + 1) : zero, Q::QH ? __ldg(v0 + 2) : zero};
+        w8 = {__ldg(v8), __ldg(v8 + Q::QS / 16 + 2 * t), __ldg(v8 + Q::QS / 16 + 2 * t + 1),
+              Q::QH ? __ldg(v8 + 1) : zero, Q::QH ? __ldg(v8 + 2) : zero};
+    };
+    pdl_trigger();
+    kq_words n0, n8; // the next super-block's words: the first before the wait (weights never depend on it)
+    if (mine && team < n_chunks) fetch(team, c_lo, n0, n8);
+    pdl_wait();
+    stage_x_kquant_rows<false, false, 0, kStageRounds>(strided_rows{x, x_stride}, T, nsb, xs, xsum, xsc);
+    __syncthreads();
+    const int xr[1] = {g < T ? g : 0}, x0 = 2 * t < T ? 2 * t : 0, x1 = 2 * t + 1 < T ? 2 * t + 1 : 0;
+    int buf = 0;
+    for (int c = team; c < n_chunks; c += n_teams, buf ^= 1) {
+        float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // the leader's sum of classes so far
+        float4 *slot = parts + static_cast<size_t>((tib * 2 + buf) * kWcClasses) * 32 + lane;
+        for (int cls = c_lo; cls < c_hi; cls++) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int sb = cls; sb < nsb; sb += kWcClasses) {
+                const kq_words w0 = n0, w8 = n8;
+                // the next: this class's next super-block, the next class's first, or the next chunk's first
+                int nc = c, ns = sb + kWcClasses;
+                if (ns >= nsb) {
+                    ns = cls + 1;
+                    if (ns >= c_hi || ns >= nsb) nc = c + n_teams, ns = c_lo;
+                }
+                if (nc < n_chunks) fetch(nc, ns, n0, n8);
+                float4 v[1];
+                kquant_super_wa<TYPE, 1>(w0, w8, xs, xsum, nsb, xr, sb, g, t, v);
+                add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v[0]);
+            }
+            if (m == 0) {
+                if (cls == 0)
+                    run = acc;
+                else
+                    run.x += acc.x, run.y += acc.y, run.z += acc.z, run.w += acc.w;
+            } else {
+                slot[cls * 32] = acc;
+            }
+        }
+        if constexpr (S > 1) // (a class past nsb gives zeros, as the block kernel's idle warps do)
+            asm volatile("bar.sync %0, %1;\n" ::"r"(1 + tib), "r"(S * 32) : "memory");
+        if (m != 0) continue;
+        for (int cls = c_hi; cls < kWcClasses; cls++) { // the other members' classes, in class order
+            const float4 p = slot[cls * 32];
+            run.x += p.x, run.y += p.y, run.z += p.z, run.w += p.w;
+        }
+        const int nr = min(R, n_out - c * R), t0 = 2 * t;
+        if (t0 < T) {
+            float *y0 = y + static_cast<size_t>(t0) * n_out + c * R;
+            if (g < nr) y0[g] = run.x;
+            if (g + 8 < nr) y0[g + 8] = run.z;
+            if (t0 + 1 < T) {
+                float *y1 = y0 + n_out;
+                if (g < nr) y1[g] = run.y;
+                if (g + 8 < nr) y1[g + 8] = run.w;
+            }
+        }
+    }
+}
+
 // ---- launch --------------------------------------------------------------------------------------
 
 struct tc_plan {
@@ -558,6 +670,74 @@ int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, i
     return launch_tc_pw<TYPE, Chunks, false, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
+// The warp-team kernel: TURBOSPARK_TC_WC=1 (read once; off by default until measured) or the test hook
+// (ts_cuda_matmul_force_wc: the team size, 0 off, -1 the default); TURBOSPARK_TC_WC_TEAM=1|2|4|8 fixes the team
+// size, else the smallest that gives two warps a chunk for each of 2 × 8 warps an SM, at most 8.
+int g_wc_forced = -1;
+long long g_wc_launches = 0;
+
+int wc_team(int n_chunks) {
+    if (g_wc_forced >= 0) return g_wc_forced;
+    static const int on = env_int("TURBOSPARK_TC_WC", 0, 0, 1),
+                     team = env_int("TURBOSPARK_TC_WC_TEAM", 0, 0, 8);
+    if (!on) return 0;
+    if (team == 1 || team == 2 || team == 4 || team == 8) return team;
+    int S = 1;
+    while (S < kWcWarps && static_cast<int64_t>(n_chunks) * S < 2LL * kWcWarps * ts_cuda_sm_count()) S *= 2;
+    return S;
+}
+
+template <int TYPE, int S>
+int launch_wc_s(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+                cudaStream_t s) {
+    const auto kernel = gemv_wc_kernel<TYPE, S>;
+    const size_t smem = tc_layout(kWcWarps, T, ne0, 0, 0, 1).total +
+                        static_cast<size_t>(kWcWarps / S) * 2 * kWcClasses * 32 * sizeof(float4);
+    static int per_sm = 0; // blocks an SM (one flag per instantiation), for the largest x staged
+    if (!per_sm) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kSmemPerSm)) != cudaSuccess)
+            return -1;
+        per_sm = -1;
+    }
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, kWcWarps * 32, smem) != cudaSuccess ||
+        occ < 1)
+        return -1;
+    const int n_chunks = (n_out + kTileWa - 1) / kTileWa, teams = kWcWarps / S;
+    const int blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
+    g_wc_launches++;
+    return launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, w,
+                  static_cast<uint32_t>(rb), n_out, T, y, ne0, x, static_cast<int64_t>(ne0)) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+// The warp-team kernel where it takes the product (K-quants, 1–8 tokens, 8 classes as the block kernel's 8
+// warps sum them, rows a multiple of 16 bytes): 0, -1 when the launch failed, 1 when it does not take it.
+template <int TYPE>
+int launch_wc(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+              cudaStream_t s) {
+    if constexpr (tc_kind<TYPE>::kInorder)
+        return 1;
+    else {
+        const int S =
+            T <= 8 && tc_warps() == kWcWarps && rb % 16 == 0 ? wc_team((n_out + kTileWa - 1) / kTileWa) : 0;
+        switch (S) {
+        case 1:
+            return launch_wc_s<TYPE, 1>(w, rb, n_out, ne0, x, T, y, s);
+        case 2:
+            return launch_wc_s<TYPE, 2>(w, rb, n_out, ne0, x, T, y, s);
+        case 4:
+            return launch_wc_s<TYPE, 4>(w, rb, n_out, ne0, x, T, y, s);
+        case 8:
+            return launch_wc_s<TYPE, 8>(w, rb, n_out, ne0, x, T, y, s);
+        default:
+            return 1;
+        }
+    }
+}
+
 } // namespace
 
 bool tc_gemv_enabled() {
@@ -596,6 +776,7 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     const bool wa = tc_dense_wa(ne0, rb, n_out, T);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
+        if (wa && (rc = launch_wc<decltype(t)::value>(w, rb, n_out, ne0, x, T, y, s)) != 1) return;
         if (wa)
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
                                                ne0, rb, T > 8, s);
@@ -717,3 +898,11 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
 }
 
 } // namespace ts_cu
+
+extern "C" void ts_cuda_matmul_force_wc(int team) {
+    ts_cu::g_wc_forced = team;
+}
+
+extern "C" long long ts_cuda_matmul_wc_launches(void) {
+    return ts_cu::g_wc_launches;
+}

@@ -100,15 +100,25 @@ template <> struct tc_kquant<TS_TYPE_Q5_K> {
     static constexpr bool QH = true;
 };
 
-// sb: the super-block of row g, 16-byte aligned. B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h);
-// Bmin: b0b1 (= b2b3) of the min MMA.
-template <int TYPE>
-TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+// The 16-byte words of one (super-block, row) that lane t decodes: the header (d, dmin, the scales and mins),
+// qs bytes 32t .. 32t + 31 and (Q5_K) the 32 qh bytes; zeros where the type has none.
+struct kq_words {
+    uint4 hdr, qa, qb, ha, hb;
+};
+// sb: the super-block of row g, 16-byte aligned.
+template <int TYPE> TS_HD kq_words kq_words_at(const uint8_t *sb, int t) {
     using Q = tc_kquant<TYPE>;
     const uint4 *v = reinterpret_cast<const uint4 *>(sb);
-    const uint4 hdr = v[0];
-    const uint4 qa = v[Q::QS / 16 + 2 * t];     // qs bytes 32t .. 32t + 15
-    const uint4 qb = v[Q::QS / 16 + 2 * t + 1]; // qs bytes 32t + 16 .. 32t + 31
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    return {v[0], v[Q::QS / 16 + 2 * t], v[Q::QS / 16 + 2 * t + 1], Q::QH ? v[1] : zero, Q::QH ? v[2] : zero};
+}
+
+// B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h); Bmin: b0b1 (= b2b3) of the min MMA; from the words of the
+// super-block of row g (kq_words_at).
+template <int TYPE>
+TS_HD void kquant_b_frags(const kq_words &w, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    using Q = tc_kquant<TYPE>;
+    const uint4 hdr = w.hdr, qa = w.qa, qb = w.qb;
     const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
     // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
     // (both forms, then a select: lanes t differ within a warp, and a branch here splits the MMA chains'
@@ -129,7 +139,7 @@ TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32
     const uint32_t qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
     uint32_t qh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (Q::QH) {
-        const uint4 ha = v[1], hb = v[2];
+        const uint4 ha = w.ha, hb = w.hb;
         const uint32_t h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
 #pragma unroll
         for (int i = 0; i < 8; i++) qh[i] = h[i] >> (2 * t); // bits 2t, 2t+1 of each byte at 0, 1
@@ -147,6 +157,10 @@ TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32
         B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1
         B[2 * i + 1][1] = h2_fma(hi13, scb16, kb);
     }
+}
+template <int TYPE>
+TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    kquant_b_frags<TYPE>(kq_words_at<TYPE>(sb, t), t, B, Bmin);
 }
 
 // ---- x: one staging unit = (token, super-block, lane t, quarter q): 16 inputs ----------------------

@@ -226,18 +226,17 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 // and however many tokens share the chunk. xr[q]: the lane's B column's x row in group q; x0[q], x1[q]: its C
 // columns' (tokens 8q + 2t and 8q + 2t + 1).
 
-// One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller).
+// One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller);
+// w0, w8: the words of rows g and g + 8 (kq_words_at).
 template <int TYPE, int NG>
-__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+__device__ __forceinline__ void kquant_super_wa(const kq_words &w0, const kq_words &w8, const uint32_t *xs,
                                                 const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
                                                 int g, int t, float4 (&out)[NG]) {
-    constexpr int BS = tc_kquant<TYPE>::BS;
-    const uint8_t *s0 = st + g * row_stride + sb * BS, *s8 = st + (g + 8) * row_stride + sb * BS;
     uint32_t A0[16][2], A8[16][2], Amin0, Amin8;
-    kquant_b_frags<TYPE>(s0, t, A0, Amin0);
-    kquant_b_frags<TYPE>(s8, t, A8, Amin8);
-    const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(s0)); // d, dmin of row g
-    const float2 f8 = __half22float2(*reinterpret_cast<const __half2 *>(s8)); // of row g + 8
+    kquant_b_frags<TYPE>(w0, t, A0, Amin0);
+    kquant_b_frags<TYPE>(w8, t, A8, Amin8);
+    const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&w0.hdr.x)); // d, dmin of row g
+    const float2 f8 = __half22float2(*reinterpret_cast<const __half2 *>(&w8.hdr.x)); // of row g + 8
 #pragma unroll
     for (int q = 0; q < NG; q++) {
         const uint4 *xa = reinterpret_cast<const uint4 *>(
@@ -257,6 +256,16 @@ __device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_strid
             make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f0.x, c[1], -64.0f * f0.y * cm[1]),
                         fmaf(f8.x, c[2], -64.0f * f8.y * cm[2]), fmaf(f8.x, c[3], -64.0f * f8.y * cm[3]));
     }
+}
+// The same from a stage of rows row_stride bytes apart.
+template <int TYPE, int NG>
+__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                                const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
+                                                int g, int t, float4 (&out)[NG]) {
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    kquant_super_wa<TYPE, NG>(kq_words_at<TYPE>(st + g * row_stride + sb * BS, t),
+                              kq_words_at<TYPE>(st + (g + 8) * row_stride + sb * BS, t), xs, xsum, nsb, xr,
+                              sb, g, t, out);
 }
 
 // acc += (e0, e1, e0, e1) · v: tokens 2t (x, z) and 2t + 1 (y, w).

@@ -971,6 +971,73 @@ static int run_alone_case(uint32_t type, uint64_t seed) {
     return !ok;
 }
 
+/* The warp-team kernel (gemv_tc.cu, ts_cuda_matmul_force_wc) against the block kernel at 1-8 tokens, for each
+ * team size: the same bits (it sums the block kernel's classes in its order), and no output left unwritten.
+ * Widths of 1, 3, 10 and 24 super-blocks (classes empty, single and double), row counts not a multiple of
+ * 16, rows from an offset. */
+static int run_wc_case(uint32_t type, uint64_t seed) {
+    typedef struct {
+        int64_t ne0, rows, row0, n_out;
+    } shape;
+    const shape shapes[] = {
+        {256, 40, 0, 40}, {768, 100, 3, 90}, {2560, 9000, 0, 9000}, {6144, 2560, 16, 2531}};
+    const int Ts[] = {1, 2, 5, 8};
+    int ok = 1;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape sh = shapes[si];
+        const int64_t ne1[1] = {sh.rows}, ne2[1] = {1};
+        qjob q[1];
+        ts_gguf_tensor host[1];
+        ts_cuda_tensor dev[1];
+        if (make_weights(1, type, sh.ne0, ne1, ne2, seed + si, q, host, dev)) return 1;
+        rng_t r = {mix64(seed + 17 * si)};
+        const size_t nx = (size_t)8 * sh.ne0, ny = (size_t)8 * sh.n_out;
+        float *x = malloc(nx * sizeof *x);
+        for (size_t i = 0; i < nx; i++) x[i] = (float)rng_gauss(&r) * (i % 5 == 0 ? 20.0f : 1.0f);
+        float *x_d, *y_d;
+        TS_CUDA_CHECK(cudaMalloc((void **)&x_d, nx * sizeof(float)));
+        TS_CUDA_CHECK(cudaMalloc((void **)&y_d, ny * sizeof(float)));
+        TS_CUDA_CHECK(cudaMemcpy(x_d, x, nx * sizeof(float), cudaMemcpyHostToDevice));
+        for (int ti = 0; ti < 4; ti++) {
+            const int T = Ts[ti];
+            const size_t n = (size_t)T * sh.n_out;
+            TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
+            ts_cuda_matmul_force_wc(0);
+            int rc = ts_cuda_matmul(&dev[0], sh.row0, sh.n_out, x_d, T, y_d, 0);
+            TS_CUDA_CHECK(cudaDeviceSynchronize());
+            float *y0 = to_host(y_d, n);
+            for (int team = 1; team <= 8; team *= 2) {
+                TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
+                const long long l0 = ts_cuda_matmul_wc_launches();
+                ts_cuda_matmul_force_wc(team);
+                rc |= ts_cuda_matmul(&dev[0], sh.row0, sh.n_out, x_d, T, y_d, 0);
+                ts_cuda_matmul_force_wc(-1);
+                TS_CUDA_CHECK(cudaDeviceSynchronize());
+                const long long ran = ts_cuda_matmul_wc_launches() - l0;
+                float *y = to_host(y_d, n);
+                const int64_t differ = bits_differ(y, y0, n);
+                int64_t nan = 0;
+                for (size_t e = 0; e < n; e++) nan += y[e] != y[e];
+                const int ok1 = rc == 0 && ran == 1 && differ == 0 && nan == 0;
+                if (!ok1 || team == 8)
+                    printf("  %-5s warp teams (last: %d) vs the block kernel, %lld -> %lld, %d tokens: %s  "
+                           "(%lld "
+                           "outputs differ, %lld NaN, %lld launches)\n",
+                           ts_type_name(type), team, (long long)sh.ne0, (long long)sh.n_out, T,
+                           ok1 ? "ok  " : "FAIL", (long long)differ, (long long)nan, ran);
+                ok = ok && ok1;
+                free(y);
+            }
+            free(y0);
+        }
+        TS_CUDA_CHECK(cudaFree(x_d));
+        TS_CUDA_CHECK(cudaFree(y_d));
+        free_weights(1, q, dev);
+        free(x);
+    }
+    return !ok;
+}
+
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -1062,6 +1129,8 @@ int main(int argc, char **argv) {
         const uint32_t tc[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_Q8_0, TS_TYPE_Q5_0};
         for (int i = 0; i < 5; i++) fails += run_alone_case(tc[i], seed + 800 + (uint64_t)i);
     }
+    fails += run_wc_case(TS_TYPE_Q4_K, seed + 900);
+    fails += run_wc_case(TS_TYPE_Q5_K, seed + 901);
     fails += run_planned_case(TS_TYPE_Q4_K, 2560, 160, 10, 2, seed + 700);
     fails += run_planned_case(TS_TYPE_Q5_K, 2560, 150, 10, 1, seed + 701);
     fails += run_planned_case(TS_TYPE_Q6_K, 2560, 64, 4, 2, seed + 702);
