@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // ---- the warp-team kernel (dense K-quant products of 1–8 tokens, the weights as A) ---------------------
 //
-// The same sums as gemv_tc_kernel with 8 warps (TURBOSPARK_TC_WC; gemv_tc.h), without its per-chunk block
+// The same sums as gemv_tc_kernel with 8 warps (TURBOSPARK_TC_WC, below), without its per-chunk block
 // barrier, weight ring or copies. A team of S warps (1, 2, 4 or 8) owns a chunk of 16 rows, all its inputs:
 // member m sums the classes [cut(m), cut(m + 1)) of the chunk's super-blocks (class = super-block mod 8, the
 // classes the block kernel's warps take), each class's fma chain as there (add_scaled_wa in super-block
@@ -672,7 +672,7 @@ int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, i
 
 // The warp-team kernel: TURBOSPARK_TC_WC=1 (read once; off by default until measured) or the test hook
 // (ts_cuda_matmul_force_wc: the team size, 0 off, -1 the default); TURBOSPARK_TC_WC_TEAM=1|2|4|8 fixes the team
-// size, else the smallest that gives two warps a chunk for each of 2 × 8 warps an SM, at most 8.
+// size, else the smallest (at most 8) for which the chunks' teams have 2 × 8 warps an SM in all.
 int g_wc_forced = -1;
 long long g_wc_launches = 0;
 
@@ -691,26 +691,31 @@ template <int TYPE, int S>
 int launch_wc_s(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
                 cudaStream_t s) {
     const auto kernel = gemv_wc_kernel<TYPE, S>;
-    const size_t smem = tc_layout(kWcWarps, T, ne0, 0, 0, 1).total +
-                        static_cast<size_t>(kWcWarps / S) * 2 * kWcClasses * 32 * sizeof(float4);
-    static int per_sm = 0; // blocks an SM (one flag per instantiation), for the largest x staged
-    if (!per_sm) {
+    const size_t smem =
+        tc_layout(kWcWarps, T, ne0, 0, 0, 1).total +
+        (S > 1 ? static_cast<size_t>(kWcWarps / S) * 2 * kWcClasses * 32 * sizeof(float4) : 0);
+    static bool opted_in = false; // one flag per instantiation
+    static size_t occ_smem = 0;   // the shared memory of the last occupancy query, and its blocks an SM
+    static int occ = 0;
+    if (!opted_in) {
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kSmemPerSm)) != cudaSuccess)
             return -1;
-        per_sm = -1;
+        opted_in = true;
     }
-    int occ = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, kWcWarps * 32, smem) != cudaSuccess ||
-        occ < 1)
-        return -1;
+    if (smem != occ_smem) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, kWcWarps * 32, smem) != cudaSuccess)
+            occ = 0;
+        occ_smem = smem;
+    }
+    if (occ < 1) return -1;
     const int n_chunks = (n_out + kTileWa - 1) / kTileWa, teams = kWcWarps / S;
     const int blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
+    if (launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, w,
+               static_cast<uint32_t>(rb), n_out, T, y, ne0, x, static_cast<int64_t>(ne0)) != cudaSuccess)
+        return -1;
     g_wc_launches++;
-    return launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, w,
-                  static_cast<uint32_t>(rb), n_out, T, y, ne0, x, static_cast<int64_t>(ne0)) == cudaSuccess
-               ? 0
-               : -1;
+    return 0;
 }
 
 // The warp-team kernel where it takes the product (K-quants, 1–8 tokens, 8 classes as the block kernel's 8
@@ -776,7 +781,13 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     const bool wa = tc_dense_wa(ne0, rb, n_out, T);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        if (wa && (rc = launch_wc<decltype(t)::value>(w, rb, n_out, ne0, x, T, y, s)) != 1) return;
+        // the warp-team kernel where it takes the product, else (or where its launch failed) the block kernel
+        const int wc = wa ? launch_wc<decltype(t)::value>(w, rb, n_out, ne0, x, T, y, s) : 1;
+        if (wc == 0) {
+            rc = 0;
+            return;
+        }
+        if (wc < 0) cudaGetLastError();
         if (wa)
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
                                                ne0, rb, T > 8, s);
