@@ -437,15 +437,17 @@ __device__ __forceinline__ int wc_cut(int m, int S, int nsb) {
     return c < 1 ? 1 : c; // the leader keeps class 0
 }
 
-template <int TYPE, int S>
+template <int TYPE, int S, class Chunks>
 __global__ void __launch_bounds__(kWcWarps * 32, 2)
-    gemv_wc_kernel(const uint8_t *__restrict__ w, uint32_t rb, int n_out, int T, float *__restrict__ y,
-                   int ne0, const float *__restrict__ x, int64_t x_stride) {
+    gemv_wc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
+                   int64_t x_stride, uint32_t rb) {
+    static_assert(Chunks::R == kTileWa && !Chunks::kXRow && !Chunks::kGather && !Chunks::kFused,
+                  "chunks of 16 rows, x staged whole");
     extern __shared__ __align__(128) uint8_t sm[];
     using Q = tc_kquant<TYPE>;
     constexpr int R = kTileWa, kTeams = kWcWarps / S;
-    const int nsb = ne0 / kTcSuper, n_chunks = (n_out + R - 1) / R;
-    const tc_layout L(kWcWarps, T, ne0, 0, 0, 1); // x as the block kernel stages it (its sums' room unused)
+    const int nsb = ne0 / kTcSuper;
+    const tc_layout L(kWcWarps, nx, ne0, 0, 0, 1); // x as the block kernel stages it (its sums' room unused)
     float *xsc = reinterpret_cast<float *>(sm + L.xsc);
     uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
     uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
@@ -456,12 +458,13 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
               n_teams = static_cast<int>(gridDim.x) * kTeams;
     const int c_lo = wc_cut(m, S, nsb), c_hi = wc_cut(m + 1, S, nsb);
     const bool mine = c_lo < nsb && c_lo < c_hi; // this member has super-blocks to sum
-    // the words of chunk c's super-block sb for rows g and g + 8 (rows past n_out read row n_out − 1:
-    // computed, never stored)
-    auto fetch = [&](int c, int sb, kq_words &w0, kq_words &w8) {
-        const int r0 = min(c * R + g, n_out - 1), r8 = min(c * R + g + 8, n_out - 1);
-        const uint8_t *p0 = w + static_cast<size_t>(r0) * rb + static_cast<size_t>(sb) * Q::BS,
-                      *p8 = w + static_cast<size_t>(r8) * rb + static_cast<size_t>(sb) * Q::BS;
+    // the words of super-block sb of a chunk's rows g and g + 8 (rows past the chunk's read its last: computed,
+    // never stored; a bad chunk's rows are expert 0's, read as the block kernel's stage holds them: never stored)
+    auto fetch = [&](const chunk_t &k, int sb, kq_words &w0, kq_words &w8) {
+        const uint8_t *p0 =
+                          k.w + static_cast<size_t>(min(g, k.nr - 1)) * rb + static_cast<size_t>(sb) * Q::BS,
+                      *p8 = k.w + static_cast<size_t>(min(g + 8, k.nr - 1)) * rb +
+                            static_cast<size_t>(sb) * Q::BS;
         const uint4 zero = {0u, 0u, 0u, 0u};
         const uint4 *v0 = reinterpret_cast<const uint4 *>(p0), *v8 = reinterpret_cast<const uint4 *>(p8);
         w0 = {__ldg(v0), __ldg(v0 + Q::QS / 16 + 2 * t), __ldg(v0 + Q::QS / 16 + 2 * t + 1),
@@ -470,14 +473,23 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
               Q::QH ? __ldg(v8 + 1) : zero, Q::QH ? __ldg(v8 + 2) : zero};
     };
     pdl_trigger();
-    kq_words n0, n8; // the next super-block's words: the first before the wait (weights never depend on it)
-    if (mine && team < n_chunks) fetch(team, c_lo, n0, n8);
+    // the next super-block's words: the first before the wait where the weights do not depend on the kernel
+    // before (dense products), else after it (the expert ids)
+    kq_words n0, n8;
+    const bool first = mine && team < n_chunks, after = ch.after_wait();
+    if (first && !after) fetch(ch.at(team), c_lo, n0, n8);
     pdl_wait();
-    stage_x_kquant_rows<false, false, 0, kStageRounds>(strided_rows{x, x_stride}, T, nsb, xs, xsum, xsc);
+    if (first && after) fetch(ch.at(team), c_lo, n0, n8);
+    stage_x_kquant_rows<false, false, 0, kStageRounds>(strided_rows{x, x_stride}, nx, nsb, xs, xsum, xsc);
     __syncthreads();
-    const int xr[1] = {g < T ? g : 0}, x0 = 2 * t < T ? 2 * t : 0, x1 = 2 * t + 1 < T ? 2 * t + 1 : 0;
     int buf = 0;
     for (int c = team; c < n_chunks; c += n_teams, buf ^= 1) {
+        const chunk_t k = ch.at(c);
+        // lane (g, t): B column token g, C columns tokens 2t and 2t + 1 (tokens past the chunk's read token 0's
+        // x; their sums are never stored), as in the block kernel
+        const int xr[1] = {k.xrow + (g < k.nt ? g : 0)}, x0 = k.xrow + (2 * t < k.nt ? 2 * t : 0),
+                  x1 = k.xrow + (2 * t + 1 < k.nt ? 2 * t + 1 : 0);
+        const bool has_next = c + n_teams < n_chunks;
         float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // the leader's sum of classes so far
         float4 *slot = parts + static_cast<size_t>((tib * 2 + buf) * kWcClasses) * 32 + lane;
         for (int cls = c_lo; cls < c_hi; cls++) {
@@ -485,12 +497,11 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
             for (int sb = cls; sb < nsb; sb += kWcClasses) {
                 const kq_words w0 = n0, w8 = n8;
                 // the next: this class's next super-block, the next class's first, or the next chunk's first
-                int nc = c, ns = sb + kWcClasses;
-                if (ns >= nsb) {
-                    ns = cls + 1;
-                    if (ns >= c_hi || ns >= nsb) nc = c + n_teams, ns = c_lo;
-                }
-                if (nc < n_chunks) fetch(nc, ns, n0, n8);
+                const int ns = sb + kWcClasses < nsb ? sb + kWcClasses : cls + 1;
+                if (sb + kWcClasses < nsb || (ns < c_hi && ns < nsb))
+                    fetch(k, ns, n0, n8);
+                else if (has_next)
+                    fetch(ch.at(c + n_teams), c_lo, n0, n8);
                 float4 v[1];
                 kquant_super_wa<TYPE, 1>(w0, w8, xs, xsum, nsb, xr, sb, g, t, v);
                 add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v[0]);
@@ -511,15 +522,16 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
             const float4 p = slot[cls * 32];
             run.x += p.x, run.y += p.y, run.z += p.z, run.w += p.w;
         }
-        const int nr = min(R, n_out - c * R), t0 = 2 * t;
-        if (t0 < T) {
-            float *y0 = y + static_cast<size_t>(t0) * n_out + c * R;
-            if (g < nr) y0[g] = run.x;
-            if (g + 8 < nr) y0[g + 8] = run.z;
-            if (t0 + 1 < T) {
-                float *y1 = y0 + n_out;
-                if (g < nr) y1[g] = run.y;
-                if (g + 8 < nr) y1[g + 8] = run.w;
+        if (k.bad) run.x = run.y = run.z = run.w = __int_as_float(0x7fffffff);
+        const int t0 = 2 * t; // rows g, g + 8 of tokens t0 (x, z) and t0 + 1 (y, w)
+        if (t0 < k.nt) {
+            float *y0 = out_row(k, t0);
+            if (g < k.nr) y0[g] = run.x;
+            if (g + 8 < k.nr) y0[g + 8] = run.z;
+            if (t0 + 1 < k.nt) {
+                float *y1 = out_row(k, t0 + 1);
+                if (g < k.nr) y1[g] = run.y;
+                if (g + 8 < k.nr) y1[g + 8] = run.w;
             }
         }
     }
@@ -687,12 +699,12 @@ int wc_team(int n_chunks) {
     return S;
 }
 
-template <int TYPE, int S>
-int launch_wc_s(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+template <int TYPE, int S, class Chunks>
+int launch_wc_s(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
                 cudaStream_t s) {
-    const auto kernel = gemv_wc_kernel<TYPE, S>;
+    const auto kernel = gemv_wc_kernel<TYPE, S, Chunks>;
     const size_t smem =
-        tc_layout(kWcWarps, T, ne0, 0, 0, 1).total +
+        tc_layout(kWcWarps, nx, ne0, 0, 0, 1).total +
         (S > 1 ? static_cast<size_t>(kWcWarps / S) * 2 * kWcClasses * 32 * sizeof(float4) : 0);
     static bool opted_in = false; // one flag per instantiation
     static size_t occ_smem = 0;   // the shared memory of the last occupancy query, and its blocks an SM
@@ -709,38 +721,51 @@ int launch_wc_s(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x,
         occ_smem = smem;
     }
     if (occ < 1) return -1;
-    const int n_chunks = (n_out + kTileWa - 1) / kTileWa, teams = kWcWarps / S;
-    const int blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
-    if (launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, w,
-               static_cast<uint32_t>(rb), n_out, T, y, ne0, x, static_cast<int64_t>(ne0)) != cudaSuccess)
+    const int teams = kWcWarps / S, blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
+    if (launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, ch, n_chunks, ne0,
+               x, nx, x_stride, static_cast<uint32_t>(rb)) != cudaSuccess)
         return -1;
     g_wc_launches++;
     return 0;
 }
 
-// The warp-team kernel where it takes the product (K-quants, 1–8 tokens, 8 classes as the block kernel's 8
-// warps sum them, rows a multiple of 16 bytes): 0, -1 when the launch failed, 1 when it does not take it.
-template <int TYPE>
-int launch_wc(const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
+// The warp-team kernel where it takes the product (K-quant weights as A in chunks of 16 rows, x staged whole,
+// 1–8 tokens or x rows, 8 classes as the block kernel's 8 warps sum them, rows a multiple of 16 bytes): 0, -1
+// when the launch failed, 1 when it does not take it.
+template <int TYPE, class Chunks>
+int launch_wc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
               cudaStream_t s) {
-    if constexpr (tc_kind<TYPE>::kInorder)
+    if constexpr (tc_kind<TYPE>::kInorder || Chunks::R != kTileWa || Chunks::kXRow || Chunks::kGather ||
+                  Chunks::kFused)
         return 1;
     else {
         const int S =
-            T <= 8 && tc_warps() == kWcWarps && rb % 16 == 0 ? wc_team((n_out + kTileWa - 1) / kTileWa) : 0;
+            nx <= 8 && n_chunks > 0 && tc_warps() == kWcWarps && rb % 16 == 0 ? wc_team(n_chunks) : 0;
         switch (S) {
         case 1:
-            return launch_wc_s<TYPE, 1>(w, rb, n_out, ne0, x, T, y, s);
+            return launch_wc_s<TYPE, 1>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
         case 2:
-            return launch_wc_s<TYPE, 2>(w, rb, n_out, ne0, x, T, y, s);
+            return launch_wc_s<TYPE, 2>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
         case 4:
-            return launch_wc_s<TYPE, 4>(w, rb, n_out, ne0, x, T, y, s);
+            return launch_wc_s<TYPE, 4>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
         case 8:
-            return launch_wc_s<TYPE, 8>(w, rb, n_out, ne0, x, T, y, s);
+            return launch_wc_s<TYPE, 8>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
         default:
             return 1;
         }
     }
+}
+
+// The warp-team kernel where it takes the product, else (or where its launch failed) the block kernel.
+template <int TYPE, class Chunks>
+int launch_tc_or_wc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
+                    size_t rb, bool w16, cudaStream_t s) {
+    if (!w16) {
+        const int wc = launch_wc<TYPE>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
+        if (wc == 0) return 0;
+        if (wc < 0) cudaGetLastError(); // the launch's error, not to be seen by the next call
+    }
+    return launch_tc<TYPE>(ch, n_chunks, ne0, x, nx, x_stride, rb, w16, s);
 }
 
 } // namespace
@@ -781,16 +806,9 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     const bool wa = tc_dense_wa(ne0, rb, n_out, T);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        // the warp-team kernel where it takes the product, else (or where its launch failed) the block kernel
-        const int wc = wa ? launch_wc<decltype(t)::value>(w, rb, n_out, ne0, x, T, y, s) : 1;
-        if (wc == 0) {
-            rc = 0;
-            return;
-        }
-        if (wc < 0) cudaGetLastError();
         if (wa)
-            rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
-                                               ne0, rb, T > 8, s);
+            rc = launch_tc_or_wc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x,
+                                                     T, ne0, rb, T > 8, s);
         else
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTile>{w, rb, n_out, T, y}, n_chunks, ne0, x, T,
                                                ne0, rb, T > kTile, s);
@@ -810,8 +828,8 @@ int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStre
     const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
-                                           false, s);
+        rc = launch_tc_or_wc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride,
+                                                 job.rb, false, s);
     });
     return rc;
 }

@@ -262,6 +262,21 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
     free(q.data);
 }
 
+/* How many of n floats differ in their bits (NaN payloads included). */
+static int64_t bits_differ(const float *a, const float *b, size_t n) {
+    int64_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+/* Whether a switch keeps the warp-team kernel (gemv_tc.cu) from the products it takes: the tensor-core GEMV, its
+ * weights as A or its 8 warps off. */
+static int wc_switched_off(void) {
+    const char *wa = getenv("TURBOSPARK_TC_WA"), *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"),
+               *warps = getenv("TURBOSPARK_TC_WARPS");
+    return (wa && wa[0] == '0') || (tc && tc[0] == '0') || (warps && warps[0] == '4');
+}
+
 /* Expert products (ts_cuda_matmul_experts) of a pair of 3-D tensors [2560, 640, 6] against the CPU,
  * x rounded as the kernel rounds it when it does (the tensor-core types): items of x_div = 5
  * (gate/up: two tokens of five experts) and x_div = 1 (each item its own x row), two items with
@@ -346,19 +361,47 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     }
     printf("  experts %-7s 2560 -> 2 x 640, 10 items, x_div %d%s: %s  |gpu-cpu|/S %.2e\n", ts_type_name(type),
            x_div, rounds ? " (tc)" : "", rc == 0 && bad == 0 ? "ok  " : "FAIL", worst);
+    /* the warp-team kernel against the block kernel, bit for bit (NaN outputs of the bad ids included): it takes
+       the K-quant products whose x rows are staged whole (x_div 5: 2 rows), not those staged a row at a time */
+    if ((type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K) && !wc_switched_off()) {
+        const size_t ny = (size_t)(n_items * ys);
+        const char *xrow = getenv("TURBOSPARK_TC_XROW");
+        const int takes = nx <= 8 && !(xrow && xrow[0] == '2');
+        float *ya = malloc(ny * sizeof *ya), *yb = malloc(ny * sizeof *yb);
+        TS_CUDA_CHECK(cudaMemset(y_d, 0, ny * sizeof(float)));
+        ts_cuda_matmul_force_wc(0);
+        const int rc0 = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div,
+                                               ne0, y_d, ys, 0);
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        TS_CUDA_CHECK(cudaMemcpy(ya, y_d, ny * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int team = 1; team <= 8; team *= 2) {
+            TS_CUDA_CHECK(cudaMemset(y_d, 0, ny * sizeof(float)));
+            const long long l0 = ts_cuda_matmul_wc_launches();
+            ts_cuda_matmul_force_wc(team);
+            const int rc1 = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d,
+                                                   x_div, ne0, y_d, ys, 0);
+            ts_cuda_matmul_force_wc(-1);
+            TS_CUDA_CHECK(cudaDeviceSynchronize());
+            TS_CUDA_CHECK(cudaMemcpy(yb, y_d, ny * sizeof(float), cudaMemcpyDeviceToHost));
+            const long long ran = ts_cuda_matmul_wc_launches() - l0;
+            const int64_t differ = bits_differ(ya, yb, ny);
+            const int ok1 = rc0 == 0 && rc1 == 0 && ran == (takes ? 1 : 0) && differ == 0;
+            if (!ok1 || team == 8)
+                printf(
+                    "  experts %-7s x_div %d, warp teams (last: %d) vs the block kernel: %s  (%lld outputs "
+                    "differ, %lld launches, %s)\n",
+                    ts_type_name(type), x_div, team, ok1 ? "ok  " : "FAIL", (long long)differ, ran,
+                    takes ? "taken" : "x a row at a time: not taken");
+            bad += !ok1;
+        }
+        free(ya), free(yb);
+    }
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(y_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
     for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
     free(x), free(xr), free(y), free(ref), free(w);
     return rc != 0 || bad != 0;
-}
-
-/* How many of n floats differ in their bits (NaN payloads included). */
-static int64_t bits_differ(const float *a, const float *b, size_t n) {
-    int64_t d = 0;
-    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
 }
 
 /* A host copy of n floats of device memory (malloc'ed). */
@@ -979,9 +1022,7 @@ static int run_alone_case(uint32_t type, uint64_t seed) {
  * beside the x staging) the team kernel does not run and the case says so. Skipped where the tensor-core
  * GEMV, its weights as A or its 8 warps are switched off. */
 static int run_wc_case(uint32_t type, uint64_t seed) {
-    const char *wa = getenv("TURBOSPARK_TC_WA"), *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"),
-               *warps = getenv("TURBOSPARK_TC_WARPS");
-    if ((wa && wa[0] == '0') || (tc && tc[0] == '0') || (warps && warps[0] == '4')) {
+    if (wc_switched_off()) {
         printf("  %-5s warp teams: skipped (the GEMV, its weights as A or its 8 warps off)\n",
                ts_type_name(type));
         return 0;
