@@ -247,6 +247,21 @@ __device__ __forceinline__ float *out_row(const chunk_t &k, int i) {
     return k.y + r * static_cast<size_t>(k.ystride);
 }
 
+// A weights-as-A chunk's sums of lane (g, t) into its outputs: rows g (s.x, s.y) and g + 8 (s.z, s.w) of tokens
+// t0 and t0 + 1 (x, z and y, w), NaN for a bad chunk.
+__device__ __forceinline__ void store_wa(const chunk_t &k, int t0, int g, float4 s) {
+    if (t0 >= k.nt) return;
+    if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
+    float *y0 = out_row(k, t0);
+    if (g < k.nr) y0[g] = s.x;
+    if (g + 8 < k.nr) y0[g + 8] = s.z;
+    if (t0 + 1 < k.nt) {
+        float *y1 = out_row(k, t0 + 1);
+        if (g < k.nr) y1[g] = s.y;
+        if (g + 8 < k.nr) y1[g + 8] = s.w;
+    }
+}
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // Chunks::R = kTileWa: the weights as the MMAs' A operand (chunk_part_wa: rows g and g + 8 of lane (g, t),
@@ -383,18 +398,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int q = 0; q < NG; q++) {
             const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
-            if (WA && warp == 0 && t0 < k.nt) {
-                float4 s = sum_classes<kWarps>(part + q * kWarps * 32, j, lane);
-                if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
-                float *y0 = out_row(k, t0);
-                if (g < k.nr) y0[g] = s.x;
-                if (g + 8 < k.nr) y0[g + 8] = s.z;
-                if (t0 + 1 < k.nt) {
-                    float *y1 = out_row(k, t0 + 1);
-                    if (g < k.nr) y1[g] = s.y;
-                    if (g + 8 < k.nr) y1[g + 8] = s.w;
-                }
-            }
+            if (WA && warp == 0 && t0 < k.nt)
+                store_wa(k, t0, g, sum_classes<kWarps>(part + q * kWarps * 32, j, lane));
         }
         if (!WA && warp == 0 && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
@@ -522,18 +527,7 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
             const float4 p = slot[cls * 32];
             run.x += p.x, run.y += p.y, run.z += p.z, run.w += p.w;
         }
-        if (k.bad) run.x = run.y = run.z = run.w = __int_as_float(0x7fffffff);
-        const int t0 = 2 * t; // rows g, g + 8 of tokens t0 (x, z) and t0 + 1 (y, w)
-        if (t0 < k.nt) {
-            float *y0 = out_row(k, t0);
-            if (g < k.nr) y0[g] = run.x;
-            if (g + 8 < k.nr) y0[g + 8] = run.z;
-            if (t0 + 1 < k.nt) {
-                float *y1 = out_row(k, t0 + 1);
-                if (g < k.nr) y1[g] = run.y;
-                if (g + 8 < k.nr) y1[g + 8] = run.w;
-            }
-        }
+        store_wa(k, 2 * t, g, run);
     }
 }
 
