@@ -384,6 +384,14 @@ wc)
            "TURBOSPARK_TC_WC=1 TURBOSPARK_TC_WC_TEAM=2" "TURBOSPARK_TC_WC=1 TURBOSPARK_TC_WC_TEAM=8"; do
     echo "== bench_cuda_matmul $v"; env $v timeout 60 $D/bench_cuda_matmul 10 q4_K q5_K 2>&1 | grep -E "^q|copy"
   done
+  for w in 0 1; do # one Q4_K 2560 -> 10240 launch each way (weights in L2 after the first replay pass)
+    TURBOSPARK_TC_WC=$w timeout 120 ncu --clock-control none --cache-control none -k regex:gemv_ --launch-skip 40 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats --section ComputeWorkloadAnalysis $D/bench_cuda_matmul 3 q4_K > "$out/wc_ncu$w.txt" 2>&1
+    echo "== ncu TURBOSPARK_TC_WC=$w rc=$?"
+    grep -E "gemv_|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Warp Cycles Per Issued|spill" \
+      "$out/wc_ncu$w.txt" | head -14
+  done
   for v in "TURBOSPARK_TC_WC=0" "TURBOSPARK_TC_WC=1"; do
     echo "== decode $v"
     env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8 --ctx 1 -r 2 2>&1 | grep -E "tg"
