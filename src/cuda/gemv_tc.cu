@@ -463,8 +463,8 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
               n_teams = static_cast<int>(gridDim.x) * kTeams;
     const int c_lo = wc_cut(m, S, nsb), c_hi = wc_cut(m + 1, S, nsb);
     const bool mine = c_lo < nsb && c_lo < c_hi; // this member has super-blocks to sum
-    // the words of super-block sb of a chunk's rows g and g + 8 (rows past the chunk's read its last: computed,
-    // never stored; a bad chunk's rows are expert 0's, read as the block kernel's stage holds them: never stored)
+    // the words of super-block sb of a chunk's rows g and g + 8 (rows past the chunk's read its last, and a bad
+    // chunk's rows are expert 0's: in bounds, summed, never stored)
     auto fetch = [&](const chunk_t &k, int sb, kq_words &w0, kq_words &w8) {
         const uint8_t *p0 =
                           k.w + static_cast<size_t>(min(g, k.nr - 1)) * rb + static_cast<size_t>(sb) * Q::BS,
@@ -714,7 +714,7 @@ int launch_wc_s(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
             occ = 0;
         occ_smem = smem;
     }
-    if (occ < 1) return -1;
+    if (occ < 1) return 1; // declined: the block kernel takes it
     const int teams = kWcWarps / S, blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
     if (launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, ch, n_chunks, ne0,
                x, nx, x_stride, static_cast<uint32_t>(rb)) != cudaSuccess)
@@ -725,7 +725,7 @@ int launch_wc_s(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
 
 // The warp-team kernel where it takes the product (K-quant weights as A in chunks of 16 rows, x staged whole,
 // 1–8 tokens or x rows, 8 classes as the block kernel's 8 warps sum them, rows a multiple of 16 bytes): 0, -1
-// when the launch failed, 1 when it does not take it.
+// when a CUDA call failed, 1 when it does not take it.
 template <int TYPE, class Chunks>
 int launch_wc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
               cudaStream_t s) {

@@ -635,8 +635,10 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     TS_CUDA_CHECK(cudaMemset(gu2_d, 0xFF, ngu * sizeof(float)));
     TS_CUDA_CHECK(cudaMemset(sh_d, 0xFF, nsh * sizeof(float)));
     TS_CUDA_CHECK(cudaMemset(sh2_d, 0xFF, nsh * sizeof(float)));
+    ts_cuda_matmul_force_wc(0); /* the block kernel: the warp teams are compared with it below */
     const int merged =
         ts_cuda_matmul_experts_shared(W, W2, ids_d, NK, rpe, rpe, x_d, K, XS, gu_d, YS, Sg, Su, sh_d, SY, 0);
+    ts_cuda_matmul_force_wc(-1);
     int rc = ts_cuda_matmul_experts(W, W2, ids_d, NK, rpe, 0, rpe, x_d, K, XS, gu2_d, YS, 0);
     rc |= ts_cuda_matmul_experts(Sg, Su, NULL, N, 0, 0, F, x_d, 1, XS, sh2_d, SY, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -646,10 +648,33 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     int64_t unwritten = 0;
     for (int t = 0; t < N; t++) /* the shared rows were written (the poison is NaN) */
         for (int o = 0; o < 2 * F; o++) unwritten += sh[(size_t)t * SY + o] != sh[(size_t)t * SY + o];
-    const int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
+    int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
     printf("  shared expert in the routed launch, %s gate|up, N %2d: %s  (%s; %lld outputs differ from two "
            "launches)\n",
            split ? "split" : "fused", N, ok ? "ok  " : "FAIL", merge_outcome(merged), (long long)differ);
+    /* the warp teams on the merged launch (x staged whole up to 8 tokens; 16-row chunks of the shared rows from
+       sw0 and sw1; the ids read after the wait), bit for bit against the block kernel's */
+    for (int team = 1; team <= 8 && merged == 0 && !wc_switched_off(); team *= 2) {
+        TS_CUDA_CHECK(cudaMemset(gu2_d, 0xFF, ngu * sizeof(float)));
+        TS_CUDA_CHECK(cudaMemset(sh2_d, 0xFF, nsh * sizeof(float)));
+        const long long l0 = ts_cuda_matmul_wc_launches();
+        ts_cuda_matmul_force_wc(team);
+        const int m2 = ts_cuda_matmul_experts_shared(W, W2, ids_d, NK, rpe, rpe, x_d, K, XS, gu2_d, YS, Sg,
+                                                     Su, sh2_d, SY, 0);
+        ts_cuda_matmul_force_wc(-1);
+        TS_CUDA_CHECK(cudaDeviceSynchronize());
+        const long long ran = ts_cuda_matmul_wc_launches() - l0;
+        float *g2 = to_host(gu2_d, ngu), *s2 = to_host(sh2_d, nsh);
+        const int64_t d2 = bits_differ(gu, g2, ngu) + bits_differ(sh, s2, nsh);
+        const int ok2 = m2 == 0 && d2 == 0 && (N > 8 || ran >= 1);
+        if (!ok2 || team == 8)
+            printf("  shared expert in the routed launch, warp teams (last: %d), N %2d: %s  (%lld outputs "
+                   "differ, "
+                   "%lld team launches)\n",
+                   team, N, ok2 ? "ok  " : "FAIL", (long long)d2, ran);
+        ok = ok && ok2;
+        free(g2), free(s2);
+    }
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(gu_d));
     TS_CUDA_CHECK(cudaFree(gu2_d));
