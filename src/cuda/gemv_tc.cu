@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
 }
 
-// ---- the warp-team kernel (dense K-quant products of 1–8 tokens, the weights as A) ---------------------
+// ---- the warp-team kernel (K-quant products of 1–8 x rows staged whole, the weights as A) ---------------
 //
 // The same sums as gemv_tc_kernel with 8 warps (TURBOSPARK_TC_WC, below), without its per-chunk block
 // barrier, weight ring or copies. A team of S warps (1, 2, 4 or 8) owns a chunk of 16 rows, all its inputs:
@@ -427,7 +427,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // order); the leader, member 0, owns the first classes and adds the others' class sums after its own in class
 // order through shared memory (the order of sum_classes), so every output has the bits of the block kernel's.
 // Lanes read their words of the weights straight from global memory, the next super-block's while the MMAs
-// run on this one; x is staged once a block (8 warps), as in the block kernel.
+// run on this one; x is staged once a block (8 warps), as in the block kernel. It takes the dense products of
+// 1–8 tokens and the expert products whose x rows are staged whole (the gate/up at one token).
 constexpr int kWcWarps = 8, kWcClasses = 8;
 
 // The first class of member m of S: the classes split so that each member's super-blocks (class c has
