@@ -44,9 +44,8 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
-#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul, with
-#                                         each chunk's rows copied one at a time and as one copy (TURBOSPARK_TC_WHOLE),
-#                                         then the microbenchmark both ways
+#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul,
+#                                         then the microbenchmark
 #   bash scripts/device_check.sh wc       the warp-team kernel (TURBOSPARK_TC_WC): its twin (bit for bit against the
 #                                         block kernel) and test_cuda_forward with it on, the microbenchmark for each
 #                                         team size, decode b1/b8 off and on
@@ -354,21 +353,17 @@ gemvncu)
   done
   ;;
 gemvmb)
-  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed), for each
-  # TURBOSPARK_TC_WHOLE of GEMVMB_WHOLE ("0 1"), the first with the source counters, then the microbenchmark.
-  for w in ${GEMVMB_WHOLE:-0 1}; do
-    TURBOSPARK_TC_WHOLE=$w timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
-      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
-      $D/bench_cuda_matmul 3 q4_K > "$out/mb_ncu$w.txt" 2>&1
-    echo "== TURBOSPARK_TC_WHOLE=$w rc=$?"
-    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu$w.txt" | head -20
-    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu$w.txt" | head -10
-  done
-  for w in ${GEMVMB_WHOLE:-0 1}; do
-    echo "== bench_cuda_matmul TURBOSPARK_TC_WHOLE=$w"
-    TURBOSPARK_TC_WHOLE=$w timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
-  done
+  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed; its weights in L2
+  # after the first replay pass), with the source counters, then the microbenchmark.
+  timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
+    --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
+    $D/bench_cuda_matmul 3 q4_K > "$out/mb_ncu.txt" 2>&1
+  echo "== ncu rc=$?"
+  grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu.txt" | head -20
+  grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu.txt" | head -10
+  echo "== bench_cuda_matmul"
+  timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
   ;;
 wc)
   # The warp-team kernel (TURBOSPARK_TC_WC): test_cuda_matmul (its bit-for-bit case against the block kernel)

@@ -450,8 +450,7 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
     static_assert(Chunks::R == kTileWa && !Chunks::kXRow && !Chunks::kGather && !Chunks::kFused,
                   "chunks of 16 rows, x staged whole");
     extern __shared__ __align__(128) uint8_t sm[];
-    using Q = tc_kquant<TYPE>;
-    constexpr int R = kTileWa, kTeams = kWcWarps / S;
+    constexpr int kTeams = kWcWarps / S;
     const int nsb = ne0 / kTcSuper;
     const tc_layout L(kWcWarps, nx, ne0, 0, 0, 1); // x as the block kernel stages it (its sums' room unused)
     float *xsc = reinterpret_cast<float *>(sm + L.xsc);
@@ -467,16 +466,9 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
     // the words of super-block sb of a chunk's rows g and g + 8 (rows past the chunk's read its last, and a bad
     // chunk's rows are expert 0's: in bounds, summed, never stored)
     auto fetch = [&](const chunk_t &k, int sb, kq_words &w0, kq_words &w8) {
-        const uint8_t *p0 =
-                          k.w + static_cast<size_t>(min(g, k.nr - 1)) * rb + static_cast<size_t>(sb) * Q::BS,
-                      *p8 = k.w + static_cast<size_t>(min(g + 8, k.nr - 1)) * rb +
-                            static_cast<size_t>(sb) * Q::BS;
-        const uint4 zero = {0u, 0u, 0u, 0u};
-        const uint4 *v0 = reinterpret_cast<const uint4 *>(p0), *v8 = reinterpret_cast<const uint4 *>(p8);
-        w0 = {__ldg(v0), __ldg(v0 + Q::QS / 16 + 2 * t), __ldg(v0 + Q::QS / 16 + 2 * t + 1),
-              Q::QH ? __ldg(v0 + 1) : zero, Q::QH ? __ldg(v0 + 2) : zero};
-        w8 = {__ldg(v8), __ldg(v8 + Q::QS / 16 + 2 * t), __ldg(v8 + Q::QS / 16 + 2 * t + 1),
-              Q::QH ? __ldg(v8 + 1) : zero, Q::QH ? __ldg(v8 + 2) : zero};
+        const size_t o = static_cast<size_t>(sb) * tc_kquant<TYPE>::BS;
+        w0 = kq_words_at<TYPE>(k.w + static_cast<size_t>(min(g, k.nr - 1)) * rb + o, t);
+        w8 = kq_words_at<TYPE>(k.w + static_cast<size_t>(min(g + 8, k.nr - 1)) * rb + o, t);
     };
     pdl_trigger();
     // the next super-block's words: the first before the wait where the weights do not depend on the kernel
@@ -509,7 +501,7 @@ __global__ void __launch_bounds__(kWcWarps * 32, 2)
                 else if (has_next)
                     fetch(ch.at(c + n_teams), c_lo, n0, n8);
                 float4 v[1];
-                kquant_super_wa<TYPE, 1>(w0, w8, xs, xsum, nsb, xr, sb, g, t, v);
+                kquant_super_wa<TYPE, 1>(w0, w8, xs, xsum, nsb, xr, sb, t, v);
                 add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v[0]);
             }
             if (m == 0) {
@@ -578,14 +570,6 @@ bool tc_wa16() {
 
 namespace {
 
-// TURBOSPARK_TC_WHOLE=1: every chunk lands as one bulk copy of its back-to-back rows (row stride = rb), not a
-// copy a row at stage_row_stride apart: one copy instruction a chunk instead of R, at the price of bank
-// conflicts between the rows of a fragment where rb is a multiple of 128 apart. The sums are the same.
-bool tc_whole() {
-    static const bool on = env_int("TURBOSPARK_TC_WHOLE", 0, 0, 1) == 1;
-    return on;
-}
-
 // Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
 // (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
 // of its chunks in flight.
@@ -593,7 +577,7 @@ bool tc_whole() {
 // rb; the callers make sure every chunk is a whole number of 8 rows and starts 16-byte aligned).
 bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_per_sm = 0) {
     p.warps = tc_warps();
-    p.row_stride = rb % 16 == 0 && !tc_whole() ? stage_row_stride(rb) : static_cast<int>(rb);
+    p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
     const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride, R == kTileWa && nx > 8 ? 2 : 1).total,
                  slot = static_cast<size_t>(R) * p.row_stride;
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();

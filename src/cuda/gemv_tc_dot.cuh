@@ -231,7 +231,7 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 template <int TYPE, int NG>
 __device__ __forceinline__ void kquant_super_wa(const kq_words &w0, const kq_words &w8, const uint32_t *xs,
                                                 const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
-                                                int g, int t, float4 (&out)[NG]) {
+                                                int t, float4 (&out)[NG]) {
     uint32_t A0[16][2], A8[16][2], Amin0, Amin8;
     kquant_b_frags<TYPE>(w0, t, A0, Amin0);
     kquant_b_frags<TYPE>(w8, t, A8, Amin8);
@@ -265,7 +265,7 @@ __device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_strid
     constexpr int BS = tc_kquant<TYPE>::BS;
     kquant_super_wa<TYPE, NG>(kq_words_at<TYPE>(st + g * row_stride + sb * BS, t),
                               kq_words_at<TYPE>(st + (g + 8) * row_stride + sb * BS, t), xs, xsum, nsb, xr,
-                              sb, g, t, out);
+                              sb, t, out);
 }
 
 // acc += (e0, e1, e0, e1) · v: tokens 2t (x, z) and 2t + 1 (y, w).
