@@ -3,6 +3,8 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh where    the batch-1 table, then the SASS source counters of one fused routed down
+#                                         launch and one dense Q4_K launch
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
 #                                         table of a 4,096-token prompt
@@ -539,6 +541,29 @@ wa)
       2> "$out/bench_wa$wa.err" | grep -E "tg"
     (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
     grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)" "$out/gemv_wa$wa.txt" | head -14
+  done
+  ;;
+where)
+  # Where a batch-1 step goes: the warm per-kernel table, then the sections and the SASS-level source counters
+  # (where the issued instructions and the stalls sit) of one fused routed down launch (Q5_0 = type 6, Q8_0 = 8)
+  # and one dense Q4_K launch, each the 11th of its kind; the source pages go back compressed.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
+  bash "$0" table 1
+  i=0
+  for k in "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks<16, true, true" "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks"; do
+    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
+      --section InstructionStats -o "$out/where$i" -f \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/where$i.log" 2>&1
+    echo "== $k rc=$?"
+    ncu -i "$out/where$i.ncu-rep" --print-details all > "$out/where$i.txt" 2>&1
+    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
+      "$out/where$i.txt" | head -12
+    ncu -i "$out/where$i.ncu-rep" --page source --csv --print-source sass 2> "$out/where${i}_src.err" | xz -9 > "$out/where${i}_sass.csv.xz"
+    ls -la "$out/where${i}_sass.csv.xz"; head -c 300 "$out/where${i}_src.err"
+    rm -f "$out/where$i.ncu-rep"
+    i=$((i + 1))
   done
   ;;
 table)
