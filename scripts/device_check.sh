@@ -548,9 +548,9 @@ where)
   # (where the issued instructions and the stalls sit) of one fused routed down launch (Q5_0 = type 6, Q8_0 = 8)
   # and one dense Q4_K launch, each the 11th of its kind; the source pages go back compressed.
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
-  bash "$0" table 1
-  i=0
-  for k in "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks<16, true, true" "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks"; do
+  [ "${WHERE_TABLE:-1}" = 0 ] || bash "$0" table 1
+  i=0 # (ncu's demangled names read "gemv_tc_kernel<(int)12, ts_cu::<unnamed>::dense_chunks<(int)16>, ...")
+  for k in "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>" "regex:gemv_tc_kernel<.int.12, .*dense_chunks"; do
     timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 \
       --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
@@ -561,7 +561,7 @@ where)
     grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
       "$out/where$i.txt" | head -12
     ncu -i "$out/where$i.ncu-rep" --page source --csv --print-source sass 2> "$out/where${i}_src.err" | xz -9 > "$out/where${i}_sass.csv.xz"
-    ls -la "$out/where${i}_sass.csv.xz"; head -c 300 "$out/where${i}_src.err"
+    ls -la "$out/where${i}_sass.csv.xz"; head -c 300 "$out/where${i}_src.err"; rm -f "$out/where${i}_src.err" "$out/where$i.log"
     rm -f "$out/where$i.ncu-rep"
     i=$((i + 1))
   done
