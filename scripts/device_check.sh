@@ -48,9 +48,6 @@
 #                                         launch table, then test_cuda_forward
 #   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul,
 #                                         then the microbenchmark
-#   bash scripts/device_check.sh wc       the warp-team kernel (TURBOSPARK_TC_WC): its twin (bit for bit against the
-#                                         block kernel) and test_cuda_forward with it on, the microbenchmark for each
-#                                         team size, decode b1/b8 off and on
 #   bash scripts/device_check.sh land     before landing a prefill or attention change: the GEMM's and the
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
@@ -366,33 +363,6 @@ gemvmb)
   grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu.txt" | head -10
   echo "== bench_cuda_matmul"
   timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
-  ;;
-wc)
-  # The warp-team kernel (TURBOSPARK_TC_WC): test_cuda_matmul (its bit-for-bit case against the block kernel)
-  # and test_cuda_forward with it on, side by side, then the microbenchmark with it off, on and each team size,
-  # then decode b1/b8 off and on.
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
-  (TURBOSPARK_TC_WC=1 timeout 300 $D/test_cuda_matmul --quick > "$out/wc_twin.txt" 2>&1; echo "rc=$?" >> "$out/wc_twin.txt") &
-  (TURBOSPARK_TC_WC=1 timeout 400 $D/test_cuda_forward /tmp > "$out/wc_fwd.txt" 2>&1; echo "rc=$?" >> "$out/wc_fwd.txt") &
-  wait
-  echo "== twin"; grep -E "FAIL|warp teams|^rc=" "$out/wc_twin.txt" | head -30; tail -2 "$out/wc_twin.txt"
-  echo "== forward"; grep -a -E "FAIL|passed|together|^rc=" "$out/wc_fwd.txt" | head -20
-  for v in "TURBOSPARK_TC_WC=0" "TURBOSPARK_TC_WC=1" "TURBOSPARK_TC_WC=1 TURBOSPARK_TC_WC_TEAM=1" \
-           "TURBOSPARK_TC_WC=1 TURBOSPARK_TC_WC_TEAM=2" "TURBOSPARK_TC_WC=1 TURBOSPARK_TC_WC_TEAM=8"; do
-    echo "== bench_cuda_matmul $v"; env $v timeout 60 $D/bench_cuda_matmul 10 q4_K q5_K 2>&1 | grep -E "^q|copy"
-  done
-  for w in 0 1; do # one Q4_K 2560 -> 10240 launch each way (weights in L2 after the first replay pass)
-    TURBOSPARK_TC_WC=$w timeout 120 ncu --clock-control none --cache-control none -k regex:gemv_ --launch-skip 40 \
-      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats --section ComputeWorkloadAnalysis $D/bench_cuda_matmul 3 q4_K > "$out/wc_ncu$w.txt" 2>&1
-    echo "== ncu TURBOSPARK_TC_WC=$w rc=$?"
-    grep -E "gemv_|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Warp Cycles Per Issued|spill" \
-      "$out/wc_ncu$w.txt" | head -14
-  done
-  for v in "TURBOSPARK_TC_WC=0" "TURBOSPARK_TC_WC=1"; do
-    echo "== decode $v"
-    env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8 --ctx 1 -r 2 2>&1 | grep -E "tg"
-  done
   ;;
 land)
   # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin

@@ -98,11 +98,13 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     static constexpr bool kDense = false, kXRow = XROW, kGather = false, kFused = FUSED;
     static_assert(!FUSED || XROW, "the MoE's down launch stages one x row at a time");
     tc_expert_job j;
-    int cpp;                                                        // chunks per part
+    tc_div cpp, per_item, xd; // chunks per part, chunks per item (parts·cpp), j.x_div
+    expert_chunks(const tc_expert_job &job)
+        : j(job), cpp((job.n_part + R - 1) / R), per_item(job.parts() * cpp.d), xd(job.x_div) {}
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
-        const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
-                  cc = r % cpp;
+        const int i = per_item.div(c), r = c - i * static_cast<int>(per_item.d), part = cpp.div(r),
+                  cc = r - part * static_cast<int>(cpp.d);
         if (i >= j.n_items) { // the shared expert's item of token s (sh_rows is a multiple of R)
             const int s = i - j.n_items, o = part * j.n_part + cc * R;
             const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
@@ -124,7 +126,7 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
                            static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * R;
         return {(part ? j.w1 : j.w0) + row * j.rb,
                 min(R, j.n_part - cc * R),
-                i / j.x_div,
+                xd.div(i),
                 1,
                 j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * R,
                 0,
@@ -147,12 +149,12 @@ template <int ROWS> struct planned_chunks {
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
     const int32_t *n_tiles;
-    int cpp; // chunks per part
+    tc_div cpp, per_tile; // chunks per part, chunks per tile (parts·cpp)
     __device__ bool after_wait() const { return true; }
-    __device__ int count() const { return *n_tiles * j.parts() * cpp; } // the chunks in use
+    __device__ int count() const { return *n_tiles * static_cast<int>(per_tile.d); } // the chunks in use
     __device__ chunk_t at(int c) const {
-        const int per_tile = j.parts() * cpp, q = c / per_tile, r = c % per_tile, part = r / cpp,
-                  cc = r % cpp;
+        const int q = per_tile.div(c), r = c - q * static_cast<int>(per_tile.d), part = cpp.div(r),
+                  cc = r - part * static_cast<int>(cpp.d);
         const int4 ti = tiles[q];
         const bool bad = ti.x < 0 || ti.x > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : ti.x) * static_cast<size_t>(j.rows_per_expert) +
@@ -302,16 +304,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // thread 0: chunk j of this block into stage j % ns
-    auto issue = [&](int j) {
+    // thread 0: chunk j of this block into stage sl = j % ns
+    auto issue = [&](int j, int sl) {
         const chunk_t k = ch.at(c0 + j * cstep);
-        uint64_t *bar = &bars[j % ns];
+        uint64_t *bar = &bars[sl];
         if (k.bad) {
             mbar_arrive(bar);
             return;
         }
         mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
-        uint8_t *dst = stages + static_cast<size_t>(j % ns) * R * row_stride;
+        uint8_t *dst = stages + static_cast<size_t>(sl) * R * row_stride;
         if (row_stride ==
             static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (R rows) at once
             bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
@@ -321,11 +323,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     };
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
     pdl_wait();
     if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
@@ -351,6 +353,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
+    int sl = 0;          // chunk j's stage, j % ns
+    uint32_t phase = 0u; // the parity of ⌊j / ns⌋, its stage's barrier phase
     for (int j = 0; j < n_mine; j++) {
         const chunk_t k = ch.at(c0 + j * cstep);
         if constexpr (XR) {
@@ -366,8 +370,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 staged_items = k.items;
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
-        mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
-        const uint8_t *st = stages + static_cast<size_t>(j % ns) * R * row_stride;
+        mbar_wait(&bars[sl], phase);
+        const uint8_t *st = stages + static_cast<size_t>(sl) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
         // never stored, so the loads need no branch. WA: x row xr is the lane's B column (token g), x0 and x1
@@ -394,7 +398,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
-        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
+        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
+        if (++sl == ns) sl = 0, phase ^= 1u;
 #pragma unroll
         for (int q = 0; q < NG; q++) {
             const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
@@ -416,112 +421,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if constexpr (Chunks::kFused) // (a contiguous range of chunks: XROW)
         if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
-}
-
-// ---- the warp-team kernel (K-quant products of 1–8 x rows staged whole, the weights as A) ---------------
-//
-// The same sums as gemv_tc_kernel with 8 warps (TURBOSPARK_TC_WC, below), without its per-chunk block
-// barrier, weight ring or copies. A team of S warps (1, 2, 4 or 8) owns a chunk of 16 rows, all its inputs:
-// member m sums the classes [cut(m), cut(m + 1)) of the chunk's super-blocks (class = super-block mod 8, the
-// classes the block kernel's warps take), each class's fma chain as there (add_scaled_wa in super-block
-// order); the leader, member 0, owns the first classes and adds the others' class sums after its own in class
-// order through shared memory (the order of sum_classes), so every output has the bits of the block kernel's.
-// Lanes read their words of the weights straight from global memory, the next super-block's while the MMAs
-// run on this one; x is staged once a block (8 warps), as in the block kernel. It takes the dense products of
-// 1–8 tokens and the expert products whose x rows are staged whole (the gate/up at one token).
-constexpr int kWcWarps = 8, kWcClasses = 8;
-
-// The first class of member m of S: the classes split so that each member's super-blocks (class c has
-// ⌈(nsb − c) / 8⌉ of them) come as near nsb·m / S as class boundaries allow.
-__device__ __forceinline__ int wc_cut(int m, int S, int nsb) {
-    if (m <= 0) return 0;
-    if (m >= S) return kWcClasses;
-    const int want = (nsb * m + S / 2) / S;
-    int c = 0, n = 0;
-    while (c < kWcClasses && n + (c < nsb ? (nsb - 1 - c) / 8 + 1 : 0) <= want)
-        n += c < nsb ? (nsb - 1 - c) / 8 + 1 : 0, c++;
-    return c < 1 ? 1 : c; // the leader keeps class 0
-}
-
-template <int TYPE, int S, class Chunks>
-__global__ void __launch_bounds__(kWcWarps * 32, 2)
-    gemv_wc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
-                   int64_t x_stride, uint32_t rb) {
-    static_assert(Chunks::R == kTileWa && !Chunks::kXRow && !Chunks::kGather && !Chunks::kFused,
-                  "chunks of 16 rows, x staged whole");
-    extern __shared__ __align__(128) uint8_t sm[];
-    constexpr int kTeams = kWcWarps / S;
-    const int nsb = ne0 / kTcSuper;
-    const tc_layout L(kWcWarps, nx, ne0, 0, 0, 1); // x as the block kernel stages it (its sums' room unused)
-    float *xsc = reinterpret_cast<float *>(sm + L.xsc);
-    uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
-    uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
-    float4 *parts = reinterpret_cast<float4 *>(sm + L.total); // [team][2][class][lane]
-    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-    const int g = lane >> 2, t = lane & 3, tib = warp / S, m = warp % S;
-    const int team = static_cast<int>(blockIdx.x) * kTeams + tib,
-              n_teams = static_cast<int>(gridDim.x) * kTeams;
-    const int c_lo = wc_cut(m, S, nsb), c_hi = wc_cut(m + 1, S, nsb);
-    const bool mine = c_lo < nsb && c_lo < c_hi; // this member has super-blocks to sum
-    // the words of super-block sb of a chunk's rows g and g + 8 (rows past the chunk's read its last, and a bad
-    // chunk's rows are expert 0's: in bounds, summed, never stored)
-    auto fetch = [&](const chunk_t &k, int sb, kq_words &w0, kq_words &w8) {
-        const size_t o = static_cast<size_t>(sb) * tc_kquant<TYPE>::BS;
-        w0 = kq_words_at<TYPE>(k.w + static_cast<size_t>(min(g, k.nr - 1)) * rb + o, t);
-        w8 = kq_words_at<TYPE>(k.w + static_cast<size_t>(min(g + 8, k.nr - 1)) * rb + o, t);
-    };
-    pdl_trigger();
-    // the next super-block's words: the first before the wait where the weights do not depend on the kernel
-    // before (dense products), else after it (the expert ids)
-    kq_words n0, n8;
-    const bool first = mine && team < n_chunks, after = ch.after_wait();
-    if (first && !after) fetch(ch.at(team), c_lo, n0, n8);
-    pdl_wait();
-    if (first && after) fetch(ch.at(team), c_lo, n0, n8);
-    stage_x_kquant_rows<false, false, 0, kStageRounds>(strided_rows{x, x_stride}, nx, nsb, xs, xsum, xsc);
-    __syncthreads();
-    int buf = 0;
-    for (int c = team; c < n_chunks; c += n_teams, buf ^= 1) {
-        const chunk_t k = ch.at(c);
-        // lane (g, t): B column token g, C columns tokens 2t and 2t + 1 (tokens past the chunk's read token 0's
-        // x; their sums are never stored), as in the block kernel
-        const int xr[1] = {k.xrow + (g < k.nt ? g : 0)}, x0 = k.xrow + (2 * t < k.nt ? 2 * t : 0),
-                  x1 = k.xrow + (2 * t + 1 < k.nt ? 2 * t + 1 : 0);
-        const bool has_next = c + n_teams < n_chunks;
-        float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // the leader's sum of classes so far
-        float4 *slot = parts + static_cast<size_t>((tib * 2 + buf) * kWcClasses) * 32 + lane;
-        for (int cls = c_lo; cls < c_hi; cls++) {
-            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int sb = cls; sb < nsb; sb += kWcClasses) {
-                const kq_words w0 = n0, w8 = n8;
-                // the next: this class's next super-block, the next class's first, or the next chunk's first
-                const int ns = sb + kWcClasses < nsb ? sb + kWcClasses : cls + 1;
-                if (sb + kWcClasses < nsb || (ns < c_hi && ns < nsb))
-                    fetch(k, ns, n0, n8);
-                else if (has_next)
-                    fetch(ch.at(c + n_teams), c_lo, n0, n8);
-                float4 v[1];
-                kquant_super_wa<TYPE, 1>(w0, w8, xs, xsum, nsb, xr, sb, t, v);
-                add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v[0]);
-            }
-            if (m == 0) {
-                if (cls == 0)
-                    run = acc;
-                else
-                    run.x += acc.x, run.y += acc.y, run.z += acc.z, run.w += acc.w;
-            } else {
-                slot[cls * 32] = acc;
-            }
-        }
-        if constexpr (S > 1) // (a class past nsb gives zeros, as the block kernel's idle warps do)
-            asm volatile("bar.sync %0, %1;\n" ::"r"(1 + tib), "r"(S * 32) : "memory");
-        if (m != 0) continue;
-        for (int cls = c_hi; cls < kWcClasses; cls++) { // the other members' classes, in class order
-            const float4 p = slot[cls * 32];
-            run.x += p.x, run.y += p.y, run.z += p.z, run.w += p.w;
-        }
-        store_wa(k, 2 * t, g, run);
-    }
 }
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -661,92 +560,6 @@ int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, i
     return launch_tc_pw<TYPE, Chunks, false, false>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
-// The warp-team kernel: TURBOSPARK_TC_WC=1 (read once; off by default until measured) or the test hook
-// (ts_cuda_matmul_force_wc: the team size, 0 off, -1 the default); TURBOSPARK_TC_WC_TEAM=1|2|4|8 fixes the team
-// size, else the smallest (at most 8) for which the chunks' teams have 2 × 8 warps an SM in all.
-int g_wc_forced = -1;
-long long g_wc_launches = 0;
-
-int wc_team(int n_chunks) {
-    if (g_wc_forced >= 0) return g_wc_forced;
-    static const int on = env_int("TURBOSPARK_TC_WC", 0, 0, 1),
-                     team = env_int("TURBOSPARK_TC_WC_TEAM", 0, 0, 8);
-    if (!on) return 0;
-    if (team == 1 || team == 2 || team == 4 || team == 8) return team;
-    int S = 1;
-    while (S < kWcWarps && static_cast<int64_t>(n_chunks) * S < 2LL * kWcWarps * ts_cuda_sm_count()) S *= 2;
-    return S;
-}
-
-template <int TYPE, int S, class Chunks>
-int launch_wc_s(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
-                cudaStream_t s) {
-    const auto kernel = gemv_wc_kernel<TYPE, S, Chunks>;
-    const size_t smem =
-        tc_layout(kWcWarps, nx, ne0, 0, 0, 1).total +
-        (S > 1 ? static_cast<size_t>(kWcWarps / S) * 2 * kWcClasses * 32 * sizeof(float4) : 0);
-    static bool opted_in = false; // one flag per instantiation
-    static size_t occ_smem = 0;   // the shared memory of the last occupancy query, and its blocks an SM
-    static int occ = 0;
-    if (!opted_in) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kSmemPerSm)) != cudaSuccess)
-            return -1;
-        opted_in = true;
-    }
-    if (smem != occ_smem) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, kWcWarps * 32, smem) != cudaSuccess)
-            occ = 0;
-        occ_smem = smem;
-    }
-    if (occ < 1) return 1; // declined: the block kernel takes it
-    const int teams = kWcWarps / S, blocks = min((n_chunks + teams - 1) / teams, occ * ts_cuda_sm_count());
-    if (launch(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWcWarps * 32), smem, s, ch, n_chunks, ne0,
-               x, nx, x_stride, static_cast<uint32_t>(rb)) != cudaSuccess)
-        return -1;
-    g_wc_launches++;
-    return 0;
-}
-
-// The warp-team kernel where it takes the product (K-quant weights as A in chunks of 16 rows, x staged whole,
-// 1–8 tokens or x rows, 8 classes as the block kernel's 8 warps sum them, rows a multiple of 16 bytes): 0, -1
-// when a CUDA call failed, 1 when it does not take it.
-template <int TYPE, class Chunks>
-int launch_wc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
-              cudaStream_t s) {
-    if constexpr (tc_kind<TYPE>::kInorder || Chunks::R != kTileWa || Chunks::kXRow || Chunks::kGather ||
-                  Chunks::kFused)
-        return 1;
-    else {
-        const int S =
-            nx <= 8 && n_chunks > 0 && tc_warps() == kWcWarps && rb % 16 == 0 ? wc_team(n_chunks) : 0;
-        switch (S) {
-        case 1:
-            return launch_wc_s<TYPE, 1>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
-        case 2:
-            return launch_wc_s<TYPE, 2>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
-        case 4:
-            return launch_wc_s<TYPE, 4>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
-        case 8:
-            return launch_wc_s<TYPE, 8>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
-        default:
-            return 1;
-        }
-    }
-}
-
-// The warp-team kernel where it takes the product, else (or where its launch failed) the block kernel.
-template <int TYPE, class Chunks>
-int launch_tc_or_wc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride,
-                    size_t rb, bool w16, cudaStream_t s) {
-    if (!w16) {
-        const int wc = launch_wc<TYPE>(ch, n_chunks, ne0, x, nx, x_stride, rb, s);
-        if (wc == 0) return 0;
-        if (wc < 0) cudaGetLastError(); // the launch's error, not to be seen by the next call
-    }
-    return launch_tc<TYPE>(ch, n_chunks, ne0, x, nx, x_stride, rb, w16, s);
-}
-
 } // namespace
 
 bool tc_gemv_enabled() {
@@ -786,8 +599,8 @@ int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, cons
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         if (wa)
-            rc = launch_tc_or_wc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x,
-                                                     T, ne0, rb, T > 8, s);
+            rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
+                                               ne0, rb, T > 8, s);
         else
             rc = launch_tc<decltype(t)::value>(dense_chunks<kTile>{w, rb, n_out, T, y}, n_chunks, ne0, x, T,
                                                ne0, rb, T > kTile, s);
@@ -801,14 +614,12 @@ namespace {
 // down launch, job.up_off and job.cmb_count).
 template <int R, bool XROW, bool FUSED>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    expert_chunks<R, XROW, FUSED> ch;
-    ch.j = job;
-    ch.cpp = (job.n_part + R - 1) / R;
-    const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
+    const expert_chunks<R, XROW, FUSED> ch(job);
+    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.per_item.d);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        rc = launch_tc_or_wc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride,
-                                                 job.rb, false, s);
+        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
+                                           false, s);
     });
     return rc;
 }
@@ -895,7 +706,8 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
     ch.sorted = plan.sorted;
     ch.tiles = static_cast<const int4 *>(plan.tiles);
     ch.n_tiles = plan.n_tiles;
-    ch.cpp = (job.n_part + kTileWa - 1) / kTileWa;
+    ch.cpp = tc_div(static_cast<uint32_t>((job.n_part + kTileWa - 1) / kTileWa));
+    ch.per_tile = tc_div(static_cast<uint32_t>(job.parts()) * ch.cpp.d);
     const int n_chunks = planned_chunks_bound(job, plan.max_tiles);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
@@ -906,11 +718,3 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
 }
 
 } // namespace ts_cu
-
-extern "C" void ts_cuda_matmul_force_wc(int team) {
-    ts_cu::g_wc_forced = team;
-}
-
-extern "C" long long ts_cuda_matmul_wc_launches(void) {
-    return ts_cu::g_wc_launches;
-}

@@ -84,6 +84,31 @@ static inline uint32_t h2_pack(float lo, float hi) {
 }
 #endif
 
+// ---- division by a launch's constant ---------------------------------------------------------------
+//
+// n / d for 0 ≤ n < 2^31 as one multiply-high and a shift (the chunk lists divide a chunk's index by counts
+// known at launch; a division by a runtime int is ~25 instructions, and every warp makes several a chunk):
+// with l = ⌈log2 d⌉ and m = ⌈2^(31+l) / d⌉ < 2^32, m·d − 2^(31+l) < d, so n·m / 2^(31+l) exceeds n / d by
+// less than n / 2^(31+l) < 1/d and has the same floor.
+struct tc_div {
+    uint32_t d = 1, mul = 0, shr = 0; // d = 1: n itself
+    tc_div() = default;
+    explicit tc_div(uint32_t den) : d(den < 1 ? 1 : den) {
+        if (d == 1) return;
+        uint32_t l = 0;
+        while ((1ull << l) < d) l++;
+        mul = static_cast<uint32_t>(((1ull << (31 + l)) + d - 1) / d);
+        shr = l - 1;
+    }
+    TS_HD int div(int n) const {
+#ifdef __CUDA_ARCH__
+        return d == 1 ? n : static_cast<int>(__umulhi(static_cast<uint32_t>(n), mul) >> shr);
+#else
+        return d == 1 ? n : static_cast<int>(((static_cast<uint64_t>(n) * mul) >> 32) >> shr);
+#endif
+    }
+};
+
 // ---- Q4_K, Q5_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------
 //
 // Both start with d, dmin (fp16) and the 12 bytes of 6-bit scales and mins; Q4_K's 128 qs bytes follow at
@@ -148,10 +173,15 @@ TS_HD void kquant_b_frags(const kq_words &w, int t, uint32_t (&B)[16][2], uint32
     for (int i = 0; i < 8; i++) {
         const uint32_t q = qs[i], q8 = q >> 8, h = qh[i], h8 = h >> 8;
         // the fifth bits: bit 0 → 4 (low nibbles), bit 1 → 8 (high nibbles), bytes 0, 2 (h) and 1, 3 (h8)
-        const uint32_t lo02 = (q & 0x000F000Fu) | ((h << 4) & 0x00100010u) | k1024;
-        const uint32_t lo13 = (q8 & 0x000F000Fu) | ((h8 << 4) & 0x00100010u) | k1024;
-        const uint32_t hi02 = (q & 0x00F000F0u) | ((h << 7) & 0x01000100u) | k1024;
-        const uint32_t hi13 = (q8 & 0x00F000F0u) | ((h8 << 7) & 0x01000100u) | k1024;
+        // (one LOP3 each for Q4_K, two for Q5_K: ts_cu_and_or)
+        const uint32_t lo02 =
+            ts_cu_and_or(q, 0x000F000Fu, Q::QH ? ts_cu_and_or(h << 4, 0x00100010u, k1024) : k1024);
+        const uint32_t lo13 =
+            ts_cu_and_or(q8, 0x000F000Fu, Q::QH ? ts_cu_and_or(h8 << 4, 0x00100010u, k1024) : k1024);
+        const uint32_t hi02 =
+            ts_cu_and_or(q, 0x00F000F0u, Q::QH ? ts_cu_and_or(h << 7, 0x01000100u, k1024) : k1024);
+        const uint32_t hi13 =
+            ts_cu_and_or(q8, 0x00F000F0u, Q::QH ? ts_cu_and_or(h8 << 7, 0x01000100u, k1024) : k1024);
         B[2 * i][0] = h2_fma(lo02, sca, ka);       // elements 4i, 4i+2 of sub-block 2t
         B[2 * i][1] = h2_fma(lo13, sca, ka);       // 4i+1, 4i+3
         B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1

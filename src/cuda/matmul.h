@@ -216,10 +216,6 @@ int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_it
  * apply to ts_cuda_matmul_experts too (which runs 1 or 2 rows a warp: a forced 4 runs as 2). */
 void ts_cuda_matmul_force_rows_per_warp(int rows);
 void ts_cuda_matmul_allow_x_shared(bool allow);
-/* Force the warp-team kernel of the dense tensor-core products (gemv_tc.cu): team size 1, 2, 4 or 8, 0 off,
- * -1 as TURBOSPARK_TC_WC says; and how many launches it has run. */
-void ts_cuda_matmul_force_wc(int team);
-long long ts_cuda_matmul_wc_launches(void);
 
 #ifdef __cplusplus
 }

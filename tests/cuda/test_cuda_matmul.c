@@ -262,21 +262,6 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
     free(q.data);
 }
 
-/* How many of n floats differ in their bits (NaN payloads included). */
-static int64_t bits_differ(const float *a, const float *b, size_t n) {
-    int64_t d = 0;
-    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    return d;
-}
-
-/* Whether a switch keeps the warp-team kernel (gemv_tc.cu) from the products it takes: the tensor-core GEMV, its
- * weights as A or its 8 warps off. */
-static int wc_switched_off(void) {
-    const char *wa = getenv("TURBOSPARK_TC_WA"), *tc = getenv("TURBOSPARK_CUDA_GEMV_TC"),
-               *warps = getenv("TURBOSPARK_TC_WARPS");
-    return (wa && wa[0] == '0') || (tc && tc[0] == '0') || (warps && warps[0] == '4');
-}
-
 /* Expert products (ts_cuda_matmul_experts) of a pair of 3-D tensors [2560, 640, 6] against the CPU,
  * x rounded as the kernel rounds it when it does (the tensor-core types): items of x_div = 5
  * (gate/up: two tokens of five experts) and x_div = 1 (each item its own x row), two items with
@@ -361,47 +346,19 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     }
     printf("  experts %-7s 2560 -> 2 x 640, 10 items, x_div %d%s: %s  |gpu-cpu|/S %.2e\n", ts_type_name(type),
            x_div, rounds ? " (tc)" : "", rc == 0 && bad == 0 ? "ok  " : "FAIL", worst);
-    /* the warp-team kernel against the block kernel, bit for bit (NaN outputs of the bad ids included): it takes
-       the K-quant products whose x rows are staged whole (x_div 5: 2 rows), not those staged a row at a time */
-    if ((type == TS_TYPE_Q4_K || type == TS_TYPE_Q5_K) && !wc_switched_off()) {
-        const size_t ny = (size_t)(n_items * ys);
-        const char *xrow = getenv("TURBOSPARK_TC_XROW");
-        const int takes = nx <= 8 && !(xrow && xrow[0] == '2');
-        float *ya = malloc(ny * sizeof *ya), *yb = malloc(ny * sizeof *yb);
-        TS_CUDA_CHECK(cudaMemset(y_d, 0, ny * sizeof(float)));
-        ts_cuda_matmul_force_wc(0);
-        const int rc0 = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div,
-                                               ne0, y_d, ys, 0);
-        TS_CUDA_CHECK(cudaDeviceSynchronize());
-        TS_CUDA_CHECK(cudaMemcpy(ya, y_d, ny * sizeof(float), cudaMemcpyDeviceToHost));
-        for (int team = 1; team <= 8; team *= 2) {
-            TS_CUDA_CHECK(cudaMemset(y_d, 0, ny * sizeof(float)));
-            const long long l0 = ts_cuda_matmul_wc_launches();
-            ts_cuda_matmul_force_wc(team);
-            const int rc1 = ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d,
-                                                   x_div, ne0, y_d, ys, 0);
-            ts_cuda_matmul_force_wc(-1);
-            TS_CUDA_CHECK(cudaDeviceSynchronize());
-            TS_CUDA_CHECK(cudaMemcpy(yb, y_d, ny * sizeof(float), cudaMemcpyDeviceToHost));
-            const long long ran = ts_cuda_matmul_wc_launches() - l0;
-            const int64_t differ = bits_differ(ya, yb, ny);
-            const int ok1 = rc0 == 0 && rc1 == 0 && ran == (takes ? 1 : 0) && differ == 0;
-            if (!ok1 || team == 8)
-                printf(
-                    "  experts %-7s x_div %d, warp teams (last: %d) vs the block kernel: %s  (%lld outputs "
-                    "differ, %lld launches, %s)\n",
-                    ts_type_name(type), x_div, team, ok1 ? "ok  " : "FAIL", (long long)differ, ran,
-                    takes ? "taken" : "x a row at a time: not taken");
-            bad += !ok1;
-        }
-        free(ya), free(yb);
-    }
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(y_d));
     TS_CUDA_CHECK(cudaFree(ids_d));
     for (int p = 0; p < 2; p++) ts_cuda_tensor_free(&dev[p]), free(q[p].data);
     free(x), free(xr), free(y), free(ref), free(w);
     return rc != 0 || bad != 0;
+}
+
+/* How many of n floats differ in their bits (NaN payloads included). */
+static int64_t bits_differ(const float *a, const float *b, size_t n) {
+    int64_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
 }
 
 /* A host copy of n floats of device memory (malloc'ed). */
@@ -635,10 +592,8 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     TS_CUDA_CHECK(cudaMemset(gu2_d, 0xFF, ngu * sizeof(float)));
     TS_CUDA_CHECK(cudaMemset(sh_d, 0xFF, nsh * sizeof(float)));
     TS_CUDA_CHECK(cudaMemset(sh2_d, 0xFF, nsh * sizeof(float)));
-    ts_cuda_matmul_force_wc(0); /* the block kernel: the warp teams are compared with it below */
     const int merged =
         ts_cuda_matmul_experts_shared(W, W2, ids_d, NK, rpe, rpe, x_d, K, XS, gu_d, YS, Sg, Su, sh_d, SY, 0);
-    ts_cuda_matmul_force_wc(-1);
     int rc = ts_cuda_matmul_experts(W, W2, ids_d, NK, rpe, 0, rpe, x_d, K, XS, gu2_d, YS, 0);
     rc |= ts_cuda_matmul_experts(Sg, Su, NULL, N, 0, 0, F, x_d, 1, XS, sh2_d, SY, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -648,33 +603,10 @@ static int run_shared_merge_case(int N, int split, uint64_t seed) {
     int64_t unwritten = 0;
     for (int t = 0; t < N; t++) /* the shared rows were written (the poison is NaN) */
         for (int o = 0; o < 2 * F; o++) unwritten += sh[(size_t)t * SY + o] != sh[(size_t)t * SY + o];
-    int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
+    const int ok = merged == 0 && rc == 0 && differ == 0 && unwritten == 0;
     printf("  shared expert in the routed launch, %s gate|up, N %2d: %s  (%s; %lld outputs differ from two "
            "launches)\n",
            split ? "split" : "fused", N, ok ? "ok  " : "FAIL", merge_outcome(merged), (long long)differ);
-    /* the warp teams on the merged launch (x staged whole up to 8 tokens; 16-row chunks of the shared rows from
-       sw0 and sw1; the ids read after the wait), bit for bit against the block kernel's */
-    for (int team = 1; team <= 8 && merged == 0 && !wc_switched_off(); team *= 2) {
-        TS_CUDA_CHECK(cudaMemset(gu2_d, 0xFF, ngu * sizeof(float)));
-        TS_CUDA_CHECK(cudaMemset(sh2_d, 0xFF, nsh * sizeof(float)));
-        const long long l0 = ts_cuda_matmul_wc_launches();
-        ts_cuda_matmul_force_wc(team);
-        const int m2 = ts_cuda_matmul_experts_shared(W, W2, ids_d, NK, rpe, rpe, x_d, K, XS, gu2_d, YS, Sg,
-                                                     Su, sh2_d, SY, 0);
-        ts_cuda_matmul_force_wc(-1);
-        TS_CUDA_CHECK(cudaDeviceSynchronize());
-        const long long ran = ts_cuda_matmul_wc_launches() - l0;
-        float *g2 = to_host(gu2_d, ngu), *s2 = to_host(sh2_d, nsh);
-        const int64_t d2 = bits_differ(gu, g2, ngu) + bits_differ(sh, s2, nsh);
-        const int ok2 = m2 == 0 && d2 == 0 && (N > 8 || ran >= 1);
-        if (!ok2 || team == 8)
-            printf("  shared expert in the routed launch, warp teams (last: %d), N %2d: %s  (%lld outputs "
-                   "differ, "
-                   "%lld team launches)\n",
-                   team, N, ok2 ? "ok  " : "FAIL", (long long)d2, ran);
-        ok = ok && ok2;
-        free(g2), free(s2);
-    }
     TS_CUDA_CHECK(cudaFree(x_d));
     TS_CUDA_CHECK(cudaFree(gu_d));
     TS_CUDA_CHECK(cudaFree(gu2_d));
@@ -1039,92 +971,6 @@ static int run_alone_case(uint32_t type, uint64_t seed) {
     return !ok;
 }
 
-/* The warp-team kernel (gemv_tc.cu, ts_cuda_matmul_force_wc) against the block kernel at 1-8 tokens, for each
- * team size: the same bits (it sums the block kernel's classes in its order), nothing written past the T
- * tokens' outputs. Widths of 1, 3, 10 and 24 super-blocks (classes empty, of one super-block and of up to
- * three), row counts not a multiple of 16, rows from an offset, and 40,000 rows (teams with several chunks
- * each). Where the block kernel takes the weights as B (6144 inputs of Q5_K at 8 tokens: two stages do not fit
- * beside the x staging) the team kernel does not run and the case says so. Skipped where the tensor-core
- * GEMV, its weights as A or its 8 warps are switched off. */
-static int run_wc_case(uint32_t type, uint64_t seed) {
-    if (wc_switched_off()) {
-        printf("  %-5s warp teams: skipped (the GEMV, its weights as A or its 8 warps off)\n",
-               ts_type_name(type));
-        return 0;
-    }
-    typedef struct {
-        int64_t ne0, rows, row0, n_out;
-    } shape;
-    const shape shapes[] = {{256, 40, 0, 40},
-                            {768, 100, 3, 90},
-                            {2560, 9000, 0, 9000},
-                            {6144, 2560, 16, 2531},
-                            {768, 40000, 0, 39990}};
-    const int Ts[] = {1, 2, 5, 8};
-    int ok = 1;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const shape sh = shapes[si];
-        const int64_t ne1[1] = {sh.rows}, ne2[1] = {1};
-        qjob q[1];
-        ts_gguf_tensor host[1];
-        ts_cuda_tensor dev[1];
-        if (make_weights(1, type, sh.ne0, ne1, ne2, seed + si, q, host, dev)) return 1;
-        rng_t r = {mix64(seed + 17 * si)};
-        const size_t nx = (size_t)8 * sh.ne0, ny = (size_t)8 * sh.n_out;
-        float *x = malloc(nx * sizeof *x);
-        for (size_t i = 0; i < nx; i++) x[i] = (float)rng_gauss(&r) * (i % 5 == 0 ? 20.0f : 1.0f);
-        float *x_d, *y_d;
-        TS_CUDA_CHECK(cudaMalloc((void **)&x_d, nx * sizeof(float)));
-        TS_CUDA_CHECK(cudaMalloc((void **)&y_d, ny * sizeof(float)));
-        TS_CUDA_CHECK(cudaMemcpy(x_d, x, nx * sizeof(float), cudaMemcpyHostToDevice));
-        for (int ti = 0; ti < 4; ti++) {
-            const int T = Ts[ti];
-            const size_t n = (size_t)T * sh.n_out;
-            TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
-            ts_cuda_matmul_force_wc(0);
-            const int rc0 = ts_cuda_matmul(&dev[0], sh.row0, sh.n_out, x_d, T, y_d, 0);
-            TS_CUDA_CHECK(cudaDeviceSynchronize());
-            float *y0 = to_host(y_d, n);
-            for (int team = 1; team <= 8; team *= 2) {
-                TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, ny * sizeof(float)));
-                const long long l0 = ts_cuda_matmul_wc_launches();
-                ts_cuda_matmul_force_wc(team);
-                const int rc = ts_cuda_matmul(&dev[0], sh.row0, sh.n_out, x_d, T, y_d, 0);
-                ts_cuda_matmul_force_wc(-1);
-                TS_CUDA_CHECK(cudaDeviceSynchronize());
-                const long long ran = ts_cuda_matmul_wc_launches() - l0;
-                float *y = to_host(y_d, ny);
-                const int64_t differ = bits_differ(y, y0, n);
-                int64_t nan = 0, past = 0;
-                for (size_t e = 0; e < n; e++) nan += y[e] != y[e];
-                for (size_t e = n; e < ny; e++) {
-                    uint32_t b;
-                    memcpy(&b, &y[e], sizeof b);
-                    past += b != 0xFFFFFFFFu;
-                }
-                const int as_b = sh.ne0 == 6144 && T == 8 && ran == 0; /* the block kernel's weights as B */
-                const int ok1 =
-                    rc0 == 0 && rc == 0 && (ran == 1 || as_b) && differ == 0 && nan == 0 && past == 0;
-                if (!ok1 || team == 8)
-                    printf("  %-5s warp teams (last: %d) vs the block kernel, %lld -> %lld, %d tokens: %s  "
-                           "(%lld "
-                           "outputs differ, %lld NaN, %lld written past, %lld launches%s)\n",
-                           ts_type_name(type), team, (long long)sh.ne0, (long long)sh.n_out, T,
-                           ok1 ? "ok  " : "FAIL", (long long)differ, (long long)nan, (long long)past, ran,
-                           as_b ? ": not taken, the weights as B" : "");
-                ok = ok && ok1;
-                free(y);
-            }
-            free(y0);
-        }
-        TS_CUDA_CHECK(cudaFree(x_d));
-        TS_CUDA_CHECK(cudaFree(y_d));
-        free_weights(1, q, dev);
-        free(x);
-    }
-    return !ok;
-}
-
 /* Argument checks that need no data: invalid calls are refused and enqueue nothing. */
 static int check_refusals(void) {
     ts_cuda_tensor w = {
@@ -1216,8 +1062,6 @@ int main(int argc, char **argv) {
         const uint32_t tc[] = {TS_TYPE_Q4_K, TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_Q8_0, TS_TYPE_Q5_0};
         for (int i = 0; i < 5; i++) fails += run_alone_case(tc[i], seed + 800 + (uint64_t)i);
     }
-    fails += run_wc_case(TS_TYPE_Q4_K, seed + 900);
-    fails += run_wc_case(TS_TYPE_Q5_K, seed + 901);
     fails += run_planned_case(TS_TYPE_Q4_K, 2560, 160, 10, 2, seed + 700);
     fails += run_planned_case(TS_TYPE_Q5_K, 2560, 150, 10, 1, seed + 701);
     fails += run_planned_case(TS_TYPE_Q6_K, 2560, 64, 4, 2, seed + 702);
