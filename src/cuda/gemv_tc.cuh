@@ -317,6 +317,32 @@ TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint3
     }
 }
 
+// Both MMAs of a Q8_0 or Q5_0 block (m = 0, 1; the words of inorder_b_frag). Q5_0's pairs share their loads:
+// the four quant bytes of lane t (qs[j], qs[j + 1], qs[j + 8], qs[j + 9]) as one word, whose low nibbles are
+// MMA 0's and high nibbles MMA 1's, and qh >> j, whose bytes 0..3 hold the fifth bits of MMA 0's pairs
+// (bits 0, 1 and 8, 9) and MMA 1's (16, 17 and 24, 25); each MMA's two bytes of fifth bits go to the 16-bit
+// halves of one word, and (h & 3)·0x810 & 0x1010 moves a half's bits 0, 1 to 4 and 12, as inorder_b_frag does
+// a pair at a time.
+template <int TYPE>
+TS_HD void inorder_b_frags2(const uint8_t *blk, int t, uint32_t (&b01)[2], uint32_t (&b23)[2]) {
+    if (TYPE == TS_TYPE_Q5_0) {
+        const int j = 2 * t;
+        const uint32_t qh = lds_u32_a2(blk + 2) >> j;
+        const uint32_t w = ts_cu_prmt(lds_u16(blk + 6 + j), lds_u16(blk + 14 + j), 0x5410u);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint32_t h = ts_cu_prmt(qh, 0u, m ? 0x4342u : 0x4140u); // its two bytes in the two halves
+            const uint32_t f = ((h & 0x00030003u) * 0x810u) & 0x10101010u;
+            const uint32_t u = ts_cu_and_or(m ? w >> 4 : w, 0x0F0F0F0Fu, f);
+            b01[m] = h2_sub(ts_cu_prmt(u, 0x64u, 0x4140u), 0x64106410u); // u − 16, bytes 0, 1
+            b23[m] = h2_sub(ts_cu_prmt(u, 0x64u, 0x4342u), 0x64106410u); // bytes 2, 3
+        }
+    } else {
+        inorder_b_frag<TYPE>(blk, 0, t, b01[0], b23[0]);
+        inorder_b_frag<TYPE>(blk, 1, t, b01[1], b23[1]);
+    }
+}
+
 } // namespace ts_cu
 
 #endif

@@ -302,9 +302,7 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
     const uint8_t *r0 = st + g * row_stride, *r8 = st + (g + 8) * row_stride;
-    auto half_at = [](const uint8_t *p) {
-        return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
-    };
+    auto half_at = [](const uint8_t *p) { return ts_cu_half_to_float(lds_u16(p)); }; // (2-byte aligned)
     for (int gi = first; gi < ng; gi += step) {
         const uint2 *xa[NG];
         float4 s[NG]; // (row g: tokens 2t, 2t + 1; row g + 8: the same)
@@ -346,17 +344,16 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
                 float c[NG][4];
 #pragma unroll
                 for (int q = 0; q < NG; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
+                uint32_t a01[2], a45[2], a23[2], a67[2];
+                inorder_b_frags2<TYPE>(r0 + blk * Q::BS, t, a01, a45);
+                inorder_b_frags2<TYPE>(r8 + blk * Q::BS, t, a23, a67);
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    uint32_t a01, a45, a23, a67;
-                    inorder_b_frag<TYPE>(r0 + blk * Q::BS, m, t, a01, a45);
-                    inorder_b_frag<TYPE>(r8 + blk * Q::BS, m, t, a23, a67);
+                for (int m = 0; m < 2; m++)
 #pragma unroll
                     for (int q = 0; q < NG; q++) {
                         const uint2 bx = xa[q][(2 * b + m) * 4];
-                        mma_f16(c[q], a01, a23, a45, a67, bx.x, bx.y);
+                        mma_f16(c[q], a01[m], a23[m], a45[m], a67[m], bx.x, bx.y);
                     }
-                }
                 const float d0 = half_at(r0 + blk * Q::BS), d8 = half_at(r8 + blk * Q::BS);
 #pragma unroll
                 for (int q = 0; q < NG; q++) {
