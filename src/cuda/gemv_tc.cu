@@ -22,8 +22,8 @@
 //    16-byte load per lane and MMA pair; a (token, super-block) scale keeps it in fp16's range.
 //  * The warps of a block (8; TURBOSPARK_TC_WARPS=4 for 4: 8 measured faster at batch 1, 8 and 64 on the
 //    H200) split a chunk's super-blocks by their index mod the warp count (which warp takes which class
-//    rotates from chunk to chunk, so uneven splits even out), then warp 0 adds the partial sums in
-//    class order: results are deterministic and independent of the grid.
+//    rotates from chunk to chunk, so uneven splits even out), then the warp of the last class (the least
+//    work) adds the partial sums in class order: results are deterministic and independent of the grid.
 extern "C" {
 #include "quant/quant.h"
 }
@@ -208,7 +208,8 @@ struct swiglu_rows {
 };
 
 // The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once all its chunks'
-// outputs are stored (warp 0 stored them): the warp's fence (release), then each chunk counts itself in its row
+// outputs are stored (by several warps: a block barrier before it): the warp's fence (release, cumulative over
+// the stores the barrier ordered before it), then each chunk counts itself in its row
 // tile's counter, a lane a chunk; the block that completes a tile combines its rows, reading the other blocks'
 // outputs through L2 (count, fence, loads). Counting at the end keeps fences out of the chunk loop, where warp 0
 // would stall every chunk while the others wait for it at the next barrier.
@@ -400,13 +401,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
         if (++sl == ns) sl = 0, phase ^= 1u;
+        // the chunk's sums by the warp of the last class (kWarps − 1, the fewest super-blocks or groups, none
+        // where a row has fewer than kWarps): the others go on to the next chunk, thread 0 issuing its copies
+        const int rw = (2 * kWarps - 1 - j % kWarps) % kWarps;
 #pragma unroll
         for (int q = 0; q < NG; q++) {
             const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
-            if (WA && warp == 0 && t0 < k.nt)
+            if (WA && warp == rw && t0 < k.nt)
                 store_wa(k, t0, g, sum_classes<kWarps>(part + q * kWarps * 32, j, lane));
         }
-        if (!WA && warp == 0 && g < k.nt) {
+        if (!WA && warp == rw && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
             if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
             float *yt = out_row(k, g);
@@ -420,7 +424,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
     }
     if constexpr (Chunks::kFused) // (a contiguous range of chunks: XROW)
-        if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
+        if (ch.j.cmb_count) {     // every warp's stores of the block's outputs before warp 0's fence
+            __syncthreads();
+            if (warp == 0) combine_tiles<R>(ch, c0, n_mine, lane);
+        }
 }
 
 // ---- launch --------------------------------------------------------------------------------------
