@@ -362,8 +362,8 @@ gemvmb)
   echo "== ncu rc=$?"
   grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu.txt" | head -20
   grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu.txt" | head -10
-  echo "== bench_cuda_matmul"
-  timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
+  echo "== bench_cuda_matmul (with the phase stamps of one more launch a shape)"
+  BENCH_STAMPS=1 timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy|stamps"
   ;;
 land)
   # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin

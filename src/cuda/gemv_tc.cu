@@ -31,6 +31,7 @@ extern "C" {
 #include "cuda/gemv_tc_dot.cuh"
 #include "cuda/layers.h"
 #include "cuda/gemv_tc.h"
+#include "cuda/matmul.h"
 #include "cuda/tc_stage.cuh"
 #include "cuda/pdl.cuh"
 
@@ -265,6 +266,25 @@ __device__ __forceinline__ void store_wa(const chunk_t &k, int t0, int g, float4
     }
 }
 
+// ---- phase stamps (bench_cuda_matmul; ts_cuda_matmul_tc_stamps) ---------------------------------
+//
+// Thread 0 of a block keeps kStampWords stamps in shared memory: clock64 at entry (0), after issuing the
+// first copies (1), after the dependency wait (2), after staging x (3), at the end (4); %globaltimer at entry
+// and end (5, 6); its chunks (7); and for its first kStampChunks chunks j, clock64 when the weights had landed
+// (8 + 2j) and after the chunk's barrier (9 + 2j). With a buffer set, block b copies them to c_stamps +
+// b·kStampWords at its end. (A stamp is a register read and a shared store by one thread; a pointer held for
+// them through the kernel cost up to 30 registers.)
+constexpr int kStampChunks = 8, kStampWords = 8 + 2 * kStampChunks;
+static_assert(kStampWords == TS_CUDA_TC_STAMP_WORDS, "matmul.h tells the stamps' size");
+__constant__ long long *c_stamps;
+__constant__ int c_stamp_blocks;
+
+__device__ __forceinline__ long long global_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // Chunks::R = kTileWa: the weights as the MMAs' A operand (chunk_part_wa: rows g and g + 8 of lane (g, t),
@@ -298,6 +318,12 @@ __global__ void __launch_bounds__(kWarps * 32)
             RANGE ? static_cast<int>(static_cast<int64_t>(b + 1) * n / grid) - c0 : (n - b + grid - 1) / grid;
     };
     mine(n_chunks);
+    __shared__ long long stamps[kStampWords]; // thread 0's, copied out at the end where a buffer is set
+    auto stamp = [&](int i) {
+        if (threadIdx.x == 0) stamps[i] = clock64();
+    };
+    stamp(0);
+    if (threadIdx.x == 0) stamps[5] = global_ns();
 
     pdl_trigger();
     if (threadIdx.x == 0) {
@@ -325,10 +351,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    stamp(1);
     pdl_wait();
     if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    stamp(2);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
@@ -349,6 +377,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         stage_rows(strided_rows{xr0, x_stride}, n);
     };
     if constexpr (!XR && !GA) stage(x, nx);
+    stamp(3);
     const float *staged = nullptr;         // XROW: the x row in the staging
     const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
 
@@ -372,6 +401,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[sl], phase);
+        if (j < kStampChunks) stamp(8 + 2 * j);
         const uint8_t *st = stages + static_cast<size_t>(sl) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
@@ -399,6 +429,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
+        if (j < kStampChunks) stamp(9 + 2 * j);
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
         if (++sl == ns) sl = 0, phase ^= 1u;
         // the chunk's sums by the warp of the last class (kWarps − 1, the fewest super-blocks or groups, none
@@ -428,6 +459,11 @@ __global__ void __launch_bounds__(kWarps * 32)
             __syncthreads();
             if (warp == 0) combine_tiles<R>(ch, c0, n_mine, lane);
         }
+    stamp(4);
+    if (threadIdx.x == 0 && c_stamps && b < c_stamp_blocks) {
+        stamps[6] = global_ns(), stamps[7] = n_mine;
+        for (int i = 0; i < kStampWords; i++) c_stamps[static_cast<size_t>(b) * kStampWords + i] = stamps[i];
+    }
 }
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -488,7 +524,8 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_p
                  slot = static_cast<size_t>(R) * p.row_stride;
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
     for (int per_sm = top; per_sm >= 1; per_sm--) {
-        const size_t budget = kSmemPerSm / per_sm - 1024;
+        // (1 KiB a block the system keeps, and the block's stamps: static shared memory)
+        const size_t budget = kSmemPerSm / per_sm - 1024 - kStampWords * sizeof(long long);
         if (fixed + slot > budget) continue;
         p.blocks = per_sm * ts_cuda_sm_count();
         if (p.blocks > n_chunks) p.blocks = n_chunks;
@@ -519,8 +556,9 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
     static bool opted_in = false; // one flag per instantiation
     static int by_regs = 0;       // blocks an SM the registers (and warps) allow, without shared memory
     if (!opted_in) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kSmemPerSm)) != cudaSuccess)
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, // (less the stamps)
+                                 static_cast<int>(kSmemPerSm - kStampWords * sizeof(long long))) !=
+            cudaSuccess)
             return -1;
         if (tc_occ() &&
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
@@ -725,3 +763,11 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
 }
 
 } // namespace ts_cu
+
+extern "C" int ts_cuda_matmul_tc_stamps(long long *stamps, int blocks) {
+    const int n = stamps ? blocks : 0;
+    return cudaMemcpyToSymbol(ts_cu::c_stamps, &stamps, sizeof stamps) == cudaSuccess &&
+                   cudaMemcpyToSymbol(ts_cu::c_stamp_blocks, &n, sizeof n) == cudaSuccess
+               ? 0
+               : -1;
+}
