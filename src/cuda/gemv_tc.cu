@@ -276,6 +276,8 @@ __device__ __forceinline__ void store_wa(const chunk_t &k, int t0, int g, float4
 // them through the kernel cost up to 30 registers.)
 constexpr int kStampChunks = 8, kStampWords = 8 + 2 * kStampChunks;
 static_assert(kStampWords == TS_CUDA_TC_STAMP_WORDS, "matmul.h tells the stamps' size");
+// the kernel's static shared memory: the stamps, padded to 128 bytes (the dynamic array's alignment follows)
+constexpr size_t kStaticSmem = (kStampWords * sizeof(long long) + 127) & ~static_cast<size_t>(127);
 __constant__ long long *c_stamps;
 __constant__ int c_stamp_blocks;
 
@@ -525,7 +527,7 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_p
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
     for (int per_sm = top; per_sm >= 1; per_sm--) {
         // (1 KiB a block the system keeps, and the block's stamps: static shared memory)
-        const size_t budget = kSmemPerSm / per_sm - 1024 - kStampWords * sizeof(long long);
+        const size_t budget = kSmemPerSm / per_sm - 1024 - kStaticSmem;
         if (fixed + slot > budget) continue;
         p.blocks = per_sm * ts_cuda_sm_count();
         if (p.blocks > n_chunks) p.blocks = n_chunks;
@@ -556,9 +558,10 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
     static bool opted_in = false; // one flag per instantiation
     static int by_regs = 0;       // blocks an SM the registers (and warps) allow, without shared memory
     if (!opted_in) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, // (less the stamps)
-                                 static_cast<int>(kSmemPerSm - kStampWords * sizeof(long long))) !=
-            cudaSuccess)
+        cudaFuncAttributes fa; // the plan leaves kStaticSmem a block for the static shared memory
+        if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.sharedSizeBytes > kStaticSmem ||
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kSmemPerSm - kStaticSmem)) != cudaSuccess)
             return -1;
         if (tc_occ() &&
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
@@ -765,9 +768,10 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
 } // namespace ts_cu
 
 extern "C" int ts_cuda_matmul_tc_stamps(long long *stamps, int blocks) {
-    const int n = stamps ? blocks : 0;
+    const int n = stamps ? blocks : 0; // (the device synchronized: launches on any stream see the new values)
     return cudaMemcpyToSymbol(ts_cu::c_stamps, &stamps, sizeof stamps) == cudaSuccess &&
-                   cudaMemcpyToSymbol(ts_cu::c_stamp_blocks, &n, sizeof n) == cudaSuccess
+                   cudaMemcpyToSymbol(ts_cu::c_stamp_blocks, &n, sizeof n) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess
                ? 0
                : -1;
 }

@@ -98,8 +98,9 @@ static void print_stamps(const ts_cuda_tensor *W, int64_t n_out, const float *x,
     TS_CUDA_CHECK(cudaMemcpy(h, dev, (size_t)STAMP_MAX_BLOCKS * words * sizeof *h, cudaMemcpyDeviceToHost));
     /* per block: issue, wait, x, first weights, per chunk (wait for weights, sums + barrier), tail, total */
     double issue = 0, wait = 0, stage = 0, first = 0, wchunk = 0, schunk = 0, tail = 0, total = 0, tmax = 0;
+    double cycles = 0, ns = 0; /* the SM clock the blocks ran at: their cycles over their %globaltimer time */
     long long g0 = 0, g1 = 0, gs = 0;
-    int nb = 0, nw = 0, nsum = 0, nchunks = 0;
+    int nb = 0, nw = 0, nsum = 0, nchunks = 0, nfirst = 0, ntail = 0;
     for (int b = 0; b < STAMP_MAX_BLOCKS; b++) {
         const long long *v = h + (size_t)b * words;
         if (v[5] == 0) continue; /* no such block (this launch had fewer) */
@@ -107,12 +108,13 @@ static void print_stamps(const ts_cuda_tensor *W, int64_t n_out, const float *x,
         issue += (double)(v[1] - v[0]), wait += (double)(v[2] - v[1]), stage += (double)(v[3] - v[2]);
         total += (double)(v[4] - v[0]);
         if ((double)(v[4] - v[0]) > tmax) tmax = (double)(v[4] - v[0]);
-        if (m > 0) first += (double)(v[8] - v[3]);
+        cycles += (double)(v[4] - v[0]), ns += (double)(v[6] - v[5]);
+        if (m > 0) first += (double)(v[8] - v[3]), nfirst++;
         for (int j = 0; j < m; j++) {
             if (j > 0) wchunk += (double)(v[8 + 2 * j] - v[7 + 2 * j]), nw++;
             schunk += (double)(v[9 + 2 * j] - v[8 + 2 * j]), nsum++;
         }
-        if (m > 0 && m == n) tail += (double)(v[4] - v[7 + 2 * m]);
+        if (m > 0 && m == n) tail += (double)(v[4] - v[7 + 2 * m]), ntail++; /* all its chunks stamped */
         if (!nb || v[5] < g0) g0 = v[5];
         if (!nb || v[6] > g1) g1 = v[6];
         if (!nb || v[5] > gs) gs = v[5];
@@ -123,14 +125,15 @@ static void print_stamps(const ts_cuda_tensor *W, int64_t n_out, const float *x,
         printf("  stamps: no block stamped (not the tensor-core GEMV)\n");
         return;
     }
-    const double us = 1.0 / clock_mhz;
-    printf(
-        "  stamps, %d blocks of %.1f chunks (us a block): issue %.2f, dependency wait %.2f, x %.2f, first "
-        "weights %.2f, a chunk's weights wait %.2f and sums %.2f, tail %.2f; block %.2f (max %.2f); kernel "
-        "span %.2f, start skew %.2f\n",
-        nb, (double)nchunks / nb, issue / nb * us, wait / nb * us, stage / nb * us, first / nb * us,
-        nw ? wchunk / nw * us : 0.0, nsum ? schunk / nsum * us : 0.0, tail / nb * us, total / nb * us,
-        tmax * us, (g1 - g0) * 1e-3, (gs - g0) * 1e-3);
+    /* cycles → µs at the clock the stamps show where %globaltimer saw enough time, else the device's */
+    const double mhz = ns > 1e3 * nb ? cycles / ns * 1e3 : clock_mhz, us = 1.0 / mhz;
+    printf("  stamps, %d blocks of %.1f chunks, %.0f MHz (us a block): issue %.2f, dependency wait %.2f, x "
+           "%.2f, "
+           "first weights %.2f, a chunk's weights wait %.2f and sums %.2f, tail %.2f; block %.2f (max %.2f); "
+           "kernel span %.2f, start skew %.2f (%%globaltimer)\n",
+           nb, (double)nchunks / nb, mhz, issue / nb * us, wait / nb * us, stage / nb * us,
+           nfirst ? first / nfirst * us : 0.0, nw ? wchunk / nw * us : 0.0, nsum ? schunk / nsum * us : 0.0,
+           ntail ? tail / ntail * us : 0.0, total / nb * us, tmax * us, (g1 - g0) * 1e-3, (gs - g0) * 1e-3);
 }
 
 int main(int argc, char **argv) {
