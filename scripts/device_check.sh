@@ -336,12 +336,13 @@ gemm)
   done
   ;;
 gemvncu)
-  # The sections of three tensor-core GEMV launches of a batch-1 decode step (matched on demangled names: Q4_K is type 12;
+  # The sections of three tensor-core GEMV launches of a batch-1 decode step (matched on demangled names, which
+  # read "gemv_tc_kernel<(int)12, ts_cu::<unnamed>::dense_chunks<(int)16>, ...": Q4_K is type 12;
   # the 11th launch of each kind, past the first layers' cold start), then the 8 largest stall reasons of each.
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   i=0
-  for k in "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks" "regex:gemv_tc_kernel<12, ts_cu::.*expert_chunks" \
-           "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks"; do
+  for k in "regex:gemv_tc_kernel<.int.12, .*dense_chunks" "regex:gemv_tc_kernel<.int.12, .*expert_chunks" \
+           "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks"; do
     timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis $([ $i = 0 ] && echo --section SourceCounters) \
