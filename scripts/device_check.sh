@@ -19,8 +19,12 @@
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
 #                                         (each filled by a prefill in micro-batches of 2,048)
 #   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
-#                                         thresholds and always (TURBOSPARK_CUDA_MOE_GROUPED=1), then the
-#                                         warm per-kernel table of a 64-row step both ways
+#                                         thresholds, always (TURBOSPARK_CUDA_MOE_GROUPED=1), and with the
+#                                         expert products of > 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0),
+#                                         then the warm per-kernel table of a 64-row step the first two ways
+#   bash scripts/device_check.sh wa       the tensor-core GEMV with the weights as the MMAs' A operand
+#                                         (TURBOSPARK_TC_WA=1): twin and forward under the gate, decode b1/8
+#                                         and the GEMV microbenchmark with it off and on
 #   bash scripts/device_check.sh chain    the persistent product chain (src/cuda/persist.h): its twin test
 #                                         against ts_cuda_matmul, then one launch against a graph of launches
 #                                         at the model's shapes (test_cuda_chain --bench), the weights as B or
@@ -53,6 +57,10 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
+#   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
+#                                         fixtures and the chain's twins side by side on the one GPU, then decode
+#                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
+#                                         table of a step at batch B; all logs in $OUT/all.tgz
 # Logs go under $OUT/check (the device tool brings them back).
 # TS_DEVICE_DIR=.device-x runs the build that scripts/device_bundle.sh packed under that name.
 set -u
@@ -80,6 +88,59 @@ gate)
   fi
   wait
   ls -la $rel
+  ;;
+all)
+  # Correctness first, the tests side by side (each its own folder), then the timings one at a time. Every
+  # log goes into one archive, $OUT/all.tgz (the device tool brings back 8 files). ALL_ENV: variables for
+  # every test and timing ("TURBOSPARK_TC_WA=1"); ALL_DECODE: the decode variants, ';'-separated ("" is the
+  # default); ALL_B: the batch sizes (1,8,16,64); ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
+  # the warm per-kernel table of a step at batch B.
+  t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
+  out=/tmp/all-logs; mkdir -p $out
+  pack() { tar czf "${OUT:-/tmp}/all.tgz" -C "$out" . 2>/dev/null; }
+  export ${ALL_ENV:-TS_ALL_ENV=}
+  echo "env: ${ALL_ENV:-none}"
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  if [ "${ALL_TESTS:-1}" = 1 ]; then
+  (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
+  for tc in ${FWD_TCS:-1 0}; do
+    mkdir -p /tmp/f$tc
+    (TURBOSPARK_CUDA_GEMV_TC=$tc timeout 400 $D/test_cuda_forward /tmp/f$tc > "$out/fwd$tc.txt" 2>&1
+      echo "rc=$?" >> "$out/fwd$tc.txt") &
+  done
+  (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 300 bash tests/cuda/golden_cuda.sh > "$out/golden.txt" 2>&1
+    echo "rc=$?" >> "$out/golden.txt") &
+  (timeout 300 $D/test_cuda_gemm --quick > "$out/gemm.txt" 2>&1; echo "rc=$?" >> "$out/gemm.txt") &
+  for wa in ${CHAIN_WAS-0 1}; do
+    (TURBOSPARK_PERSIST_WA=$wa timeout 200 $D/test_cuda_chain > "$out/chain$wa.txt" 2>&1; echo "rc=$?" >> "$out/chain$wa.txt") &
+  done
+  wait
+  st "tests done"; pack
+  echo "== twin"; grep -E "FAIL" "$out/twin.txt" | head -8; tail -2 "$out/twin.txt"
+  for tc in ${FWD_TCS:-1 0}; do echo "== fwd GEMV_TC=$tc"; grep -a -E "FAIL|passed|logits:|together|^rc=" "$out/fwd$tc.txt" | head -30; done
+  echo "== golden"; grep -E "CUDA vs|FAIL|Error|assert|^rc=" "$out/golden.txt" | head -10
+  echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
+  for wa in ${CHAIN_WAS-0 1}; do echo "== chain WA=$wa"; grep -E "FAIL|largest|passed|^rc=" "$out/chain$wa.txt" | head -4; done
+  fi
+  wait
+  ls -la $rel
+  [ "${ALL_BENCH:-1}" = 1 ] || exit 0
+  IFS=';' read -r -a variants <<< "${ALL_DECODE:-}"
+  [ ${#variants[@]} -gt 0 ] || variants=("")
+  i=0
+  for v in "${variants[@]}"; do
+    echo "== decode ${v:-default}"
+    env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b ${ALL_B:-1,8,16,64} --ctx 1 -r 2 \
+      2> "$out/bench$i.err" | tee "$out/bench$i.txt" | grep -E "tg"
+    st "decode ${v:-default}"; i=$((i + 1)); pack
+  done
+  if [ -n "${ALL_NCU:-}" ]; then
+    timeout 300 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b$ALL_NCU.csv" \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b $ALL_NCU --profile-batch $ALL_NCU --ctx 1 -r 1 > /dev/null 2>&1
+    echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b$ALL_NCU.csv" | tee "$out/ncu_b$ALL_NCU.md" | head -45
+    st "ncu"; pack
+  fi
   ;;
 bench)
   for tc in 1 0; do
@@ -263,10 +324,11 @@ batch)
   # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
   # rows read once a tile of its items) faster at 8-64 rows; then where a 64-row step goes, both ways
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
-  for g in "" 1; do
-    echo "== TURBOSPARK_CUDA_MOE_GROUPED=$g"
-    TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 200 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 \
-      -b 1,8,16,32,64 --ctx 1 -r 2 2> "$out/batch$g.err" | tee "$out/batch$g.txt" | grep -E "tg|experts"
+  for g in "" 1 x0; do # x0: the expert products of more than 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0)
+    echo "== TURBOSPARK_CUDA_MOE_GROUPED=${g#x0}$([ "$g" = x0 ] && echo ' TURBOSPARK_TC_XROW=0')"
+    env $([ "$g" = x0 ] && echo TURBOSPARK_TC_XROW=0) TURBOSPARK_CUDA_MOE_GROUPED=${g#x0} timeout 200 $B bench -m $rel \
+      --backend cuda --random-weights -p 0 -n 32 -b 1,8,16,32,64 --ctx 1 -r 2 2> "$out/batch$g.err" |
+      tee "$out/batch$g.txt" | grep -E "tg|experts"
   done
   for g in "" 1; do
     TURBOSPARK_CUDA_MOE_GROUPED=$g timeout 150 ncu --clock-control none --cache-control none --profile-from-start off --csv \
@@ -321,6 +383,23 @@ sweep)
     timeout 100 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 --ctx 1 -r 2 2>/dev/null | grep -E "tg"
   done
   unset TURBOSPARK_CUDA_GEMV_TC TURBOSPARK_TC_WARPS TURBOSPARK_TC_PER_SM
+  ;;
+wa)
+  # The tensor-core GEMV with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=1): its twin and the
+  # forward's under the gate, then decode b1/8 and the GEMV microbenchmark both ways
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  (TURBOSPARK_TC_WA=1 timeout 200 $D/test_cuda_matmul --quick) > "$out/twin_wa.txt" 2>&1
+  echo "twin WA=1 rc=$?"; grep -E "FAIL" "$out/twin_wa.txt" | head -8; tail -2 "$out/twin_wa.txt"
+  (TURBOSPARK_TC_WA=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd_wa.txt" 2>&1
+  echo "fwd WA=1 rc=$?"; grep -a -E "FAIL|logits:|passed" "$out/fwd_wa.txt" | head -20
+  wait
+  for wa in 0 1; do
+    echo "== TURBOSPARK_TC_WA=$wa"
+    TURBOSPARK_TC_WA=$wa timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1,8 --ctx 1 -r 2 \
+      2> "$out/bench_wa$wa.err" | grep -E "tg"
+    (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
+    grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)" "$out/gemv_wa$wa.txt" | head -14
+  done
   ;;
 table)
   # The warm per-kernel table of one decode step at batch ${2:-64} (where a many-streams step goes).

@@ -6,7 +6,9 @@
 // Schedule. Decode products are memory-bound: everything here serves keeping enough weight bytes in
 // flight from the first cycle on.
 //  * Output rows are cut into chunks of 8 (one MMA tile, all its inputs); chunk c belongs to thread
-//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows).
+//    block c mod grid, and the grid is resident (1-2 blocks an SM, as shared memory allows). Chunks of up
+//    to 8 tokens are 16 rows with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=0: 8 rows, the
+//    weights as B).
 //  * A block streams its chunks' rows into a ring of NS stages in shared memory with bulk copies
 //    (cp.async.bulk: the copy engine moves a whole row per instruction and counts the bytes on an
 //    mbarrier per stage). Dense products issue their first NS chunks before waiting for the previous
@@ -33,13 +35,13 @@ extern "C" {
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <type_traits>
 
 namespace ts_cu {
 
 namespace {
 
-constexpr int kTile = kTcTile; // output rows a chunk
+constexpr int kTile = kTcTile; // output rows a chunk (the weights as the MMAs' B operand)
+constexpr int kTileWa = 16;    // output rows a chunk with the weights as A (TURBOSPARK_TC_WA=1)
 constexpr int kMaxStages = 8;  // stages of the weight ring
 constexpr size_t kSmemPerSm = 227 * 1024;
 
@@ -47,47 +49,48 @@ constexpr size_t kSmemPerSm = 227 * 1024;
 
 struct chunk_t {
     const uint8_t *w; // first weight row
-    int nr;           // rows (≤ kTile)
+    int nr;           // rows (≤ R, the chunks' rows)
     int xrow, nt;     // staged x rows xrow .. xrow + nt − 1 are its tokens
     float *y;         // output of token 0, row 0
     int64_t ystride;  // floats from one token's outputs to the next
     bool bad;         // an out-of-range expert id: NaN outputs, no weight read
 };
 
-// ts_cuda_matmul: chunk c is rows 8c .. 8c + 7 for all T tokens.
-struct dense_chunks {
+// ts_cuda_matmul: chunk c is rows R·c .. R·c + R − 1 for all T tokens.
+template <int ROWS> struct dense_chunks {
+    static constexpr int R = ROWS;
+    static constexpr bool kDense = true, kXRow = false;
     const uint8_t *w;
     size_t rb;
     int n_out, T;
     float *y;
     __device__ bool after_wait() const { return false; } // weights never depend on the kernel before
     __device__ chunk_t at(int c) const {
-        return {w + static_cast<size_t>(c) * kTile * rb,
-                min(kTile, n_out - c * kTile),
-                0,
-                T,
-                y + c * kTile,
-                n_out,
-                false};
+        return {w + static_cast<size_t>(c) * R * rb, min(R, n_out - c * R), 0, T, y + c * R, n_out, false};
     }
 };
 
-// ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1.
-struct expert_chunks {
+// ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1. XROW: the block
+// stages one x row at a time, its chunks' (a block takes a contiguous range of chunks, so an item's chunks
+// mostly fall to one block and its x row is staged once there).
+template <int ROWS, bool XROW> struct expert_chunks {
+    static constexpr int R = ROWS;
+    static constexpr bool kDense = false, kXRow = XROW;
     tc_expert_job j;
     int cpp;                                                        // chunks per part
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
-        const int per_item = j.parts * cpp, i = c / per_item, r = c % per_item, part = r / cpp, cc = r % cpp;
+        const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
+                  cc = r % cpp;
         const int e = j.ids ? __ldg(j.ids + i) : 0;
         const bool bad = e < 0 || e > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : e) * static_cast<size_t>(j.rows_per_expert) +
-                           static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * kTile;
+                           static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * R;
         return {(part ? j.w1 : j.w0) + row * j.rb,
-                min(kTile, j.n_part - cc * kTile),
+                min(R, j.n_part - cc * R),
                 i / j.x_div,
                 1,
-                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * kTile,
+                j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * R,
                 0,
                 bad};
     }
@@ -95,6 +98,8 @@ struct expert_chunks {
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
+// Chunks::R = kTileWa: the weights as the MMAs' A operand (chunk_part_wa: rows g and g + 8 of lane (g, t),
+// tokens 2t and 2t + 1 of up to 8, lane (g, t)'s B column token g's x).
 template <int TYPE, class Chunks, int kWarps, bool PAIR, bool W16>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
@@ -108,8 +113,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint2 *xsum = reinterpret_cast<uint2 *>(sm + L.xsum);
     uint32_t *xs = reinterpret_cast<uint32_t *>(sm + L.xs);
     uint8_t *stages = sm + L.stages;
-    const int n_mine = (n_chunks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                       static_cast<int>(gridDim.x);
+    constexpr int R = Chunks::R;
+    constexpr bool WA = R == kTileWa;
+    static_assert(!WA || (!PAIR && !W16),
+                  "the weights-as-A chunks take up to 8 tokens, one super-block a pass");
+    // this block's chunks: c0, c0 + cstep, ... (n_mine of them): every grid-th, or XROW a contiguous range
+    constexpr bool XR = Chunks::kXRow;
+    const int b = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+    const int c0 = XR ? static_cast<int>(static_cast<int64_t>(b) * n_chunks / grid) : b,
+              cstep = XR ? 1 : grid;
+    const int n_mine = XR ? static_cast<int>(static_cast<int64_t>(b + 1) * n_chunks / grid) - c0
+                          : (n_chunks - b + grid - 1) / grid;
 
     pdl_trigger();
     if (threadIdx.x == 0) {
@@ -119,16 +133,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     __syncthreads();
     // thread 0: chunk j of this block into stage j % ns
     auto issue = [&](int j) {
-        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
+        const chunk_t k = ch.at(c0 + j * cstep);
         uint64_t *bar = &bars[j % ns];
         if (k.bad) {
             mbar_arrive(bar);
             return;
         }
         mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
-        uint8_t *dst = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
+        uint8_t *dst = stages + static_cast<size_t>(j % ns) * R * row_stride;
         if (row_stride ==
-            static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (8 rows) at once
+            static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (R rows) at once
             bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
         else
             for (int r = 0; r < k.nr; r++)
@@ -141,29 +155,62 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j);
 
-    if constexpr (tc_kind<TYPE>::kInorder)
-        stage_x_inorder<tc_kind<TYPE>::G>(x, nx, ne0, x_stride, xs, xsc);
-    else
-        stage_x_kquant(x, nx, nsb, x_stride, xs, xsum, xsc);
-    __syncthreads();
+    // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
+    // one round of loads at a time: the staging then sits inside the chunk loop)
+    constexpr int kRounds = XR ? 1 : kStageRounds;
+    auto stage = [&](int r0, int n) {
+        const float *xr0 = x + static_cast<size_t>(r0) * static_cast<size_t>(x_stride);
+        if constexpr (tc_kind<TYPE>::kInorder)
+            stage_x_inorder<tc_kind<TYPE>::G, false, false, 0, kRounds>(xr0, n, ne0, x_stride, xs, xsc);
+        else
+            stage_x_kquant<false, false, 0, kRounds>(xr0, n, nsb, x_stride, xs, xsum, xsc);
+        __syncthreads();
+    };
+    if constexpr (!XR) stage(0, nx);
+    int staged = -1; // XROW: the x row in the staging
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
     for (int j = 0; j < n_mine; j++) {
-        const chunk_t k = ch.at(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x));
+        const chunk_t k = ch.at(c0 + j * cstep);
+        if constexpr (XR)
+            if (k.xrow != staged) { // every warp is past the last chunk's sums (the barrier at its end)
+                stage(k.xrow, 1);
+                staged = k.xrow;
+            }
+        const int x0 = XR ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
-        const uint8_t *st = stages + static_cast<size_t>(j % ns) * kTile * row_stride;
+        const uint8_t *st = stages + static_cast<size_t>(j % ns) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
-        // never stored, so the loads need no branch
-        const int xr = k.xrow + (g < k.nt ? g : 0), xr8 = k.xrow + (g + 8 < k.nt ? g + 8 : 0);
-        const float4 acc =
-            chunk_part<TYPE, kWarps, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0, xr, xr8, j, warp, g, t);
+        // never stored, so the loads need no branch. WA: x row xr is the lane's B column (token g), x0 and x1
+        // its C columns' (tokens 2t, 2t + 1), the same rule for tokens beyond the chunk's.
+        const int xr = x0 + (g < k.nt ? g : 0), xr8 = x0 + (g + 8 < k.nt ? g + 8 : 0);
+        float4 acc;
+        if constexpr (WA)
+            acc = chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, xr,
+                                              x0 + (2 * t < k.nt ? 2 * t : 0),
+                                              x0 + (2 * t + 1 < k.nt ? 2 * t + 1 : 0), j, warp, g, t);
+        else
+            acc = chunk_part<TYPE, kWarps, PAIR, W16>(st, row_stride, xs, xsum, xsc, ne0, xr, xr8, j, warp, g,
+                                                      t);
         float4 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = acc;
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
-        if (warp == 0 && g < k.nt) {
+        if (WA && warp == 0 && 2 * t < k.nt) { // rows g, g + 8 of tokens 2t (s.x, s.z) and 2t + 1 (s.y, s.w)
+            float4 s = sum_classes<kWarps>(part, j, lane);
+            if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
+            float *y0 = k.y + static_cast<size_t>(2 * t) * static_cast<size_t>(k.ystride);
+            if (g < k.nr) y0[g] = s.x;
+            if (g + 8 < k.nr) y0[g + 8] = s.z;
+            if (2 * t + 1 < k.nt) {
+                float *y1 = y0 + k.ystride;
+                if (g < k.nr) y1[g] = s.y;
+                if (g + 8 < k.nr) y1[g + 8] = s.w;
+            }
+        }
+        if (!WA && warp == 0 && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
             if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
             float *yt = k.y + static_cast<size_t>(g) * static_cast<size_t>(k.ystride);
@@ -189,7 +236,7 @@ struct tc_plan {
 // TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8) and TURBOSPARK_TC_PAIR (below).
 int env_int(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
-    const int n = v ? atoi(v) : dflt;
+    const int n = v && v[0] ? atoi(v) : dflt; // set but empty: the default
     return n < lo || n > hi ? dflt : n;
 }
 int tc_warps() {
@@ -205,17 +252,25 @@ bool tc_pair() {
     static const bool on = env_int("TURBOSPARK_TC_PAIR", 0, 0, 1) == 1;
     return on;
 }
+// Products of up to 8 tokens a chunk (dense ones of 1–8 tokens, every expert product) take the weights as
+// the MMAs' A operand, chunks of 16 rows (half the MMAs and x loads for the same decoding;
+// gemv_tc_dot.cuh); where no plan fits their larger stages, chunks of 8 with the weights as B, as every
+// product with TURBOSPARK_TC_WA=0 (measurements).
+bool tc_wa() {
+    static const bool on = env_int("TURBOSPARK_TC_WA", 1, 0, 1) == 1;
+    return on;
+}
 
-// Blocks and stages for nx staged x rows: as many blocks an SM as shared memory allows (up to
-// tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all of
-// its chunks in flight.
-// Rows whose bytes are not a multiple of 16 are staged as whole chunks of 8 back-to-back rows (row stride =
-// rb; the callers make sure every chunk is whole and starts 16-byte aligned).
-bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
+// Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
+// (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
+// of its chunks in flight.
+// Rows whose bytes are not a multiple of 16 are staged as whole chunks of R back-to-back rows (row stride =
+// rb; the callers make sure every chunk is a whole number of 8 rows and starts 16-byte aligned).
+bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p) {
     p.warps = tc_warps();
     p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
     const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride).total,
-                 slot = static_cast<size_t>(kTile) * p.row_stride;
+                 slot = static_cast<size_t>(R) * p.row_stride;
     for (int per_sm = tc_max_per_sm(); per_sm >= 1; per_sm--) {
         const size_t budget = kSmemPerSm / per_sm - 1024;
         if (fixed + slot > budget) continue;
@@ -226,7 +281,7 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, tc_plan &p) {
         if (p.ns > kMaxStages) p.ns = kMaxStages;
         if (p.ns > mine) p.ns = mine;
         if (p.ns < 2 && mine > 1) continue;
-        p.smem = tc_layout(p.warps, nx, ne0, p.ns, p.row_stride).total;
+        p.smem = fixed + static_cast<size_t>(p.ns) * slot;
         return true;
     }
     return false;
@@ -257,15 +312,17 @@ int launch_tc_pw(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx
                : launch_tc_w<TYPE, Chunks, 4, PAIR, W16>(ch, n_chunks, ne0, x, nx, x_stride, rb, p, s);
 }
 
-// w16: a chunk has 9–16 tokens (dense products only), the MMAs' A rows g + 8 carry tokens 8–15.
+// w16: a chunk has 9–16 tokens (dense products only), the MMAs' A rows g + 8 carry tokens 8–15. Chunks of
+// kTileWa rows: the weights as A, neither w16 nor pairs.
 template <int TYPE, class Chunks>
 int launch_tc(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx, int64_t x_stride, size_t rb,
               bool w16, cudaStream_t s) {
     tc_plan p;
     if (n_chunks <= 0) return 0;
-    if (!plan(nx, ne0, rb, n_chunks, p)) return -1;
-    constexpr bool kDense = std::is_same<Chunks, dense_chunks>::value;
-    if constexpr (!tc_kind<TYPE>::kInorder)
+    if (!plan(nx, ne0, rb, n_chunks, Chunks::R, p)) return -1;
+    constexpr bool kDense = Chunks::kDense && Chunks::R == kTile,
+                   kPair = !tc_kind<TYPE>::kInorder && Chunks::R == kTile;
+    if constexpr (kPair)
         if (tc_pair()) {
             if constexpr (kDense)
                 if (w16)
@@ -301,31 +358,68 @@ bool tc_gemv_takes(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes,
     if (row_bytes != ts_row_size(type, ne0)) return false;
     if (row_bytes % 16 != 0 && !(whole_chunks && (kTile * row_bytes) % 16 == 0)) return false;
     tc_plan p;
-    return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes, 1, p);
+    return plan(static_cast<int>(x_rows), static_cast<int>(ne0), row_bytes, 1, kTile, p);
 }
 
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
             cudaStream_t s) {
     if (T < 1 || T > kTcMaxTokens) return -1;
-    const dense_chunks ch = {w, rb, n_out, T, y};
-    const int n_chunks = (n_out + kTile - 1) / kTile;
+    const int n_chunks = (n_out + kTile - 1) / kTile, n_wa = (n_out + kTileWa - 1) / kTileWa;
+    tc_plan p;
+    const bool wa = tc_wa() && T <= 8 && plan(T, ne0, rb, n_wa, kTileWa, p);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, x, T, ne0, rb, T > kTile, s);
+        if (wa)
+            rc = launch_tc<decltype(t)::value>(dense_chunks<kTileWa>{w, rb, n_out, T, y}, n_wa, ne0, x, T,
+                                               ne0, rb, false, s);
+        else
+            rc = launch_tc<decltype(t)::value>(dense_chunks<kTile>{w, rb, n_out, T, y}, n_chunks, ne0, x, T,
+                                               ne0, rb, T > kTile, s);
     });
     return rc;
 }
 
-int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
-    expert_chunks ch;
+namespace {
+
+// Runs an expert job with chunks of R rows, staging all nx x rows or (XROW) one at a time.
+template <int R, bool XROW>
+int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
+    expert_chunks<R, XROW> ch;
     ch.j = job;
-    ch.cpp = (job.n_part + kTile - 1) / kTile;
-    const int nx = (job.n_items + job.x_div - 1) / job.x_div, n_chunks = job.n_items * job.parts * ch.cpp;
+    ch.cpp = (job.n_part + R - 1) / R;
+    const int n_chunks = job.n_items * job.parts() * ch.cpp;
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
-        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, nx, job.x_stride, job.rb, false, s);
+        rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
+                                           false, s);
     });
     return rc;
+}
+
+template <bool XROW> int experts_x(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
+    const int n_wa = job.n_items * job.parts() * ((job.n_part + kTileWa - 1) / kTileWa);
+    tc_plan p;
+    if (tc_wa() && plan(XROW ? 1 : nx, ne0, job.rb, n_wa, kTileWa, p))
+        return experts_r<kTileWa, XROW>(type, job, ne0, nx, s);
+    return experts_r<kTile, XROW>(type, job, ne0, nx, s);
+}
+
+} // namespace
+
+int tc_xrow_mode() {
+    static const int m = env_int("TURBOSPARK_TC_XROW", 1, 0, 2);
+    return m;
+}
+
+int64_t tc_experts_staged_rows(int64_t x_rows) {
+    const int m = tc_xrow_mode();
+    return m == 2 || (m == 1 && x_rows > kTcExpertXRows) ? 1 : x_rows;
+}
+
+int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s) {
+    const int nx = (job.n_items + job.x_div - 1) / job.x_div;
+    if (tc_xrow_mode() == 2 || tc_experts_staged_rows(nx) < nx) return experts_x<true>(type, job, ne0, nx, s);
+    return experts_x<false>(type, job, ne0, nx, s);
 }
 
 } // namespace ts_cu

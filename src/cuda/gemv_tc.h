@@ -16,7 +16,8 @@
 
 namespace ts_cu {
 
-// The expert products' arguments (see ts_cuda_matmul_experts in matmul.h), already validated.
+// The expert products' arguments (see ts_cuda_matmul_experts in matmul.h), already validated: this
+// kernel's and the SIMT expert kernels' (matmul_experts.cuh: expert_args).
 struct tc_expert_job {
     const uint8_t *w0, *w1; // W->data, W2->data (w1 NULL: one part)
     size_t rb;              // bytes per row, both tensors
@@ -25,11 +26,12 @@ struct tc_expert_job {
     int64_t rows_per_expert, row_off;
     int e_max;  // largest id whose rows lie inside both tensors
     int n_part; // rows per part (the API's n_out)
-    int parts;  // 1, or 2 with w1
+    int n_out;  // rows per item: n_part, or 2·n_part with w1
     int x_div;  // items ⌊i / x_div⌋·x_div .. share one x row
     int64_t x_stride, y_stride;
     const float *x;
     float *y;
+    __host__ __device__ int parts() const { return w1 ? 2 : 1; }
 };
 
 // The inputs that share one scale of x for this type (256 for Q4_K, Q5_K, Q6_K; 128 for Q8_0, Q5_0),
@@ -49,6 +51,16 @@ constexpr int kTcMaxTokens = 16;
 // the launch failed.
 int tc_gemv(uint32_t type, const uint8_t *w, size_t rb, int n_out, int ne0, const float *x, int T, float *y,
             cudaStream_t s);
+
+// Expert products of more x rows than kTcExpertXRows stage one x row at a time, the row of the chunk at
+// hand (a block takes a contiguous range of chunks); fewer are staged whole, once a block.
+// TURBOSPARK_TC_XROW (read once): 0 none does (and the routed products with an x row an item, the downs,
+// stay off the tensor cores), 2 every expert product does (measurements); tc_xrow_mode() returns it, 1
+// when unset.
+constexpr int64_t kTcExpertXRows = 8;
+int tc_xrow_mode();
+// The x rows an expert product of x_rows rows stages at once.
+int64_t tc_experts_staged_rows(int64_t x_rows);
 
 // The expert products of ts_cuda_matmul_experts. 0, or -1 when the launch failed.
 int tc_gemv_experts(uint32_t type, const tc_expert_job &job, int ne0, cudaStream_t s);

@@ -24,8 +24,8 @@ constexpr int kTcTile = 8; // output rows a chunk
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void mbar_init(uint64_t *b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
+template <int COUNT = 1> __device__ __forceinline__ void mbar_init(uint64_t *b) { // COUNT arrivals a phase
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "n"(COUNT) : "memory");
 }
 // The producer's arrival, announcing `bytes` still to land by bulk copies.
 __device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {

@@ -332,15 +332,16 @@ bool expert_whole_chunks(int64_t rows_per_expert, int64_t row_off, int64_t n_out
     return rows_per_expert % 8 == 0 && row_off % 8 == 0 && n_out % 8 == 0;
 }
 
-// An expert product goes to the tensor cores when its items share their x rows (x_div > 1: the routed
-// gate/up products, whose x rows are the tokens) or it has no ids (the shared expert's gate and up as
-// one launch). Routed products with an x row per item (the down products: N·k rows) stay on the SIMT
-// kernel, which reads each item's own row, where every tensor-core block would stage all of them.
+// An expert product goes to the tensor cores whenever the GEMV takes its type and width: up to
+// kTcExpertXRows x rows are staged whole, more (the down products' N·k rows, the gate/up products' N
+// tokens beyond 8) one at a time, the row of the chunk at hand (gemv_tc.h). With TURBOSPARK_TC_XROW=0
+// the routed products with an x row an item (the downs) stay on the SIMT kernel, which reads each item's
+// own row, where every tensor-core block would stage all of them.
 bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool routed,
                int64_t rows_per_expert, int64_t row_off, int64_t n_out, size_t row_bytes) {
     const int64_t xd = x_div < n_items ? x_div : n_items, x_rows = (n_items + xd - 1) / xd;
-    return (!routed || xd > 1) &&
-           tc_applies(type, ne0, x_rows, row_bytes,
+    if (tc_xrow_mode() == 0 && routed && xd == 1) return false;
+    return tc_applies(type, ne0, tc_experts_staged_rows(x_rows), row_bytes,
                       expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out));
 }
 
@@ -543,16 +544,7 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     }
     if (expert_tc(W->type, W->ne0, a.n_items, a.x_div, ids_dev != nullptr, rows_per_expert, row_off, n_out,
                   W->row_bytes)) {
-        // tensor cores, x in fp16 (gemv_tc.h)
-        const tc_expert_job j = {a.w0,       a.w1,
-                                 a.rb,       a.ids,
-                                 a.n_items,  a.rows_per_expert,
-                                 a.row_off,  a.e_max,
-                                 a.n_part,   static_cast<int>(parts),
-                                 a.x_div,    a.x_stride,
-                                 a.y_stride, a.x,
-                                 a.y};
-        return tc_gemv_experts(W->type, j, L.ne0, s);
+        return tc_gemv_experts(W->type, a, L.ne0, s); // tensor cores, x in fp16 (gemv_tc.h)
     }
     if (mma_enabled() && mma_type(W->type) && mma_smem_bytes(L.ne0) <= static_cast<size_t>(kXsBudgetBytes))
         return launch_mma_experts(W->type, a, L.ne0, s); // integer MMA (matvec_mma.cuh)

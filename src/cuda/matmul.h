@@ -113,7 +113,7 @@ int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, con
  * n_items items, x_div and ids (routed) or none (its rows_per_expert, row_off and n_out), runs this product
  * on the tensor cores (src/cuda/gemv_tc.h: Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; dense products of 1-64 tokens:
  * the same kernel at every batch size, so a token's result does not depend on its batch; expert products
- * whose items share x rows or that have no ids, never the routed down products), where x enters rounded to
+ * of those types, the routed downs only without TURBOSPARK_TC_XROW=0), where x enters rounded to
  * fp16 after a power-of-two scale per token and group of inputs: max|x| of the group scaled into
  * [2^14, 2^15), the exponent s of the scale 2^s clamped to −113 .. 126. Returns the group (256 inputs,
  * or 128 for Q8_0 and Q5_0), or 0 when x is not rounded. Otherwise sums are as documented above. Twin

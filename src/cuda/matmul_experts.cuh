@@ -4,6 +4,7 @@
 #ifndef TS_CUDA_MATMUL_EXPERTS_CUH
 #define TS_CUDA_MATMUL_EXPERTS_CUH
 
+#include "cuda/gemv_tc.h"
 #include "cuda/matmul_blocks.cuh"
 #include "cuda/matmul_plain.cuh"
 #include "cuda/matvec_mma.cuh"
@@ -35,21 +36,8 @@ struct expert_rows {
     }
 };
 
-// Arguments of one expert launch; bind_item resolves an item's rows, x row and y row from them.
-struct expert_args {
-    const uint8_t *w0, *w1; // W->data, W2->data (w1 NULL: one part)
-    size_t rb;              // bytes per row, both tensors
-    const int32_t *ids;     // [n_items] expert ids, or NULL: expert 0 for every item
-    int n_items;
-    int64_t rows_per_expert, row_off;
-    int e_max;  // largest id whose rows lie inside both tensors
-    int n_part; // rows per part (the API's n_out)
-    int n_out;  // rows per item: n_part, or 2·n_part with w1
-    int x_div;  // items ⌊i / x_div⌋·x_div .. share one x row
-    int64_t x_stride, y_stride;
-    const float *x;
-    float *y;
-};
+// Arguments of one expert launch (gemv_tc.h); bind_item resolves an item's rows, x row and y row from them.
+using expert_args = tc_expert_job;
 
 // Item i: its weight rows (part 0: expert rows row_off .. row_off + n_part − 1 of W; part 1: the
 // same rows of W2), its x row and its y row. False when its id is out of range.

@@ -1,15 +1,21 @@
 // A chain of one-token products as one persistent kernel (persist.h says what; persist_sched.h how the
 // tiles and the weight ring are dealt).
 //
-// A block (8 warps) walks its tiles in chain order. Thread 0 keeps the ring full: after every tile it
-// releases that tile's bytes and issues bulk copies of the next tiles' rows (cp.async.bulk, counted on
-// one mbarrier a tile) for as many as fit, whatever product they belong to. When the walk enters a
-// product, thread 0 waits until the product it reads has counted all its tiles (acquire load of that
-// product's counter), then the block stages x as the GEMV does (gemv_tc.cu, one token) but through L2,
-// since x was written during this kernel. A tile's sums are gemv_tc.cu's chunk sums (chunk_part,
-// sum_classes: the same super-blocks in the same warps' classes, added in the same order), so y equals
-// ts_cuda_matmul's. Warp 0 stores the tile's 8 outputs, then its lane 0 counts the tile (fence,
-// atomicAdd).
+// A block is 8 summing warps and one copy warp. The copy warp walks the block's tiles in chain order and
+// keeps the ring full: it places each tile's bytes (waiting, when there is no room, until every summing
+// warp has arrived on the oldest tile's `empty` barrier) and issues its bulk copies (cp.async.bulk, one a
+// row, the rows' copies from different lanes, counted on the tile's `full` barrier), whatever product the
+// tile belongs to. It takes no part in the summing warps' barriers, so their tiles never wait for a copy
+// to be issued. When the summing warps enter a product, each warp's lane 0 waits until the product it
+// reads has counted all its tiles (an acquire load of that product's counter), then they stage x as the
+// GEMV does (gemv_tc.cu, one token) but through L2, since x was written during this kernel; a product
+// that reads the x already staged (the same input, as a layer's expert products) skips both. A tile's
+// sums are gemv_tc.cu's chunk sums (chunk_part, sum_classes: the same super-blocks in the same warps'
+// classes, added in the same order), so y equals ts_cuda_matmul's. Warp 0 stores the tile's 8 outputs;
+// at the block's last tile of a product its lane 0 adds the block's count of that product's tiles to the
+// product's counter (one release a block and product). An expert product's rows are those of the expert
+// its id names, read from device memory by both sides when they enter the product; a bad id copies
+// nothing (the tiles' full barriers get a plain arrival) and stores NaN.
 //
 // Launch: as many blocks as are resident at once (a cooperative launch, so the runtime refuses a grid
 // that is not): one an SM with all its shared memory, or two where they fit (TURBOSPARK_PERSIST_PER_SM=2). The
@@ -36,21 +42,42 @@ namespace {
 constexpr int kWarps = 8;
 constexpr size_t kSmemPerSm = 227 * 1024;
 constexpr int kMaxNe0 = 16384; // x staged whole in shared memory
+constexpr int kStamps = 5;     // clock64 stamps a tile (TURBOSPARK_PERSIST_STAMPS=1)
 
 // A product as the kernel reads it.
 struct chain_prod {
-    const uint8_t *w;
+    const uint8_t *w; // row 0 (an expert product: expert 0's)
     const float *x;
     float *y;
+    const int *ids; // an expert product: its expert at ids[0], else nullptr
+    size_t estride; // bytes from one expert's rows to the next's
     uint32_t rb;    // bytes a row
     int row_stride; // staged rows' stride: 16 past a multiple of 128, or rb (then a tile is one copy)
-    int type, ne0, n_out, dep;
+    int type, ne0, n_out, dep, n_exp;
 };
+
+// The first weight row of product P as this launch reads it, or nullptr for an expert product whose id
+// is out of range (no weights read, NaN outputs).
+__device__ __forceinline__ const uint8_t *weights_of(const chain_prod &P) {
+    if (!P.ids) return P.w;
+    const int e = P.ids[0];
+    return e >= 0 && e < P.n_exp ? P.w + static_cast<size_t>(e) * P.estride : nullptr;
+}
 
 __device__ __forceinline__ int ld_acquire(const int *p) {
     int v;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+
+// Adds v to *p after every store this thread has seen (release at GPU scope: the readers' ld_acquire).
+__device__ __forceinline__ void red_release_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// The summing warps' barrier (named barrier 1: the copy warp does not take part).
+__device__ __forceinline__ void sum_bar() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kWarps * 32) : "memory");
 }
 
 // Bytes a tile of nr rows takes in the ring (128-byte aligned), and those its copies move.
@@ -75,97 +102,128 @@ __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, c
                                                       t);
 }
 
+// The chain (the comment at the top of this file). Shared memory: the tiles' full barriers in the first
+// 128 bytes, x and the partial sums as the GEMV lays them out (tc_layout), the ring at ring_off. A tile's
+// start in the ring is stored by the copy warp before its full barrier's arrival, so the summing warps
+// read it after their wait; the slot is reused only after all of them arrived on its empty barrier.
 template <bool WA>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+__global__ void __launch_bounds__((kWarps + 1) * 32, 1)
     chain_kernel(const chain_prod *__restrict__ prods, const int *__restrict__ tile0, int n, int *counters,
                  uint32_t ring_off, uint32_t ring_size, long long *stamps) {
     constexpr int R = WA ? 16 : kTcTile; // rows a tile
     extern __shared__ __align__(128) uint8_t sm[];
-    __shared__ ts_ring ring;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(sm); // TS_RING_MAX barriers in the first 128 bytes
+    __shared__ ts_ring ring;                // the copy warp's
+    __shared__ uint64_t empty[TS_RING_MAX]; // tile j's bytes read by every summing warp (kWarps arrivals)
+    uint64_t *full = reinterpret_cast<uint64_t *>(sm); // tile j's bytes landed (TS_RING_MAX, first 128 bytes)
     uint8_t *ring_base = sm + ring_off;
-    const int total = tile0[n];
-    const int mine = ts_tiles_of_block(total, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+    const int total = tile0[n], grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    const int mine = ts_tiles_of_block(total, b, grid);
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-    const int g = lane >> 2, t = lane & 3;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < TS_RING_MAX; s++) mbar_init(&full[s]), mbar_init<kWarps>(&empty[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        ts_ring_init(&ring, ring_size);
+    }
+    __syncthreads(); // the last barrier the copy warp takes part in
 
-    ts_tile_cursor pc = {0, 0}; // thread 0's: the next tile to issue
-    int issued = 0;
-    // thread 0: the next tiles' copies, as many as the ring takes
-    auto issue_more = [&]() {
-        while (issued < mine) {
-            ts_tile_seek(tile0, n, static_cast<int>(blockIdx.x) + issued * static_cast<int>(gridDim.x), &pc);
-            const chain_prod P = prods[pc.p];
+    if (warp == kWarps) { // the copy warp: every tile's weights, in the block's order, as the ring has room
+        ts_tile_cursor pc = {0, 0};
+        int pp = -1;
+        chain_prod P = {};
+        const uint8_t *w = nullptr; // P's rows as this launch reads them
+        for (int i = 0; i < mine; i++) {
+            ts_tile_seek(tile0, n, b + i * grid, &pc);
+            if (pc.p != pp) P = prods[pc.p], pp = pc.p, w = weights_of(P);
             const int nr = min(R, P.n_out - pc.tile * R);
             // room for all R rows even when fewer are copied: the sums read every row of a tile (the rows
             // past nr hold stale bytes and their sums are never stored, but they must lie inside the ring)
-            const int64_t off = ts_ring_place(&ring, ring_bytes(P, R));
-            if (off < 0) return;
-            ts_ring_push(&ring, static_cast<uint32_t>(off), ring_bytes(P, R));
-            uint64_t *bar = &bars[issued % TS_RING_MAX];
-            const uint8_t *src = P.w + static_cast<size_t>(pc.tile) * R * P.rb;
+            const uint32_t bytes = ring_bytes(P, R);
+            uint32_t off = 0;
+            if (lane == 0) {
+                int64_t o;
+                while ((o = ts_ring_place(&ring, bytes)) < 0) { // the oldest tile must be read first
+                    const uint32_t r = ring.released;
+                    mbar_wait(&empty[r % TS_RING_MAX], (r / TS_RING_MAX) & 1u);
+                    ts_ring_release(&ring);
+                }
+                off = static_cast<uint32_t>(o);
+                ts_ring_push(&ring, off, bytes);
+                if (w)
+                    mbar_expect(&full[i % TS_RING_MAX], copy_bytes(P, nr));
+                else // a bad expert id: the tile is "there" at once, its bytes never read for a stored sum
+                    mbar_arrive(&full[i % TS_RING_MAX]);
+            }
+            off = __shfl_sync(0xffffffffu, off, 0);
+            if (!w) continue;
+            const uint8_t *src = w + static_cast<size_t>(pc.tile) * R * P.rb;
             uint8_t *dst = ring_base + off;
-            mbar_expect(bar, copy_bytes(P, nr));
-            if (P.row_stride == static_cast<int>(P.rb))
-                bulk_copy(dst, src, copy_bytes(P, nr), bar);
-            else
-                for (int r = 0; r < nr; r++)
-                    bulk_copy(dst + r * P.row_stride, src + static_cast<size_t>(r) * P.rb, P.rb, bar);
-            issued++;
+            if (P.row_stride == static_cast<int>(P.rb)) {
+                if (lane == 0) bulk_copy(dst, src, copy_bytes(P, nr), &full[i % TS_RING_MAX]);
+            } else {
+                for (int r = lane; r < nr; r += 32) // one copy a row, the rows' copies issued side by side
+                    bulk_copy(dst + r * P.row_stride, src + static_cast<size_t>(r) * P.rb, P.rb,
+                              &full[i % TS_RING_MAX]);
+            }
+            __syncwarp();
         }
-    };
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < TS_RING_MAX; s++) mbar_init(&bars[s]);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        ts_ring_init(&ring, ring_size);
-        issue_more();
+        return;
     }
-    __syncthreads();
 
+    // the summing warps (threads 0 .. kWarps·32 − 1; their barrier is named barrier 1)
+    const int g = lane >> 2, t = lane & 3;
     ts_tile_cursor cc = {0, 0}; // the tile being summed
-    int cur = -1;               // the product whose x is staged
+    int cur = -1;               // its product
+    chain_prod P = {};
+    const float *sx = nullptr; // the x staged (with its kind: 0 K-quant, 1 Q6_K, 2 groups of 128) ...
+    int skind = -1, sne0 = 0;
+    int ready = -1;   // ... and the last product whose output this block saw complete
+    int done = 0;     // warp 0: tiles of product cur summed and stored, not yet counted
+    bool bad = false; // product cur is an expert product with an out-of-range id
     const tc_layout L0(kWarps, 1, 0, 0, 0);
     float4 *red = reinterpret_cast<float4 *>(sm + L0.red);
     const uint32_t *xs = nullptr;
     const uint2 *xsum = nullptr;
     const float *xsc = nullptr;
     for (int j = 0; j < mine; j++) {
-        ts_tile_seek(tile0, n, static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x), &cc);
-        const chain_prod P = prods[cc.p];
-        long long *stamp =
-            stamps ? stamps + 4 * (static_cast<size_t>(blockIdx.x) + static_cast<size_t>(j) * gridDim.x)
-                   : nullptr; // tile g's four clock64 stamps at 4g
+        const int gt = b + j * grid;
+        ts_tile_seek(tile0, n, gt, &cc);
+        long long *stamp = stamps ? stamps + kStamps * static_cast<size_t>(gt) : nullptr;
         if (stamp && threadIdx.x == 0) stamp[0] = clock64();
-        if (cc.p != cur) { // a new product: its input complete, then x staged
-            if (threadIdx.x == 0 && P.dep >= 0) {
-                const int need = tile0[P.dep + 1] - tile0[P.dep];
-                while (ld_acquire(&counters[P.dep]) < need) __nanosleep(32);
-                __threadfence();
+        if (cc.p != cur) { // a new product: its input complete, then x staged unless it is staged already
+            P = prods[cc.p], cur = cc.p, bad = weights_of(P) == nullptr;
+            if (P.dep >= 0 && P.dep != ready) {
+                if (lane == 0) { // each warp's lane 0 sees the input complete, then its lanes read it
+                    const int need = tile0[P.dep + 1] - tile0[P.dep];
+                    while (ld_acquire(&counters[P.dep]) < need) __nanosleep(20);
+                }
+                __syncwarp();
+                ready = P.dep;
             }
-            __syncthreads(); // the input is there, and every warp is done with the last product's x
-            const tc_layout L(kWarps, 1, P.ne0, 0, 0);
-            uint32_t *xw = reinterpret_cast<uint32_t *>(sm + L.xs);
-            uint2 *sw = reinterpret_cast<uint2 *>(sm + L.xsum);
-            float *cw = reinterpret_cast<float *>(sm + L.xsc);
-            switch (P.type) {
-            case TS_TYPE_Q4_K:
-            case TS_TYPE_Q5_K:
-                stage_x_kquant<false, true>(P.x, 1, P.ne0 / kTcSuper, P.ne0, xw, sw, cw);
-                break;
-            case TS_TYPE_Q6_K:
-                stage_x_inorder<kTcSuper, false, true>(P.x, 1, P.ne0, P.ne0, xw, cw);
-                break;
-            default: // Q8_0, Q5_0
-                stage_x_inorder<128, false, true>(P.x, 1, P.ne0, P.ne0, xw, cw);
-                break;
+            if (stamp && threadIdx.x == 0) stamp[1] = clock64();
+            const int kind = P.type == TS_TYPE_Q4_K || P.type == TS_TYPE_Q5_K ? 0
+                             : P.type == TS_TYPE_Q6_K                         ? 1
+                                                                              : 2;
+            if (P.x != sx || kind != skind || P.ne0 != sne0) {
+                // every warp is past the last tile's sums (its barrier below), so x can be overwritten
+                const tc_layout L(kWarps, 1, P.ne0, 0, 0);
+                uint32_t *xw = reinterpret_cast<uint32_t *>(sm + L.xs);
+                uint2 *sw = reinterpret_cast<uint2 *>(sm + L.xsum);
+                float *cw = reinterpret_cast<float *>(sm + L.xsc);
+                if (kind == 0)
+                    stage_x_kquant<false, true, kWarps * 32>(P.x, 1, P.ne0 / kTcSuper, P.ne0, xw, sw, cw);
+                else if (kind == 1)
+                    stage_x_inorder<kTcSuper, false, true, kWarps * 32>(P.x, 1, P.ne0, P.ne0, xw, cw);
+                else
+                    stage_x_inorder<128, false, true, kWarps * 32>(P.x, 1, P.ne0, P.ne0, xw, cw);
+                xs = xw, xsum = sw, xsc = cw, sx = P.x, skind = kind, sne0 = P.ne0;
+                sum_bar();
             }
-            xs = xw, xsum = sw, xsc = cw;
-            __syncthreads();
-            cur = cc.p;
+            if (stamp && threadIdx.x == 0) stamp[2] = clock64();
+        } else if (stamp && threadIdx.x == 0) {
+            stamp[1] = stamp[2] = stamp[0];
         }
-        if (stamp && threadIdx.x == 0) stamp[1] = clock64();
-        mbar_wait(&bars[j % TS_RING_MAX], static_cast<uint32_t>(j / TS_RING_MAX) & 1u);
-        if (stamp && threadIdx.x == 0) stamp[2] = clock64();
+        mbar_wait(&full[j % TS_RING_MAX], static_cast<uint32_t>(j / TS_RING_MAX) & 1u);
+        if (stamp && threadIdx.x == 0) stamp[3] = clock64();
         const uint8_t *st = ring_base + ts_ring_at(&ring, static_cast<uint32_t>(j));
         float4 acc;
         switch (P.type) {
@@ -185,28 +243,28 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             acc = tile_part<TS_TYPE_Q5_0, WA>(st, P.row_stride, xs, xsum, xsc, P.ne0, j, warp, g, t);
             break;
         }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[j % TS_RING_MAX]); // this warp is done with tile j's bytes
         float4 *part = red + (j & 1) * kWarps * 32;
         part[warp * 32 + lane] = acc;
-        __syncthreads(); // every warp is done with tile j's bytes and has written its partial sums
-        if (stamp && threadIdx.x == 0) stamp[3] = clock64();
-        if (threadIdx.x == 0) {
-            ts_ring_release(&ring);
-            issue_more();
-        }
+        sum_bar(); // every warp's partial sums are written
+        if (stamp && threadIdx.x == 0) stamp[4] = clock64();
         if (warp == 0) {
             const int nr = min(R, P.n_out - cc.tile * R);
             float *y = P.y + static_cast<size_t>(cc.tile) * R;
             if (WA ? t == 0
                    : g == 0) { // token 0: WA lanes (g, 0) rows g and g + 8, else lanes (0, t) 2t, 2t + 1
-                const float4 s = sum_classes<kWarps>(part, j, lane);
+                float4 s = sum_classes<kWarps>(part, j, lane);
+                if (bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
                 const int r0 = WA ? g : 2 * t, r1 = WA ? g + 8 : 2 * t + 1;
                 if (r0 < nr) y[r0] = s.x;
                 if (r1 < nr) y[r1] = WA ? s.z : s.y;
             }
-            __syncwarp();
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(&counters[cc.p], 1);
+            done++;
+            if (ts_tile_last_of_product(tile0, cc.p, gt, grid)) { // this block's count of the product
+                __syncwarp();
+                if (lane == 0) red_release_add(&counters[cc.p], done);
+                done = 0;
             }
         }
     }
@@ -224,7 +282,7 @@ struct ts_cuda_chain {
     chain_prod *prods; // device [n]
     int *tile0;        // device [n + 1]
     int *counters;     // device [n]
-    long long *stamps; // device [4 · tiles] with TURBOSPARK_PERSIST_STAMPS=1, else NULL
+    long long *stamps; // device [kStamps · tiles] with TURBOSPARK_PERSIST_STAMPS=1, else NULL
     int *host_tile0;   // [n + 1]
     chain_kernel_t kernel;
     int n, blocks, per_sm;
@@ -258,6 +316,14 @@ int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_pro
         (reinterpret_cast<uintptr_t>(p->x) & 15u) || (reinterpret_cast<uintptr_t>(p->y) & 3u))
         return ts_errf(err, errlen,
                        "chain product %d: w and x must be 16-byte aligned device pointers, y 4-byte", i);
+    if (p->ids &&
+        ((reinterpret_cast<uintptr_t>(p->ids) & 3u) || p->n_experts < 1 || p->expert_stride % 16 != 0 ||
+         p->expert_stride < static_cast<size_t>(p->n_out) * p->row_bytes))
+        return ts_errf(
+            err, errlen,
+            "chain product %d: an expert product needs 4-byte aligned ids, at least one expert and an "
+            "expert stride that is a multiple of 16 bytes and holds its %lld rows",
+            i, (long long)p->n_out);
     if (p->dep < -1 || p->dep >= i)
         return ts_errf(err, errlen,
                        "chain product %d reads product %d: a product reads an earlier one or none", i,
@@ -274,6 +340,14 @@ int check_product(const ts_cuda_chain_product *p, int i, const ts_cuda_chain_pro
                            "chain product %d's x overlaps product %d's y, which it does not read", i, k);
     }
     const uintptr_t y0 = reinterpret_cast<uintptr_t>(p->y), y1 = y0 + static_cast<size_t>(p->n_out) * 4;
+    // an expert id is read once by each side of the kernel, so it must not change while the chain runs
+    const uintptr_t i0 = reinterpret_cast<uintptr_t>(p->ids), i1 = i0 + sizeof(int32_t);
+    for (int k = 0; p->ids && k <= i; k++) {
+        const uintptr_t a0 = reinterpret_cast<uintptr_t>(all[k].y),
+                        a1 = a0 + static_cast<size_t>(all[k].n_out) * 4;
+        if (overlaps(i0, i1, a0, a1))
+            return ts_errf(err, errlen, "chain product %d's expert id lies in product %d's y", i, k);
+    }
     for (int k = 0; k < i; k++) {
         const uintptr_t a0 = reinterpret_cast<uintptr_t>(all[k].y),
                         a1 = a0 + static_cast<size_t>(all[k].n_out) * 4;
@@ -323,6 +397,8 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         c.row_stride = p[i].row_bytes % 16 == 0 ? stage_row_stride(p[i].row_bytes) : static_cast<int>(c.rb);
         c.type = static_cast<int>(p[i].type), c.ne0 = static_cast<int>(p[i].ne0);
         c.n_out = static_cast<int>(p[i].n_out), c.dep = p[i].dep;
+        c.ids = p[i].ids, c.n_exp = p[i].ids ? p[i].n_experts : 0,
+        c.estride = p[i].ids ? p[i].expert_stride : 0;
         const tc_layout L(kWarps, 1, c.ne0, 0, 0);
         if (L.stages > ring_off) ring_off = static_cast<uint32_t>(L.stages);
         if (ring_bytes(c, R) > max_tile) max_tile = ring_bytes(c, R);
@@ -351,9 +427,13 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
             kSmemPerSm / per_sm - 1024 - fa.sharedSizeBytes; // the runtime's 1 KiB a block, the static ring
         smem &= ~static_cast<size_t>(127);
         if (smem <= ring_off || smem - ring_off < max_tile) continue;
-        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        // the kernel's limit is one block's whole share, whatever this chain takes, so that no chain made
+        // later lowers it below an earlier one's launch
+        const size_t whole = (kSmemPerSm - 1024 - fa.sharedSizeBytes) & ~static_cast<size_t>(127);
+        e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(whole));
         if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * 32, smem);
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, (kWarps + 1) * 32, smem);
         if (e != cudaSuccess) break;
         if (resident >= per_sm) break;
     }
@@ -382,7 +462,7 @@ extern "C" int ts_cuda_chain_new(const ts_cuda_chain_product *p, int n, ts_cuda_
         e = cudaMemcpy(c->tile0, c->host_tile0, (static_cast<size_t>(n) + 1) * sizeof(int),
                        cudaMemcpyHostToDevice);
     if (e == cudaSuccess && sv && sv[0] == '1')
-        e = cudaMalloc(&c->stamps, 4 * static_cast<size_t>(tiles) * sizeof(long long));
+        e = cudaMalloc(&c->stamps, kStamps * static_cast<size_t>(tiles) * sizeof(long long));
     free(hp);
     if (e != cudaSuccess) {
         ts_cuda_chain_free(c);
@@ -400,7 +480,7 @@ extern "C" int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s) {
     attr[0].val.cooperative = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(c->blocks));
-    cfg.blockDim = dim3(kWarps * 32);
+    cfg.blockDim = dim3((kWarps + 1) * 32);
     cfg.dynamicSmemBytes = c->smem;
     cfg.stream = s;
     cfg.attrs = attr;
@@ -420,34 +500,34 @@ extern "C" void ts_cuda_chain_geometry(const ts_cuda_chain *c, int *blocks, int 
     if (ring) *ring = c ? c->ring_size : 0;
 }
 
-extern "C" int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[5]) {
+extern "C" int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[6]) {
     if (!c || !c->stamps) return -1;
     const int total = c->host_tile0[c->n], grid = c->blocks;
-    long long *h = static_cast<long long *>(malloc(4 * static_cast<size_t>(total) * sizeof *h));
-    if (!h || cudaMemcpy(h, c->stamps, 4 * static_cast<size_t>(total) * sizeof *h, cudaMemcpyDeviceToHost) !=
-                  cudaSuccess) {
+    const size_t words = kStamps * static_cast<size_t>(total);
+    long long *h = static_cast<long long *>(malloc(words * sizeof *h));
+    if (!h || cudaMemcpy(h, c->stamps, words * sizeof *h, cudaMemcpyDeviceToHost) != cudaSuccess) {
         free(h);
         return -1;
     }
-    double sum[4] = {0, 0, 0, 0}, span = 0;
+    double sum[5] = {0, 0, 0, 0, 0}, span = 0;
     int busy = 0;
     for (int b = 0; b < grid; b++) {
         const int mine = ts_tiles_of_block(total, b, grid);
         if (mine == 0) continue;
         busy++;
         for (int j = 0; j < mine; j++) {
-            const long long *t = h + 4 * (static_cast<size_t>(b) + static_cast<size_t>(j) * grid);
-            sum[0] += static_cast<double>(t[1] - t[0]), sum[1] += static_cast<double>(t[2] - t[1]);
-            sum[2] += static_cast<double>(t[3] - t[2]);
-            if (j + 1 < mine) sum[3] += static_cast<double>(t[4 * grid] - t[3]);
+            const long long *t = h + kStamps * (static_cast<size_t>(b) + static_cast<size_t>(j) * grid);
+            for (int k = 0; k < 4; k++) sum[k] += static_cast<double>(t[k + 1] - t[k]);
+            if (j + 1 < mine) sum[4] += static_cast<double>(t[kStamps * static_cast<size_t>(grid)] - t[4]);
         }
-        const long long first = h[4 * static_cast<size_t>(b)],
-                        last = h[4 * (static_cast<size_t>(b) + static_cast<size_t>(mine - 1) * grid) + 3];
+        const long long first = h[kStamps * static_cast<size_t>(b)],
+                        last =
+                            h[kStamps * (static_cast<size_t>(b) + static_cast<size_t>(mine - 1) * grid) + 4];
         if (static_cast<double>(last - first) > span) span = static_cast<double>(last - first);
     }
     free(h);
-    for (int k = 0; k < 4; k++) cycles[k] = busy ? sum[k] / busy : 0;
-    cycles[4] = span;
+    for (int k = 0; k < 5; k++) cycles[k] = busy ? sum[k] / busy : 0;
+    cycles[5] = span;
     return 0;
 }
 

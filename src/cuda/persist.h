@@ -32,6 +32,13 @@ typedef struct ts_cuda_chain_product {
     const float *x;     /* device: ne0 inputs, 16-byte aligned */
     float *y;           /* device: n_out outputs */
     int dep;            /* the earlier product whose y holds x, or −1: x is ready when the chain starts */
+    /* An expert product when ids is not NULL: w is then expert 0's first row, and the product uses the
+     * rows of expert e = ids[0] at w + e · expert_stride bytes (ids: device memory, written before the
+     * chain starts, as the router's top-k); an e outside 0 .. n_experts − 1 reads no weights and makes
+     * every output NaN. */
+    const int32_t *ids;
+    int n_experts;
+    size_t expert_stride; /* a multiple of 16, at least n_out · row_bytes */
 } ts_cuda_chain_product;
 
 typedef struct ts_cuda_chain ts_cuda_chain;
@@ -50,11 +57,12 @@ int ts_cuda_chain_run(const ts_cuda_chain *c, cudaStream_t s);
 void ts_cuda_chain_geometry(const ts_cuda_chain *c, int *blocks, int *per_sm, size_t *smem, size_t *ring);
 
 /* Where a block's time went in the last run (call after it finished), when the chain was made with
- * TURBOSPARK_PERSIST_STAMPS=1 (the kernel then writes four clock64 stamps a tile): SM cycles, summed over
- * a block's tiles and averaged over the blocks that had tiles: [0] waiting for a product's input and
- * staging its x, [1] waiting for the tile's weights, [2] the tile's sums, [3] between tiles (the stores,
- * the count, the next copies); [4] the longest block's first-to-last span. 0, or −1 without stamps. */
-int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[5]);
+ * TURBOSPARK_PERSIST_STAMPS=1 (the kernel then writes five clock64 stamps a tile): SM cycles, summed over
+ * a block's tiles and averaged over the blocks that had tiles: [0] waiting for a product's input, [1]
+ * staging its x, [2] waiting for the tile's weights, [3] the tile's sums (up to the summing warps'
+ * barrier), [4] between tiles (the stores, the count); [5] the longest block's first-to-last span. 0, or
+ * −1 without stamps. */
+int ts_cuda_chain_phases(const ts_cuda_chain *c, double cycles[6]);
 
 void ts_cuda_chain_free(ts_cuda_chain *c);
 

@@ -81,6 +81,12 @@ TS_PS_HD void ts_tile_seek(const int *prod_tile0, int n, int g, ts_tile_cursor *
     c->tile = g - prod_tile0[c->p];
 }
 
+/* Whether tile g (of product p) is the last of p that its block takes: the block's next tile, g + grid, is
+ * past p. The block then counts its tiles of p at once (one release a block and product). */
+TS_PS_HD int ts_tile_last_of_product(const int *prod_tile0, int p, int g, int grid) {
+    return g + grid >= prod_tile0[p + 1];
+}
+
 /* Tiles of block b of `grid`: ⌈(total − b) / grid⌉. */
 TS_PS_HD int ts_tiles_of_block(int total, int b, int grid) {
     return total > b ? (total - b + grid - 1) / grid : 0;

@@ -148,22 +148,25 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
 // The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input (or
 // nullptr for a unit past the row's inputs, staged as zeros) and
 // convert(u, ok, v) turns its 16 inputs v into fragments; every thread of the block calls convert for every
-// round (the shuffles inside need all lanes), ok = u < units.
-template <bool COH = false, class At, class Convert>
+// round (the shuffles inside need all lanes), ok = u < units. NT: only threads 0 .. NT − 1 stage (whole
+// warps; the persistent chain's copy warp does not), 0: the whole block. ROUNDS: the rounds loaded before
+// any is converted (fewer registers where one round covers x, as the GEMV's one-row staging).
+template <bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class At, class Convert>
 __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
-    for (int u0 = 0; u0 < units; u0 += kStageRounds * blockDim.x) {
-        float v[kStageRounds][16];
+    const int nt = NT ? NT : static_cast<int>(blockDim.x); // the staging threads: 0 .. nt − 1
+    for (int u0 = 0; u0 < units; u0 += ROUNDS * nt) {
+        float v[ROUNDS][16];
 #pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break; // the same for the whole block
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+        for (int r = 0; r < ROUNDS; r++) {
+            if (u0 + r * nt >= units) break; // the same for the whole block
+            const int u = u0 + r * nt + static_cast<int>(threadIdx.x);
             const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
             load_unit<COH>(p, p != nullptr, v[r]);
         }
 #pragma unroll
-        for (int r = 0; r < kStageRounds; r++) {
-            if (u0 + r * static_cast<int>(blockDim.x) >= units) break;
-            const int u = u0 + r * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+        for (int r = 0; r < ROUNDS; r++) {
+            if (u0 + r * nt >= units) break;
+            const int u = u0 + r * nt + static_cast<int>(threadIdx.x);
             convert(u, u < units, v[r]);
         }
     }
@@ -176,7 +179,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
 // (tc_x_residual). COH: as load_unit.
-template <bool RES, bool COH = false, class Store>
+template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
 __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                            Store store) {
     const int units = nx * nsb * 16;
@@ -185,7 +188,7 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
         return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
                16 * (q & 1);
     };
-    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];
@@ -208,11 +211,11 @@ __device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, 
 // The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
 // word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
 // 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
-template <bool RES = false, bool COH = false>
+template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
 __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
                                       uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
                                       int sum_step = 4, int sc_step = 1) {
-    stage_x_kquant_each<RES, COH>(
+    stage_x_kquant_each<RES, COH, NT, ROUNDS>(
         x, nx, nsb, x_stride,
         [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
             const int h = q >> 1, j = q & 1;
@@ -234,7 +237,7 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
 // for the missing inputs. RES: the residual of x's own rounding (tc_x_residual). COH: as load_unit.
-template <int G, bool RES = false, bool COH = false>
+template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
 __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
                                        uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
@@ -243,7 +246,7 @@ __device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int 
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
         return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
     };
-    stage_rounds<COH>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
+    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
         float v[16];
 #pragma unroll
         for (int i = 0; i < 16; i++) v[i] = x16[i];

@@ -67,6 +67,9 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
     ts_cuda_chain_product p[MAXP];
     ts_cuda_tensor W[MAXP];
     float *yref[MAXP];
+    int32_t *ids_d[MAXP]; /* an expert product's id (device), else NULL */
+    int bad_id[MAXP];     /* its id is out of range: NaN outputs */
+    memset(p, 0, sizeof p);
     const int64_t ne_in = 256 * (1 + (int64_t)(rng_u64(r) % 16));
     float *x0 = device_floats(r, ne_in, 0.5 + 4.0 * rng_unit(r));
     for (int i = 0; i < n; i++) {
@@ -89,12 +92,27 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
         if (ts_row_size(type, ne0) % 16 != 0)
             n_out = (n_out + 7) / 8 * 8; /* what ts_cuda_matmul's GEMV takes */
         p[i].type = type, p[i].ne0 = ne0, p[i].n_out = n_out, p[i].row_bytes = ts_row_size(type, ne0);
-        p[i].w = random_matrix(r, type, ne0, n_out);
+        /* one product in four is an expert product: 2-4 experts, its id random, out of range one time in
+           four (read no weights, NaN outputs) */
+        const int E = rng_u64(r) % 4 == 0 ? 2 + (int)(rng_u64(r) % 3) : 0;
+        int32_t e = 0;
+        ids_d[i] = NULL, bad_id[i] = 0;
+        if (E) {
+            e = (int32_t)(rng_u64(r) % (uint64_t)E);
+            if (rng_u64(r) % 4 == 0) e = rng_u64(r) % 2 ? -1 : E, bad_id[i] = 1;
+            TS_CUDA_CHECK(cudaMalloc((void **)&ids_d[i], sizeof e));
+            TS_CUDA_CHECK(cudaMemcpy(ids_d[i], &e, sizeof e, cudaMemcpyHostToDevice));
+            p[i].ids = ids_d[i], p[i].n_experts = E, p[i].expert_stride = (size_t)n_out * p[i].row_bytes;
+        }
+        p[i].w = random_matrix(r, type, ne0, n_out * (E ? E : 1));
         p[i].dep = dep;
         p[i].x = dep >= 0 ? p[dep].y : x0;
         TS_CUDA_CHECK(cudaMalloc((void **)&p[i].y, (size_t)n_out * sizeof(float)));
+        TS_CUDA_CHECK(cudaMemset(p[i].y, 0, (size_t)n_out * sizeof(float))); /* a bad id must write NaN */
         TS_CUDA_CHECK(cudaMalloc((void **)&yref[i], (size_t)n_out * sizeof(float)));
-        W[i] = (ts_cuda_tensor){type, ne0, n_out, p[i].row_bytes, (void *)p[i].w, NULL};
+        /* the reference's weights: the expert's rows */
+        const uint8_t *we = (const uint8_t *)p[i].w + (bad_id[i] ? 0 : (size_t)e * p[i].expert_stride);
+        W[i] = (ts_cuda_tensor){type, ne0, n_out, p[i].row_bytes, (void *)we, NULL};
         if (!ts_cuda_matmul_rounds_x(type, ne0, 1, 0, n_out)) {
             fprintf(stderr, "chain %d product %d: ts_cuda_matmul does not take %s %lld -> %lld on the GEMV\n",
                     trial, i, ts_type_name(type), (long long)ne0, (long long)n_out);
@@ -109,6 +127,10 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
     }
     for (int i = 0; i < n; i++) { /* the reference, product by product, on its own outputs */
         const float *x = p[i].dep >= 0 ? yref[p[i].dep] : x0;
+        if (bad_id[i]) { /* all NaN */
+            TS_CUDA_CHECK(cudaMemsetAsync(yref[i], 0xFF, (size_t)p[i].n_out * sizeof(float), s));
+            continue;
+        }
         if (ts_cuda_matmul(&W[i], 0, p[i].n_out, x, 1, yref[i], s) != 0) {
             fprintf(stderr, "chain %d: ts_cuda_matmul refused product %d\n", trial, i);
             return 1;
@@ -132,8 +154,9 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
             dmax = fmax(dmax, fabs((double)a[o] - b[o]));
             if (isnan(a[o]) != isnan(b[o])) dmax = INFINITY;
         }
-        for (int64_t o = 0; o < p[i].n_out; o++)
-            if ((wa ? !(fabs((double)a[o] - b[o]) <= 2e-5 * ymax)
+        for (int64_t o = 0; o < p[i].n_out; o++) /* NaN equals NaN (a bad id's, and what reads it) */
+            if (!(isnan(a[o]) && isnan(b[o])) &&
+                (wa ? !(fabs((double)a[o] - b[o]) <= 2e-5 * ymax)
                     : memcmp(&a[o], &b[o], sizeof(float)) != 0) &&
                 diff++ == 0)
                 first = o;
@@ -157,7 +180,7 @@ static int twin_chain(rng_t *r, int trial, bool wa, double *worst, cudaStream_t 
                smem, ring);
     ts_cuda_chain_free(c);
     for (int i = 0; i < n; i++) {
-        cudaFree((void *)p[i].w), cudaFree(p[i].y), cudaFree(yref[i]);
+        cudaFree((void *)p[i].w), cudaFree(p[i].y), cudaFree(yref[i]), cudaFree(ids_d[i]);
     }
     cudaFree(x0);
     return bad;
@@ -169,7 +192,14 @@ static int refusals(rng_t *r) {
     void *w = random_matrix(r, TS_TYPE_Q4_K, ne0, n_out);
     float *x = device_floats(r, ne0, 1.0), *y;
     TS_CUDA_CHECK(cudaMalloc((void **)&y, 4 * (size_t)n_out * sizeof(float)));
-    const ts_cuda_chain_product ok = {TS_TYPE_Q4_K, ne0, n_out, ts_row_size(TS_TYPE_Q4_K, ne0), w, x, y, -1};
+    const ts_cuda_chain_product ok = {.type = TS_TYPE_Q4_K,
+                                      .ne0 = ne0,
+                                      .n_out = n_out,
+                                      .row_bytes = ts_row_size(TS_TYPE_Q4_K, ne0),
+                                      .w = w,
+                                      .x = x,
+                                      .y = y,
+                                      .dep = -1};
     ts_cuda_chain_product p[2] = {ok, ok};
     p[1].x = y, p[1].y = y + n_out, p[1].dep = 0;
     struct {
@@ -184,6 +214,9 @@ static int refusals(rng_t *r) {
         {"a type the chain lacks", 0, p[0]},
         {"inputs not a multiple of the group", 0, p[0]},
         {"a row size that is not the type's", 0, p[0]},
+        {"an expert stride that does not hold the rows", 0, p[0]},
+        {"an expert product without experts", 0, p[0]},
+        {"an expert id inside a product's y", 1, p[1]},
     };
     cases[0].v.dep = 1;
     cases[1].v.x = y + n_out / 2;
@@ -193,6 +226,11 @@ static int refusals(rng_t *r) {
     cases[4].v.row_bytes = ts_row_size(TS_TYPE_Q4_0, ne0);
     cases[5].v.ne0 = 384;
     cases[6].v.row_bytes += 2;
+    cases[7].v.ids = (const int32_t *)x, cases[7].v.n_experts = 2, cases[7].v.expert_stride = 16;
+    cases[8].v.ids = (const int32_t *)x, cases[8].v.n_experts = 0,
+    cases[8].v.expert_stride = (size_t)n_out * ts_row_size(TS_TYPE_Q4_K, ne0);
+    cases[9].v.ids = (const int32_t *)(y + 3), cases[9].v.n_experts = 1,
+    cases[9].v.expert_stride = cases[8].v.expert_stride; /* y + 3 is inside product 0's y */
     int bad = 0;
     char err[256];
     ts_cuda_chain *c = NULL;
@@ -225,9 +263,11 @@ enum { WARMUP = 3, SAMPLES = 15 };
 typedef struct {
     uint32_t type;
     int64_t ne0, n_out;
+    int back; /* x is the output of the product this many places back (0: the one before), or the chain's
+                 input when there is none */
 } stage_t;
 
-/* `reps` repetitions of the stages, product k reading product k − 1 (the first the chain's input). */
+/* `reps` repetitions of the stages. */
 static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, int reps, double copy_gbs,
                         cudaStream_t s) {
     const int n = nst * reps;
@@ -240,8 +280,9 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
         p[i].type = q->type, p[i].ne0 = q->ne0, p[i].n_out = q->n_out,
         p[i].row_bytes = ts_row_size(q->type, q->ne0);
         p[i].w = random_matrix(r, q->type, q->ne0, q->n_out);
-        p[i].dep = i - 1;
-        p[i].x = i ? p[i - 1].y : x0;
+        const int dep = i - (q->back ? q->back : 1);
+        p[i].dep = dep >= 0 ? dep : -1;
+        p[i].x = dep >= 0 ? p[dep].y : x0;
         TS_CUDA_CHECK(cudaMalloc((void **)&p[i].y, (size_t)q->n_out * sizeof(float)));
         W[i] = (ts_cuda_tensor){q->type, q->ne0, q->n_out, p[i].row_bytes, (void *)p[i].w, NULL};
         bytes += (double)p[i].row_bytes * (double)q->n_out;
@@ -280,17 +321,17 @@ static void bench_chain(rng_t *r, const char *what, const stage_t *st, int nst, 
     /* where a block's time goes: one more run of the chain with the kernel's stamps */
     setenv("TURBOSPARK_PERSIST_STAMPS", "1", 1);
     ts_cuda_chain *cs;
-    double cyc[5];
+    double cyc[6];
     int khz = 0;
     TS_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     if (ts_cuda_chain_new(p, n, &cs, err, sizeof err) == 0) {
         if (ts_cuda_chain_run(cs, s) == 0 && cudaStreamSynchronize(s) == cudaSuccess &&
             ts_cuda_chain_phases(cs, cyc) == 0) {
             const double us = 1e3 / khz; /* µs a cycle at the device's clock */
-            printf("%-34s a block (stamped run, %d MHz): input + x %.1f us, weights %.1f, sums %.1f, between "
-                   "tiles %.1f;"
-                   " longest block %.1f us\n",
-                   "", khz / 1000, cyc[0] * us, cyc[1] * us, cyc[2] * us, cyc[3] * us, cyc[4] * us);
+            printf("%-34s a block (stamped run, %d MHz): input %.1f us, x %.1f, weights %.1f, sums %.1f, "
+                   "between tiles %.1f; longest block %.1f us\n",
+                   "", khz / 1000, cyc[0] * us, cyc[1] * us, cyc[2] * us, cyc[3] * us, cyc[4] * us,
+                   cyc[5] * us);
         }
         ts_cuda_chain_free(cs);
     }
@@ -311,14 +352,22 @@ static void bench(cudaStream_t s) {
     printf("device-to-device copy: %.0f GB/s (read + write); \"reads at copy speed\": the weights at that "
            "rate\n",
            copy_gbs);
-    const stage_t big[] = {{TS_TYPE_Q4_K, 2560, 10240}, {TS_TYPE_Q4_K, 10240, 2560}};
-    const stage_t expert[] = {{TS_TYPE_Q4_K, 2560, 1280}, {TS_TYPE_Q5_0, 1280, 2560}};
-    const stage_t mixed[] = {{TS_TYPE_Q5_K, 2560, 12288}, {TS_TYPE_Q6_K, 12288, 2560},
-                             {TS_TYPE_Q4_K, 2560, 8192},  {TS_TYPE_Q8_0, 8192, 2560},
-                             {TS_TYPE_Q4_K, 2560, 640},   {TS_TYPE_Q6_K, 512, 2560}};
+    const stage_t big[] = {{TS_TYPE_Q4_K, 2560, 10240, 0}, {TS_TYPE_Q4_K, 10240, 2560, 0}};
+    const stage_t expert[] = {{TS_TYPE_Q4_K, 2560, 1280, 0}, {TS_TYPE_Q5_0, 1280, 2560, 0}};
+    const stage_t mixed[] = {{TS_TYPE_Q5_K, 2560, 12288, 0}, {TS_TYPE_Q6_K, 12288, 2560, 0},
+                             {TS_TYPE_Q4_K, 2560, 8192, 0},  {TS_TYPE_Q8_0, 8192, 2560, 0},
+                             {TS_TYPE_Q4_K, 2560, 640, 0},   {TS_TYPE_Q6_K, 512, 2560, 0}};
     bench_chain(&r, "Q4_K 2560->10240->2560", big, 2, 48, copy_gbs, s);
     bench_chain(&r, "expert-sized Q4_K 2560->1280, Q5_0 ->2560", expert, 2, 240, copy_gbs, s);
     bench_chain(&r, "mixed (Q5_K, Q6_K, Q4_K, Q8_0)", mixed, 6, 24, copy_gbs, s);
+    /* a layer's routed experts at one token: 10 gate|up products read the layer's input (the last down of
+       the layer before), then each down reads its gate|up's first 640 outputs */
+    stage_t layer[20];
+    for (int e = 0; e < 10; e++) {
+        layer[e] = (stage_t){TS_TYPE_Q4_K, 2560, 1280, e + 1};
+        layer[10 + e] = (stage_t){TS_TYPE_Q5_0, 640, 2560, 10};
+    }
+    bench_chain(&r, "layers of experts (10 gate|up, 10 down)", layer, 20, 24, copy_gbs, s);
 }
 
 int main(int argc, char **argv) {
@@ -334,6 +383,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     rng_t r = {0x5EEDu};
+    /* the reference is ts_cuda_matmul's GEMV with the weights as B (TURBOSPARK_TC_WA=0), the form whose sums
+       the chain's tiles of 8 rows repeat bit for bit */
+    setenv("TURBOSPARK_TC_WA", "0", 1);
     const char *v = getenv("TURBOSPARK_PERSIST_WA");
     const bool wa = v && v[0] == '1';
     int bad = 0, failed = 0;

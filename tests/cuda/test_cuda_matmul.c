@@ -257,9 +257,9 @@ static void run_case(uint32_t type, const tcase *c, uint64_t seed, tstats *st) {
 }
 
 /* Expert products (ts_cuda_matmul_experts) of a pair of 3-D tensors [2560, 640, 6] against the CPU,
- * x rounded as the kernel rounds it when it does (Q4_K: the tensor cores): items of x_div = 5
+ * x rounded as the kernel rounds it when it does (the tensor-core types): items of x_div = 5
  * (gate/up: two tokens of five experts) and x_div = 1 (each item its own x row), two items with
- * out-of-range ids (NaN outputs). Q4_K and the low-bit types of the UD-style mixes. */
+ * out-of-range ids (NaN outputs). The tensor-core types and the low-bit types of the UD-style mixes. */
 static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     const int64_t ne0 = 2560, rpe = 640, E = 6, n_items = 10, n_out = 640;
     const size_t rb = ts_row_size(type, ne0);
@@ -310,7 +310,8 @@ static int run_experts_case(uint32_t type, uint64_t seed, int x_div) {
     TS_CUDA_CHECK(cudaMalloc((void **)&ids_d, sizeof ids));
     TS_CUDA_CHECK(cudaMemcpy(x_d, x, (size_t)(nx * ne0) * sizeof(float), cudaMemcpyHostToDevice));
     TS_CUDA_CHECK(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice));
-    TS_CUDA_CHECK(cudaMemset(y_d, 0xFF, (size_t)(n_items * ys) * sizeof(float)));
+    /* zeros, not NaN: the bad ids' outputs must be written as NaN, the others as their sums */
+    TS_CUDA_CHECK(cudaMemset(y_d, 0, (size_t)(n_items * ys) * sizeof(float)));
     const int rc =
         ts_cuda_matmul_experts(&dev[0], &dev[1], ids_d, n_items, rpe, 0, n_out, x_d, x_div, ne0, y_d, ys, 0);
     TS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -423,6 +424,13 @@ int main(int argc, char **argv) {
     }
     fails += run_experts_case(TS_TYPE_Q4_K, seed + 99, 5);
     fails += run_experts_case(TS_TYPE_Q4_K, seed + 98, 1);
+    { /* the other tensor-core types, both ways: 2 x rows staged whole, 10 items each its own x row (more
+         than kTcExpertXRows: staged one at a time) */
+        const uint32_t tc[] = {TS_TYPE_Q5_K, TS_TYPE_Q6_K, TS_TYPE_Q8_0, TS_TYPE_Q5_0};
+        for (int i = 0; i < 4; i++)
+            for (int xd = 0; xd < 2; xd++)
+                fails += run_experts_case(tc[i], seed + 300 + (uint64_t)(2 * i + xd), xd ? 1 : 5);
+    }
     {
         const uint32_t low_bit[] = {TS_TYPE_Q2_K,   TS_TYPE_Q3_K,  TS_TYPE_IQ2_XXS,
                                     TS_TYPE_IQ2_XS, TS_TYPE_IQ2_S, TS_TYPE_IQ3_XXS,

@@ -5,7 +5,8 @@
  *     (a placed tile never covers a live one), ts_ring_at returns each tile's start, and an empty ring
  *     always takes the next tile (the block never waits for a tile it has not issued);
  *   - the tiles of random chains over random grids: every tile of every product is some block's, once,
- *     and each block meets its tiles in chain order;
+ *     and each block meets its tiles in chain order; a block's last tile of each product is flagged
+ *     (ts_tile_last_of_product), and the blocks' counts at those tiles add up to the product's tiles;
  *   - the chain's waits: blocks stepping in random order, each tile waiting for its product's input to
  *     be complete, always finish when every product reads an earlier one, and the same simulation
  *     reports a deadlock for a chain whose product reads a later one (so it can fail). */
@@ -108,19 +109,27 @@ static void test_tiles(void **state) {
     enum { NP = 40 };
     int t0[NP + 1];
     static unsigned char seen[NP * 300];
+    int counted[NP];
     for (int trial = 0; trial < 50; trial++) {
         const int n = 1 + (int)rnd(NP), total = random_chain(t0, n, trial % 2 ? 300 : 5);
         const int grid = 1 + (int)rnd(300);
         memset(seen, 0, sizeof seen);
+        memset(counted, 0, sizeof counted);
         int sum = 0;
         for (int b = 0; b < grid; b++) {
             ts_tile_cursor c = {0, 0};
             const int mine = ts_tiles_of_block(total, b, grid);
             sum += mine;
-            int last = -1;
+            int last = -1, run = 0; /* this block's tiles of product c.p so far */
             for (int j = 0; j < mine; j++) {
                 const int g = b + j * grid;
                 ts_tile_seek(t0, n, g, &c);
+                run++;
+                /* the last of its product: the next tile is another product's, or there is none */
+                ts_tile_cursor nc = c;
+                const int is_last = j + 1 == mine || (ts_tile_seek(t0, n, g + grid, &nc), nc.p != c.p);
+                assert_int_equal(ts_tile_last_of_product(t0, c.p, g, grid) != 0, is_last);
+                if (is_last) counted[c.p] += run, run = 0;
                 assert_true(c.p >= 0 && c.p < n);
                 assert_true(c.tile >= 0 && c.tile < t0[c.p + 1] - t0[c.p]);
                 assert_int_equal(t0[c.p] + c.tile, g);
@@ -131,16 +140,18 @@ static void test_tiles(void **state) {
         }
         assert_int_equal(sum, total);
         for (int g = 0; g < total; g++) assert_int_equal(seen[g], 1);
+        for (int p = 0; p < n; p++) assert_int_equal(counted[p], t0[p + 1] - t0[p]); /* the counts add up */
     }
 }
 
-/* Blocks stepping in random order; a tile of product p runs once dep[p]'s tiles are all done. Returns
- * 1 when every tile ran, 0 on a deadlock (no block can step, tiles left). */
+/* Blocks stepping in random order; a tile of product p runs once dep[p]'s tiles are all counted, and a
+ * block counts its tiles of a product at its last tile of it. Returns 1 when every tile ran, 0 on a
+ * deadlock (no block can step, tiles left). */
 static int simulate(const int *t0, const int *dep, int n, int grid) {
     int total = t0[n], left = total;
     int *done = calloc((size_t)n, sizeof *done), *j = calloc((size_t)grid, sizeof *j);
     ts_tile_cursor *c = calloc((size_t)grid, sizeof *c);
-    int *ready = malloc((size_t)grid * sizeof *ready);
+    int *ready = malloc((size_t)grid * sizeof *ready), *pend = calloc((size_t)grid, sizeof *pend);
     while (left > 0) {
         int nr = 0;
         for (int b = 0; b < grid; b++) {
@@ -150,10 +161,13 @@ static int simulate(const int *t0, const int *dep, int n, int grid) {
             if (d < 0 || done[d] == t0[d + 1] - t0[d]) ready[nr++] = b;
         }
         if (nr == 0) break;
-        const int b = ready[rnd((uint32_t)nr)];
-        done[c[b].p]++, j[b]++, left--;
+        const int b = ready[rnd((uint32_t)nr)], g = b + j[b] * grid;
+        /* the block counts its tiles of a product at its last one (as the kernel's warp 0 does) */
+        pend[b]++, j[b]++, left--;
+        if (ts_tile_last_of_product(t0, c[b].p, g, grid)) done[c[b].p] += pend[b], pend[b] = 0;
     }
-    free(done), free(j), free(c), free(ready);
+    for (int b = 0; b < grid; b++) assert_int_equal(pend[b], 0); /* every tile counted */
+    free(done), free(j), free(c), free(ready), free(pend);
     return left == 0;
 }
 
