@@ -64,7 +64,10 @@ test('completions: greedy equals turbospark run, streamed equals whole', async (
   assert.equal(finish.length, 1);
   assert.equal(finish[0].choices[0].finish_reason, c.finish_reason);
   assert.equal(chunks.map((k) => (k.choices.length ? k.choices[0].text : '')).join(''), c.text);
-  assert.ok(chunks.length > 10, 'the text came in pieces, not at once');
+  // streamed as the text is made: the server sends what is new each time it reads, so a busy machine can
+  // join tokens into fewer chunks, but never the whole text in one
+  const pieces = chunks.filter((k) => k.choices.length && k.choices[0].text);
+  assert.ok(pieces.length >= 2, 'the text came in pieces, not at once');
 });
 
 test('chat: whole and streamed, roles, usage', async () => {
