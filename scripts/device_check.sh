@@ -14,6 +14,8 @@
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
 #                                         an 80 GB card's memory (79.1 GiB) and a 48 GB card's (44.5)
+#   bash scripts/device_check.sh rwpair   this bundle against RW_BASE's (.device-main) on the real-width q4_k_m
+#                                         file: whole prompt, micro-batches 1 and 4, positions that differ at all
 #   bash scripts/device_check.sh server   serve --backend cuda at the released shapes, 64 streaming clients
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
@@ -42,6 +44,9 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
+#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul, with
+#                                         each chunk's rows copied one at a time and as one copy (TURBOSPARK_TC_WHOLE),
+#                                         then the microbenchmark both ways
 #   bash scripts/device_check.sh land     before landing a prefill or attention change: the GEMM's and the
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
@@ -57,6 +62,10 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
+#   bash scripts/device_check.sh gemvncu  why the decode GEMV streams below copy speed: Nsight Compute's
+#                                         throughput, stall, occupancy and memory sections of the tensor-core
+#                                         GEMV's launches in a batch-1 step (a Q4_K dense product, the routed
+#                                         gate|up, the routed down; the first with the source counters)
 #   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
 #                                         fixtures and the chain's twins side by side on the one GPU, then decode
 #                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
@@ -71,9 +80,21 @@ B=$D/turbospark
 out=${OUT:-/tmp}/check$([ $D = .device ] || echo "-${D#.device-}")
 mkdir -p "$out"
 rel=/tmp/rel.gguf
+# REL_LAYERS=n: the released shapes cut to n layers (0: all 48). A card of less than 100 GB (an H100, where the
+# q4_k_m file does not fit) takes 24 unless REL_LAYERS is set. Figures of a cut model are comparisons within
+# one call, never the released model's.
+if [ -z "${REL_LAYERS:-}" ]; then
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  if [ -n "$mib" ] && [ "$mib" -lt 100000 ]; then
+    REL_LAYERS=24
+    echo "note: $mib MiB on this card, too little for the released q4_k_m file: its shapes cut to 24 layers"
+  fi
+fi
+rel_layers=
+[ -n "${REL_LAYERS:-}" ] && [ "$REL_LAYERS" != 0 ] && rel=/tmp/rel$REL_LAYERS.gguf rel_layers="--layers $REL_LAYERS"
 case "${1:-gate}" in
 gate)
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 300 $D/test_cuda_matmul --quick) > "$out/twin.txt" 2>&1
   echo "twin rc=$?"; grep -E "FAIL|experts|tc " "$out/twin.txt" | head -12; tail -16 "$out/twin.txt"
   for tc in ${GATE_TC:-1 0}; do
@@ -93,14 +114,15 @@ all)
   # Correctness first, the tests side by side (each its own folder), then the timings one at a time. Every
   # log goes into one archive, $OUT/all.tgz (the device tool brings back 8 files). ALL_ENV: variables for
   # every test and timing ("TURBOSPARK_TC_WA=1"); ALL_DECODE: the decode variants, ';'-separated ("" is the
-  # default); ALL_B: the batch sizes (1,8,16,64); ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
+  # default); ALL_B: the batch sizes (1,8,16,64); ALL_PROFILE: the batch of bench's step-by-block table (1);
+  # ALL_TESTS=0 / ALL_BENCH=0: timings / tests only; ALL_NCU=B:
   # the warm per-kernel table of a step at batch B.
   t0=$(date +%s); st() { echo "[$(($(date +%s) - t0)) s] $*"; }
   out=/tmp/all-logs; mkdir -p $out
   pack() { tar czf "${OUT:-/tmp}/all.tgz" -C "$out" . 2>/dev/null; }
   export ${ALL_ENV:-TS_ALL_ENV=}
   echo "env: ${ALL_ENV:-none}"
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   if [ "${ALL_TESTS:-1}" = 1 ]; then
   (timeout 300 $D/test_cuda_matmul --quick > "$out/twin.txt" 2>&1; echo "rc=$?" >> "$out/twin.txt") &
   for tc in ${FWD_TCS:-1 0}; do
@@ -131,7 +153,9 @@ all)
   for v in "${variants[@]}"; do
     echo "== decode ${v:-default}"
     env $v timeout 150 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b ${ALL_B:-1,8,16,64} --ctx 1 -r 2 \
+      --profile-batch ${ALL_PROFILE:-1} \
       2> "$out/bench$i.err" | tee "$out/bench$i.txt" | grep -E "tg"
+    grep -A10 "^| block" "$out/bench$i.txt" | grep -E "^\| (hc|gdn|qsa|moe|output|total)"
     st "decode ${v:-default}"; i=$((i + 1)); pack
   done
   if [ -n "${ALL_NCU:-}" ]; then
@@ -171,6 +195,63 @@ realwidth | kl)
   (TS_BIN=$B TS_TMP=/tmp/rwt TS_REALWIDTH=/tmp/rw/realwidth_4l timeout 500 bash tests/cuda/$t.sh) > "$out/$t.txt" 2>&1
   echo "$t rc=$?"; cat "$out/$t.txt" | tail -14
   ;;
+rwpair)
+  # Two builds on the real-width fixture's q4_k_m file: this bundle's and RW_BASE's (.device-main: a bundle of
+  # main), the whole prompt and micro-batches 1 and 4, each of this build's runs against the base's (positions
+  # that differ at all, the largest difference): a change that claims the same sums shows 0 everywhere. Then
+  # micro-batches 1 and 4 of this build with each switch of RW_ENVS (';'-separated) against the base, to find
+  # the one that moves a sum.
+  [ -f /tmp/rw/realwidth_4l/logits.npy ] ||
+    (timeout 400 python3 tools/fixtures/make_golden.py --out /tmp/rw --only realwidth_4l --device cuda) > "$out/rw_make.txt" 2>&1
+  echo "fixture rc=$?"
+  base=${RW_BASE:-.device-main} # a bundle's name in the working directory, as TS_DEVICE_DIR
+  [ -x $base/turbospark ] || tar xJf $base.tar.xz
+  fx=/tmp/rw/realwidth_4l
+  for d in $D $base; do
+    LD_LIBRARY_PATH=$PWD/$d/lib $d/turbospark convert $fx -o /tmp/rwp.${d#.}.gguf --type q4_k_m > /dev/null 2>&1 || echo "convert failed: $d"
+  done
+  # rw_logits DIR UB OUT [VAR=VALUE ...]: the file's logits by build DIR in micro-batches of UB (0: the whole prompt)
+  rw_logits() {
+    local d=$1 ub=$2 o=$3; shift 3
+    rm -f $o
+    env "$@" LD_LIBRARY_PATH=$PWD/$d/lib timeout 200 $d/turbospark logits -m /tmp/rwp.${d#.}.gguf \
+      --tokens-npy $fx/tokens.npy -o $o $([ $ub = 0 ] || echo --ubatch $ub) --backend cuda > /dev/null 2>> "$out/rwpair.err" ||
+      { echo "logits failed: $d ub $ub $*"; rm -f $o; }
+  }
+  rw_diff() { # A B WHAT: positions whose logits differ in any bit (NaN and Inf included), the largest difference
+    [ -f "$1" ] && [ -f "$2" ] || { echo "$3: not compared (a run above failed)"; return; }
+    python3 - "$@" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1], mmap_mode="r"), np.load(sys.argv[2], mmap_mode="r")
+assert a.shape == b.shape and a.dtype == b.dtype, f"{sys.argv[3]}: {a.shape} {a.dtype} against {b.shape} {b.dtype}"
+bits = lambda v: np.ascontiguousarray(v).view(np.uint8).reshape(v.shape[0], -1)
+scale, worst, rows, nonfinite = 0.0, 0.0, [], 0
+for i in range(0, b.shape[0], 256):
+    x, y = np.asarray(a[i:i + 256]), np.asarray(b[i:i + 256])
+    scale = max(scale, float(np.nanmax(np.abs(np.where(np.isfinite(y), y, 0)))))
+    rows += (i + np.nonzero((bits(x) != bits(y)).any(-1))[0]).tolist()
+    nonfinite += int((~np.isfinite(x)).sum())
+    d = np.abs(x.astype(np.float64) - y)
+    worst = max(worst, float(np.nanmax(np.where(np.isfinite(d), d, 0))))
+print(f"{sys.argv[3]}: {len(rows)} of {b.shape[0]} positions differ from the base in some bit, largest finite difference "
+      f"{worst / scale if scale else 0:.2e} of max|logit|, {nonfinite} values not finite; first {rows[:8]}")
+PY
+  }
+  for ub in 0 1 4; do
+    rw_logits $base $ub /tmp/rwp.base.ub$ub.npy
+    rw_logits $D $ub /tmp/rwp.this.npy
+    rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub$ub.npy "$([ $ub = 0 ] && echo whole prompt || echo micro-batch $ub), this build"
+  done
+  IFS=';' read -r -a envs <<< "${RW_ENVS:-}"
+  for e in "${envs[@]+"${envs[@]}"}"; do
+    [ -n "$e" ] || continue
+    for ub in 1 4; do
+      rw_logits $D $ub /tmp/rwp.this.npy $e
+      rw_diff /tmp/rwp.this.npy /tmp/rwp.base.ub$ub.npy "micro-batch $ub, this build with $e"
+    done
+  done
+  rm -f /tmp/rwp.*.npy
+  ;;
 server)
   $B convert models/demo -o /tmp/demo.gguf --type bf16 --quiet > /dev/null 2>&1
   [ -f /tmp/rel-tok.gguf ] || $B synth --released --sparse --type q4_k_m --tokenizer-from /tmp/demo.gguf \
@@ -180,13 +261,13 @@ server)
   echo "server load rc=$?"; tail -8 "$out/server.txt"
   ;;
 ctx)
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 -d 1024,32768,131072,262144 \
     -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
   ;;
 ab)
   # Prefill with the hyper-connections' split products off and on (the fp32 GEMM against the tensor cores)
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for sp in 0 1; do
     echo "TURBOSPARK_CUDA_HC_SPLIT=$sp"
     TURBOSPARK_CUDA_HC_SPLIT=$sp timeout 150 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 1 -b 1 \
@@ -223,7 +304,7 @@ gemm)
   # 1 the GDN qkv in Q5_K, 9 the routed gate|up, 11 the routed down in Q8_0; the last with the source
   # counters). "gemm quick": the GEMM's twin tests, the golden fixtures, prefill figures and the launch
   # table, then test_cuda_forward for the time that is left (a loop for GEMM changes).
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   if [ "${2:-}" = quick ]; then
     (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
     echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
@@ -252,13 +333,47 @@ gemm)
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
   ;;
+gemvncu)
+  # The sections of three tensor-core GEMV launches of a batch-1 decode step (matched on demangled names: Q4_K is type 12;
+  # the 11th launch of each kind, past the first layers' cold start), then the 8 largest stall reasons of each.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
+  i=0
+  for k in "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks" "regex:gemv_tc_kernel<12, ts_cu::.*expert_chunks" \
+           "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks"; do
+    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis $([ $i = 0 ] && echo --section SourceCounters) \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/sec_gemv$i.txt" 2>&1
+    echo "== $k rc=$?"
+    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible" "$out/sec_gemv$i.txt" | head -16
+    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/sec_gemv$i.txt" | head -10
+    i=$((i + 1))
+  done
+  ;;
+gemvmb)
+  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed), for each
+  # TURBOSPARK_TC_WHOLE of GEMVMB_WHOLE ("0 1"), the first with the source counters, then the microbenchmark.
+  for w in ${GEMVMB_WHOLE:-0 1}; do
+    TURBOSPARK_TC_WHOLE=$w timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
+      $D/bench_cuda_matmul 3 q4_K > "$out/mb_ncu$w.txt" 2>&1
+    echo "== TURBOSPARK_TC_WHOLE=$w rc=$?"
+    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu$w.txt" | head -20
+    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu$w.txt" | head -10
+  done
+  for w in ${GEMVMB_WHOLE:-0 1}; do
+    echo "== bench_cuda_matmul TURBOSPARK_TC_WHOLE=$w"
+    TURBOSPARK_TC_WHOLE=$w timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
+  done
+  ;;
 land)
   # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
   # rounds q, k, v as the 16-bit K/V caches do), the attention kernels' times at 4,096 rows (`qsa`),
   # prefill and decode with everything on, without the x-resident form and without the tensor-core
   # hyper-connection products, the sections of one hyper-connection up launch, batch-1 decode at 32K.
   # The real-width gate is `realwidth` (its own call).
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 150 $D/test_cuda_gemm --quick) > "$out/gemm.txt" 2>&1
   echo "gemm rc=$?"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
   (TS_BIN=$B TS_FIXTURES=tests/fixtures TS_TMP=/tmp/g timeout 150 bash tests/cuda/golden_cuda.sh) > "$out/golden.txt" 2>&1
@@ -284,7 +399,7 @@ wg)
   # TURBOSPARK_CUDA_GEMM_WG=1 (the grouped ones too), as built and =0 (neither), then Nsight Compute's
   # sections of one Q5_K launch (GDN qkv) in a 4,096-token prompt; WG_RW=1: the twin cases, prefill, then
   # the real-width gate as built (no golden, forward, ncu)
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (timeout 120 $D/test_cuda_gemm --wg) > "$out/wg.txt" 2>&1
   echo "wg rc=$?"; tail -12 "$out/wg.txt"
   if [ "${WG_RW:-0}" = 0 ]; then
@@ -323,7 +438,7 @@ wgncu)
 batch)
   # Many streams: is one GEMV an item (each item re-reads its expert) or the grouped products (an expert's
   # rows read once a tile of its items) faster at 8-64 rows; then where a 64-row step goes, both ways
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for g in "" 1 x0; do # x0: the expert products of more than 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0)
     echo "== TURBOSPARK_CUDA_MOE_GROUPED=${g#x0}$([ "$g" = x0 ] && echo ' TURBOSPARK_TC_XROW=0')"
     env $([ "$g" = x0 ] && echo TURBOSPARK_TC_XROW=0) TURBOSPARK_CUDA_MOE_GROUPED=${g#x0} timeout 200 $B bench -m $rel \
@@ -351,7 +466,7 @@ chain)
   ;;
 speed)
   # Decode at batch 1 to 64, then prefill at the default micro-batch (4,096 on CUDA) and at 512 to 4,096
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 200 $B bench -m $rel --backend cuda --random-weights -p 512,8192 -n 32 -b 1,8,16,64 --ctx 1 -r 2 \
     2> "$out/speed.err" | tee "$out/speed.txt" | grep -E "pp|tg"
   timeout 250 $B bench -m $rel --backend cuda --random-weights -p 8192 -ub 512,1024,2048,4096 -n 1 -b 1 --ctx 1 \
@@ -374,7 +489,7 @@ ud)
 sweep)
   # The tensor-core GEMV's knobs at one token: dense products on it (TURBOSPARK_CUDA_GEMV_TC=2),
   # warps a block and blocks an SM; the GEMV microbenchmark and batch-1 decode for each.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   for cfg in "1 4 4" "2 4 4" "2 8 4" "2 4 8" "2 8 8"; do
     set -- $cfg
     echo "== GEMV_TC=$1 TC_WARPS=$2 TC_PER_SM=$3"
@@ -387,7 +502,7 @@ sweep)
 wa)
   # The tensor-core GEMV with the weights as the MMAs' A operand (TURBOSPARK_TC_WA=1): its twin and the
   # forward's under the gate, then decode b1/8 and the GEMV microbenchmark both ways
-  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1 & }
+  [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
   (TURBOSPARK_TC_WA=1 timeout 200 $D/test_cuda_matmul --quick) > "$out/twin_wa.txt" 2>&1
   echo "twin WA=1 rc=$?"; grep -E "FAIL" "$out/twin_wa.txt" | head -8; tail -2 "$out/twin_wa.txt"
   (TURBOSPARK_TC_WA=1 TURBOSPARK_CUDA_GEMV_TC=1 timeout ${FWD_S:-200} $D/test_cuda_forward /tmp) > "$out/fwd_wa.txt" 2>&1
@@ -403,7 +518,7 @@ wa)
   ;;
 table)
   # The warm per-kernel table of one decode step at batch ${2:-64} (where a many-streams step goes).
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 400 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_b${2:-64}.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $B bench -m $rel --backend cuda --random-weights -p 0 -n 1 -b ${2:-64} --profile-batch ${2:-64} --ctx 1 -r 1 > /dev/null 2>&1
@@ -413,7 +528,7 @@ prefill)
   # Prefill figures, then where one 4,096-token prompt's GPU time goes (one micro-batch: the CUDA
   # default), kernel by kernel (ncu with warm caches; the sum includes bench's warm-up prompt and one
   # decode step; nsys cannot write reports on this machine).
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   timeout 300 $B bench -m $rel --backend cuda --random-weights -p 512,${2:-8192} -n 1 -b 1 --ctx 1 -r 1 2> "$out/pp.err" |
     tee "$out/pp.txt" | grep -E "pp|tg"
   timeout 300 ncu --clock-control none --cache-control none --csv --log-file "$out/ncu_pp4096.csv" \
@@ -424,7 +539,7 @@ prefill)
 diag)
   # Why the decode kernels are slow: a per-kernel table with warm caches (as in a real step), and
   # Nsight Compute's stall and occupancy sections for the main kernels of a batch-1 step.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m -o $rel > /dev/null 2>&1
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   ls -d /opt/nvidia/nsight-systems*/*/bin /usr/local/cuda*/nsight-systems* /usr/local/cuda/bin/nsys 2>/dev/null; command -v nsys
   timeout 300 ncu --clock-control none --cache-control none --profile-from-start off --csv --log-file "$out/ncu_warm.csv" \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \

@@ -11,7 +11,9 @@ from collections import defaultdict
 def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
     lines = open(path, errors="replace").read().splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None: # ncu profiled nothing (the program failed or no kernel matched): say so, and what it said
+        sys.exit(f"ncu_table: no kernel results in {path}; its last lines:\n" + "\n".join(lines[-5:]))
     per = defaultdict(lambda: {"n": set(), "ns": 0.0, "bytes": 0.0})
     for row in csv.DictReader(lines[start:]):
         full = re.sub(r"\(anonymous namespace\)::|<unnamed>::|ts_cu::|^void ", "", row["Kernel Name"])

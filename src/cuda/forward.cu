@@ -104,8 +104,8 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     w.tcx = at(TS_WORK_TCX), w.tcx_bytes = (size_t)L.elems[TS_WORK_TCX] * 4;
     c->scratch_ctx = ctx;
     c->b.max_ctx = ctx;
-    if (cudaMemset(w.route_count, 0, (size_t)N * sizeof(unsigned)) != cudaSuccess)
-        return ts_errf(err, errlen, "could not clear the router's block counters on the GPU");
+    if (cudaMemset(w.route_count, 0, (size_t)L.elems[TS_WORK_ROUTE_COUNT] * sizeof(unsigned)) != cudaSuccess)
+        return ts_errf(err, errlen, "could not clear the router's and the MoE combine's counters on the GPU");
     for (int64_t i = 0; i <= N; i++) // graphs captured with the old buffers are stale
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]), c->graphs[i] = nullptr, c->warm[i] = false;
     return 0;
@@ -166,6 +166,8 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
     // PLE changes R in between or the final mixer follows (it reads gathered rows); while tracing,
     // the plain write keeps R observable between blocks.
     bool normed = false; // w->xn holds the norm the next read needs
+    w->hc_defer.next = NULL;
+    w->hc_defer.off = c->trace != NULL; // R observable after every write
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const ts_cuda_layer *L = &c->cm.layers[l];
         if ((int32_t)l == hp->ple_layer) {
@@ -197,21 +199,26 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         }
         // the MoE's last step (its combine) is done by the next write when that write is also the next
         // read's norm (ts_cuda_hc_write_norm_moe)
+        // (unless the MoE's down launch made it: then a plain write, which the next read may take in)
         normed = l + 1 < hp->n_layer && (int32_t)(l + 1) != hp->ple_layer && !c->trace;
+        int combined = 1; // y is the MoE output
         {
             prof_scope p(c, TS_PROF_MOE);
-            if (normed ? ts_cuda_moe_uncombined(w, L, (int)l, w->x, N, w->y, s)
-                       : ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s))
-                return "MoE";
+            combined = normed ? ts_cuda_moe_uncombined(w, L, (int)l, w->x, N, w->y, s)
+                              : (ts_cuda_moe(w, L, (int)l, w->x, N, w->y, s) == 0 ? 1 : -1);
+            if (combined < 0) return "MoE";
         }
         {
             prof_scope p(c, TS_PROF_HC);
-            if (normed ? ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, &c->cm.layers[l + 1].hc_attn, s)
-                       : ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s))
+            const ts_cuda_hc *next = normed ? &c->cm.layers[l + 1].hc_attn : NULL;
+            if (!normed    ? ts_cuda_hc_write(hp, w->R, w->y, w->inj, N, s)
+                : combined ? ts_cuda_hc_write_norm(w, w->R, w->y, w->inj, N, next, s)
+                           : ts_cuda_hc_write_norm_moe(w, w->R, w->y, w->inj, N, next, s))
                 return "a hyper-connection write";
         }
         trace(c, (int)l, 1);
     }
+    if (w->hc_defer.next) return "a hyper-connection write (left to a read that did not follow)";
     if (n_logit > 0) {
         prof_scope p(c, TS_PROF_OUTPUT);
         const int W = (int)(hp->hc_count * hp->n_embd);
@@ -499,6 +506,19 @@ extern "C" const char *ts_cuda_ctx_device_name(const ts_cuda_ctx *c) {
 extern "C" int64_t ts_cuda_ctx_max_rows(const ts_cuda_ctx *c) {
     return c->o.max_rows;
 }
+extern "C" int64_t ts_cuda_hc_writes_deferred(const ts_cuda_ctx *c) {
+    return c ? c->w.hc_defer.count : 0;
+}
+extern "C" int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c) {
+    return c ? c->w.moe_planned : 0;
+}
+extern "C" int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c) {
+    return c ? c->w.swiglu_staged : 0;
+}
+extern "C" int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c) {
+    return c ? c->w.qsa_joined : 0;
+}
+
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;
 }

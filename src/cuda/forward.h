@@ -90,6 +90,20 @@ int ts_cuda_forward(ts_cuda_ctx *c, ts_cuda_seq *const *q, const int32_t *const 
 typedef void (*ts_cuda_trace_fn)(void *ctx, int layer, int block, const float *R, int64_t N);
 void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx);
 
+/* Tests: how many hyper-connection writes this context has left to the fused read that follows them
+ * (src/cuda/hc.cu; TURBOSPARK_CUDA_HC_DEFER=0 stops it), counted as the forwards were enqueued. */
+int64_t ts_cuda_hc_writes_deferred(const ts_cuda_ctx *c);
+
+/* Tests: how many expert products this context has run as planned GEMVs (src/cuda/moe.cu: the items of an
+ * expert as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED), counted as the forwards were enqueued. */
+int64_t ts_cuda_moe_planned_products(const ts_cuda_ctx *c);
+/* Tests: how many MoE blocks of this context computed the SwiGLU in their down launch (src/cuda/moe.cu, one
+ * token; TURBOSPARK_CUDA_SWIGLU_STAGED=0 stops it). */
+int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c);
+/* Tests: how many QSA blocks of this context ran their input projections as one product (src/cuda/qsa.cu, one
+ * row; TURBOSPARK_CUDA_QSA_JOIN=0 stops it). */
+int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c);
+
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds
  * {embed, hc, ple, gdn, qsa, moe, output}; returns 0 or −1 with err. */

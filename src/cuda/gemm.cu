@@ -80,12 +80,13 @@
 //      off[e] + j·TT, min(TT, tot[e] − j·TT), j}; n_tiles = total.
 // R = min(32, what fits kPlanSmem (96 KiB) of counters): 32 for E up to ~700, fewer beyond, none
 // past E ≈ 6100 (ts_cuda_expert_plan_supported; ts_cuda_moe then keeps the GEMV path).
-// Plan scratch (ts_cuda_expert_plan_bytes): align256(4·n) + align256(16·max over TT of max_tiles)
+// Plan scratch (ts_cuda_expert_plan_bytes): align256(4·n) + align256(16·max over TT (8 .. 64) of max_tiles)
 // + 256 bytes (the n_tiles counter).
 // Tiles per launch: Σ_e ⌈c_e / TT⌉ ≤ (n + min(n, E + 1)·(TT − 1)) / TT = max_tiles. The GEMM
 // grid is (⌈rows / 128⌉, min(max_tiles, 65535)); blockIdx.y loops over tiles q < *n_tiles and blocks
 // past the work list exit. TT (the tile's column count) from the mean items per expert n / E:
-// 16 up to 16, 32 up to 32, else 64 (configurations 4, 3, 1; all 128 rows; see plan_tile).
+// 16 up to 16, 32 up to 32, else 64 (configurations 4, 3, 1; all 128 rows; see plan_tile); or as the caller
+// asks (ts_cuda_expert_plan_build_tile: 8 for the tensor-core GEMV's planned expert products, gemv_tc.h).
 //
 // ts_cuda_gemm_experts then runs gemm_kernel on the plan: column j of tile q is item
 // sorted[start + j]; its x row is x + ⌊item / x_div⌋·x_stride, its outputs go to
@@ -395,11 +396,18 @@ extern "C" size_t ts_cuda_expert_plan_bytes(int64_t n_items, int64_t n_experts) 
 extern "C" int ts_cuda_expert_plan_build(const int32_t *ids_dev, int64_t n_items, int64_t n_experts,
                                          void *scratch, size_t scratch_bytes, ts_cuda_expert_plan *plan,
                                          cudaStream_t s) {
+    return ts_cuda_expert_plan_build_tile(ids_dev, n_items, n_experts, 0, scratch, scratch_bytes, plan, s);
+}
+
+extern "C" int ts_cuda_expert_plan_build_tile(const int32_t *ids_dev, int64_t n_items, int64_t n_experts,
+                                              int tile, void *scratch, size_t scratch_bytes,
+                                              ts_cuda_expert_plan *plan, cudaStream_t s) {
     const int R = plan_ranges(n_experts);
     if (!plan || R == 0 || n_items < 0 || n_items > INT_MAX / 2 || !scratch ||
-        (reinterpret_cast<uintptr_t>(scratch) & 15u) || (n_items > 0 && !ids_dev))
+        (reinterpret_cast<uintptr_t>(scratch) & 15u) || (n_items > 0 && !ids_dev) ||
+        (tile != 0 && tile != 8 && tile != 16 && tile != 32 && tile != 64))
         return -1;
-    const int tt = plan_tile(n_items, n_experts);
+    const int tt = tile ? tile : plan_tile(n_items, n_experts);
     const int64_t mt = plan_max_tiles(n_items, n_experts, tt);
     if (plan_bytes_for(n_items, mt) > scratch_bytes || mt > INT_MAX) return -1;
     uint8_t *p = static_cast<uint8_t *>(scratch);

@@ -52,7 +52,7 @@ typedef struct ts_cuda_expert_plan {
     const int32_t *n_tiles; /* [1] tiles in use (device) */
     int64_t n_items, n_experts;
     int64_t max_tiles; /* a bound on *n_tiles from n_items and n_experts */
-    int tile;          /* items a tile: 16, 32 or 64, from the mean items per expert */
+    int tile;          /* items a tile: 16, 32 or 64, from the mean items per expert (or 8 where asked) */
 } ts_cuda_expert_plan;
 
 /* Whether plans can be built for this many experts (the sort keeps per-expert counters in shared
@@ -67,6 +67,10 @@ size_t ts_cuda_expert_plan_bytes(int64_t n_items, int64_t n_experts);
  * Returns 0, or -1 for invalid arguments or a failed launch. */
 int ts_cuda_expert_plan_build(const int32_t *ids_dev, int64_t n_items, int64_t n_experts, void *scratch,
                               size_t scratch_bytes, ts_cuda_expert_plan *plan, cudaStream_t s);
+/* The same with tiles of `tile` items (8, 16, 32 or 64; 0: from the mean items per expert, as above). */
+int ts_cuda_expert_plan_build_tile(const int32_t *ids_dev, int64_t n_items, int64_t n_experts, int tile,
+                                   void *scratch, size_t scratch_bytes, ts_cuda_expert_plan *plan,
+                                   cudaStream_t s);
 
 /* ts_cuda_matmul_experts (matmul.h) computed as grouped GEMMs over a plan: the same arguments and
  * outputs for every item i of the plan (expert ids_dev[i] of the plan's ids):

@@ -59,17 +59,18 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
 // ---- shared memory -------------------------------------------------------------------------------
 
 // [barriers | partial sums | x scales | x sums | x | weight stages], each 16-byte aligned (stages 128).
+// Partial sums: two chunks' (double-buffered) of ng token groups (the weights-as-A chunks of 9–16 tokens: 2).
 // x: nx rows of ne0 inputs staged as 2 bytes each (fp16), a scale per group of 128 or 256 inputs, and
 // (K-quants) four sub-block sums per super-block.
 struct tc_layout {
     size_t red, xsc, xsum, xs, stages, total;
-    __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride) {
+    __host__ __device__ tc_layout(int nw, int nx, int ne0, int ns, int row_stride, int ng = 1) {
         const size_t groups = static_cast<size_t>(nx) * (ne0 / 128),
                      supers = static_cast<size_t>(nx) * (ne0 / kTcSuper);
-        red = 128;                                // kMaxStages barriers
-        xsc = red + 2 * nw * 32 * sizeof(float4); // 2 × nw × 32 float4
-        xsum = xsc + ((groups * 4 + 15) & ~15ul); // up to one float a group
-        xs = xsum + supers * 4 * sizeof(uint2);   // 4 uint2 a super-block
+        red = 128;                                                          // kMaxStages barriers
+        xsc = red + 2 * static_cast<size_t>(ng) * nw * 32 * sizeof(float4); // 2 × ng × nw × 32 float4
+        xsum = xsc + ((groups * 4 + 15) & ~15ul);                           // up to one float a group
+        xs = xsum + supers * 4 * sizeof(uint2);                             // 4 uint2 a super-block
         stages = (xs + static_cast<size_t>(nx) * ne0 * 2 + 127) & ~127ul;
         total = stages + static_cast<size_t>(ns) * kTcTile * row_stride;
     }
@@ -220,31 +221,42 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 // Tokens up to 8 (B's columns). Result of a lane: (row g, token 2t), (row g, 2t + 1), (row g + 8, 2t),
 // (row g + 8, 2t + 1).
 
-// One super-block: 16 + 1 MMAs, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller).
-template <int TYPE>
-__device__ __forceinline__ float4 kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                                  const uint2 *xsum, int nsb, int xr, int sb, int g, int t) {
+// NG token groups of 8 (1, or 2 for chunks of 9–16 tokens): the weights are decoded into A once and each group
+// runs its own MMAs with its own B (x of token 8q + g), so a token's sums are the same whatever group it falls in
+// and however many tokens share the chunk. xr[q]: the lane's B column's x row in group q; x0[q], x1[q]: its C
+// columns' (tokens 8q + 2t and 8q + 2t + 1).
+
+// One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller).
+template <int TYPE, int NG>
+__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                                const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
+                                                int g, int t, float4 (&out)[NG]) {
     constexpr int BS = tc_kquant<TYPE>::BS;
     const uint8_t *s0 = st + g * row_stride + sb * BS, *s8 = st + (g + 8) * row_stride + sb * BS;
     uint32_t A0[16][2], A8[16][2], Amin0, Amin8;
     kquant_b_frags<TYPE>(s0, t, A0, Amin0);
     kquant_b_frags<TYPE>(s8, t, A8, Amin8);
-    const uint4 *xa =
-        reinterpret_cast<const uint4 *>(xs + static_cast<size_t>(xr * nsb + sb) * kTcXsSuper + t * kTcXsLane);
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const uint4 a = xa[i ^ t];
-        mma_f16(c, A0[2 * i][0], A8[2 * i][0], A0[2 * i][1], A8[2 * i][1], a.x, a.y);
-        mma_f16(c1, A0[2 * i + 1][0], A8[2 * i + 1][0], A0[2 * i + 1][1], A8[2 * i + 1][1], a.z, a.w);
-    }
-    c[0] += c1[0], c[1] += c1[1], c[2] += c1[2], c[3] += c1[3];
-    const uint2 sx = xsum[(xr * nsb + sb) * 4 + t];
-    mma_f16(cm, Amin0, Amin8, Amin0, Amin8, sx.x, sx.y);
     const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(s0)); // d, dmin of row g
     const float2 f8 = __half22float2(*reinterpret_cast<const __half2 *>(s8)); // of row g + 8
-    return make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f0.x, c[1], -64.0f * f0.y * cm[1]),
-                       fmaf(f8.x, c[2], -64.0f * f8.y * cm[2]), fmaf(f8.x, c[3], -64.0f * f8.y * cm[3]));
+#pragma unroll
+    for (int q = 0; q < NG; q++) {
+        const uint4 *xa = reinterpret_cast<const uint4 *>(
+            xs + static_cast<size_t>(xr[q] * nsb + sb) * kTcXsSuper + t * kTcXsLane);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+              cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint4 a = xa[i ^ t];
+            mma_f16(c, A0[2 * i][0], A8[2 * i][0], A0[2 * i][1], A8[2 * i][1], a.x, a.y);
+            mma_f16(c1, A0[2 * i + 1][0], A8[2 * i + 1][0], A0[2 * i + 1][1], A8[2 * i + 1][1], a.z, a.w);
+        }
+        c[0] += c1[0], c[1] += c1[1], c[2] += c1[2], c[3] += c1[3];
+        const uint2 sx = xsum[(xr[q] * nsb + sb) * 4 + t];
+        mma_f16(cm, Amin0, Amin8, Amin0, Amin8, sx.x, sx.y);
+        out[q] =
+            make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f0.x, c[1], -64.0f * f0.y * cm[1]),
+                        fmaf(f8.x, c[2], -64.0f * f8.y * cm[2]), fmaf(f8.x, c[3], -64.0f * f8.y * cm[3]));
+    }
 }
 
 // acc += (e0, e1, e0, e1) · v: tokens 2t (x, z) and 2t + 1 (y, w).
@@ -255,24 +267,28 @@ __device__ __forceinline__ void add_scaled_wa(float4 &acc, float e0, float e1, f
     acc.w = fmaf(e1, v.w, acc.w);
 }
 
-// A chunk's partial sums, K-quants: the super-blocks first, first + step, ... (x row xr: token g's, the B
-// column of this lane; x rows x0, x1: tokens 2t and 2t + 1, the C columns).
-template <int TYPE>
+// A chunk's partial sums, K-quants: the super-blocks first, first + step, ...
+template <int TYPE, int NG>
 __device__ __forceinline__ void dot_kquant_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                              const uint2 *xsum, const float *xsc, int nsb, int xr, int x0,
-                                              int x1, int first, int step, int g, int t, float4 &acc) {
+                                              const uint2 *xsum, const float *xsc, int nsb,
+                                              const int (&xr)[NG], const int (&x0)[NG], const int (&x1)[NG],
+                                              int first, int step, int g, int t, float4 (&acc)[NG]) {
     for (int sb = first; sb < nsb; sb += step) {
-        const float4 v = kquant_super_wa<TYPE>(st, row_stride, xs, xsum, nsb, xr, sb, g, t);
-        add_scaled_wa(acc, xsc[x0 * nsb + sb], xsc[x1 * nsb + sb], v);
+        float4 v[NG];
+        kquant_super_wa<TYPE, NG>(st, row_stride, xs, xsum, nsb, xr, sb, g, t, v);
+#pragma unroll
+        for (int q = 0; q < NG; q++)
+            add_scaled_wa(acc[q], xsc[x0[q] * nsb + sb], xsc[x1[q] * nsb + sb], v[q]);
     }
 }
 
 // The same for the in-order types: per MMA (Q6_K: sub-block) or pair of MMAs (Q8_0, Q5_0: block) the scale
 // of rows g and g + 8 in fp32, per group the tokens' x scales.
-template <int TYPE>
+template <int TYPE, int NG>
 __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                               const float *xsc, int ne0, int xr, int x0, int x1, int first,
-                                               int step, int g, int t, float4 &acc) {
+                                               const float *xsc, int ne0, const int (&xr)[NG],
+                                               const int (&x0)[NG], const int (&x1)[NG], int first, int step,
+                                               int g, int t, float4 (&acc)[NG]) {
     using Q = tc_inorder<TYPE>;
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
@@ -281,62 +297,84 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
         return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
     };
     for (int gi = first; gi < ng; gi += step) {
-        const uint2 *xa =
-            reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr * ng + gi) * UPG * 8) + t;
-        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // (row g: tokens 2t, 2t + 1; row g + 8: the same)
+        const uint2 *xa[NG];
+        float4 s[NG]; // (row g: tokens 2t, 2t + 1; row g + 8: the same)
+#pragma unroll
+        for (int q = 0; q < NG; q++) {
+            xa[q] = reinterpret_cast<const uint2 *>(xs + static_cast<size_t>(xr[q] * ng + gi) * UPG * 8) + t;
+            s[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
 #pragma unroll
         for (int b = 0; b < BPG; b++) {
             const int blk = gi * BPG + b;
             if (TYPE == TS_TYPE_Q6_K) { // 16 MMAs, each its sub-block's int8 scale; d once
-                float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                float4 qa[NG];
+#pragma unroll
+                for (int q = 0; q < NG; q++) qa[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                 for (int m = 0; m < 16; m++) {
                     uint32_t a01, a45, a23, a67;
                     inorder_b_frag<TYPE>(r0 + blk * Q::BS, m, t, a01, a45);
                     inorder_b_frag<TYPE>(r8 + blk * Q::BS, m, t, a23, a67);
-                    const uint2 bx = xa[m * 4];
-                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_f16(c, a01, a23, a45, a67, bx.x, bx.y);
                     const float sc0 = static_cast<float>(static_cast<int8_t>(r0[blk * Q::BS + 192 + m]));
                     const float sc8 = static_cast<float>(static_cast<int8_t>(r8[blk * Q::BS + 192 + m]));
-                    q.x = fmaf(sc0, c[0], q.x), q.y = fmaf(sc0, c[1], q.y);
-                    q.z = fmaf(sc8, c[2], q.z), q.w = fmaf(sc8, c[3], q.w);
+#pragma unroll
+                    for (int q = 0; q < NG; q++) {
+                        const uint2 bx = xa[q][m * 4];
+                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_f16(c, a01, a23, a45, a67, bx.x, bx.y);
+                        qa[q].x = fmaf(sc0, c[0], qa[q].x), qa[q].y = fmaf(sc0, c[1], qa[q].y);
+                        qa[q].z = fmaf(sc8, c[2], qa[q].z), qa[q].w = fmaf(sc8, c[3], qa[q].w);
+                    }
                 }
                 const float d0 = half_at(r0 + blk * Q::BS + 208), d8 = half_at(r8 + blk * Q::BS + 208);
-                s.x = fmaf(d0, q.x, s.x), s.y = fmaf(d0, q.y, s.y);
-                s.z = fmaf(d8, q.z, s.z), s.w = fmaf(d8, q.w, s.w);
+#pragma unroll
+                for (int q = 0; q < NG; q++) {
+                    s[q].x = fmaf(d0, qa[q].x, s[q].x), s[q].y = fmaf(d0, qa[q].y, s[q].y);
+                    s[q].z = fmaf(d8, qa[q].z, s[q].z), s[q].w = fmaf(d8, qa[q].w, s[q].w);
+                }
             } else { // Q8_0, Q5_0: two MMAs a block, its d
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                float c[NG][4];
+#pragma unroll
+                for (int q = 0; q < NG; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     uint32_t a01, a45, a23, a67;
                     inorder_b_frag<TYPE>(r0 + blk * Q::BS, m, t, a01, a45);
                     inorder_b_frag<TYPE>(r8 + blk * Q::BS, m, t, a23, a67);
-                    const uint2 bx = xa[(2 * b + m) * 4];
-                    mma_f16(c, a01, a23, a45, a67, bx.x, bx.y);
+#pragma unroll
+                    for (int q = 0; q < NG; q++) {
+                        const uint2 bx = xa[q][(2 * b + m) * 4];
+                        mma_f16(c[q], a01, a23, a45, a67, bx.x, bx.y);
+                    }
                 }
                 const float d0 = half_at(r0 + blk * Q::BS), d8 = half_at(r8 + blk * Q::BS);
-                s.x = fmaf(d0, c[0], s.x), s.y = fmaf(d0, c[1], s.y);
-                s.z = fmaf(d8, c[2], s.z), s.w = fmaf(d8, c[3], s.w);
+#pragma unroll
+                for (int q = 0; q < NG; q++) {
+                    s[q].x = fmaf(d0, c[q][0], s[q].x), s[q].y = fmaf(d0, c[q][1], s[q].y);
+                    s[q].z = fmaf(d8, c[q][2], s[q].z), s[q].w = fmaf(d8, c[q][3], s[q].w);
+                }
             }
         }
-        add_scaled_wa(acc, xsc[x0 * ng + gi], xsc[x1 * ng + gi], s);
+#pragma unroll
+        for (int q = 0; q < NG; q++) add_scaled_wa(acc[q], xsc[x0[q] * ng + gi], xsc[x1[q] * ng + gi], s[q]);
     }
 }
 
-// chunk_part's WA form (chunks of 16 rows; xr, x0, x1 as dot_kquant_wa's).
-template <int TYPE, int kWarps>
-__device__ __forceinline__ float4 chunk_part_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                                const uint2 *xsum, const float *xsc, int ne0, int xr, int x0,
-                                                int x1, int j, int warp, int g, int t) {
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+// chunk_part's WA form (chunks of 16 rows, NG groups of 8 tokens; xr, x0, x1 as above).
+template <int TYPE, int kWarps, int NG>
+__device__ __forceinline__ void chunk_part_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                              const uint2 *xsum, const float *xsc, int ne0,
+                                              const int (&xr)[NG], const int (&x0)[NG], const int (&x1)[NG],
+                                              int j, int warp, int g, int t, float4 (&acc)[NG]) {
+#pragma unroll
+    for (int q = 0; q < NG; q++) acc[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if constexpr (tc_kind<TYPE>::kInorder)
-        dot_inorder_wa<TYPE>(st, row_stride, xs, xsc, ne0, xr, x0, x1, (warp + j) % kWarps, kWarps, g, t,
-                             acc);
+        dot_inorder_wa<TYPE, NG>(st, row_stride, xs, xsc, ne0, xr, x0, x1, (warp + j) % kWarps, kWarps, g, t,
+                                 acc);
     else
-        dot_kquant_wa<TYPE>(st, row_stride, xs, xsum, xsc, ne0 / kTcSuper, xr, x0, x1, (warp + j) % kWarps,
-                            kWarps, g, t, acc);
-    return acc;
+        dot_kquant_wa<TYPE, NG>(st, row_stride, xs, xsum, xsc, ne0 / kTcSuper, xr, x0, x1,
+                                (warp + j) % kWarps, kWarps, g, t, acc);
 }
 
 // A chunk's partial sums for lane (g, t) of warp `warp`: the super-blocks (K-quants) or groups (in-order

@@ -16,9 +16,14 @@
 // block followed by the read of the next one is one kernel (ts_cuda_hc_write_norm: R += y·inj, then
 // the next read's norm into w->xn), ts_cuda_hc_read_xn starts from that w->xn, and for N ≤ 64 rows
 // with block-quantized weights the read itself is two launches (the fused read below: a split-K
-// down|inject product and hc_up_mix_kernel). Beyond 64 rows the down|inject product runs on the tensor
-// cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's precision, as the CPU twin's fp32)
-// when the type allows, its parts added by the activation kernel, and so does the up product (one part). Elementwise kernels map one thread to one output
+// down|inject product and hc_up_mix_kernel), and for up to 4 rows the write of a block output before it
+// goes into them too (not a MoE's, whose combine every block of the split product would redo): the split
+// product computes the written streams while staging its x (ts_cuda_matmul_split_hc_write) and leaves
+// them in w->xn, and hc_up_mix_kernel copies them into R (the write is enqueued by the read it precedes:
+// w->hc_defer; TURBOSPARK_CUDA_HC_DEFER=0 keeps it a kernel of its own). Beyond 64 rows the down|inject
+// product runs on the tensor cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's
+// precision, as the CPU twin's fp32) when the type allows, its parts added by the activation kernel, and
+// so does the up product (one part). Elementwise kernels map one thread to one output
 // element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
 // whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
@@ -34,6 +39,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -77,6 +83,13 @@ __global__ void hc_act_split_kernel(const float *__restrict__ P, int parts, int6
         else
             inj[t * C + (j - r)] = 2.0f * ts_dsigmoid(p / (float)C);
     }
+}
+
+// The write before a fused read made by that read's split product (ts_cuda_matmul_split_hc_write: one
+// launch fewer a read), unless TURBOSPARK_CUDA_HC_DEFER=0 (then hc_write_ss_kernel, as before).
+// Read at every write (host work at graph capture, or an eager step's), so that a test can compare both.
+bool hc_defer_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_HC_DEFER");
 }
 
 // The hyper-connection products on the tensor cores as split products (gemm_tc.h), unless
@@ -216,6 +229,20 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
 // Up to 64 rows (batched decode; the split product runs in launches of 4 tokens), fp32 as the CPU twin's
 // hyper-connections; larger micro-batches (prefill) take the five launches.
 constexpr int kFusedMaxRows = 64;
+
+// The rows up to which a read is fused: kFusedMaxRows, or fewer with TURBOSPARK_CUDA_HC_FUSED_ROWS=n (0 .. 64)
+// for measurements (beyond it the products run on the tensor cores as split products, below).
+int fused_max_rows() {
+    static const int n = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_HC_FUSED_ROWS");
+        const int r = v && *v ? atoi(v) : kFusedMaxRows;
+        return r < 0 ? 0 : r > kFusedMaxRows ? kFusedMaxRows : r;
+    }();
+    return n;
+}
+constexpr int kMaxDeferRows = 4; // a deferred write's rows: one launch of the split product (matmul_split.cu)
+constexpr int kMaxSumsOfSquares = kThreads; // slices × streams of the partial sums a fused read takes
+constexpr int kLoadsAtOnce = 8;             // global loads a thread has in flight in hc_up_mix_kernel
 constexpr int kFusedMaxIB = 8;
 constexpr size_t kFusedSmemBudget = 44 * 1024;
 
@@ -224,10 +251,10 @@ __host__ __device__ inline size_t round16(size_t b) {
 }
 
 // Shared memory of one block: lr (r floats), C weight ranges of IB rows (+ 32 bytes of alignment and
-// decoder slack each), unit partial sums (C·IB·upr floats).
+// decoder slack each), unit partial sums (C·IB·upr floats), the C splits of P's lr columns (C·r floats).
 inline size_t up_mix_smem(int64_t r, int64_t C, int IB, size_t rb, int upr) {
     return static_cast<size_t>(r) * sizeof(float) + static_cast<size_t>(C) * round16(IB * rb + 32) +
-           static_cast<size_t>(C * IB * upr) * sizeof(float);
+           static_cast<size_t>(C * IB * upr + C * r) * sizeof(float);
 }
 
 template <int TYPE>
@@ -235,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
     hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
                      const float *__restrict__ P, int np, int N, const float *__restrict__ xn,
                      float *__restrict__ x, float *__restrict__ inj, const float *__restrict__ ss, int nss,
-                     float eps) {
+                     float eps, const float *__restrict__ g, float *__restrict__ R) {
     using Q = qtype<TYPE>;
     extern __shared__ __align__(16) uint8_t smem[];
     const int t = static_cast<int>(blockIdx.y), i0 = static_cast<int>(blockIdx.x) * IB, ni = min(IB, H - i0);
@@ -257,25 +284,49 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_commit();
     pdl_wait();
 
+    // Every input from global memory at once (one round of L2 latency, not one a stream or slice), into
+    // shared memory: a partial sum of squares and an element of xn (and of g) of this block's outputs a
+    // thread, then the splits of P's lr columns, kLoadsAtOnce a thread at a time
+    __shared__ float ssv[kMaxSumsOfSquares], xv[kMaxStreams * kFusedMaxIB], gv[kMaxStreams * kFusedMaxIB];
+    const int nssc = ss ? nss * C : 0, nx = C * ni, c = tid / max(ni, 1);
+    const size_t e0 = static_cast<size_t>(t) * C * H + i0, ex = static_cast<size_t>(c) * H + tid - c * ni;
+    const float sv = tid < nssc ? ss[static_cast<size_t>(t) * nssc + tid] : 0.0f;
+    const float xq = tid < nx ? xn[e0 + ex] : 0.0f, gq = g && tid < nx ? g[i0 + ex] : 0.0f;
+    float *pl = part + C * IB * upr; // [q][j], j < r
+    const size_t qs = static_cast<size_t>(N) * np;
+    const float *Pt = P + static_cast<size_t>(t) * np;
+    for (int base = 0; base < C * r; base += kThreads * kLoadsAtOnce) {
+        float v[kLoadsAtOnce];
+#pragma unroll
+        for (int k = 0; k < kLoadsAtOnce; k++) {
+            const int i = base + k * kThreads + tid, q = i / r;
+            v[k] = i < C * r ? Pt[q * qs + i - q * r] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kLoadsAtOnce; k++)
+            if (base + k * kThreads + tid < C * r) pl[base + k * kThreads + tid] = v[k];
+    }
+    if (tid < nssc) ssv[tid] = sv;
+    if (tid < nx) xv[tid] = xq, gv[tid] = gq;
+    __syncthreads();
+
     // rs_q: 1 when xn holds Xn, else (after hc_write_ss_kernel) the norm's scale from the partial sums
     __shared__ float rs[kMaxStreams];
     if (tid < C) {
         float a = 0.0f;
-        for (int q = 0; ss && q < nss; q++) a += ss[(static_cast<size_t>(t) * nss + q) * C + tid];
+        for (int q = 0; q < nss && ss; q++) a += ssv[q * C + tid];
         rs[tid] = ss ? 1.0f / sqrtf(a / static_cast<float>(H) + eps) : 1.0f;
     }
     __syncthreads();
 
     // lr (swizzled as unit_dot reads it) and, block 0, the inject weights
-    const size_t qs = static_cast<size_t>(N) * np;
-    const float *Pt = P + static_cast<size_t>(t) * np;
     const float fc = static_cast<float>(C);
     for (int f = tid; f < r / 4; f += kThreads) {
         float v[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float a = Pt[4 * f + e] * rs[0];
-            for (int q = 1; q < C; q++) a += Pt[q * qs + 4 * f + e] * rs[q];
+            float a = pl[4 * f + e] * rs[0];
+            for (int q = 1; q < C; q++) a += pl[q * r + 4 * f + e] * rs[q];
             v[e] = ts_dsilu(a / fc);
         }
         xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = make_float4(v[0], v[1], v[2], v[3]);
@@ -303,13 +354,17 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     for (int il = tid; il < ni; il += kThreads) {
-        const float *Xt = xn + static_cast<size_t>(t) * C * H + i0 + il;
         float s = 0.0f;
         for (int c = 0; c < C; c++) {
             const float *pr = part + (c * ni + il) * upr;
             float m = 0.0f;
             for (int u = 0; u < upr; u++) m += pr[u];
-            s += ts_dsigmoid(m) * (Xt[static_cast<size_t>(c) * H] * rs[c]);
+            float xg = xv[c * ni + il]; // R ⊙ g, or (a deferred write) R, copied into place and then times g
+            if (g) {
+                R[e0 + static_cast<size_t>(c) * H + il] = xg;
+                xg = xg * gv[c * ni + il];
+            }
+            s += ts_dsigmoid(m) * (xg * rs[c]);
         }
         x[static_cast<size_t>(t) * H + i0 + il] = s / fc;
     }
@@ -318,7 +373,8 @@ __global__ void __launch_bounds__(kThreads)
 // The fused read's kernel and block shape for this read, or nullptr when the shapes or types do not
 // allow it (N > kFusedMaxRows, a tensor missing or not block-quantized, too little shared memory).
 using up_mix_fn = void (*)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int,
-                           const float *, float *, float *, const float *, int, float);
+                           const float *, float *, float *, const float *, int, float, const float *,
+                           float *);
 struct fused_shape {
     up_mix_fn kernel;
     int nb, IB;
@@ -332,8 +388,9 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     const ts_cuda_tensor *D = with_inj ? &hc->down_inject : &hc->down;
     const ts_cuda_tensor &U = hc->up;
     const int64_t np = with_inj ? r + C : r;
-    if (N > kFusedMaxRows || C > kMaxStreams || !D->data || D->ne0 != W || D->rows < np || !U.data ||
-        U.ne0 != r || U.rows < W || r % 4 != 0 || C * np > W)
+    if (N > fused_max_rows() || C > kMaxStreams || !D->data || D->ne0 != W || D->rows < np || !U.data ||
+        U.ne0 != r || U.rows < W || r % 4 != 0 || r > 4 * kThreads || C * np > W ||
+        (H + kThreads - 1) / kThreads * C > kMaxSumsOfSquares)
         return none;
     const ts_type_traits *tr = ts_type_get(U.type);
     if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r))
@@ -358,13 +415,23 @@ int64_t write_slices(const ts_hparams *hp) {
 int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj, cudaStream_t s) {
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count, W = C * H, r = hp->hc_rank;
+    const auto d = w->hc_defer;
+    w->hc_defer.next = nullptr;
+    if (d.next && (d.next != hc || !inj)) return -1; // a deferred write belongs to the read it was made for
     const fused_shape f = hc_fused_shape(w, hc, N, inj != nullptr);
-    if (!f.kernel) return 1;
+    if (!f.kernel) return d.next ? -1 : 1;
     const ts_cuda_tensor *D = inj ? &hc->down_inject : &hc->down;
     const ts_cuda_tensor &U = hc->up;
     const int64_t np = inj ? r + C : r;
-    const int rc = ts_cuda_matmul_split(D, np, static_cast<int>(C), w->xn, N, W, w->mix, s);
-    if (rc != 0) return rc;
+    int rc;
+    if (d.next) { // the write first: its v into w->xn, its sums of squares into w->hc_ss
+        const ts_cuda_hc_write_in in = {d.R, d.y, d.inj, hc->norm, kThreads, w->xn, w->hc_ss};
+        rc = ts_cuda_matmul_split_hc_write(D, np, static_cast<int>(C), &in, N, w->mix, s);
+        if (rc != 0) return -1;
+    } else {
+        rc = ts_cuda_matmul_split(D, np, static_cast<int>(C), w->xn, N, W, w->mix, s);
+        if (rc != 0) return rc;
+    }
 
     const dim3 grid(static_cast<unsigned>((H + f.IB - 1) / f.IB), static_cast<unsigned>(N));
     const float *ss = w->xn_unnormed ? w->hc_ss : nullptr;
@@ -372,7 +439,8 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
         launch(f.kernel, grid, dim3(kThreads), f.smem, s, static_cast<const uint8_t *>(U.data), U.row_bytes,
                f.nb, static_cast<int>(r), static_cast<int>(H), static_cast<int>(C), f.IB,
                static_cast<const float *>(w->mix), static_cast<int>(np), static_cast<int>(N),
-               static_cast<const float *>(w->xn), x, inj, ss, static_cast<int>(write_slices(hp)), hp->eps);
+               static_cast<const float *>(w->xn), x, inj, ss, static_cast<int>(write_slices(hp)), hp->eps,
+               d.next ? hc->norm : nullptr, d.next ? d.R : nullptr);
     return e == cudaSuccess ? 0 : -1;
 }
 
@@ -426,6 +494,7 @@ extern "C" int ts_cuda_hc_read(ts_cuda_work *w, const ts_cuda_hc *hc, const floa
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, W = (int64_t)hp->hc_count * H;
     if (N <= 0) return 0;
+    if (w->hc_defer.next) return -1; // a write left to another read
     if (ts_cuda_rmsnorm(R, W, hc->norm, N, W, H, hp->eps, w->xn, W, s)) return -1;
     w->xn_unnormed = false;
     return ts_cuda_hc_read_xn(w, hc, N, x, inj, s);
@@ -440,7 +509,19 @@ int write_norm(ts_cuda_work *w, float *R, const float *y, const float *inj, int6
     const ts_hparams *hp = w->hp;
     const int64_t H = hp->n_embd, C = hp->hc_count;
     if (N <= 0) return 0;
+    if (w->hc_defer.next) return -1; // a write left to a read that never came
     w->xn_unnormed = w->hc_ss && hc_fused_shape(w, next, N, true).kernel;
+    // Deferred: the writes of a block output y (not of a MoE combine, which every block of the split product
+    // would redo from the k expert outputs) of up to kMaxDeferRows rows (one launch of the split product;
+    // each of its blocks makes its stream's x from R, y and g, three reads where the separate write's xn is
+    // one).
+    if (w->xn_unnormed && !w->hc_defer.off && hc_defer_enabled() && !m.eo && N <= kMaxDeferRows &&
+        next->down_inject.data && next->norm && !(reinterpret_cast<uintptr_t>(R) & 15u) &&
+        !(reinterpret_cast<uintptr_t>(y) & 15u) && !(reinterpret_cast<uintptr_t>(next->norm) & 15u) &&
+        ts_cuda_matmul_split_takes(&next->down_inject, hp->hc_rank + C, static_cast<int>(C), N, C * H)) {
+        w->hc_defer = {false, next, R, y, inj, w->hc_defer.count + 1};
+        return 0;
+    }
     if (w->xn_unnormed) {
         const dim3 grid(static_cast<unsigned>(write_slices(hp)), static_cast<unsigned>(N));
         return launch(hc_write_ss_kernel, grid, dim3(kThreads), 0, s, R, y, inj, H, static_cast<int>(C),

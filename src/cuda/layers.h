@@ -60,12 +60,17 @@ typedef struct ts_cuda_layer {
     const float *ssm_conv1d;        /* [cd][Kc] tap Kc−1 = the current token */
     const float *ssm_norm;          /* [dv] */
     /* QSA */
-    ts_cuda_tensor attn_q;                  /* H → nh·2·hd, per head hd query rows then hd gate rows */
-    ts_cuda_tensor attn_k;                  /* H → nkv·hd */
-    ts_cuda_tensor attn_v;                  /* H → nkv·hd */
-    ts_cuda_tensor attn_output;             /* nh·hd → H */
-    ts_cuda_tensor idx_q;                   /* H → ni·di */
-    ts_cuda_tensor idx_k;                   /* H → di */
+    ts_cuda_tensor attn_q;      /* H → nh·2·hd, per head hd query rows then hd gate rows */
+    ts_cuda_tensor attn_k;      /* H → nkv·hd */
+    ts_cuda_tensor attn_v;      /* H → nkv·hd */
+    ts_cuda_tensor attn_output; /* nh·hd → H */
+    ts_cuda_tensor idx_q;       /* H → ni·di */
+    ts_cuda_tensor idx_k;       /* H → di */
+    /* H → nh·2·hd + 2·nkv·hd + ni·di + di: the q, k, v, idx_q and idx_k rows back to back (those five are
+       views into it), or the four but v (qsa_in_v false) where v's encoding differs; one product at batch 1;
+       data NULL when their encodings differ */
+    ts_cuda_tensor qsa_in;
+    bool qsa_in_v;
     const float *attn_q_norm, *attn_k_norm; /* [hd] */
     const float *idx_q_norm, *idx_k_norm;   /* [di] */
     /* MoE */
@@ -156,13 +161,25 @@ typedef struct ts_cuda_work {
     const ts_hparams *hp;
     int64_t max_rows; /* N ≤ max_rows */
     float *R;         /* N × W wide residual */
-    float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed */
+    float *xn;        /* N × W normalised streams (HC read; PLE query), or R ⊙ g when xn_unnormed (R itself
+                         after a read that made a deferred write, below) */
     float *hc_ss;     /* N × ⌈H / 256⌉ × C partial Σ R² of the write that left xn unnormalised */
     bool xn_unnormed; /* host side: the last HC write left xn = R ⊙ g for the fused read to scale */
-    float *mix;       /* N × W HC mix logits; PLE keys */
-    float *lr;        /* N × r HC low rank */
-    float *x, *y;     /* N × H block input / output */
-    float *inj;       /* N × C inject weights */
+    /* host side: an HC write left to the fused read that follows it (ts_cuda_hc_write_norm): its operands,
+     * and that read's module (next, NULL when none is pending); the read's split product makes its x
+     * from them, leaves the written R in xn, and its second kernel copies it into R. off: every write
+     * stores R itself (the forward sets it while tracing R between blocks) */
+    struct {
+        bool off;
+        const ts_cuda_hc *next;
+        float *R;
+        const float *y, *inj;
+        int64_t count; /* writes left to reads so far (ts_cuda_hc_writes_deferred) */
+    } hc_defer;
+    float *mix;   /* N × W HC mix logits; PLE keys */
+    float *lr;    /* N × r HC low rank */
+    float *x, *y; /* N × H block input / output */
+    float *inj;   /* N × C inject weights */
     /* GDN */
     float *qkv;   /* N × cd raw projections */
     float *u;     /* N × cd after conv + SiLU */
@@ -181,7 +198,11 @@ typedef struct ts_cuda_work {
     float *gu;             /* N × k × 2F gate/up products (also the shared expert: N × 2Fs) */
     float *eo;             /* N × k × H expert outputs */
     float *sg;             /* N shared-expert gate logits */
-    unsigned *route_count; /* N block counters of the fused router kernel, 0 between launches */
+    unsigned *route_count; /* N block counters of the fused router kernel, then ⌈H / 8⌉ of the MoE combine in
+                            * its down launch (at route_count + max_rows), 0 between launches */
+    int64_t moe_planned;   /* host side: expert products run as planned GEMVs so far (moe.cu) */
+    int64_t swiglu_staged; /* host side: MoE blocks whose down launch computed the SwiGLU so far (moe.cu) */
+    int64_t qsa_joined;    /* host side: QSA blocks whose projections ran as one product so far (qsa.cu) */
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */
@@ -244,9 +265,16 @@ int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b,
 int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y,
                 cudaStream_t s);
 /* Everything but the final combine: y holds the shared expert's output, unscaled, and w->sg, w->eo,
- * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). */
+ * w->topk_w the rest; ts_cuda_hc_write_norm_moe combines them (one launch fewer a layer). Returns 0 so, 1
+ * where the down launch made the combine itself (one token: y is the MoE output, for ts_cuda_hc_write_norm),
+ * −1 on failure. */
 int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s);
+/* Tests: the MoE's SwiGLU kernel on rows of width gate values at g + r·stride and up values at u + r·stride:
+ * h = silu(gate) ⊙ up over the gate values, each group of `round` values (0: none; a multiple of 32 dividing
+ * width, at most 256) rounded as the tensor-core products round x, as the MoE rounds the routed rows. */
+int ts_cuda_moe_swiglu(float *g, const float *u, int64_t rows, int64_t stride, int64_t width, int round,
+                       cudaStream_t s);
 
 /* ---- shared small ops (src/cuda/ops.cu) ----------------------------------------------------- */
 
@@ -273,11 +301,19 @@ __device__ __forceinline__ float ts_dsoftplus(float x) {
 }
 /* The MoE output at one element (as the CPU's y = σ(sg)·y, then y += w_j·eo_j in slot order, each
  * product and sum rounded on its own): y the shared expert's output, eo the element's first expert
- * output (slots H apart), w the row's k renormalised weights. */
+ * output (slots H apart, read with ld: plain loads, or ts_dload_l2 where other blocks of the same kernel
+ * wrote them), w the row's k renormalised weights. */
+struct ts_dload_plain {
+    __device__ float operator()(const float *p) const { return *p; }
+};
+struct ts_dload_l2 {
+    __device__ float operator()(const float *p) const { return __ldcg(p); }
+};
+template <class Ld = ts_dload_plain>
 __device__ __forceinline__ float ts_dmoe_combine(float y, float sg, const float *eo, int64_t H,
-                                                 const float *w, int k) {
+                                                 const float *w, int k, Ld ld = Ld{}) {
     float acc = y * ts_dsigmoid(sg);
-    for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], eo[j * H]));
+    for (int j = 0; j < k; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], ld(eo + j * H)));
     return acc;
 }
 /* NeoX rope of one (d, d + n_rot/2) pair at position pos, as ts_cpu_rope. */

@@ -67,6 +67,7 @@ extern "C" {
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/rows.cuh"
+#include "model/memplan.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -300,9 +301,10 @@ int launch_mma_experts(uint32_t type, const expert_args &a, int ne0, cudaStream_
 }
 
 // The tensor-core GEMV takes the product unless it is switched off or a test forces a SIMT variant.
-bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks) {
+bool tc_applies(uint32_t type, int64_t ne0, int64_t x_rows, size_t row_bytes, bool whole_chunks,
+                int64_t n_chunks) {
     return tc_gemv_enabled() && g_forced_rows_per_warp == 0 && g_x_shared &&
-           tc_gemv_takes(type, ne0, x_rows, row_bytes, whole_chunks);
+           tc_gemv_takes(type, ne0, x_rows, row_bytes, whole_chunks, n_chunks);
 }
 
 // Whether every chunk of 8 rows of a dense product / an expert product is whole and starts at a
@@ -318,8 +320,15 @@ bool dense_whole_chunks(int64_t row0, int64_t n_out) {
 int dense_tc(uint32_t type, int64_t ne0, int64_t T, size_t row_bytes, int64_t row0, int64_t n_out) {
     if (T < tc_gemv_min_tokens() || T > kTcMaxRows) return 0;
     const bool whole = dense_whole_chunks(row0, n_out);
-    if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole)) return kTcMaxTokens;
-    return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole) ? kMaxT : 0;
+    const int64_t chunks = (n_out + 7) / 8;
+    // launches of 16 only where they take the weights as the launches of 1–8 tokens do (as A, in two groups, or
+    // as B both), so that a token's sums do not depend on the launch's width
+    const int no = static_cast<int>(n_out), ne = static_cast<int>(ne0);
+    const bool same_form =
+        !tc_wa16() || tc_dense_wa(ne, row_bytes, no, kTcMaxTokens) == tc_dense_wa(ne, row_bytes, no, kMaxT);
+    if (T > kMaxT && tc_applies(type, ne0, kTcMaxTokens, row_bytes, whole, chunks) && same_form)
+        return kTcMaxTokens;
+    return tc_applies(type, ne0, T < kMaxT ? T : kMaxT, row_bytes, whole, chunks) ? kMaxT : 0;
 }
 // A dense product of T tokens beyond the GEMV's (T ≥ the GEMM threshold) goes to the tensor-core GEMM when it
 // takes the type and its x records fit the thread's scratch (gemm_tc.h); a test forcing a SIMT variant keeps
@@ -342,7 +351,8 @@ bool expert_tc(uint32_t type, int64_t ne0, int64_t n_items, int64_t x_div, bool 
     const int64_t xd = x_div < n_items ? x_div : n_items, x_rows = (n_items + xd - 1) / xd;
     if (tc_xrow_mode() == 0 && routed && xd == 1) return false;
     return tc_applies(type, ne0, tc_experts_staged_rows(x_rows), row_bytes,
-                      expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out));
+                      expert_whole_chunks(routed ? rows_per_expert : 8, row_off, n_out),
+                      n_items * ((n_out + 7) / 8));
 }
 
 } // namespace
@@ -484,10 +494,13 @@ extern "C" int ts_cuda_matmul_unrounded(const ts_cuda_tensor *W, int64_t row0, i
     return matmul(W, row0, n_out, x_dev, T, y_dev, false, s);
 }
 
-extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
-                                      const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
-                                      int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
-                                      int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s) {
+namespace {
+
+// The arguments of ts_cuda_matmul_experts checked and laid out for the kernels: 0 (a filled), 1 for an empty
+// product (nothing to do), -1 for invalid arguments.
+int expert_job(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev, int64_t n_items,
+               int64_t rows_per_expert, int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
+               int64_t x_stride, float *y_dev, int64_t y_stride, expert_args *out) {
     if (!W || !W->data || !ts_cuda_matmul_supports(W->type)) return -1;
     if (n_items < 0 || n_items > INT_MAX || rows_per_expert < 0 || row_off < 0 || n_out < 0 || x_div < 1)
         return -1;
@@ -511,13 +524,14 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
         e_max = (rows - row_off - n_out) / rows_per_expert;
         if (e_max > INT_MAX) e_max = INT_MAX;
     }
-    if (n_out == 0 || n_items == 0) return 0;
+    if (n_out == 0 || n_items == 0) return 1;
     if (!x_dev || !y_dev || (reinterpret_cast<uintptr_t>(x_dev) & 15u) ||
         (reinterpret_cast<uintptr_t>(y_dev) & 15u))
         return -1;
     if (x_stride < W->ne0 || x_stride % 4 != 0 || y_stride < parts * n_out || y_stride % 4 != 0) return -1;
 
-    expert_args a;
+    expert_args &a = *out;
+    a = expert_args{};
     a.w0 = static_cast<const uint8_t *>(W->data);
     a.w1 = W2 ? static_cast<const uint8_t *>(W2->data) : nullptr;
     a.rb = W->row_bytes;
@@ -533,6 +547,20 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     a.y_stride = y_stride;
     a.x = x_dev;
     a.y = y_dev;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                      const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
+                                      int64_t row_off, int64_t n_out, const float *x_dev, int64_t x_div,
+                                      int64_t x_stride, float *y_dev, int64_t y_stride, cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, W2, ids_dev, n_items, rows_per_expert, row_off, n_out, x_dev, x_div,
+                              x_stride, y_dev, y_stride, &a);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    const int64_t parts = W2 ? 2 : 1;
     const expert_launch L = {a, static_cast<int>(W->ne0), s};
 
     if (is_plain(W->type) && L.ne0 % 8 != 0) {
@@ -553,4 +581,131 @@ extern "C" int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_ten
     const int R = rows_per_warp(W->type, total > INT_MAX ? INT_MAX : static_cast<int>(total), 1);
     if (!with_type(W->type, [&](auto t) { launch_experts_type<decltype(t)::value>(R, L); })) return -1;
     return cudaPeekAtLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                             const int32_t *ids_dev, int64_t n_items, int64_t rows_per_expert,
+                                             int64_t n_out, const float *x_dev, int64_t x_div,
+                                             int64_t x_stride, float *y_dev, int64_t y_stride,
+                                             const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
+                                             int64_t sy_stride, cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, W2, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, x_div, x_stride,
+                              y_dev, y_stride, &a);
+    if (rc < 0 || !Sg || !Su || !sy) return -1;
+    if (rc > 0 || !ids_dev) return 1;
+    const int64_t rows = a.n_out, fs = rows / 2, ne0 = W->ne0;
+    const auto same = [&](const ts_cuda_tensor *T) {
+        return T->data && T->type == W->type && T->ne0 == ne0 && T->row_bytes == W->row_bytes &&
+               T->rows == fs && !(reinterpret_cast<uintptr_t>(T->data) & 15u);
+    };
+    if (rows % 2 != 0 || fs % 16 != 0 || !same(Sg) || !same(Su) || n_items % a.x_div != 0 ||
+        sy_stride < rows || sy_stride % 4 != 0 || (reinterpret_cast<uintptr_t>(sy) & 15u))
+        return 1;
+    // the shared expert's product as ts_cuda_matmul_experts(Sg, Su, NULL, n_items / x_div, 0, 0, fs, x_dev,
+    // 1, ...) would run it alone
+    const int64_t n_tok = n_items / a.x_div;
+    expert_args sh = a;
+    sh.w0 = static_cast<const uint8_t *>(Sg->data), sh.w1 = static_cast<const uint8_t *>(Su->data);
+    sh.ids = nullptr, sh.n_items = static_cast<int>(n_tok), sh.rows_per_expert = 0, sh.e_max = 0;
+    sh.n_part = static_cast<int>(fs), sh.x_div = 1, sh.y = sy, sh.y_stride = sy_stride;
+    expert_args merged = a;
+    merged.sw0 = sh.w0, merged.sw1 = sh.w1, merged.sh_items = sh.n_items, merged.sh_rows = sh.n_part;
+    merged.sy = sy, merged.sy_stride = sy_stride;
+    // both alone on the tensor cores, and all three with the same chunks (the weights as A or as B: they
+    // sum in different orders), so that the merged launch's sums are theirs
+    const int ni = static_cast<int>(ne0);
+    if (!expert_tc(W->type, ne0, a.n_items, a.x_div, true, rows_per_expert, 0, n_out, W->row_bytes) ||
+        !expert_tc(W->type, ne0, n_tok, 1, false, 0, 0, fs, W->row_bytes) ||
+        tc_experts_wa(a, ni) != tc_experts_wa(sh, ni) || tc_experts_wa(a, ni) != tc_experts_wa(merged, ni))
+        return 1;
+    return tc_gemv_experts(W->type, merged, ni, s);
+}
+
+namespace {
+// Whether the planned launch runs job a (its shapes) with the sums ts_cuda_matmul_experts would give it: that
+// function's product on the tensor cores with the weights as A, and the planned chunks fitting.
+bool planned_takes(const expert_args &a, const ts_cuda_tensor *W, int64_t rows_per_expert, int64_t row_off,
+                   int64_t n_out, int64_t max_tiles) {
+    const int ne0 = static_cast<int>(W->ne0);
+    return expert_tc(W->type, W->ne0, a.n_items, a.x_div, true, rows_per_expert, row_off, n_out,
+                     W->row_bytes) &&
+           tc_experts_wa(a, ne0) && tc_planned_takes(a, ne0, max_tiles);
+}
+} // namespace
+
+extern "C" int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                              const ts_cuda_tensor *W2, int64_t rows_per_expert,
+                                              int64_t row_off, int64_t n_out, const float *x_dev,
+                                              int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
+                                              cudaStream_t s) {
+    if (!plan || !plan->sorted || !plan->tiles || !plan->n_tiles || plan->n_items < 0) return -1;
+    // the job as ts_cuda_matmul_experts would make it for the plan's items (a stand-in id pointer: the
+    // items' ids are the plan's)
+    expert_args a;
+    const int32_t *ids = plan->sorted;
+    const int rc = expert_job(W, W2, ids, plan->n_items, rows_per_expert, row_off, n_out, x_dev, x_div,
+                              x_stride, y_dev, y_stride, &a);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    // the plan makes ids outside [0, n_experts) NaN rows, ts_cuda_matmul_experts those outside the tensors
+    if (plan->tile > kTcPlanTile || plan->n_experts != static_cast<int64_t>(a.e_max) + 1 ||
+        !planned_takes(a, W, rows_per_expert, row_off, n_out, plan->max_tiles))
+        return 1;
+    a.ids = nullptr;
+    return tc_gemv_experts_planned(W->type, a, *plan, static_cast<int>(W->ne0), s);
+}
+
+extern "C" bool ts_cuda_matmul_experts_planned_takes(const ts_cuda_tensor *W, const ts_cuda_tensor *W2,
+                                                     int64_t n_items, int64_t n_experts,
+                                                     int64_t rows_per_expert, int64_t n_out, int64_t x_div) {
+    if (!W || n_items < 1 || n_experts < 1 || !ts_cuda_expert_plan_supported(n_experts)) return false;
+    // the job's shapes, with stand-ins for the ids, x and y (16-byte aligned; never read)
+    alignas(16) static float stand_in[4];
+    const int64_t parts = W2 ? 2 : 1, xs = (W->ne0 + 3) / 4 * 4, ys = (parts * n_out + 3) / 4 * 4;
+    expert_args a;
+    if (expert_job(W, W2, reinterpret_cast<const int32_t *>(stand_in), n_items, rows_per_expert, 0, n_out,
+                   stand_in, x_div, xs, stand_in, ys, &a) != 0 ||
+        n_experts != static_cast<int64_t>(a.e_max) + 1)
+        return false;
+    return planned_takes(a, W, rows_per_expert, 0, n_out,
+                         ts_memplan_expert_plan_max_tiles(n_items, n_experts, kTcPlanTile));
+}
+
+extern "C" int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev,
+                                                  int64_t n_items, int64_t rows_per_expert, int64_t n_out,
+                                                  const float *x_dev, int64_t x_stride, float *y_dev,
+                                                  int64_t y_stride, const ts_cuda_tensor *Sd, const float *sx,
+                                                  int64_t sx_stride, int64_t n_tok, float *sy,
+                                                  const ts_cuda_moe_down_fused *f, cudaStream_t s) {
+    expert_args a;
+    const int rc = expert_job(W, nullptr, ids_dev, n_items, rows_per_expert, 0, n_out, x_dev, 1, x_stride,
+                              y_dev, y_stride, &a);
+    const int64_t up_off = f ? f->up_off : 0;
+    if (rc < 0 || !Sd || !sx || !sy || n_tok < 1 || up_off < 0 || up_off % 4 != 0 ||
+        (f && f->count && (!f->sg || !f->tw)))
+        return -1;
+    if (rc > 0 || !ids_dev) return 1;
+    const int64_t ne0 = W->ne0;
+    const auto misaligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+    if (!Sd->data || Sd->type != W->type || Sd->ne0 != ne0 || Sd->row_bytes != W->row_bytes ||
+        Sd->rows != n_out || misaligned(Sd->data) || misaligned(sx) || misaligned(sy) || sx_stride < ne0 ||
+        sx_stride % 4 != 0 || n_tok != 1)
+        return 1;
+    expert_args merged = a;
+    merged.sw0 = static_cast<const uint8_t *>(Sd->data), merged.sw1 = nullptr;
+    merged.sh_items = static_cast<int>(n_tok), merged.sh_rows = static_cast<int>(n_out);
+    merged.sy = sy, merged.sy_stride = n_out, merged.sx = sx, merged.sx_stride = sx_stride;
+    merged.up_off = up_off;
+    merged.pre_round = up_off && f->pre_round;
+    if (f && f->count) merged.cmb_count = f->count, merged.cmb_sg = f->sg, merged.cmb_tw = f->tw;
+    // the routed downs alone as ts_cuda_matmul_experts and the shared one as ts_cuda_matmul(Sd, 0, n_out, sx, 1,
+    // sy) both on the tensor-core GEMV (at one token never the GEMM), with the merged launch's chunks
+    const int ni = static_cast<int>(ne0);
+    if (!expert_tc(W->type, ne0, n_items, 1, true, rows_per_expert, 0, n_out, W->row_bytes) ||
+        ts_cuda_matmul_rounds_x(Sd->type, ne0, n_tok, 0, n_out) == 0 || !tc_experts_one_row(merged) ||
+        tc_experts_wa(a, ni) != tc_experts_wa(merged, ni) ||
+        tc_dense_wa(ni, W->row_bytes, static_cast<int>(n_out), static_cast<int>(n_tok)) !=
+            tc_experts_wa(merged, ni))
+        return 1;
+    return tc_gemv_experts(W->type, merged, ni, s);
 }

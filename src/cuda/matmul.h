@@ -94,6 +94,68 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
                            const float *x_dev, int64_t x_div, int64_t x_stride, float *y_dev,
                            int64_t y_stride, cudaStream_t s);
 
+/* The routed gate/up products of ts_cuda_matmul_experts (ids set, row_off 0, x_div = k items a token) and the
+ * shared expert's in one launch: the tensor-core GEMV takes each token's shared product as one more item
+ * (one launch fewer a layer at decode). Its parts·n_out rows are the rows of Sg, then those of Su (each
+ * exactly F = parts·n_out / 2 rows, F a multiple of 16; the type and width of W), token t's at sy + t·sy_stride,
+ * as ts_cuda_matmul_experts(Sg, Su, NULL, n_items / x_div, 0, 0, F, x_dev, 1, x_stride, sy, sy_stride)
+ * would write them (the same chunk sums). Returns 1, enqueuing nothing, where the tensor-core GEMV does
+ * not take the routed product or the shapes differ: the caller then makes the two calls. */
+int ts_cuda_matmul_experts_shared(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, const int32_t *ids_dev,
+                                  int64_t n_items, int64_t rows_per_expert, int64_t n_out, const float *x_dev,
+                                  int64_t x_div, int64_t x_stride, float *y_dev, int64_t y_stride,
+                                  const ts_cuda_tensor *Sg, const ts_cuda_tensor *Su, float *sy,
+                                  int64_t sy_stride, cudaStream_t s);
+
+/* The MoE's steps around its down launch at one token that ts_cuda_matmul_experts_shared_down can take:
+ *   up_off > 0 (a multiple of 4): x_dev's rows and sx hold gate values and the up values lie up_off floats
+ *     further; the products read h = silu(gate)·up, computed as the MoE's SwiGLU kernel computes it, whose
+ *     rounding of the routed rows the products' own rounding of x leaves as it is (the same sums as that
+ *     kernel and then the launch);
+ *   count set: the MoE combine, sy[o] = σ(sg[0])·sy[o] + Σ_j tw[j]·y_dev[j·y_stride + o] in slot order (as the
+ *     MoE's combine kernel), by the block that completes each row tile (count: ⌈n_out / 8⌉ counters, zero,
+ *     left zero). */
+typedef struct ts_cuda_moe_down_fused {
+    int64_t up_off;
+    int pre_round; /* with up_off: the routed rows' h rounded per x group first, as that kernel does where it
+                    * rounds them (moe.cu: round_a), so that the launch reads the very values it would write */
+    unsigned *count;
+    const float *sg, *tw;
+} ts_cuda_moe_down_fused;
+
+/* The routed down products of ts_cuda_matmul_experts (ids set, x_div 1, one part) and the shared expert's
+ * down of one token (n_tok 1) in one launch: the shared product as one more item, reading its x at sx and
+ * writing sy, as ts_cuda_matmul(Sd, 0, n_out, sx, 1, sy) would (the same sums); with f, also the steps f
+ * names. Returns 1, enqueuing nothing, for more tokens and where the tensor-core GEMV would not run both
+ * alone with the merged launch's chunks: the caller then makes the two calls (and the SwiGLU and combine). */
+int ts_cuda_matmul_experts_shared_down(const ts_cuda_tensor *W, const int32_t *ids_dev, int64_t n_items,
+                                       int64_t rows_per_expert, int64_t n_out, const float *x_dev,
+                                       int64_t x_stride, float *y_dev, int64_t y_stride,
+                                       const ts_cuda_tensor *Sd, const float *sx, int64_t sx_stride,
+                                       int64_t n_tok, float *sy, const ts_cuda_moe_down_fused *f,
+                                       cudaStream_t s);
+
+/* ts_cuda_matmul_experts for the items of an expert plan (gemm.h) of tiles of up to 8 items
+ * (ts_cuda_expert_plan_build_tile(..., 8, ...)): the same arguments and outputs for every item i of the plan
+ * (expert ids_dev[i] of the ids the plan was built from), computed on the tensor-core GEMV with a tile's
+ * items as one chunk's tokens, so that each expert's rows are read once a tile rather than once an item;
+ * each item's sums are those ts_cuda_matmul_experts gives it, bit for bit. Returns 1, enqueuing nothing,
+ * where ts_cuda_matmul_experts would not run the product on the tensor cores with the weights as the MMAs' A
+ * operand (gemv_tc.h) or the plan's tiles are larger: the caller then calls ts_cuda_matmul_experts. 0 when
+ * enqueued, -1 for invalid arguments or a failed launch. PRECONDITIONS: those of ts_cuda_matmul_experts; the
+ * plan built on the same stream before this call. */
+typedef struct ts_cuda_expert_plan ts_cuda_expert_plan;
+/* Whether ts_cuda_matmul_experts_planned runs such a product (n_items items of n_experts experts, x_div,
+ * rows_per_expert, n_out, W2 or not; row_off 0) for a plan of tiles of 8, from the shapes alone (no plan needed:
+ * the caller builds one only where it is used). */
+bool ts_cuda_matmul_experts_planned_takes(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, int64_t n_items,
+                                          int64_t n_experts, int64_t rows_per_expert, int64_t n_out,
+                                          int64_t x_div);
+int ts_cuda_matmul_experts_planned(const ts_cuda_expert_plan *plan, const ts_cuda_tensor *W,
+                                   const ts_cuda_tensor *W2, int64_t rows_per_expert, int64_t row_off,
+                                   int64_t n_out, const float *x_dev, int64_t x_div, int64_t x_stride,
+                                   float *y_dev, int64_t y_stride, cudaStream_t s);
+
 /* Split-K partial products, for few-row products at decode (a hyper-connection's down and inject
  * rows: 324 rows of 10240 columns would give one warp a row and leave most of the GPU idle):
  *
@@ -108,6 +170,32 @@ int ts_cuda_matmul_experts(const ts_cuda_tensor *W, const ts_cuda_tensor *W2, co
  * multiple of 4, ≥ ne0. */
 int ts_cuda_matmul_split(const ts_cuda_tensor *W, int64_t n_out, int splits, const float *x_dev, int64_t T,
                          int64_t x_stride, float *y_dev, cudaStream_t s);
+
+/* Whether ts_cuda_matmul_split enqueues this shape (true) or refuses it (returns 1); false for invalid
+ * arguments too. */
+bool ts_cuda_matmul_split_takes(const ts_cuda_tensor *W, int64_t n_out, int splits, int64_t T,
+                                int64_t x_stride);
+
+/* ts_cuda_matmul_split of C = splits streams of ne0 = W->ne0 / C inputs whose x is made on the way in from
+ * a hyper-connection write (hc.cu, the fused read): for token t and stream q,
+ *
+ *     v_q = R_q + y_t ⊙ inj[t, q] (one fmaf an element),   x_q = v_q ⊙ g_q,
+ *
+ * where y_t is the block output (16-byte aligned rows). v goes to r_out, not to R (other blocks still read R), and its
+ * sums of squares, `slice` elements at a time, to ss[(t·⌈ne0 / slice⌉ + i)·C + q], each summed in
+ * hc_write_ss_kernel's order, so that the read that follows sees what that write would have left.
+ * Returns as ts_cuda_matmul_split. */
+typedef struct ts_cuda_hc_write_in {
+    const float *R;   /* T × C·ne0 the residual streams before the write */
+    const float *y;   /* T × ne0 the block output */
+    const float *inj; /* T × C inject weights */
+    const float *g;   /* C·ne0 the next read's norm weights */
+    int slice;        /* elements a partial sum of squares: a multiple of 32 up to 512 */
+    float *r_out;     /* T × C·ne0 the written streams */
+    float *ss;        /* T × ⌈ne0 / slice⌉ × C partial sums of squares */
+} ts_cuda_hc_write_in;
+int ts_cuda_matmul_split_hc_write(const ts_cuda_tensor *W, int64_t n_out, int splits,
+                                  const ts_cuda_hc_write_in *in, int64_t T, float *y_dev, cudaStream_t s);
 
 /* Whether ts_cuda_matmul with T tokens (rows row0 .. row0 + n_out − 1), or ts_cuda_matmul_experts with
  * n_items items, x_div and ids (routed) or none (its rows_per_expert, row_off and n_out), runs this product

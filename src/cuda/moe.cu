@@ -16,7 +16,9 @@
 //                      renormalisation → w->sg (N), w->topk_id and w->topk_w (N × k)
 //      (1 and 2 are one launch, router_fused_kernel, for N ≤ kRouterFusedMaxRows and an F32 router)
 //   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
-//                      tensors → scratch "sh"
+//                      tensors → scratch "sh"; where the tensor-core GEMV takes it and step 4's product
+//                      alike, as one more item a token of step 4's launch (ts_cuda_matmul_experts_shared;
+//                      TURBOSPARK_CUDA_MOE_SHARED_MERGE=0: on its own)
 //   4. expert gate/up  ts_cuda_matmul_experts, all N·k items in one launch (fused gate_up tensor,
 //                      or split gate and up tensors of one type; two launches only when their types
 //                      differ), ids read from w->topk_id → "gu" (N·k rows of G floats: gate at 0,
@@ -26,7 +28,9 @@
 //   5. swiglu_kernel   h = silu(gate) ⊙ up over both the expert rows and the shared rows, written
 //                      over the gate values (a warp a slice of 256 or 128 of a row, grid-stride); the
 //                      experts' h rounded as the tensor-core products round x (below)
-//   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H)
+//   6. shared down     ts_cuda_matmul(ffn_down_shexp) → y (N × H); at N = 1, where the tensor-core GEMV
+//                      takes it and step 7's product alike, as one more item of step 7's launch
+//                      (ts_cuda_matmul_experts_shared_down; TURBOSPARK_CUDA_MOE_SHARED_MERGE=0: on its own)
 //   7. expert down     ts_cuda_matmul_experts (or, grouped, ts_cuda_gemm_tc_experts or
 //                      ts_cuda_gemm_experts on the same plan), N·k items, x row i = item i's h → w->eo
 //                      (N·k × H)
@@ -51,6 +55,13 @@
 // grouped path, =0 never; ts_cuda_moe_force_grouped does the same from a test). The results do not depend on the path beyond fp32 rounding, nor, on the
 // grouped path, on how the items fall into tiles.
 //
+// Planned expert products (batched decode, below the grouped GEMMs): from kPlannedMinRows rows the same
+// plan with tiles of up to 8 items feeds the tensor-core GEMV (ts_cuda_matmul_experts_planned), a tile's
+// items as one chunk's tokens, so an expert's rows are read once a tile rather than once an item (at 64
+// rows, ~365 distinct experts a layer for 640 items); every item's sums are those of one GEMV per item, bit
+// for bit, so a token's result still does not depend on its batch. One plan kernel a layer, and the shared
+// expert's gate/up stays a launch of its own. TURBOSPARK_CUDA_MOE_PLANNED=0 never, =n from n rows (≥ 2).
+//
 // Buffers: w->router (N × E logits; left holding the logits), w->topk_id / w->topk_w (N × k),
 // w->sg (N), w->eo (N·k × H), w->gu (N·k × 2F: expert gate/up rows of stride G = 2F, used when
 // that stride is a multiple of 4 floats, i.e. every x/y row 16-byte aligned), and from w->scratch
@@ -64,6 +75,7 @@
 // division, the top-k order, the renormalisation sum in slot order, silu, the combine in slot
 // order with separate fp32 products and sums) follows the CPU's operations one for one. No
 // fast-math intrinsics: expf and IEEE division.
+#include "cuda/cuda_device.h"
 #include "cuda/gemm.h"
 #include "cuda/gemm_tc.h"
 #include "cuda/gemv_tc.cuh"
@@ -96,6 +108,35 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
                                                  // ts_cuda_matmul, which reuse each weight for up to 8 rows)
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
+constexpr int64_t kPlannedMinRows = 16;          // planned expert GEMVs from this N (see the header)
+
+// The shared expert's products as more items of the routed launches (steps 3 and 6), unless
+// TURBOSPARK_CUDA_MOE_SHARED_MERGE=0 (read once).
+bool shared_merge_enabled() {
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
+    return on;
+}
+
+// The SwiGLU computed by the down launch at one token (steps 5–7), unless TURBOSPARK_CUDA_SWIGLU_STAGED=0 (read
+// at every layer's host work, so a test may compare both in one process).
+bool swiglu_staged_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_SWIGLU_STAGED");
+}
+
+// The MoE combine in the down launch at one token (steps 5–8), unless TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 (read at
+// every layer's host work).
+bool down_combine_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_MOE_DOWN_COMBINE");
+}
+
+// The fewest rows of the planned expert products: kPlannedMinRows, or TURBOSPARK_CUDA_MOE_PLANNED (0: never;
+// read at every layer's host work, so a test may compare both in one process).
+int64_t planned_min_rows() {
+    const char *v = getenv("TURBOSPARK_CUDA_MOE_PLANNED");
+    if (!v || !v[0]) return kPlannedMinRows;
+    const long n = strtol(v, nullptr, 10);
+    return n <= 0 ? INT64_MAX : n < 2 ? 2 : n;
+}
 
 // ts_cuda_moe_force_grouped, else TURBOSPARK_CUDA_MOE_GROUPED: -1 thresholds, 0 never, 1 always
 int g_moe_grouped = -2; // -2: not set yet (the environment is read at the first product)
@@ -342,7 +383,9 @@ __global__ void __launch_bounds__(kRouterThreads)
         const float4 *w4 = reinterpret_cast<const float4 *>(wrow),
                      *x4 = reinterpret_cast<const float4 *>(x + static_cast<size_t>(t) * H);
         float s = 0.0f;
-#pragma unroll 4
+        // 8 iterations' loads in flight at once (a row of 2,560 is 20 a lane: three rounds of L2 latency where 4
+        // took five); the FMAs stay in order, so the sum is the same
+#pragma unroll 8
         for (int c = lane; c < H / 4; c += 32) {
             const float4 a = __ldg(w4 + c), b = x4[c];
             s = fmaf(a.x, b.x, s);
@@ -476,6 +519,26 @@ extern "C" void ts_cuda_moe_force_grouped(int mode) {
 
 namespace {
 
+// Step 5: swiglu_kernel over parts a (its groups of `round` rounded, or none) and b, a warp a slice.
+int launch_swiglu(const swiglu_part &a, const swiglu_part &b, int round, cudaStream_t s) {
+    const int64_t per_a =
+        round ? a.width / round : (a.width + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
+    const int64_t slices = a.rows * per_a + b.rows * ((b.width + kSwigluSlice - 1) / kSwigluSlice);
+    return ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, a, b,
+                         round) == cudaSuccess
+               ? 0
+               : -1;
+}
+
+// Step 8: y = σ(sg)·y + Σ_j w_j·eo_j.
+int launch_combine(ts_cuda_work *w, float *y, int64_t N, int64_t H, int64_t k, cudaStream_t s) {
+    const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
+                                        static_cast<const float *>(w->sg), static_cast<const float *>(w->eo),
+                                        static_cast<const float *>(w->topk_w), N, H, static_cast<int>(k));
+    return e == cudaSuccess ? 0 : -1;
+}
+
+// 0, 1 where the down launch combined y although combine was false (ts_cuda_moe_uncombined), or −1.
 int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N, float *y, bool combine,
         cudaStream_t s) {
     if (!w || !w->hp || !L || !x || !y || N < 0 || N > w->max_rows) return -1;
@@ -535,28 +598,46 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
             return -1;
     }
 
-    // 3. shared expert gate and up
-    if (sh_fused) {
-        if (ts_cuda_matmul_experts(&L->ffn_gate_shexp, &L->ffn_up_shexp, nullptr, N, 0, 0, Fs, x, 1, H, sh,
-                                   round_up4(2 * Fs), s) != 0)
-            return -1;
-    } else if (ts_cuda_matmul(&L->ffn_gate_shexp, 0, Fs, x, N, sh, s) != 0 ||
-               ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0) {
-        return -1;
-    }
-
-    // 4. expert gate and up for all N·k items (items t·k .. t·k + k − 1 read x row t): one GEMV per
-    //    item, or (grouped) an expert plan and grouped GEMMs, with the same arguments and outputs
+    // 3–4. shared expert gate and up, then the experts' for all N·k items (items t·k .. t·k + k − 1 read x
+    //    row t): one GEMV per item, or (grouped) an expert plan and grouped GEMMs, with the same arguments
+    //    and outputs; the shared expert's rides in the routed launch as one more item a token where the
+    //    tensor-core GEMV takes both (ts_cuda_matmul_experts_shared: the same sums, one launch fewer)
     const int32_t *ids = w->topk_id;
     const ts_cuda_tensor *up = &L->ffn_up_exps;
     const size_t plan_off = sh_bytes + align256(gu_bytes);
     const size_t plan_bytes = ts_cuda_expert_plan_bytes(NK, E);
     const int mode = moe_grouped_mode();
     bool grouped = mode == 1 || (mode < 0 && N >= kGroupedMinRows && NK >= kGroupedMinItemsPerExpert * E);
-    grouped = grouped && plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    const bool plan_fits = plan_bytes > 0 && plan_off + plan_bytes <= w->scratch_bytes;
+    grouped = grouped && plan_fits;
+    // planned where the GEMV takes every routed product so (else the plan would go unused)
+    const auto plans = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
+                           int64_t n_out, int64_t x_div) {
+        return ts_cuda_matmul_experts_planned_takes(Wp, W2, NK, E, rows_per_expert, n_out, x_div);
+    };
+    const bool planned = !grouped && plan_fits && N >= planned_min_rows() &&
+                         (fused        ? plans(&gate, nullptr, 2 * F, 2 * F, k)
+                          : one_launch ? plans(&gate, up, F, F, k)
+                                       : plans(&gate, nullptr, F, F, k) && plans(up, nullptr, F, F, k)) &&
+                         plans(&L->ffn_down_exps, nullptr, H, H, 1);
+    int merged = 1; // 0: both gate/up products enqueued as one
+    if (!grouped && !planned && sh_fused && (fused || one_launch) && Fs == F && shared_merge_enabled())
+        merged = ts_cuda_matmul_experts_shared(&gate, fused ? nullptr : up, ids, NK, fused ? 2 * F : F,
+                                               fused ? 2 * F : F, x, k, H, gu, G, &L->ffn_gate_shexp,
+                                               &L->ffn_up_shexp, sh, round_up4(2 * Fs), s);
+    if (merged < 0) return -1;
+    if (merged > 0 && sh_fused &&
+        ts_cuda_matmul_experts(&L->ffn_gate_shexp, &L->ffn_up_shexp, nullptr, N, 0, 0, Fs, x, 1, H, sh,
+                               round_up4(2 * Fs), s) != 0)
+        return -1;
+    if (merged > 0 && !sh_fused &&
+        (ts_cuda_matmul(&L->ffn_gate_shexp, 0, Fs, x, N, sh, s) != 0 ||
+         ts_cuda_matmul(&L->ffn_up_shexp, 0, Fs, x, N, sh + sh_uoff, s) != 0))
+        return -1;
     ts_cuda_expert_plan plan;
-    if (grouped && ts_cuda_expert_plan_build(ids, NK, E, static_cast<char *>(w->scratch) + plan_off,
-                                             plan_bytes, &plan, s) != 0)
+    if ((grouped || planned) &&
+        ts_cuda_expert_plan_build_tile(ids, NK, E, grouped ? 0 : ts_cu::kTcPlanTile,
+                                       static_cast<char *>(w->scratch) + plan_off, plan_bytes, &plan, s) != 0)
         return -1;
     auto experts = [&](const ts_cuda_tensor *Wp, const ts_cuda_tensor *W2, int64_t rows_per_expert,
                        int64_t n_out, const float *xs, int64_t x_div, int64_t x_stride, float *ys,
@@ -564,13 +645,22 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
         if (grouped && ts_cuda_gemm_tc_experts_takes(&plan, Wp->type, Wp->ne0, x_div)) // gemm_tc.h
             return ts_cuda_gemm_tc_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
                                            y_stride, s);
-        return grouped ? ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride,
-                                              ys, y_stride, s)
-                       : ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div,
-                                                x_stride, ys, y_stride, s);
+        if (grouped)
+            return ts_cuda_gemm_experts(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
+                                        y_stride, s);
+        if (planned) { // 1: the GEMV would not run it with the weights as A (the same sums as below otherwise)
+            const int rc = ts_cuda_matmul_experts_planned(&plan, Wp, W2, rows_per_expert, 0, n_out, xs, x_div,
+                                                          x_stride, ys, y_stride, s);
+            w->moe_planned += rc == 0;
+            if (rc <= 0) return rc;
+        }
+        return ts_cuda_matmul_experts(Wp, W2, ids, NK, rows_per_expert, 0, n_out, xs, x_div, x_stride, ys,
+                                      y_stride, s);
     };
-    int rc;
-    if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
+    int rc = 0;
+    if (merged == 0) // enqueued above with the shared expert's
+        rc = 0;
+    else if (fused) // rows 2F·e .. 2F·e + 2F − 1: gate then up, as one part
         rc = experts(&gate, nullptr, 2 * F, 2 * F, x, k, H, gu, G);
     else if (one_launch) // gate rows F·e .., then the same rows of up
         rc = experts(&gate, up, F, F, x, k, H, gu, G);
@@ -579,35 +669,65 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
              experts(up, nullptr, F, F, x, k, H, gu + uoff, G);
     if (rc != 0) return -1;
 
-    // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass, the experts' rows rounded for their
-    //    down products where the tensor-core GEMM may take those (see the top of this file)
-    const swiglu_part pe = {gu, gu + uoff, NK, G, F};
-    const swiglu_part ps = {sh, sh + sh_uoff, N, Fs, Fs};
+    // 5–7 at one token, where the down launch below takes the shared expert's down too: that launch computes
+    //    h = silu(gate) ⊙ up while staging its x rows, the routed rows rounded as step 5 rounds them (the same h,
+    //    the same sums: ts_cuda_matmul_experts_shared_down with up_off), no SwiGLU kernel;
+    //    TURBOSPARK_CUDA_SWIGLU_STAGED=0 keeps the kernel
+    //    and, with the route counters' room, the combine too (8: y is then the MoE output whether asked or not,
+    //    so ts_cuda_moe_uncombined returns 1; TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0 leaves it to its kernel or the
+    //    next write)
+    // (step 5's rounding of the routed rows: per x group of the down products' type, where the tensor cores may
+    // take them)
     const int64_t rg = ts_cu::tc_gemv_enabled() ? ts_tc_x_group(L->ffn_down_exps.type) : 0;
     const int round_a = rg > 0 && rg <= kSwigluSlice && F % rg == 0 ? static_cast<int>(rg) : 0;
-    const int64_t per_row = round_a ? F / round_a : (F + kSwigluSlice - 1) / kSwigluSlice; // the kernel's
-    const int64_t slices = NK * per_row + N * ((Fs + kSwigluSlice - 1) / kSwigluSlice);
-    if (ts_cu::launch(swiglu_kernel, dim3(elt_blocks(slices * 32)), dim3(kEltThreads), 0, s, pe, ps,
-                      round_a) != cudaSuccess)
+    if (!grouped && N == 1 && shared_merge_enabled() && swiglu_staged_enabled() && uoff == sh_uoff &&
+        uoff > 0) {
+        const bool cmb = down_combine_enabled() && w->route_count;
+        const ts_cuda_moe_down_fused f = {uoff, round_a > 0, cmb ? w->route_count + w->max_rows : nullptr,
+                                          w->sg, w->topk_w};
+        const int m = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, &f, s);
+        if (m < 0) return -1;
+        w->swiglu_staged += m == 0;
+        if (m == 0 && cmb) return 1;
+        if (m == 0) return combine ? launch_combine(w, y, N, H, k, s) : 0;
+    }
+
+    // 5. h = silu(gate) ⊙ up, experts and shared expert in one pass, the experts' rows rounded for their
+    //    down products where the tensor-core GEMM may take those (see the top of this file)
+    if (launch_swiglu({gu, gu + uoff, NK, G, F}, {sh, sh + sh_uoff, N, Fs, Fs}, round_a, s)) return -1;
+
+    // 6–7. shared down into y, expert down into w->eo (item i reads its own h row); at one token the shared
+    //    down rides in the routed launch where the tensor-core GEMV takes both alike
+    //    (ts_cuda_matmul_experts_shared_down: the same sums, one launch fewer)
+    int merged_down = 1;
+    if (!grouped && N == 1 && shared_merge_enabled())
+        merged_down = ts_cuda_matmul_experts_shared_down(&L->ffn_down_exps, ids, NK, H, H, gu, G, w->eo, H,
+                                                         &L->ffn_down_shexp, sh, Fs, N, y, nullptr, s);
+    if (merged_down < 0) return -1;
+    if (merged_down > 0 && (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0 ||
+                            experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0))
         return -1;
 
-    // 6–7. shared down into y, expert down into w->eo (item i reads its own h row)
-    if (ts_cuda_matmul(&L->ffn_down_shexp, 0, H, sh, N, y, s) != 0) return -1;
-    if (experts(&L->ffn_down_exps, nullptr, H, H, gu, 1, G, w->eo, H) != 0) return -1;
-
     // 8. y = σ(sg)·y + Σ_j w_j·eo_j (or, uncombined, in the next hyper-connection write)
-    if (!combine) return 0;
-    const cudaError_t e = ts_cu::launch(combine_kernel, dim3(elt_blocks(N * H)), dim3(kEltThreads), 0, s, y,
-                                        static_cast<const float *>(w->sg), static_cast<const float *>(w->eo),
-                                        static_cast<const float *>(w->topk_w), N, H, static_cast<int>(k));
-    return e == cudaSuccess ? 0 : -1;
+    return combine ? launch_combine(w, y, N, H, k, s) : 0;
 }
 
 } // namespace
 
 extern "C" int ts_cuda_moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t N,
                            float *y, cudaStream_t s) {
-    return moe(w, L, l, x, N, y, true, s);
+    const int rc = moe(w, L, l, x, N, y, true, s);
+    return rc > 0 ? 0 : rc; // 1: combined by the down launch
+}
+
+extern "C" int ts_cuda_moe_swiglu(float *g, const float *u, int64_t rows, int64_t stride, int64_t width,
+                                  int round, cudaStream_t s) {
+    if (!g || !u || rows < 0 || width < 1 || stride < width || round < 0 || round > kSwigluSlice ||
+        (round && (round % 32 != 0 || width % round != 0)))
+        return -1;
+    if (rows == 0) return 0;
+    return launch_swiglu({g, u, rows, stride, width}, {g, u, 0, stride, 1}, round, s);
 }
 
 extern "C" int ts_cuda_moe_uncombined(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x,

@@ -12,8 +12,9 @@
 // that reads the x already staged (the same input, as a layer's expert products) skips both. A tile's
 // sums are gemv_tc.cu's chunk sums (chunk_part, sum_classes: the same super-blocks in the same warps'
 // classes, added in the same order), so y equals ts_cuda_matmul's. Warp 0 stores the tile's 8 outputs;
-// at the block's last tile of a product its lane 0 adds the block's count of that product's tiles to the
-// product's counter (one release a block and product). An expert product's rows are those of the expert
+// at the block's last tile of a product its lane 0 notes the block's count of that product's tiles, and
+// adds the counts it noted to the products' counters together (one fence for all) before the block
+// waits for an input, after 8 products, and at the block's end. An expert product's rows are those of the expert
 // its id names, read from device memory by both sides when they enter the product; a bad id copies
 // nothing (the tiles' full barriers get a plain arrival) and stores NaN.
 //
@@ -70,9 +71,24 @@ __device__ __forceinline__ int ld_acquire(const int *p) {
     return v;
 }
 
-// Adds v to *p after every store this thread has seen (release at GPU scope: the readers' ld_acquire).
-__device__ __forceinline__ void red_release_add(int *p, int v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+// The counts of the products whose last tile of this block warp 0 has stored since the block last
+// published (lane 0's; kPending at most): published together, one fence for all of them, before the
+// block waits for an input (it may be waiting for its own counts), when the list is full, and at its end.
+constexpr int kPending = 8;
+struct pending_counts {
+    int p[kPending], n[kPending];
+    int k;
+};
+
+// Adds the pending counts after every store this thread has seen (a release pattern at GPU scope: the
+// fence, then relaxed adds; the readers' ld_acquire).
+__device__ __forceinline__ void publish(pending_counts &pc, int *counters) {
+    if (pc.k == 0) return;
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    for (int i = 0; i < pc.k; i++)
+        asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(counters + pc.p[i]), "r"(pc.n[i])
+                     : "memory");
+    pc.k = 0;
 }
 
 // The summing warps' barrier (named barrier 1: the copy warp does not take part).
@@ -95,9 +111,12 @@ template <int TYPE, bool WA>
 __device__ __forceinline__ float4 tile_part(const uint8_t *st, int row_stride, const uint32_t *xs,
                                             const uint2 *xsum, const float *xsc, int ne0, int j, int warp,
                                             int g, int t) {
-    if constexpr (WA)
-        return chunk_part_wa<TYPE, kWarps>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, 0, j, warp, g, t);
-    else
+    if constexpr (WA) {
+        const int r0[1] = {0};
+        float4 acc[1];
+        chunk_part_wa<TYPE, kWarps, 1>(st, row_stride, xs, xsum, xsc, ne0, r0, r0, r0, j, warp, g, t, acc);
+        return acc[0];
+    } else
         return chunk_part<TYPE, kWarps, false, false>(st, row_stride, xs, xsum, xsc, ne0, 0, 0, j, warp, g,
                                                       t);
 }
@@ -176,8 +195,10 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
     chain_prod P = {};
     const float *sx = nullptr; // the x staged (with its kind: 0 K-quant, 1 Q6_K, 2 groups of 128) ...
     int skind = -1, sne0 = 0;
-    int ready = -1;   // ... and the last product whose output this block saw complete
-    int done = 0;     // warp 0: tiles of product cur summed and stored, not yet counted
+    int ready = -1;                 // ... and the last product whose output this block saw complete
+    int done = 0;                   // warp 0: tiles of product cur summed and stored, not yet counted
+    __shared__ pending_counts pend; // warp 0, lane 0
+    if (threadIdx.x == 0) pend.k = 0;
     bool bad = false; // product cur is an expert product with an out-of-range id
     const tc_layout L0(kWarps, 1, 0, 0, 0);
     float4 *red = reinterpret_cast<float4 *>(sm + L0.red);
@@ -193,6 +214,7 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
             P = prods[cc.p], cur = cc.p, bad = weights_of(P) == nullptr;
             if (P.dep >= 0 && P.dep != ready) {
                 if (lane == 0) { // each warp's lane 0 sees the input complete, then its lanes read it
+                    if (warp == 0) publish(pend, counters);
                     const int need = tile0[P.dep + 1] - tile0[P.dep];
                     while (ld_acquire(&counters[P.dep]) < need) __nanosleep(20);
                 }
@@ -263,11 +285,15 @@ __global__ void __launch_bounds__((kWarps + 1) * 32, 1)
             done++;
             if (ts_tile_last_of_product(tile0, cc.p, gt, grid)) { // this block's count of the product
                 __syncwarp();
-                if (lane == 0) red_release_add(&counters[cc.p], done);
+                if (lane == 0) {
+                    pend.p[pend.k] = cc.p, pend.n[pend.k] = done, pend.k++;
+                    if (pend.k == kPending) publish(pend, counters);
+                }
                 done = 0;
             }
         }
     }
+    if (threadIdx.x == 0) publish(pend, counters);
 }
 
 } // namespace

@@ -82,7 +82,7 @@ TS_PS_HD void ts_tile_seek(const int *prod_tile0, int n, int g, ts_tile_cursor *
 }
 
 /* Whether tile g (of product p) is the last of p that its block takes: the block's next tile, g + grid, is
- * past p. The block then counts its tiles of p at once (one release a block and product). */
+ * past p. The block then counts its tiles of p at once (one count a block and product). */
 TS_PS_HD int ts_tile_last_of_product(const int *prod_tile0, int p, int g, int grid) {
     return g + grid >= prod_tile0[p + 1];
 }

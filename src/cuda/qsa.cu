@@ -12,7 +12,10 @@
 //   1. ts_cuda_matmul ×5   qg = attn_q·x (N × nh·2·hd: per head hd query values, then hd gate
 //                          values), k/v → w->kv (keys, then values; the values go to scratch when
 //                          N·nkv·hd is not a multiple of 4, i.e. not 16-byte aligned), iq = idx_q·x,
-//                          raw indexer keys → w->ik.
+//                          raw indexer keys → w->ik. At one row, where the upload joined their rows
+//                          (L->qsa_in), one product (two with v apart) into scratch after the row's
+//                          regions: qg, k, v, iq and the raw key back to back there, every kernel
+//                          below reading them where they are (TURBOSPARK_CUDA_QSA_JOIN=0: five).
 //   2. qsa_prep_kernel     grid (N, nh + nkv + ni + 1), one block per (row, item): query head h →
 //                          rmsnorm(attn_q_norm) + NeoX rope at p, in place in qg; kv head j →
 //                          rmsnorm(attn_k_norm) + rope into the record TS_CUDA_K[p][j], the value into
@@ -745,6 +748,12 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // ---- host side ---------------------------------------------------------------------------------
 
+// At one row, the projections of the input as one product where the upload joined their rows
+// (TURBOSPARK_CUDA_QSA_JOIN=0: five products; read at every call, as test_cuda_forward switches it).
+bool join_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_QSA_JOIN");
+}
+
 bool force_dense() {
     static int cached = -1;
     if (cached < 0) {
@@ -808,23 +817,40 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     sp += lay.part_o;
     float *part_ml = reinterpret_cast<float *>(sp);
 
-    // 1. projections
+    // 1. projections (at one row joined: qg, k, v, iq, ik back to back after the row's scratch regions)
+    float *qg = w->qg, *iq = w->iq, *ik = w->ik;
     float *kraw = w->kv;
     float *vraw = (N * kvw) % 4 == 0 ? w->kv + N * kvw : vbuf;
-    if (!vraw) return -1;
-    if (ts_cuda_matmul(&L->attn_q, 0, nh * 2 * hd, x, N, w->qg, s) ||
-        ts_cuda_matmul(&L->attn_k, 0, kvw, x, N, kraw, s) ||
-        ts_cuda_matmul(&L->attn_v, 0, kvw, x, N, vraw, s) ||
-        ts_cuda_matmul(&L->idx_q, 0, ni * di, x, N, w->iq, s) ||
-        ts_cuda_matmul(&L->idx_k, 0, di, x, N, w->ik, s))
-        return -1;
+    const size_t jo = ts_memplan_align(ts_memplan_qsa_total(&lay));
+    // (each part a whole number of 16-row chunks: alone it takes the same kernel and chunk form as joined)
+    if (N == 1 && L->qsa_in.data && join_enabled() && (nh * 2 * hd) % 16 == 0 && kvw % 16 == 0 &&
+        (ni * di) % 16 == 0 && di % 16 == 0 && jo + ts_memplan_qsa_in_out_bytes(hp) <= w->scratch_bytes) {
+        qg = reinterpret_cast<float *>(static_cast<uint8_t *>(w->scratch) + jo);
+        kraw = qg + nh * 2 * hd;
+        if (L->qsa_in_v) // q|k|v|idx_q|idx_k
+            vraw = kraw + kvw, iq = vraw + kvw, ik = iq + ni * di;
+        else // q|k|idx_q|idx_k, then v's own product
+            iq = kraw + kvw, ik = iq + ni * di, vraw = ik + di;
+        if (ts_cuda_matmul(&L->qsa_in, 0, L->qsa_in.rows, x, 1, qg, s) ||
+            (!L->qsa_in_v && ts_cuda_matmul(&L->attn_v, 0, kvw, x, 1, vraw, s)))
+            return -1;
+        w->qsa_joined++;
+    } else {
+        if (!vraw) return -1;
+        if (ts_cuda_matmul(&L->attn_q, 0, nh * 2 * hd, x, N, qg, s) ||
+            ts_cuda_matmul(&L->attn_k, 0, kvw, x, N, kraw, s) ||
+            ts_cuda_matmul(&L->attn_v, 0, kvw, x, N, vraw, s) ||
+            ts_cuda_matmul(&L->idx_q, 0, ni * di, x, N, iq, s) ||
+            ts_cuda_matmul(&L->idx_k, 0, di, x, N, ik, s))
+            return -1;
+    }
 
     // 2. norms, rope, cache writes
     {
         const dim3 grid((unsigned)N, (unsigned)(nh + nkv + ni + 1));
         const size_t smem = (size_t)(hd > di ? hd : di) * sizeof(float);
-        qsa_prep_kernel<<<grid, kPrepThreads, smem, s>>>(*b, l, q, w->qg, kraw, vraw, w->iq, w->ik,
-                                                         L->attn_q_norm, L->attn_k_norm, L->idx_q_norm);
+        qsa_prep_kernel<<<grid, kPrepThreads, smem, s>>>(*b, l, q, qg, kraw, vraw, iq, ik, L->attn_q_norm,
+                                                         L->attn_k_norm, L->idx_q_norm);
         if (!launched()) return -1;
     }
 
@@ -837,7 +863,7 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
         const unsigned chunks = (unsigned)((q.nbm + kScoreChunk - 1) / kScoreChunk);
         for (int64_t r0 = 0; r0 < N; r0 += lay.rows_pass) {
             const int64_t rp = N - r0 < lay.rows_pass ? N - r0 : lay.rows_pass;
-            qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, w->iq, (int)r0,
+            qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, iq, (int)r0,
                                                                                      scores);
             if (!launched()) return -1;
             qsa_topk_kernel<<<(unsigned)rp, kTopkThreads, 0, s>>>(*b, q, (int)r0, scores, sel);
@@ -856,36 +882,35 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             kAttCh * sizeof(int64_t) + 2 * kAttCh * sizeof(float);
         const int fd = dense ? 1 : 0;
         bool ok;
-        const int tc = attn_tc_enabled()
-                           ? launch_attn_tc(*b, l, q, w->qg, sel, fd, nsplit, w->att, part_o, part_ml, s)
-                           : 0;
+        const int tc =
+            attn_tc_enabled() ? launch_attn_tc(*b, l, q, qg, sel, fd, nsplit, w->att, part_o, part_ml, s) : 0;
         if (tc)
             ok = tc > 0;
         else if (hd <= kAttThreads) {
             if (hd == 256)
-                ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<2, 1>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
             else if (hd == 128)
-                ok = launch_attn<1, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<1, 1>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
             else
-                ok = launch_attn<0, 1>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<0, 1>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
         } else {
             if (hd == 512)
-                ok = launch_attn<4, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<4, 2>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
             else if (hd == 384)
-                ok = launch_attn<3, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<3, 2>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
             else
-                ok = launch_attn<0, 2>(grid, smem, s, *b, l, q, w->qg, sel, fd, ngroups, gh_max, nsplit,
-                                       w->att, part_o, part_ml);
+                ok = launch_attn<0, 2>(grid, smem, s, *b, l, q, qg, sel, fd, ngroups, gh_max, nsplit, w->att,
+                                       part_o, part_ml);
         }
         if (!ok) return -1;
         if (nsplit > 1) {
             qsa_combine_kernel<<<dim3((unsigned)N, (unsigned)nh), kCombineThreads,
-                                 (size_t)(nsplit + 1) * sizeof(float), s>>>(q, nsplit, w->qg, part_o, part_ml,
+                                 (size_t)(nsplit + 1) * sizeof(float), s>>>(q, nsplit, qg, part_o, part_ml,
                                                                             w->att);
             if (!launched()) return -1;
         }

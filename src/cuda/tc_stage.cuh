@@ -132,18 +132,47 @@ __device__ __forceinline__ float unit_amax(const float (&v)[16]) {
     return amax;
 }
 
-// v ← its residual after the fp16 rounding at its group's scale: v − fp16(v·2^s)·2^-s (exact in fp32). The
-// split products (gemm_tc.h) stage x and then this residual, each rounded at its own scale, so the two
-// carry ~22 bits of x. LANES: the neighbouring lanes whose units make up the group (they share its max).
-template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16]) {
+// The scale 2^s of the group that v's unit belongs to (tc_x_scale of the group's max |v|; 2^-s into inv).
+// LANES: the neighbouring lanes whose units make up the group (they share its max).
+template <int LANES> __device__ __forceinline__ float tc_group_scale(const float (&v)[16], float &inv) {
     float amax = unit_amax(v);
 #pragma unroll
     for (int off = 1; off < LANES; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    return tc_x_scale(amax, inv);
+}
+
+// v ← its residual after the fp16 rounding at its group's scale: v − fp16(v·2^s)·2^-s (exact in fp32). The
+// split products (gemm_tc.h) stage x and then this residual, each rounded at its own scale, so the two
+// carry ~22 bits of x.
+template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16]) {
     float inv;
-    const float scale = tc_x_scale(amax, inv);
+    const float scale = tc_group_scale<LANES>(v, inv);
 #pragma unroll
     for (int i = 0; i < 16; i++) v[i] -= __half2float(__float2half_rn(v[i] * scale)) * inv;
 }
+
+// v ← v rounded at its group's scale and back, fp16(v·2^s)·2^-s: what the MoE's SwiGLU kernel does to the routed
+// rows' h (moe.cu), which a staging that makes h itself does first to stage the same values.
+template <int LANES> __device__ __forceinline__ void tc_x_preround(float (&v)[16]) {
+    float inv;
+    const float scale = tc_group_scale<LANES>(v, inv);
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = __half2float(__float2half_rn(v[i] * scale)) * inv;
+}
+
+// The rows of a staging: rows(r) is the first input of x row r, rows.load<COH>(p, ok, v) a unit's 16 inputs
+// from p (zeros when !ok), and rows.pre_round() whether the inputs are rounded once at their group's scale
+// before the staging's own rounding (tc_x_preround). strided_rows: x + r·stride, the inputs as they are; the
+// GEMV's gathered rows and its SwiGLU of gate and up rows (gemv_tc.cu) are others.
+struct strided_rows {
+    const float *x;
+    int64_t stride;
+    __device__ const float *operator()(int r) const { return x + static_cast<size_t>(r) * stride; }
+    __device__ static constexpr bool pre_round() { return false; }
+    template <bool COH> __device__ void load(const float *p, bool ok, float (&v)[16]) const {
+        load_unit<COH>(p, ok, v);
+    }
+};
 
 // The rounds of a staging: for units u < units (one a thread a round), at(u) is the unit's first input (or
 // nullptr for a unit past the row's inputs, staged as zeros) and
@@ -151,8 +180,13 @@ template <int LANES> __device__ __forceinline__ void tc_x_residual(float (&v)[16
 // round (the shuffles inside need all lanes), ok = u < units. NT: only threads 0 .. NT − 1 stage (whole
 // warps; the persistent chain's copy warp does not), 0: the whole block. ROUNDS: the rounds loaded before
 // any is converted (fewer registers where one round covers x, as the GEMV's one-row staging).
-template <bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class At, class Convert>
-__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) {
+// load(p, ok, v): a unit's inputs (load_unit by default).
+template <bool COH> struct unit_load {
+    __device__ void operator()(const float *p, bool ok, float (&v)[16]) const { load_unit<COH>(p, ok, v); }
+};
+template <bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class At, class Convert,
+          class Load = unit_load<COH>>
+__device__ __forceinline__ void stage_rounds(int units, At at, Convert convert, Load load = Load{}) {
     const int nt = NT ? NT : static_cast<int>(blockDim.x); // the staging threads: 0 .. nt − 1
     for (int u0 = 0; u0 < units; u0 += ROUNDS * nt) {
         float v[ROUNDS][16];
@@ -161,7 +195,7 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
             if (u0 + r * nt >= units) break; // the same for the whole block
             const int u = u0 + r * nt + static_cast<int>(threadIdx.x);
             const float *p = u < units ? at(u) : nullptr; // nullptr: no inputs (zeros)
-            load_unit<COH>(p, p != nullptr, v[r]);
+            load(p, p != nullptr, v[r]);
         }
 #pragma unroll
         for (int r = 0; r < ROUNDS; r++) {
@@ -179,45 +213,53 @@ __device__ __forceinline__ void stage_rounds(int units, At at, Convert convert) 
 // a[2ii + 1] 2t + 8, 2t + 9), and with q = 0 the sums of sub-blocks 2t and 2t + 1 (sum, other) and 2^-s
 // (inv); it is called for units inside the rows only. RES: stage the residual of x's own rounding instead
 // (tc_x_residual). COH: as load_unit.
-template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
-__device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
-                                           Store store) {
+// rows: the staging's rows (strided_rows above).
+template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows, class Store>
+__device__ inline void stage_x_kquant_rows_each(Rows rows, int nx, int nsb, Store store) {
     const int units = nx * nsb * 16;
     auto at = [&](int u) { // unit u's first input
         const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4;
-        return x + static_cast<size_t>(rs / nsb) * x_stride + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) +
-               16 * (q & 1);
+        return rows(rs / nsb) + (rs % nsb) * kTcSuper + 64 * t + 32 * (q >> 1) + 16 * (q & 1);
     };
-    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
-        float v[16];
+    const auto load = [&](const float *p, bool ok, float(&v)[16]) { rows.template load<COH>(p, ok, v); };
+    stage_rounds<COH, NT, ROUNDS>(
+        units, at,
+        [&](int u, bool ok, const float(&x16)[16]) {
+            float v[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = x16[i];
-        if constexpr (RES) tc_x_residual<16>(v);
-        const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
-        float amax = unit_amax(v);
+            for (int i = 0; i < 16; i++) v[i] = x16[i];
+            if constexpr (RES) tc_x_residual<16>(v);
+            if (rows.pre_round()) tc_x_preround<16>(v);
+            const int q = u & 3, t = (u >> 2) & 3, rs = u >> 4; // rs = row·nsb + super-block
+            float amax = unit_amax(v);
 #pragma unroll
-        for (int off = 1; off < 16; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        uint32_t a[8];
-        float sum = tc_x_quarter(v, scale, a);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);              // the sub-block's sum (quarters j = 0, 1)
-        const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
-        if (!ok) return;
-        store(rs, t, q, a, sum, other, inv);
-    });
+            for (int off = 1; off < 16; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            uint32_t a[8];
+            float sum = tc_x_quarter(v, scale, a);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the sub-block's sum (quarters j = 0, 1)
+            const float other = __shfl_xor_sync(0xffffffffu, sum, 2); // the other sub-block's
+            if (!ok) return;
+            store(rs, t, q, a, sum, other, inv);
+        },
+        load);
+}
+template <bool RES, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Store>
+__device__ inline void stage_x_kquant_each(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                           Store store) {
+    stage_x_kquant_rows_each<RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, nsb, store);
 }
 
 // The GEMV's and the prefill GEMM's layout: per (row, super-block), lane t's words at xs + t·kTcXsLane,
 // word ii of quarter (h, j) in the lane's 16-byte group 4j + ii, stored at group (4j + ii) ^ t, slots 2h,
 // 2h + 1; the sums' hi and lo words in xsum, 2^-s in xsc.
-template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
-__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
-                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
-                                      int sum_step = 4, int sc_step = 1) {
-    stage_x_kquant_each<RES, COH, NT, ROUNDS>(
-        x, nx, nsb, x_stride,
-        [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
+template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows>
+__device__ inline void stage_x_kquant_rows(Rows rows, int nx, int nsb, uint32_t *xs, uint2 *xsum, float *xsc,
+                                           int xs_step = kTcXsSuper, int sum_step = 4, int sc_step = 1) {
+    stage_x_kquant_rows_each<RES, COH, NT, ROUNDS>(
+        rows, nx, nsb, [&](int rs, int t, int q, const uint32_t(&a)[8], float sum, float other, float inv) {
             const int h = q >> 1, j = q & 1;
             uint32_t *lane_xs = xs + static_cast<size_t>(rs) * xs_step + t * kTcXsLane;
 #pragma unroll
@@ -232,37 +274,56 @@ __device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int n
             }
         });
 }
+template <bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
+__device__ inline void stage_x_kquant(const float *__restrict__ x, int nx, int nsb, int64_t x_stride,
+                                      uint32_t *xs, uint2 *xsum, float *xsc, int xs_step = kTcXsSuper,
+                                      int sum_step = 4, int sc_step = 1) {
+    stage_x_kquant_rows<RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, nsb, xs, xsum, xsc, xs_step,
+                                              sum_step, sc_step);
+}
 
 // x of the in-order types → fp16 A fragments: unit u = (row, group, MMA m) converts the 16 inputs of MMA m
 // for the four lanes t (words (m·4 + t)·2 + 0, 1 of the group); the G/16 units of a group are neighbouring
 // lanes and share its max. A last group past ne0 (ne0 a multiple of 16, not of G) is staged with zeros
 // for the missing inputs. RES: the residual of x's own rounding (tc_x_residual). COH: as load_unit.
-template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
-__device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
-                                       uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
+template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds, class Rows>
+__device__ inline void stage_x_inorder_rows(Rows rows, int nx, int ne0, uint32_t *xs, float *xsc,
+                                            int xs_step = G / 2, int sc_step = 1) {
     constexpr int UPG = G / 16; // units (MMAs) a group: 8 or 16, so a group never straddles two warps
     const int ng = (ne0 + G - 1) / G, units = nx * ng * UPG;
     auto at = [&](int u) -> const float * { // unit u's first input; rg = row·ng + group
         const int rg = u / UPG, i = (rg % ng) * G + 16 * (u % UPG);
-        return i < ne0 ? x + static_cast<size_t>(rg / ng) * x_stride + i : nullptr;
+        return i < ne0 ? rows(rg / ng) + i : nullptr;
     };
-    stage_rounds<COH, NT, ROUNDS>(units, at, [&](int u, bool ok, const float(&x16)[16]) {
-        float v[16];
+    const auto load = [&](const float *p, bool ok, float(&v)[16]) { rows.template load<COH>(p, ok, v); };
+    stage_rounds<COH, NT, ROUNDS>(
+        units, at,
+        [&](int u, bool ok, const float(&x16)[16]) {
+            float v[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = x16[i];
-        if constexpr (RES) tc_x_residual<UPG>(v);
-        const int m = u % UPG, rg = u / UPG;
-        float amax = unit_amax(v);
+            for (int i = 0; i < 16; i++) v[i] = x16[i];
+            if constexpr (RES) tc_x_residual<UPG>(v);
+            if (rows.pre_round()) tc_x_preround<UPG>(v);
+            const int m = u % UPG, rg = u / UPG;
+            float amax = unit_amax(v);
 #pragma unroll
-        for (int off = 1; off < UPG; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        float inv;
-        const float scale = tc_x_scale(amax, inv);
-        if (!ok) return;
-        uint32_t *w = xs + static_cast<size_t>(rg) * xs_step + m * 8;
+            for (int off = 1; off < UPG; off <<= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+            float inv;
+            const float scale = tc_x_scale(amax, inv);
+            if (!ok) return;
+            uint32_t *w = xs + static_cast<size_t>(rg) * xs_step + m * 8;
 #pragma unroll
-        for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
-        if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
-    });
+            for (int t = 0; t < 4; t++) tc_x_inorder(v, scale, t, w[2 * t], w[2 * t + 1]);
+            if (m == 0) xsc[static_cast<size_t>(rg) * sc_step] = inv;
+        },
+        load);
+}
+template <int G, bool RES = false, bool COH = false, int NT = 0, int ROUNDS = kStageRounds>
+__device__ inline void stage_x_inorder(const float *__restrict__ x, int nx, int ne0, int64_t x_stride,
+                                       uint32_t *xs, float *xsc, int xs_step = G / 2, int sc_step = 1) {
+    stage_x_inorder_rows<G, RES, COH, NT, ROUNDS>(strided_rows{x, x_stride}, nx, ne0, xs, xsc, xs_step,
+                                                  sc_step);
 }
 
 } // namespace ts_cu

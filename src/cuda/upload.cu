@@ -151,9 +151,20 @@ void up_layer(uploader &u, const ts_layer_weights *L, ts_cuda_layer *o) {
             up_mat(u, L->ssm_alpha, &o->ssm_alpha);
     up_vec(u, L->ssm_a, &o->ssm_a, true), up_vec(u, L->ssm_dt, &o->ssm_dt);
     up_vec(u, L->ssm_conv1d, &o->ssm_conv1d), up_vec(u, L->ssm_norm, &o->ssm_norm);
-    up_mat(u, L->attn_q, &o->attn_q), up_mat(u, L->attn_k, &o->attn_k), up_mat(u, L->attn_v, &o->attn_v);
-    up_mat(u, L->attn_output, &o->attn_output), up_mat(u, L->idx_q, &o->idx_q),
-        up_mat(u, L->idx_k, &o->idx_k);
+    // q, k, v, idx_q, idx_k back to back (or the four but v, where v's encoding differs): one product at
+    // batch 1 (qsa.cu); ts_memplan_qsa_in_bytes counts the same allocations
+    const ts_gguf_tensor *in5[5] = {L->attn_q, L->attn_k, L->attn_v, L->idx_q, L->idx_k};
+    ts_cuda_tensor *iv5[5] = {&o->attn_q, &o->attn_k, &o->attn_v, &o->idx_q, &o->idx_k};
+    const ts_gguf_tensor *in4[4] = {L->attn_q, L->attn_k, L->idx_q, L->idx_k};
+    ts_cuda_tensor *iv4[4] = {&o->attn_q, &o->attn_k, &o->idx_q, &o->idx_k};
+    o->qsa_in_v = up_joined(u, in5, 5, iv5, &o->qsa_in);
+    if (!o->qsa_in_v) {
+        if (!up_joined(u, in4, 4, iv4, &o->qsa_in))
+            up_mat(u, L->attn_q, &o->attn_q), up_mat(u, L->attn_k, &o->attn_k),
+                up_mat(u, L->idx_q, &o->idx_q), up_mat(u, L->idx_k, &o->idx_k);
+        up_mat(u, L->attn_v, &o->attn_v);
+    }
+    up_mat(u, L->attn_output, &o->attn_output);
     up_vec(u, L->attn_q_norm, &o->attn_q_norm), up_vec(u, L->attn_k_norm, &o->attn_k_norm);
     up_vec(u, L->idx_q_norm, &o->idx_q_norm), up_vec(u, L->idx_k_norm, &o->idx_k_norm);
     up_mat(u, L->ffn_gate_inp, &o->ffn_gate_inp);

@@ -55,20 +55,25 @@ static size_t hc_bytes(const ts_hc_weights *h) {
     return ts_memplan_vector_bytes(h->norm) + group_bytes(di, 2) + ts_memplan_matrix_bytes(h->up);
 }
 
+size_t ts_memplan_qsa_in_bytes(const ts_layer_weights *L) {
+    const ts_gguf_tensor *in5[5] = {L->attn_q, L->attn_k, L->attn_v, L->idx_q, L->idx_k};
+    const ts_gguf_tensor *in4[4] = {L->attn_q, L->attn_k, L->idx_q, L->idx_k};
+    if (ts_memplan_joinable(in5, 5)) return ts_memplan_joined_bytes(in5, 5);
+    return group_bytes(in4, 4) + ts_memplan_matrix_bytes(L->attn_v);
+}
+
 static size_t layer_bytes(const ts_layer_weights *L) {
     size_t b = hc_bytes(&L->hc_attn) + hc_bytes(&L->hc_ffn);
     b += ts_memplan_matrix_bytes(L->attn_qkv) + ts_memplan_matrix_bytes(L->ssm_out);
     const ts_gguf_tensor *zba[3] = {L->attn_gate, L->ssm_beta, L->ssm_alpha};
-    b += group_bytes(zba, 3);
+    b += group_bytes(zba, 3) + ts_memplan_qsa_in_bytes(L);
     const ts_gguf_tensor *vec[] = {
         L->ssm_a,          L->ssm_dt,        L->ssm_conv1d, L->ssm_norm,           L->attn_q_norm,
         L->attn_k_norm,    L->idx_q_norm,    L->idx_k_norm, L->ffn_gate_inp_shexp, L->ple_norm_key,
         L->ple_norm_query, L->ple_norm_conv, L->ple_conv1d};
-    const ts_gguf_tensor *mat[] = {
-        L->attn_q,        L->attn_k,         L->attn_v,        L->attn_output,    L->idx_q,
-        L->idx_k,         L->ffn_gate_inp,   L->ffn_gate_exps, L->ffn_up_exps,    L->ffn_gate_up_exps,
-        L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,  L->ffn_down_shexp, L->ple_key,
-        L->ple_value};
+    const ts_gguf_tensor *mat[] = {L->attn_output,      L->ffn_gate_inp,  L->ffn_gate_exps,  L->ffn_up_exps,
+                                   L->ffn_gate_up_exps, L->ffn_down_exps, L->ffn_gate_shexp, L->ffn_up_shexp,
+                                   L->ffn_down_shexp,   L->ple_key,       L->ple_value};
     for (size_t i = 0; i < sizeof vec / sizeof *vec; i++) b += ts_memplan_vector_bytes(vec[i]);
     for (size_t i = 0; i < sizeof mat / sizeof *mat; i++) b += ts_memplan_matrix_bytes(mat[i]);
     return b;
@@ -234,7 +239,21 @@ size_t ts_memplan_qsa_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ma
     }
     ts_memplan_qsa full;
     ts_memplan_qsa_layout(hp, max_rows, max_ctx, false, &full);
-    return full.vbuf + full.sel + full.scores + best;
+    const size_t all = full.vbuf + full.sel + full.scores + best;
+    /* at one row the joined projections' outputs follow that row's layout (dense or not) */
+    ts_memplan_qsa d1, s1;
+    ts_memplan_qsa_layout(hp, 1, max_ctx, true, &d1);
+    ts_memplan_qsa_layout(hp, 1, max_ctx, false, &s1);
+    const size_t t1 = ts_memplan_qsa_total(&d1) > ts_memplan_qsa_total(&s1) ? ts_memplan_qsa_total(&d1)
+                                                                            : ts_memplan_qsa_total(&s1);
+    const size_t one = ts_memplan_align(t1) + ts_memplan_qsa_in_out_bytes(hp);
+    return all > one ? all : one;
+}
+
+size_t ts_memplan_qsa_in_out_bytes(const ts_hparams *hp) {
+    const int64_t rows = (int64_t)hp->n_head * 2 * hp->head_dim + 2 * ts_qsa_kv_width(hp) +
+                         (int64_t)hp->idx_n_head * hp->idx_head_dim + hp->idx_head_dim;
+    return ts_memplan_align((size_t)rows * sizeof(float));
 }
 
 size_t ts_memplan_ple_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ctx) {
@@ -270,7 +289,7 @@ size_t ts_memplan_expert_plan_bytes_for(int64_t n, int64_t max_tiles) {
 size_t ts_memplan_expert_plan_bytes(int64_t n_items, int64_t n_experts) {
     if (n_items < 0 || ts_memplan_expert_plan_ranges(n_experts) == 0) return 0;
     int64_t mt = 0;
-    for (int tt = 16; tt <= 64; tt *= 2) {
+    for (int tt = 8; tt <= 64; tt *= 2) {
         const int64_t m = ts_memplan_expert_plan_max_tiles(n_items, n_experts, tt);
         if (m > mt) mt = m;
     }
@@ -347,7 +366,8 @@ void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_mem
     e[TS_WORK_TOPK_ID] = e[TS_WORK_TOPK_W] = N * k;
     e[TS_WORK_GU] = gu;
     e[TS_WORK_EO] = N * k * H;
-    e[TS_WORK_SG] = e[TS_WORK_ROUTE_COUNT] = N;
+    e[TS_WORK_SG] = N;
+    e[TS_WORK_ROUTE_COUNT] = N + (H + 7) / 8;
     e[TS_WORK_HC_SS] = N * C * ((H + 255) / 256);
     e[TS_WORK_EMB] = N * NE;
     e[TS_WORK_PV] = N * H;

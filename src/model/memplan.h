@@ -42,14 +42,17 @@ static inline size_t ts_memplan_align(size_t n) {
 /* ---- weights ---------------------------------------------------------------------------------
  * Matrices stay in their file encoding (TS_MEMPLAN_MATRIX_TAIL spare bytes after the rows), vectors
  * and convolution kernels become fp32. Matrices that one product computes together (a
- * hyper-connection's down and inject rows; a GDN layer's z, β and α) are placed back to back as one
- * allocation when ts_memplan_joinable says they can be. */
+ * hyper-connection's down and inject rows; a GDN layer's z, β and α; a QSA layer's projections of its
+ * input) are placed back to back as one allocation when ts_memplan_joinable says they can be. */
 size_t ts_memplan_matrix_bytes(const ts_gguf_tensor *t); /* 0 for NULL */
 size_t ts_memplan_vector_bytes(const ts_gguf_tensor *t); /* 0 for NULL */
 /* All n present, of one type and row length, 2-D, and rows a multiple of 16 bytes (the CUDA backend
  * also needs a type its products read, which it checks itself). */
 bool ts_memplan_joinable(const ts_gguf_tensor *const *t, int n);
 size_t ts_memplan_joined_bytes(const ts_gguf_tensor *const *t, int n);
+/* A QSA layer's q, k, v, idx_q and idx_k as the CUDA upload places them: one allocation when joinable, else
+ * the four but v joined (or each alone) and v alone; 0 for a layer without them. */
+size_t ts_memplan_qsa_in_bytes(const ts_layer_weights *L);
 /* The trunk weights the GPU holds (MTP blocks are not uploaded) and the PLE table, in the order
  * src/cuda/forward.cu uploads them. */
 void ts_memplan_weights(const ts_model *m, size_t *trunk, size_t *table);
@@ -106,7 +109,7 @@ enum {
     TS_WORK_GU,
     TS_WORK_EO,
     TS_WORK_SG,
-    TS_WORK_ROUTE_COUNT,
+    TS_WORK_ROUTE_COUNT, /* N counters of the fused router, then ⌈H / 8⌉ of the MoE combine in its down launch */
     TS_WORK_HC_SS,
     TS_WORK_EMB,
     TS_WORK_PV,
@@ -163,6 +166,9 @@ typedef struct ts_memplan_qsa {
 } ts_memplan_qsa;
 void ts_memplan_qsa_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, bool dense, ts_memplan_qsa *out);
 size_t ts_memplan_qsa_total(const ts_memplan_qsa *q);
+/* At one row, after that row's regions (aligned): the joined projections' outputs, q (nh·2·hd floats), k
+ * and v (nkv·hd each), idx_q (ni·di), idx_k (di) back to back; ts_memplan_qsa_scratch leaves room for them. */
+size_t ts_memplan_qsa_in_out_bytes(const ts_hparams *hp);
 /* Query heads per attention thread block (≤ TS_MEMPLAN_QSA_MAX_GH), and how many such groups one
  * K/V head's G query heads make. */
 void ts_memplan_qsa_head_groups(int64_t G, int *ngroups, int *gh_max);

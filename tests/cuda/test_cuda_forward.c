@@ -11,7 +11,9 @@
  *   3. chunked prefill on the GPU (micro-batches 1 and 7) equal to one micro-batch of 64 (5e-5);
  *   (1-3 within 2e-2 where the tensor-core products round x, against a CPU that rounds the same operands
  *   the same way, TURBOSPARK_CPU_ROUND_X: g_resid_bound below says why);
- *   4. graph replay equal to eager execution over greedy decode steps;
+ *   4. graph replay equal to eager execution over greedy decode steps; the hyper-connection writes left to
+ *      the reads that follow them (4b), the expert products run as planned GEMVs (4c) and the SwiGLU made by
+ *      the down launch (4d) equal to the separate kernels, bit for bit;
  *   5. four sequences decoded together (one batched step, one graph) equal to each decoded alone;
  *   6. a copied session and one restored from a snapshot continue as the original;
  *   7. snapshots kept in GPU memory (ts_cuda_params.snapshot_bytes) hold the same bytes as host ones,
@@ -37,6 +39,11 @@
 #include <string.h>
 
 static int failures;
+static int64_t g_hc_deferred;   /* hyper-connection writes left to reads in step 4b, over all models */
+static int64_t g_moe_planned;   /* expert products run as planned GEMVs in step 4c, over all models */
+static int64_t g_swiglu_staged; /* MoE blocks whose down launch made the SwiGLU in step 4d, over all models */
+static int64_t g_qsa_joined;    /* QSA blocks whose projections ran as one product in step 4e, all models */
+static bool g_must_join;        /* the model being checked must join its QSA projections in step 4e */
 
 #define CHECK(cond, ...)                                                                                     \
     do {                                                                                                     \
@@ -122,6 +129,49 @@ static int32_t argmax(const float *x, int64_t n) {
 /* ---- the checks of one model ------------------------------------------------------------------------ */
 
 enum { T_PROMPT = 200, UB = 64, N_DECODE = 24, N_SEQ = 4 };
+
+/* The logits of every prompt position from a fresh CUDA session of m (micro-batches of ub), with the environment
+ * variable name set to value (NULL: unset) for that run only. 0, or -1 (a failure, counted). */
+static int prompt_with(ts_model *m, int64_t n_ctx, int64_t ub, const int32_t *ids, float *logits,
+                       const char *name, const char *value) {
+    const char *was = getenv(name);
+    char *saved = was ? strdup(was) : NULL;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    ts_session *s = session(m, n_ctx, ub, TS_BACKEND_CUDA);
+    const int rc = s ? eval(s, ids, T_PROMPT, logits, true) : -1;
+    ts_session_free(s);
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+    return rc;
+}
+
+/* How many of the prompt's logits (T_PROMPT rows of V) differ in their bits. */
+static int64_t logits_differ(const float *a, const float *b, int64_t V) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < T_PROMPT * V; i++) d += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+}
+
+/* The prompt's logits with switch `name` at `off` (into lx), then at `on` (into lc; NULL: unset), and what the
+ * context's counter `count` rose by in each run (rose[0], rose[1]); the number of logits that differ in their
+ * bits, or −1 when a run failed. */
+static int64_t switch_pair(ts_model *m, int64_t n_ctx, int64_t ub, const int32_t *ids, float *lx, float *lc,
+                           int64_t V, const char *name, const char *off, const char *on,
+                           int64_t (*count)(const ts_cuda_ctx *), int64_t rose[2]) {
+    const ts_cuda_ctx *cx = m->backend_ctx[TS_BACKEND_CUDA];
+    const int64_t c0 = count(cx);
+    const int ra = prompt_with(m, n_ctx, ub, ids, lx, name, off);
+    const int64_t c1 = count(cx);
+    const int rb = prompt_with(m, n_ctx, ub, ids, lc, name, on);
+    rose[0] = c1 - c0, rose[1] = count(cx) - c1;
+    return ra || rb ? -1 : logits_differ(lx, lc, V);
+}
 
 /* Bounds of the CPU comparisons. The CUDA products that take x in fp16 (the tensor-core GEMV and GEMM,
  * ts_cuda_matmul_rounds_x: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0 at every batch size) round each activation once by
@@ -256,6 +306,79 @@ static void check_model(const char *name, const char *path) {
         printf("  graph replay vs eager over %d decode steps: max|d| = %.2e of max|logit|\n", N_DECODE, gd);
         CHECK(gd <= 1e-6, "graph replay differs from eager execution by %.3g", gd);
         ts_session_free(se), ts_session_free(sr);
+    }
+
+    /* 4b–4d: launch cuts that keep every sum, each against the kernels it replaces, bit for bit, on the whole
+       prompt (m2's context runs eagerly, so the switches are read at every layer; a model that takes none of
+       them says so, and main checks that some model did):
+       4b: the hyper-connection writes left to the fused reads that follow them (hc.cu: their split products
+           make x from the write; the attention blocks' writes of up to 4 rows), micro-batches of 1 and 3;
+       4c: the expert products of micro-batches of 16 and 5 rows as planned GEMVs (moe.cu: an expert's items
+           as one chunk's tokens; TURBOSPARK_CUDA_MOE_PLANNED=2, from 2 rows) against one GEMV an item;
+       4d: at one token the down launch computing h = silu(gate)·up while staging its x, and the MoE combine at
+           its end (moe.cu; the MoE half's write is then a plain one, left to the next read), against the
+           SwiGLU kernel (TURBOSPARK_CUDA_SWIGLU_STAGED=0) and against the combine in the write
+           (TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0);
+       4e: at one row the QSA projections as one product of their joined rows (qsa.cu) against five
+           (TURBOSPARK_CUDA_QSA_JOIN=0) */
+    {
+        ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
+        for (int k = 0; k < 2; k++) {
+            const int64_t ub = k ? 3 : 1;
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, ub, ids, lx, lc, V, "TURBOSPARK_CUDA_HC_DEFER", "0",
+                                               NULL, ts_cuda_hc_writes_deferred, rose);
+            g_hc_deferred += rose[1];
+            printf("  micro-batch %" PRId64 ", hyper-connection writes in the reads (%" PRId64
+                   " of them) vs apart: %" PRId64 " logits differ\n",
+                   ub, rose[1], differ);
+            CHECK(differ == 0 && rose[0] == 0, "writes in the reads change %" PRId64 " logits", differ);
+        }
+        for (int k = 0; k < 2; k++) {
+            const int64_t ub = k ? 5 : 16;
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, ub, ids, lx, lc, V, "TURBOSPARK_CUDA_MOE_PLANNED",
+                                               "0", "2", ts_cuda_moe_planned_products, rose);
+            g_moe_planned += rose[1];
+            printf("  micro-batch %" PRId64 ", planned expert products (%" PRId64
+                   " of them) vs one GEMV an item: %" PRId64 " logits differ\n",
+                   ub, rose[1], differ);
+            CHECK(differ == 0, "planned expert products change %" PRId64 " logits", differ);
+        }
+        const int ra = prompt_with(m2, n_ctx, 1, ids, lx, "TURBOSPARK_CUDA_SWIGLU_STAGED", "0");
+        int64_t deferred[2],
+            staged[2]; /* writes left to reads (the MoE half's too with the combine), blocks */
+        for (int v = 0; v < 2; v++) {
+            const int64_t s0 = ts_cuda_moe_swiglu_staged(cx), d0 = ts_cuda_hc_writes_deferred(cx);
+            const int rb =
+                prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_MOE_DOWN_COMBINE", v ? NULL : "0");
+            staged[v] = ts_cuda_moe_swiglu_staged(cx) - s0, deferred[v] = ts_cuda_hc_writes_deferred(cx) - d0;
+            g_swiglu_staged += staged[v];
+            const int64_t differ = logits_differ(lx, lc, V);
+            printf("  micro-batch 1, the SwiGLU%s in the down launch (%" PRId64
+                   " blocks) vs their own kernels: %" PRId64 " logits differ\n",
+                   v ? " and the combine" : "", staged[v], differ);
+            CHECK(ra == 0 && rb == 0 && differ == 0, "the down launch's SwiGLU%s changes %" PRId64 " logits",
+                  v ? " and combine" : "", differ);
+        }
+        if (staged[1] > 0) {
+            printf("  hyper-connection writes left to reads: %" PRId64
+                   " without the combine in the down launch, %" PRId64 " with it\n",
+                   deferred[0], deferred[1]);
+            CHECK(deferred[1] > deferred[0], "the combine in the down launch left no MoE write to a read");
+        }
+        {
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, 1, ids, lx, lc, V, "TURBOSPARK_CUDA_QSA_JOIN", "0",
+                                               NULL, ts_cuda_qsa_joined, rose);
+            const int64_t joined = rose[1];
+            g_qsa_joined += joined;
+            printf("  micro-batch 1, the QSA projections as one product (%" PRId64
+                   " blocks) vs five: %" PRId64 " logits differ\n",
+                   joined, differ);
+            CHECK(differ == 0, "the joined QSA projections change %" PRId64 " logits", differ);
+            CHECK(joined > 0 || !g_must_join, "no QSA block joined its projections");
+        }
     }
 
     /* 5: batched decode vs alone */
@@ -430,18 +553,25 @@ out:
 /* ---- the models -------------------------------------------------------------------------------------- */
 
 /* The routed experts (rows of 256-multiples) at the type *ctx, the rest at synth's type. */
-static int experts_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
-    if (strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = *(const uint32_t *)ctx;
+/* Types that differ from the model's: the routed experts', and the QSA values' (0: the model's). */
+typedef struct other_types {
+    uint32_t experts, v;
+} other_types;
+
+static int other_types_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
+    const other_types *o = ctx;
+    if (o->experts && strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = o->experts;
+    if (o->v && strstr(spec->name, ".attn_v.") && spec->ne[0] % 256 == 0) *type = o->v;
     return 1;
 }
 
-/* experts: 0, or the type of the routed experts (the rest at `type`). */
-static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, uint32_t experts,
+/* The rest at `type`. */
+static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32_t type, other_types other,
                        ts_layout layout, char *path, size_t n) {
     char err[1024];
     snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
     ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
-    if (experts) o.edit = experts_at, o.edit_ctx = &experts;
+    if (other.experts || other.v) o.edit = other_types_at, o.edit_ctx = &other;
     if (ts_synth_write(hp, &o, path, err, sizeof err)) {
         printf("%s: FAIL: synth: %s\n", name, err);
         failures++;
@@ -469,7 +599,7 @@ int main(int argc, char **argv) {
         ts_hparams hp;
         if (ts_hparams_tiny(&hp, err, sizeof err)) return 1;
         ts_model *m;
-        int rc = write_model(dir, "probe", &hp, 0, 0, (ts_layout){0}, path, sizeof path) ||
+        int rc = write_model(dir, "probe", &hp, 0, (other_types){0}, (ts_layout){0}, path, sizeof path) ||
                  ts_model_load(path, &m, err, sizeof err);
         ts_hparams_free(&hp);
         if (rc) return 1;
@@ -485,19 +615,28 @@ int main(int argc, char **argv) {
         const char *name;
         uint32_t type;
         ts_layout layout;
-        int shape;        /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used) */
-        uint32_t experts; /* 0, or the routed experts' type */
+        int shape; /* 0 tiny, 1 awkward, 2 mid (4 layers), 3 mid with 8 experts (4 used), 4 mid with 10 of its 64
+                      experts used (the released k: more than the 8 x rows a launch stages whole, so the
+                      down launch stages one row at a time and may make the SwiGLU, step 4d) */
+        other_types other; /* the routed experts' and the QSA values' types where they differ */
+        bool must_join;    /* step 4e must join its QSA projections (at one row, unless switched off) */
     } cases[] = {
-        {"tiny_f32", TS_TYPE_F32, {0}, 0, 0},
-        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, 0},
-        {"awkward_f16", TS_TYPE_F16, {0}, 1, 0},
-        {"mid4_q4_k", TS_TYPE_Q4_K, {0}, 2, 0},
-        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, 0},
+        {"tiny_f32", TS_TYPE_F32, {0}, 0, {0}, true},
+        {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, {0}, false},
+        {"awkward_f16", TS_TYPE_F16, {0}, 1, {0}, false},
+        /* values in Q6_K as in the q4_k_m mix's QSA layers: their projection apart from the other four's */
+        {"mid4k10_q4_k_v_q6_k", TS_TYPE_Q4_K, {0}, 4, {.v = TS_TYPE_Q6_K}, true},
+        {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, {0}, false},
         /* the low-bit types of the UD-style mixes, with fewer experts (synth quantizes on one core;
          * the lattice search of IQ2_XXS takes ~0.4 µs a weight, so only its experts are IQ2_XXS) */
-        {"mid4e8_q2_k", TS_TYPE_Q2_K, {0}, 3, 0},
-        {"mid4e8_iq1_m", TS_TYPE_IQ1_M, {0}, 3, 0},
-        {"mid4e8_q8_0_iq2_xxs_experts_fused", TS_TYPE_Q8_0, {.fused_experts = true}, 3, TS_TYPE_IQ2_XXS},
+        {"mid4e8_q2_k", TS_TYPE_Q2_K, {0}, 3, {0}, false},
+        {"mid4e8_iq1_m", TS_TYPE_IQ1_M, {0}, 3, {0}, false},
+        {"mid4e8_q8_0_iq2_xxs_experts_fused",
+         TS_TYPE_Q8_0,
+         {.fused_experts = true},
+         3,
+         {.experts = TS_TYPE_IQ2_XXS},
+         false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (only && !strstr(cases[i].name, only)) continue;
@@ -516,13 +655,14 @@ int main(int argc, char **argv) {
             rc = ts_hparams_set_layers(&hp, 5, 0, err, sizeof err);
         }
         if (!rc && cases[i].shape == 3) hp.n_expert = 8, hp.n_expert_used = 4;
+        if (!rc && cases[i].shape == 4) hp.n_expert_used = 10;
         if (!rc && cases[i].shape >= 2) rc = ts_hparams_set_layers(&hp, 4, 0, err, sizeof err);
         if (rc) {
             printf("%s: FAIL: hparams: %s\n", cases[i].name, err);
             failures++;
             continue;
         }
-        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].experts, cases[i].layout, path,
+        rc = write_model(dir, cases[i].name, &hp, cases[i].type, cases[i].other, cases[i].layout, path,
                          sizeof path);
         ts_hparams_free(&hp);
         const char *tc = getenv("TURBOSPARK_CUDA_GEMV_TC");
@@ -536,8 +676,35 @@ int main(int argc, char **argv) {
             printf("%s: x rounded to fp16 in its tensor-core products, and so in the CPU reference: CPU and "
                    "micro-batch bounds 2e-2\n",
                    cases[i].name);
+        const char *qj = getenv("TURBOSPARK_CUDA_QSA_JOIN");
+        g_must_join = cases[i].must_join && !(qj && qj[0] == '0');
         if (!rc) check_model(cases[i].name, path);
         remove(path);
+    }
+    const char *hd = getenv("TURBOSPARK_CUDA_HC_DEFER");
+    if (argc <= 2 && !(hd && hd[0] == '0') && g_hc_deferred == 0) {
+        printf("FAIL: no model left a hyper-connection write to its read: step 4b compared one path with "
+               "itself\n");
+        failures++;
+    }
+    const char *gr = getenv("TURBOSPARK_CUDA_MOE_GROUPED"), *gt = getenv("TURBOSPARK_CUDA_GEMV_TC"),
+               *wa = getenv("TURBOSPARK_TC_WA");
+    if (argc <= 2 && !(gr && gr[0] != '0') && !(gt && gt[0] == '0') && !(wa && wa[0] == '0') &&
+        g_moe_planned == 0) {
+        printf("FAIL: no model ran a planned expert product: step 4c compared one path with itself\n");
+        failures++;
+    }
+    const char *ss = getenv("TURBOSPARK_CUDA_SWIGLU_STAGED"),
+               *sm = getenv("TURBOSPARK_CUDA_MOE_SHARED_MERGE");
+    if (argc <= 2 && !(ss && ss[0] == '0') && !(sm && sm[0] == '0') && !(gt && gt[0] == '0') &&
+        g_swiglu_staged == 0) {
+        printf("FAIL: no model made the SwiGLU in its down launch: step 4d compared one path with itself\n");
+        failures++;
+    }
+    const char *qj = getenv("TURBOSPARK_CUDA_QSA_JOIN");
+    if (argc <= 2 && !(qj && qj[0] == '0') && g_qsa_joined == 0) {
+        printf("FAIL: no model joined its QSA projections: step 4e compared one path with itself\n");
+        failures++;
     }
     printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);
     return failures ? 1 : 0;

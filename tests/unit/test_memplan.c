@@ -107,16 +107,18 @@ static void test_tiny_work(void **state) {
     assert_int_equal(w.off[TS_WORK_LOGITS], 13824);
     assert_int_equal(w.off[TS_WORK_TCX], 15872);
     assert_int_equal(w.scratch_off, 17152);
-    /* scratch at context 16: GDN max(α 6 floats → 32, z|β|α 6·18·4 = 432) = 432; QSA 0 (16/4 = 4
-     * blocks, not more than Kb: dense, one split); MoE: shared 32 + 32 floats = 256, no padded expert
-     * rows (F % 4 = 0), expert plan of 2 items in 8 experts: 256 + 256 (2 tiles) + 256 = 768 */
+    /* scratch at context 16: GDN max(α 6 floats → 32, z|β|α 6·18·4 = 432) = 432; QSA: no regions (16/4 = 4
+     * blocks, not more than Kb: dense, one split), then the joined projections' outputs of one row, q 4·2·32
+     * + k and v 2·32 each + idx_q 2·16 + idx_k 16 = 432 floats → 1,792; MoE: shared 32 + 32 floats = 256, no
+     * padded expert rows (F % 4 = 0), expert plan of 2 items in 8 experts: 256 + 256 (2 tiles) + 256 = 768 */
     assert_int_equal(ts_memplan_gdn_scratch(&hp, 1, 16), 432);
-    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 16), 0);
+    assert_int_equal(ts_memplan_qsa_in_out_bytes(&hp), 1792);
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 16), 1792);
     assert_int_equal(ts_memplan_expert_plan_bytes(2, 8), 768);
     assert_int_equal(ts_memplan_moe_scratch(&hp, 1, 16), 1024);
-    assert_int_equal(w.scratch, 1024);
-    assert_int_equal(w.total, 18176);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 16), 18176);
+    assert_int_equal(w.scratch, 1792);
+    assert_int_equal(w.total, 18944);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 16), 18944);
     /* context 100: 25 blocks > Kb, so rows can be sparse: selected blocks 4 ints → 256, scores of one
      * row 25 floats → 256; the dense worst case (FORCE_DENSE) splits the 100 positions in 2 (one row,
      * 2 kv heads: 128 splits wanted, ⌈100/64⌉ = 2 allowed): partials 1·4·2·32 floats = 1,024 and
@@ -129,20 +131,23 @@ static void test_tiny_work(void **state) {
     ts_memplan_qsa_layout(&hp, 1, 100, true, &q);
     assert_int_equal(q.nsplit, 2);
     assert_int_equal(ts_memplan_qsa_total(&q), 1280);
-    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 100), 256 + 256 + 1280);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 100), 17152 + 1792);
+    /* the regions of any row: 256 + 256 + 1,280; at one row the dense layout's 1,280, then the joined
+     * projections' 1,792 */
+    assert_int_equal(ts_memplan_qsa_scratch(&hp, 1, 100), 1280 + 1792);
+    assert_int_equal(ts_memplan_work_bytes(&hp, 1, 100), 17152 + 3072);
     ts_hparams_free(&hp);
 }
 
 /* Every tiny tensor F32: a matrix is its bytes + 16, aligned; a vector its floats; a hyper-connection's
- * down and inject rows (36 of 1,024 bytes) and a GDN layer's z|β|α (108 rows of 256 bytes) are joined. */
+ * down and inject rows (36 of 1,024 bytes), a GDN layer's z|β|α (108 rows of 256 bytes) and a QSA layer's
+ * q|k|v|idx_q|idx_k (256 + 64 + 64 + 32 + 16 = 432 rows of 256 bytes) are joined. */
 static const size_t k_tiny_f32_trunk =
     131328 + 131328 /* token_embd, output */ + 67072 /* final mixer: norm 1,024, down 33,024, up 33,024 */ +
     4 * 142336 /* two HC modules a layer: 1,024 + 37,120 + 33,024 each */ +
     4 * 225280 /* MoE: router 2,304, experts 3 × 65,792, shared 3 × 8,448 + 256 */
     + 3 * 97280 /* GDN: qkv 41,216, out 24,832, z|β|α 27,904, vectors 3,328 */ +
-    145920   /* QSA: q 65,792, k, v 16,640, out 33,024, idx 8,448 + 4,352, norms 1,024 */
-    + 89600; /* PLE: key 65,792, value 16,640, norms 3,072, conv 4,096 */
+    144896                                    /* QSA: q|k|v|idx_q|idx_k 110,848, out 33,024, norms 1,024 */
+    + 89600;                                  /* PLE: key 65,792, value 16,640, norms 3,072, conv 4,096 */
 static const size_t k_tiny_f32_table = 33024; /* 16 × 512 rows × 4 + 16, aligned */
 
 static void test_tiny_weights(void **state) {
@@ -229,21 +234,22 @@ static void test_released_work(void **state) {
     char err[256];
     ts_hparams hp;
     assert_int_equal(ts_hparams_released(&hp, err, sizeof err), 0);
-    /* 512 rows: every region a multiple of 512·4 bytes, so no padding */
+    /* 512 rows: every region a multiple of 256 bytes, so no padding (the route counters: 512 of the router,
+       2,560 / 8 = 320 of the MoE combine) */
     const size_t N = 512;
     const size_t regions =
         4 * (3 * N * 10240 /* R, xn, mix */ + N * 320 + 2 * N * 2560 + N * 4 + 2 * N * 10240 /* qkv, u */ +
              2 * N * 6144 /* z, o */ + 2 * N * 48 + N * 24 * 2 * 256 /* qg */ + 2 * N * 512 /* kv */ +
              N * 4 * 128 + N * 128 + N * 24 * 256 /* att */ + N * 512 /* router */ + 2 * N * 10 +
-             N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + 2 * N + N * 4 * 10 /* hc_ss */ +
+             N * 10 * 2 * 640 /* gu */ + N * 10 * 2560 /* eo */ + N + (N + 320) + N * 4 * 10 /* hc_ss */ +
              2 * N * 2560 /* emb, pv */ + N * 10240 + N * 2560 /* Rsel, xsel */ + 256 * 248320 /* logits */ +
              N * 160 * 72 /* tensor-core x records: 10,240 inputs, two records a row */);
-    assert_int_equal(regions, 576917504);
+    assert_int_equal(regions, 576918784);
     /* GDN: α 512·48·4 = 98,304, then the chunks' T and P 512·48·128·4 = 12,582,912; MoE shared (327,680 + 327,680)·4 = 2,621,440 + expert plan of 5,120
-     * items: 20,480 + 800 tiles·16 + 256 = 33,536 */
+     * items: 20,480 + the most tiles (those of 8 items: (5,120 + 513·7) / 8 = 1,088)·16 = 17,408 + 256 = 38,144 */
     assert_int_equal(ts_memplan_gdn_scratch(&hp, 512, 4096), 98304 + 12582912);
-    assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 33536);
-    assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 33536);
+    assert_int_equal(ts_memplan_expert_plan_bytes(5120, 512), 38144);
+    assert_int_equal(ts_memplan_moe_scratch(&hp, 512, 4096), 2621440 + 38144);
     /* QSA at 4,096: 1,024 blocks > 512: selected blocks 512·512·4 = 1,048,576, scores of 512 rows
      * (16 M floats / 1,024 blocks = 16,384 ≥ 512) 512·1024·4 = 2,097,152; partials largest at 127
      * rows, dense, 2 splits: 254·24·256·4 = 6,242,304 and 254·24·2·4 = 48,768 → 48,896 */
@@ -282,12 +288,14 @@ static void test_released_262k_fits(void **state) {
     ts_memplan p;
     ts_memplan_make(m, 262144, 1, 512, &p);
     /* the trunk's file bytes (synth --sizes: 84,051,279,360; vectors are F32 in the file too) plus
-     * 256 for each of the 714 matrix allocations (16 spare bytes, padded; every matrix is a multiple
+     * 256 for each of the 672 matrix allocations (16 spare bytes, padded; every matrix is a multiple
      * of 256 bytes): token_embd, output, the final mixer's down and up; per layer two HC modules of 2
      * (down|inject joined, up) and the MoE's 7; per GDN layer qkv, out and z|β|α joined; per QSA layer
-     * 6; the PLE layer's 2: 4 + 48·11 + 36·3 + 12·6 + 2. And 64 for each ssm_a and ssm_dt (48 floats,
-     * 192 bytes, padded to 256) of the 36 GDN layers. */
-    assert_int_equal(p.weights, 84051279360ull + 714 * 256 + 72 * 64);
+     * q|k|v|idx_q|idx_k joined and out where v is Q4_K (6 layers), q|k|idx_q|idx_k joined, v and out
+     * where v is Q6_K (use_more_bits: QSA layers 0, 3, 6, 9, 10, 11); the PLE layer's 2:
+     * 4 + 48·11 + 36·3 + 6·2 + 6·3 + 2. And 64 for each ssm_a and ssm_dt (48 floats, 192 bytes, padded to
+     * 256) of the 36 GDN layers. */
+    assert_int_equal(p.weights, 84051279360ull + 672 * 256 + 72 * 64);
     assert_int_equal(p.table, 110ull * 320001536 + 256); /* Q5_0 rows of 160: 110 bytes, + 16 padded */
     const size_t h200 = (size_t)(139.8 * GIB);
     assert_int_equal(ts_memplan_seqs_fit(&p, false, h200), 3);
