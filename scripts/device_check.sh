@@ -3,6 +3,8 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh where    the batch-1 table, then the SASS source counters of one fused routed down
+#                                         launch and one dense Q4_K launch
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
 #                                         table of a 4,096-token prompt
@@ -44,9 +46,8 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
-#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul, with
-#                                         each chunk's rows copied one at a time and as one copy (TURBOSPARK_TC_WHOLE),
-#                                         then the microbenchmark both ways
+#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul,
+#                                         then the microbenchmark
 #   bash scripts/device_check.sh land     before landing a prefill or attention change: the GEMM's and the
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
 #                                         decode against TURBOSPARK_CUDA_GEMM_XR=0 / HC_SPLIT=0, the
@@ -351,21 +352,17 @@ gemvncu)
   done
   ;;
 gemvmb)
-  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed), for each
-  # TURBOSPARK_TC_WHOLE of GEMVMB_WHOLE ("0 1"), the first with the source counters, then the microbenchmark.
-  for w in ${GEMVMB_WHOLE:-0 1}; do
-    TURBOSPARK_TC_WHOLE=$w timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
-      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
-      $D/bench_cuda_matmul 3 q4_K > "$out/mb_ncu$w.txt" 2>&1
-    echo "== TURBOSPARK_TC_WHOLE=$w rc=$?"
-    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu$w.txt" | head -20
-    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu$w.txt" | head -10
-  done
-  for w in ${GEMVMB_WHOLE:-0 1}; do
-    echo "== bench_cuda_matmul TURBOSPARK_TC_WHOLE=$w"
-    TURBOSPARK_TC_WHOLE=$w timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
-  done
+  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed; its weights in L2
+  # after the first replay pass), with the source counters, then the microbenchmark.
+  timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
+    --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
+    $D/bench_cuda_matmul 3 q4_K > "$out/mb_ncu.txt" 2>&1
+  echo "== ncu rc=$?"
+  grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu.txt" | head -20
+  grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu.txt" | head -10
+  echo "== bench_cuda_matmul"
+  timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
   ;;
 land)
   # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
@@ -514,6 +511,29 @@ wa)
       2> "$out/bench_wa$wa.err" | grep -E "tg"
     (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
     grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)" "$out/gemv_wa$wa.txt" | head -14
+  done
+  ;;
+where)
+  # Where a batch-1 step goes: the warm per-kernel table, then the sections and the SASS-level source counters
+  # (where the issued instructions and the stalls sit) of one fused routed down launch (Q5_0 = type 6, Q8_0 = 8)
+  # and one dense Q4_K launch, each the 11th of its kind; the source pages go back compressed.
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
+  [ "${WHERE_TABLE:-1}" = 0 ] || bash "$0" table 1
+  i=0 # (ncu's demangled names read "gemv_tc_kernel<(int)12, ts_cu::<unnamed>::dense_chunks<(int)16>, ...")
+  for k in "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>" "regex:gemv_tc_kernel<.int.12, .*dense_chunks"; do
+    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
+      --section InstructionStats -o "$out/where$i" -f \
+      $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/where$i.log" 2>&1
+    echo "== $k rc=$?"
+    ncu -i "$out/where$i.ncu-rep" --print-details all > "$out/where$i.txt" 2>&1
+    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
+      "$out/where$i.txt" | head -12
+    ncu -i "$out/where$i.ncu-rep" --page source --csv --print-source sass 2> "$out/where${i}_src.err" | xz -9 > "$out/where${i}_sass.csv.xz"
+    ls -la "$out/where${i}_sass.csv.xz"; head -c 300 "$out/where${i}_src.err"; rm -f "$out/where${i}_src.err" "$out/where$i.log"
+    rm -f "$out/where$i.ncu-rep"
+    i=$((i + 1))
   done
   ;;
 table)

@@ -98,11 +98,13 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     static constexpr bool kDense = false, kXRow = XROW, kGather = false, kFused = FUSED;
     static_assert(!FUSED || XROW, "the MoE's down launch stages one x row at a time");
     tc_expert_job j;
-    int cpp;                                                        // chunks per part
+    tc_div cpp, per_item, xd; // chunks per part, chunks per item (parts·cpp), j.x_div
+    expert_chunks(const tc_expert_job &job)
+        : j(job), cpp((job.n_part + R - 1) / R), per_item(job.parts() * cpp.d), xd(job.x_div) {}
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
-        const int per_item = j.parts() * cpp, i = c / per_item, r = c % per_item, part = r / cpp,
-                  cc = r % cpp;
+        const int i = per_item.div(c), r = c - i * static_cast<int>(per_item.d), part = cpp.div(r),
+                  cc = r - part * static_cast<int>(cpp.d);
         if (i >= j.n_items) { // the shared expert's item of token s (sh_rows is a multiple of R)
             const int s = i - j.n_items, o = part * j.n_part + cc * R;
             const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
@@ -124,7 +126,7 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
                            static_cast<size_t>(j.row_off) + static_cast<size_t>(cc) * R;
         return {(part ? j.w1 : j.w0) + row * j.rb,
                 min(R, j.n_part - cc * R),
-                i / j.x_div,
+                xd.div(i),
                 1,
                 j.y + static_cast<size_t>(i) * static_cast<size_t>(j.y_stride) + part * j.n_part + cc * R,
                 0,
@@ -147,12 +149,12 @@ template <int ROWS> struct planned_chunks {
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
     const int32_t *n_tiles;
-    int cpp; // chunks per part
+    tc_div cpp, per_tile; // chunks per part, chunks per tile (parts·cpp)
     __device__ bool after_wait() const { return true; }
-    __device__ int count() const { return *n_tiles * j.parts() * cpp; } // the chunks in use
+    __device__ int count() const { return *n_tiles * static_cast<int>(per_tile.d); } // the chunks in use
     __device__ chunk_t at(int c) const {
-        const int per_tile = j.parts() * cpp, q = c / per_tile, r = c % per_tile, part = r / cpp,
-                  cc = r % cpp;
+        const int q = per_tile.div(c), r = c - q * static_cast<int>(per_tile.d), part = cpp.div(r),
+                  cc = r - part * static_cast<int>(cpp.d);
         const int4 ti = tiles[q];
         const bool bad = ti.x < 0 || ti.x > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : ti.x) * static_cast<size_t>(j.rows_per_expert) +
@@ -247,6 +249,21 @@ __device__ __forceinline__ float *out_row(const chunk_t &k, int i) {
     return k.y + r * static_cast<size_t>(k.ystride);
 }
 
+// A weights-as-A chunk's sums of lane (g, t) into its outputs: rows g (s.x, s.y) and g + 8 (s.z, s.w) of tokens
+// t0 and t0 + 1 (x, z and y, w), NaN for a bad chunk.
+__device__ __forceinline__ void store_wa(const chunk_t &k, int t0, int g, float4 s) {
+    if (t0 >= k.nt) return;
+    if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
+    float *y0 = out_row(k, t0);
+    if (g < k.nr) y0[g] = s.x;
+    if (g + 8 < k.nr) y0[g + 8] = s.z;
+    if (t0 + 1 < k.nt) {
+        float *y1 = out_row(k, t0 + 1);
+        if (g < k.nr) y1[g] = s.y;
+        if (g + 8 < k.nr) y1[g + 8] = s.w;
+    }
+}
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // Chunks::R = kTileWa: the weights as the MMAs' A operand (chunk_part_wa: rows g and g + 8 of lane (g, t),
@@ -287,16 +304,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // thread 0: chunk j of this block into stage j % ns
-    auto issue = [&](int j) {
+    // thread 0: chunk j of this block into stage sl = j % ns
+    auto issue = [&](int j, int sl) {
         const chunk_t k = ch.at(c0 + j * cstep);
-        uint64_t *bar = &bars[j % ns];
+        uint64_t *bar = &bars[sl];
         if (k.bad) {
             mbar_arrive(bar);
             return;
         }
         mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
-        uint8_t *dst = stages + static_cast<size_t>(j % ns) * R * row_stride;
+        uint8_t *dst = stages + static_cast<size_t>(sl) * R * row_stride;
         if (row_stride ==
             static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (R rows) at once
             bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
@@ -306,11 +323,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     };
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
     pdl_wait();
     if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j);
+        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
@@ -336,6 +353,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
+    int sl = 0;          // chunk j's stage, j % ns
+    uint32_t phase = 0u; // the parity of ⌊j / ns⌋, its stage's barrier phase
     for (int j = 0; j < n_mine; j++) {
         const chunk_t k = ch.at(c0 + j * cstep);
         if constexpr (XR) {
@@ -351,8 +370,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                 staged_items = k.items;
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
-        mbar_wait(&bars[j % ns], static_cast<uint32_t>(j / ns) & 1u);
-        const uint8_t *st = stages + static_cast<size_t>(j % ns) * R * row_stride;
+        mbar_wait(&bars[sl], phase);
+        const uint8_t *st = stages + static_cast<size_t>(sl) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
         // never stored, so the loads need no branch. WA: x row xr is the lane's B column (token g), x0 and x1
@@ -379,22 +398,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
-        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns);
+        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
+        if (++sl == ns) sl = 0, phase ^= 1u;
 #pragma unroll
         for (int q = 0; q < NG; q++) {
             const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
-            if (WA && warp == 0 && t0 < k.nt) {
-                float4 s = sum_classes<kWarps>(part + q * kWarps * 32, j, lane);
-                if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
-                float *y0 = out_row(k, t0);
-                if (g < k.nr) y0[g] = s.x;
-                if (g + 8 < k.nr) y0[g + 8] = s.z;
-                if (t0 + 1 < k.nt) {
-                    float *y1 = out_row(k, t0 + 1);
-                    if (g < k.nr) y1[g] = s.y;
-                    if (g + 8 < k.nr) y1[g + 8] = s.w;
-                }
-            }
+            if (WA && warp == 0 && t0 < k.nt)
+                store_wa(k, t0, g, sum_classes<kWarps>(part + q * kWarps * 32, j, lane));
         }
         if (!WA && warp == 0 && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
@@ -459,14 +469,6 @@ bool tc_wa16() {
 
 namespace {
 
-// TURBOSPARK_TC_WHOLE=1: every chunk lands as one bulk copy of its back-to-back rows (row stride = rb), not a
-// copy a row at stage_row_stride apart: one copy instruction a chunk instead of R, at the price of bank
-// conflicts between the rows of a fragment where rb is a multiple of 128 apart. The sums are the same.
-bool tc_whole() {
-    static const bool on = env_int("TURBOSPARK_TC_WHOLE", 0, 0, 1) == 1;
-    return on;
-}
-
 // Blocks and stages for nx staged x rows and chunks of R rows: as many blocks an SM as shared memory allows
 // (up to tc_max_per_sm(): more warps hide the MMA and load latencies) while each keeps two stages, or all
 // of its chunks in flight.
@@ -474,7 +476,7 @@ bool tc_whole() {
 // rb; the callers make sure every chunk is a whole number of 8 rows and starts 16-byte aligned).
 bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_per_sm = 0) {
     p.warps = tc_warps();
-    p.row_stride = rb % 16 == 0 && !tc_whole() ? stage_row_stride(rb) : static_cast<int>(rb);
+    p.row_stride = rb % 16 == 0 ? stage_row_stride(rb) : static_cast<int>(rb);
     const size_t fixed = tc_layout(p.warps, nx, ne0, 0, p.row_stride, R == kTileWa && nx > 8 ? 2 : 1).total,
                  slot = static_cast<size_t>(R) * p.row_stride;
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
@@ -612,10 +614,8 @@ namespace {
 // down launch, job.up_off and job.cmb_count).
 template <int R, bool XROW, bool FUSED>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
-    expert_chunks<R, XROW, FUSED> ch;
-    ch.j = job;
-    ch.cpp = (job.n_part + R - 1) / R;
-    const int n_chunks = (job.n_items + job.sh_items) * job.parts() * ch.cpp;
+    const expert_chunks<R, XROW, FUSED> ch(job);
+    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.per_item.d);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
@@ -706,7 +706,8 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
     ch.sorted = plan.sorted;
     ch.tiles = static_cast<const int4 *>(plan.tiles);
     ch.n_tiles = plan.n_tiles;
-    ch.cpp = (job.n_part + kTileWa - 1) / kTileWa;
+    ch.cpp = tc_div(static_cast<uint32_t>((job.n_part + kTileWa - 1) / kTileWa));
+    ch.per_tile = tc_div(static_cast<uint32_t>(job.parts()) * ch.cpp.d);
     const int n_chunks = planned_chunks_bound(job, plan.max_tiles);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {

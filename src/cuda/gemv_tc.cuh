@@ -84,6 +84,31 @@ static inline uint32_t h2_pack(float lo, float hi) {
 }
 #endif
 
+// ---- division by a launch's constant ---------------------------------------------------------------
+//
+// n / d for 0 ≤ n < 2^31 as one multiply-high and a shift (the chunk lists divide a chunk's index by counts
+// known at launch; a division by a runtime int is ~25 instructions, and every warp makes several a chunk):
+// with l = ⌈log2 d⌉ and m = ⌈2^(31+l) / d⌉ < 2^32, m·d − 2^(31+l) < d, so n·m / 2^(31+l) exceeds n / d by
+// less than n / 2^(31+l) < 1/d and has the same floor.
+struct tc_div {
+    uint32_t d = 1, mul = 0, shr = 0; // d = 1: n itself
+    tc_div() = default;
+    explicit tc_div(uint32_t den) : d(den < 1 ? 1 : den) {
+        if (d == 1) return;
+        uint32_t l = 0;
+        while ((1ull << l) < d) l++;
+        mul = static_cast<uint32_t>(((1ull << (31 + l)) + d - 1) / d);
+        shr = l - 1;
+    }
+    TS_HD int div(int n) const {
+#ifdef __CUDA_ARCH__
+        return d == 1 ? n : static_cast<int>(__umulhi(static_cast<uint32_t>(n), mul) >> shr);
+#else
+        return d == 1 ? n : static_cast<int>(((static_cast<uint64_t>(n) * mul) >> 32) >> shr);
+#endif
+    }
+};
+
 // ---- Q4_K, Q5_K: the B fragments of one (super-block, tile) for lane (g, t) -------------------------
 //
 // Both start with d, dmin (fp16) and the 12 bytes of 6-bit scales and mins; Q4_K's 128 qs bytes follow at
@@ -100,15 +125,25 @@ template <> struct tc_kquant<TS_TYPE_Q5_K> {
     static constexpr bool QH = true;
 };
 
-// sb: the super-block of row g, 16-byte aligned. B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h);
-// Bmin: b0b1 (= b2b3) of the min MMA.
-template <int TYPE>
-TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+// The 16-byte words of one (super-block, row) that lane t decodes: the header (d, dmin, the scales and mins),
+// qs bytes 32t .. 32t + 31 and (Q5_K) the 32 qh bytes; zeros where the type has none.
+struct kq_words {
+    uint4 hdr, qa, qb, ha, hb;
+};
+// sb: the super-block of row g, 16-byte aligned.
+template <int TYPE> TS_HD kq_words kq_words_at(const uint8_t *sb, int t) {
     using Q = tc_kquant<TYPE>;
     const uint4 *v = reinterpret_cast<const uint4 *>(sb);
-    const uint4 hdr = v[0];
-    const uint4 qa = v[Q::QS / 16 + 2 * t];     // qs bytes 32t .. 32t + 15
-    const uint4 qb = v[Q::QS / 16 + 2 * t + 1]; // qs bytes 32t + 16 .. 32t + 31
+    const uint4 zero = {0u, 0u, 0u, 0u};
+    return {v[0], v[Q::QS / 16 + 2 * t], v[Q::QS / 16 + 2 * t + 1], Q::QH ? v[1] : zero, Q::QH ? v[2] : zero};
+}
+
+// B[m][0..1]: b0b1, b2b3 of MMA m (m = 2i + h); Bmin: b0b1 (= b2b3) of the min MMA; from the words of the
+// super-block of row g (kq_words_at).
+template <int TYPE>
+TS_HD void kquant_b_frags(const kq_words &w, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    using Q = tc_kquant<TYPE>;
+    const uint4 hdr = w.hdr, qa = w.qa, qb = w.qb;
     const uint32_t s0 = hdr.y, s1 = hdr.z, s2 = hdr.w;
     // the 6-bit scales and mins of sub-blocks 4(t/2) .. 4(t/2)+3 as bytes (ts_scale_min_k4)
     // (both forms, then a select: lanes t differ within a warp, and a branch here splits the MMA chains'
@@ -129,7 +164,7 @@ TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32
     const uint32_t qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
     uint32_t qh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (Q::QH) {
-        const uint4 ha = v[1], hb = v[2];
+        const uint4 ha = w.ha, hb = w.hb;
         const uint32_t h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
 #pragma unroll
         for (int i = 0; i < 8; i++) qh[i] = h[i] >> (2 * t); // bits 2t, 2t+1 of each byte at 0, 1
@@ -138,15 +173,24 @@ TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32
     for (int i = 0; i < 8; i++) {
         const uint32_t q = qs[i], q8 = q >> 8, h = qh[i], h8 = h >> 8;
         // the fifth bits: bit 0 → 4 (low nibbles), bit 1 → 8 (high nibbles), bytes 0, 2 (h) and 1, 3 (h8)
-        const uint32_t lo02 = (q & 0x000F000Fu) | ((h << 4) & 0x00100010u) | k1024;
-        const uint32_t lo13 = (q8 & 0x000F000Fu) | ((h8 << 4) & 0x00100010u) | k1024;
-        const uint32_t hi02 = (q & 0x00F000F0u) | ((h << 7) & 0x01000100u) | k1024;
-        const uint32_t hi13 = (q8 & 0x00F000F0u) | ((h8 << 7) & 0x01000100u) | k1024;
+        // (one LOP3 each for Q4_K, two for Q5_K: ts_cu_and_or)
+        const uint32_t lo02 =
+            ts_cu_and_or(q, 0x000F000Fu, Q::QH ? ts_cu_and_or(h << 4, 0x00100010u, k1024) : k1024);
+        const uint32_t lo13 =
+            ts_cu_and_or(q8, 0x000F000Fu, Q::QH ? ts_cu_and_or(h8 << 4, 0x00100010u, k1024) : k1024);
+        const uint32_t hi02 =
+            ts_cu_and_or(q, 0x00F000F0u, Q::QH ? ts_cu_and_or(h << 7, 0x01000100u, k1024) : k1024);
+        const uint32_t hi13 =
+            ts_cu_and_or(q8, 0x00F000F0u, Q::QH ? ts_cu_and_or(h8 << 7, 0x01000100u, k1024) : k1024);
         B[2 * i][0] = h2_fma(lo02, sca, ka);       // elements 4i, 4i+2 of sub-block 2t
         B[2 * i][1] = h2_fma(lo13, sca, ka);       // 4i+1, 4i+3
         B[2 * i + 1][0] = h2_fma(hi02, scb16, kb); // the same of sub-block 2t+1
         B[2 * i + 1][1] = h2_fma(hi13, scb16, kb);
     }
+}
+template <int TYPE>
+TS_HD void kquant_b_frags(const uint8_t *sb, int t, uint32_t (&B)[16][2], uint32_t &Bmin) {
+    kquant_b_frags<TYPE>(kq_words_at<TYPE>(sb, t), t, B, Bmin);
 }
 
 // ---- x: one staging unit = (token, super-block, lane t, quarter q): 16 inputs ----------------------
@@ -270,6 +314,32 @@ TS_HD void inorder_b_frag(const uint8_t *blk, int m, int t, uint32_t &b01, uint3
         };
         b01 = tc_pair_u8x2(pair(0), 0x64206420u); // u − 32
         b23 = tc_pair_u8x2(pair(8), 0x64206420u);
+    }
+}
+
+// Both MMAs of a Q8_0 or Q5_0 block (m = 0, 1; the words of inorder_b_frag). Q5_0's pairs share their loads:
+// the four quant bytes of lane t (qs[j], qs[j + 1], qs[j + 8], qs[j + 9]) as one word, whose low nibbles are
+// MMA 0's and high nibbles MMA 1's, and qh >> j, whose bytes 0..3 hold the fifth bits of MMA 0's pairs
+// (bits 0, 1 and 8, 9) and MMA 1's (16, 17 and 24, 25); each MMA's two bytes of fifth bits go to the 16-bit
+// halves of one word, and (h & 3)·0x810 & 0x1010 moves a half's bits 0, 1 to 4 and 12, as inorder_b_frag does
+// a pair at a time.
+template <int TYPE>
+TS_HD void inorder_b_frags2(const uint8_t *blk, int t, uint32_t (&b01)[2], uint32_t (&b23)[2]) {
+    if (TYPE == TS_TYPE_Q5_0) {
+        const int j = 2 * t;
+        const uint32_t qh = lds_u32_a2(blk + 2) >> j;
+        const uint32_t w = ts_cu_prmt(lds_u16(blk + 6 + j), lds_u16(blk + 14 + j), 0x5410u);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint32_t h = ts_cu_prmt(qh, 0u, m ? 0x4342u : 0x4140u); // its two bytes in the two halves
+            const uint32_t f = ((h & 0x00030003u) * 0x810u) & 0x10101010u;
+            const uint32_t u = ts_cu_and_or(m ? w >> 4 : w, 0x0F0F0F0Fu, f);
+            b01[m] = h2_sub(ts_cu_prmt(u, 0x64u, 0x4140u), 0x64106410u); // u − 16, bytes 0, 1
+            b23[m] = h2_sub(ts_cu_prmt(u, 0x64u, 0x4342u), 0x64106410u); // bytes 2, 3
+        }
+    } else {
+        inorder_b_frag<TYPE>(blk, 0, t, b01[0], b23[0]);
+        inorder_b_frag<TYPE>(blk, 1, t, b01[1], b23[1]);
     }
 }
 

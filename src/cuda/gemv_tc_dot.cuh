@@ -226,18 +226,17 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 // and however many tokens share the chunk. xr[q]: the lane's B column's x row in group q; x0[q], x1[q]: its C
 // columns' (tokens 8q + 2t and 8q + 2t + 1).
 
-// One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller).
+// One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller);
+// w0, w8: the words of rows g and g + 8 (kq_words_at).
 template <int TYPE, int NG>
-__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+__device__ __forceinline__ void kquant_super_wa(const kq_words &w0, const kq_words &w8, const uint32_t *xs,
                                                 const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
-                                                int g, int t, float4 (&out)[NG]) {
-    constexpr int BS = tc_kquant<TYPE>::BS;
-    const uint8_t *s0 = st + g * row_stride + sb * BS, *s8 = st + (g + 8) * row_stride + sb * BS;
+                                                int t, float4 (&out)[NG]) {
     uint32_t A0[16][2], A8[16][2], Amin0, Amin8;
-    kquant_b_frags<TYPE>(s0, t, A0, Amin0);
-    kquant_b_frags<TYPE>(s8, t, A8, Amin8);
-    const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(s0)); // d, dmin of row g
-    const float2 f8 = __half22float2(*reinterpret_cast<const __half2 *>(s8)); // of row g + 8
+    kquant_b_frags<TYPE>(w0, t, A0, Amin0);
+    kquant_b_frags<TYPE>(w8, t, A8, Amin8);
+    const float2 f0 = __half22float2(*reinterpret_cast<const __half2 *>(&w0.hdr.x)); // d, dmin of row g
+    const float2 f8 = __half22float2(*reinterpret_cast<const __half2 *>(&w8.hdr.x)); // of row g + 8
 #pragma unroll
     for (int q = 0; q < NG; q++) {
         const uint4 *xa = reinterpret_cast<const uint4 *>(
@@ -257,6 +256,16 @@ __device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_strid
             make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f0.x, c[1], -64.0f * f0.y * cm[1]),
                         fmaf(f8.x, c[2], -64.0f * f8.y * cm[2]), fmaf(f8.x, c[3], -64.0f * f8.y * cm[3]));
     }
+}
+// The same from a stage of rows row_stride bytes apart.
+template <int TYPE, int NG>
+__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
+                                                const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
+                                                int g, int t, float4 (&out)[NG]) {
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    kquant_super_wa<TYPE, NG>(kq_words_at<TYPE>(st + g * row_stride + sb * BS, t),
+                              kq_words_at<TYPE>(st + (g + 8) * row_stride + sb * BS, t), xs, xsum, nsb, xr,
+                              sb, t, out);
 }
 
 // acc += (e0, e1, e0, e1) · v: tokens 2t (x, z) and 2t + 1 (y, w).
@@ -293,9 +302,7 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
     constexpr int G = tc_kind<TYPE>::G, UPG = G / 16, BPG = G / Q::QK; // MMAs and blocks a group
     const int ng = ne0 / G;
     const uint8_t *r0 = st + g * row_stride, *r8 = st + (g + 8) * row_stride;
-    auto half_at = [](const uint8_t *p) {
-        return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
-    };
+    auto half_at = [](const uint8_t *p) { return ts_cu_half_to_float(lds_u16(p)); }; // (2-byte aligned)
     for (int gi = first; gi < ng; gi += step) {
         const uint2 *xa[NG];
         float4 s[NG]; // (row g: tokens 2t, 2t + 1; row g + 8: the same)
@@ -337,17 +344,16 @@ __device__ __forceinline__ void dot_inorder_wa(const uint8_t *st, int row_stride
                 float c[NG][4];
 #pragma unroll
                 for (int q = 0; q < NG; q++) c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0.0f;
+                uint32_t a01[2], a45[2], a23[2], a67[2];
+                inorder_b_frags2<TYPE>(r0 + blk * Q::BS, t, a01, a45);
+                inorder_b_frags2<TYPE>(r8 + blk * Q::BS, t, a23, a67);
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    uint32_t a01, a45, a23, a67;
-                    inorder_b_frag<TYPE>(r0 + blk * Q::BS, m, t, a01, a45);
-                    inorder_b_frag<TYPE>(r8 + blk * Q::BS, m, t, a23, a67);
+                for (int m = 0; m < 2; m++)
 #pragma unroll
                     for (int q = 0; q < NG; q++) {
                         const uint2 bx = xa[q][(2 * b + m) * 4];
-                        mma_f16(c[q], a01, a23, a45, a67, bx.x, bx.y);
+                        mma_f16(c[q], a01[m], a23[m], a45[m], a67[m], bx.x, bx.y);
                     }
-                }
                 const float d0 = half_at(r0 + blk * Q::BS), d8 = half_at(r8 + blk * Q::BS);
 #pragma unroll
                 for (int q = 0; q < NG; q++) {

@@ -111,6 +111,18 @@ TS_HD uint32_t ts_cu_prmt(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 
+// (a & m) | c as one LOP3: written as two operations, the compiler emits an AND and an OR whenever m and c
+// are both constants (a LOP3 takes one immediate), and the weight decoding is ~half such pairs.
+TS_HD uint32_t ts_cu_and_or(uint32_t a, uint32_t m, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(m), "r"(c)); // 0xEA = (F0 & CC) | AA
+    return r;
+#else
+    return (a & m) | c;
+#endif
+}
+
 // Low word of {hi:lo} >> (sh & 31).
 TS_HD uint32_t ts_cu_funnel_r(uint32_t lo, uint32_t hi, uint32_t sh) {
 #ifdef __CUDA_ARCH__

@@ -616,6 +616,13 @@ template <int TYPE> static int frag_equal(void) {
                     want[half] = h2_sub((uint32_t)u[0] | (uint32_t)u[1] << 16 | 0x64006400u,
                                         ts_fp32_to_fp16((float)(1024 + bias)) * 0x10001u);
                 }
+                if (M == 2) { // the two-MMA builder gives the same words
+                    uint32_t p01[2], p23[2];
+                    inorder_b_frags2<TYPE>(b, t, p01, p23);
+                    if ((p01[m] != w01 || p23[m] != w23) && bad++ < 3)
+                        printf("  FAIL %s inorder_b_frags2 m %d t %d: %08x %08x, inorder_b_frag %08x %08x\n",
+                               ts_type_name(TYPE), m, t, p01[m], p23[m], w01, w23);
+                }
                 if (w01 != want[0] || w23 != want[1]) {
                     if (bad < 3)
                         printf("  FAIL %s m %d t %d: %08x %08x, element-wise %08x %08x\n", ts_type_name(TYPE),
@@ -624,14 +631,45 @@ template <int TYPE> static int frag_equal(void) {
                 }
             }
     }
-    printf(
-        "%s: inorder_b_frag = the element-at-a-time quants on 20000 random blocks, every MMA and lane: %s\n",
-        ts_type_name(TYPE), bad ? "FAIL" : "equal");
+    printf("%s: inorder_b_frag (and inorder_b_frags2) = the element-at-a-time quants on 20000 random blocks, "
+           "every MMA and lane: %s\n",
+           ts_type_name(TYPE), bad ? "FAIL" : "equal");
     return bad;
 }
 
+// tc_div (gemv_tc.cuh) against integer division: every divisor up to 4,096 and some large ones, for numerators
+// near 0, near multiples of the divisor, and near 2^31 − 1 (the bound it is exact for), plus random ones.
+static int run_div(void) {
+    int fails = 0;
+    long long checked = 0;
+    auto check = [&](uint32_t d, long long n) {
+        if (n < 0 || n > 0x7fffffffLL) return;
+        const tc_div f(d);
+        const int want = static_cast<int>(n / d), got = f.div(static_cast<int>(n));
+        checked++;
+        if (got != want && fails++ < 8) printf("  tc_div: %lld / %u = %d, it gives %d\n", n, d, want, got);
+    };
+    for (uint32_t d = 1; d <= 4096; d++) {
+        for (long long n = 0; n < 3 * (long long)d + 3; n++) check(d, n);
+        for (long long k = 0; k < 64; k++) check(d, 0x7fffffffLL - k);
+        for (long long m = 1; m < 64; m++) {
+            const long long c = (0x7fffffffLL / d - m) * d;
+            check(d, c - 1), check(d, c), check(d, c + 1);
+        }
+        for (int r = 0; r < 64; r++) check(d, (long long)(urand() * 2147483647.0));
+    }
+    const uint32_t big[] = {65535, 65536, 65537, 1000003, 1u << 20, (1u << 30) - 1, 1u << 30, 0x7fffffffu};
+    for (uint32_t d : big)
+        for (int r = 0; r < 100000; r++) {
+            const long long n = r < 50000 ? (long long)(urand() * 2147483647.0) : 0x7fffffffLL - (r - 50000);
+            check(d, n);
+        }
+    printf("  tc_div: %lld quotients, %d wrong\n", checked, fails);
+    return fails ? 1 : 0;
+}
+
 int main(void) {
-    const int fails = run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
+    const int fails = run_div() + run_type<TS_TYPE_Q4_K>() + run_type<TS_TYPE_Q5_K>() +
                       run_inorder<TS_TYPE_Q8_0>(640, 128) + run_inorder<TS_TYPE_Q5_0>(640, 128) +
                       run_inorder<TS_TYPE_Q6_K>(512, 256) + run_wg<TS_TYPE_Q4_K>() + run_wg<TS_TYPE_Q5_K>() +
                       run_wg_inorder<TS_TYPE_Q8_0>() + run_wg_inorder<TS_TYPE_Q5_0>() +
