@@ -3,6 +3,7 @@
 # On the GPU machine, after scripts/device_bundle.sh here and carrying .device.tar.xz:
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
+#   bash scripts/device_check.sh sass     the SASS of the kernels SASS_FUNS names (cuobjdump, not on the development machine)
 #   bash scripts/device_check.sh where    the batch-1 table, then the SASS source counters of one fused routed down
 #                                         launch and one dense Q4_K launch
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
@@ -512,6 +513,15 @@ wa)
     (TURBOSPARK_TC_WA=$wa timeout 100 $D/bench_cuda_matmul 20) > "$out/gemv_wa$wa.txt" 2>&1
     grep -E "^(q4_K|q5_K|q6_K|q8_0|q5_0)" "$out/gemv_wa$wa.txt" | head -14
   done
+  ;;
+sass)
+  # The SASS of the kernels whose names match SASS_FUNS (a regex, default: the router, the hyper-connection
+  # read's two kernels and the decode GEMV), from the bundle's turbospark, with each one's registers; the
+  # development machine has no cuobjdump. One file, $out/sass.txt.xz.
+  funs=${SASS_FUNS:-router_fused_kernel|hc_up_mix_kernel|matmul_split_hc_write_kernel|gemv_tc_kernel}
+  cuobjdump -sass $B 2> "$out/sass.err" | awk -v re="$funs" '/Function : /{keep = ($0 ~ re)} keep' | xz -9 > "$out/sass.txt.xz"
+  cuobjdump -res-usage $B 2>/dev/null | grep -A1 -E "$funs" | grep -oE "REG:[0-9]+|Function [^ ]+" | paste - - | head -40
+  ls -la "$out/sass.txt.xz"; head -c 300 "$out/sass.err"
   ;;
 where)
   # Where a batch-1 step goes: the warm per-kernel table, then the sections and the SASS-level source counters
