@@ -90,6 +90,20 @@ template <int ROWS> struct dense_chunks {
     }
 };
 
+// A job's chunks of R rows, counted for the chunk lists below: cpp a part, per = parts·cpp an item (or a plan's
+// tile), as divisors by launch constants (tc_div); split(c) gives chunk c's item or tile, part and chunk in it.
+struct job_chunks {
+    tc_div cpp, per;
+    job_chunks() = default;
+    job_chunks(const tc_expert_job &j, int R)
+        : cpp(static_cast<uint32_t>((j.n_part + R - 1) / R)), per(static_cast<uint32_t>(j.parts()) * cpp.d) {}
+    __device__ void split(int c, int &i, int &part, int &cc) const {
+        i = per.div(c);
+        const int r = c - i * static_cast<int>(per.d);
+        part = cpp.div(r), cc = r - part * static_cast<int>(cpp.d);
+    }
+};
+
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1. XROW: the block
 // stages one x row at a time, its chunks' (a block takes a contiguous range of chunks, so an item's chunks
 // mostly fall to one block and its x row is staged once there). FUSED: the MoE's down launch at one token,
@@ -99,13 +113,13 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     static constexpr bool kDense = false, kXRow = XROW, kGather = false, kFused = FUSED;
     static_assert(!FUSED || XROW, "the MoE's down launch stages one x row at a time");
     tc_expert_job j;
-    tc_div cpp, per_item, xd; // chunks per part, chunks per item (parts·cpp), j.x_div
-    expert_chunks(const tc_expert_job &job)
-        : j(job), cpp((job.n_part + R - 1) / R), per_item(job.parts() * cpp.d), xd(job.x_div) {}
+    job_chunks n; // its items' chunks
+    tc_div xd;    // j.x_div
+    expert_chunks(const tc_expert_job &job) : j(job), n(job, R), xd(static_cast<uint32_t>(job.x_div)) {}
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
-        const int i = per_item.div(c), r = c - i * static_cast<int>(per_item.d), part = cpp.div(r),
-                  cc = r - part * static_cast<int>(cpp.d);
+        int i, part, cc;
+        n.split(c, i, part, cc);
         if (i >= j.n_items) { // the shared expert's item of token s (sh_rows is a multiple of R)
             const int s = i - j.n_items, o = part * j.n_part + cc * R;
             const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
@@ -150,12 +164,12 @@ template <int ROWS> struct planned_chunks {
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
     const int32_t *n_tiles;
-    tc_div cpp, per_tile; // chunks per part, chunks per tile (parts·cpp)
+    job_chunks n; // its tiles' chunks
     __device__ bool after_wait() const { return true; }
-    __device__ int count() const { return *n_tiles * static_cast<int>(per_tile.d); } // the chunks in use
+    __device__ int count() const { return *n_tiles * static_cast<int>(n.per.d); } // the chunks in use
     __device__ chunk_t at(int c) const {
-        const int q = per_tile.div(c), r = c - q * static_cast<int>(per_tile.d), part = cpp.div(r),
-                  cc = r - part * static_cast<int>(cpp.d);
+        int q, part, cc;
+        n.split(c, q, part, cc);
         const int4 ti = tiles[q];
         const bool bad = ti.x < 0 || ti.x > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : ti.x) * static_cast<size_t>(j.rows_per_expert) +
@@ -663,7 +677,7 @@ namespace {
 template <int R, bool XROW, bool FUSED>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
     const expert_chunks<R, XROW, FUSED> ch(job);
-    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.per_item.d);
+    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.n.per.d);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
@@ -754,8 +768,7 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
     ch.sorted = plan.sorted;
     ch.tiles = static_cast<const int4 *>(plan.tiles);
     ch.n_tiles = plan.n_tiles;
-    ch.cpp = tc_div(static_cast<uint32_t>((job.n_part + kTileWa - 1) / kTileWa));
-    ch.per_tile = tc_div(static_cast<uint32_t>(job.parts()) * ch.cpp.d);
+    ch.n = job_chunks(job, kTileWa);
     const int n_chunks = planned_chunks_bound(job, plan.max_tiles);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
