@@ -4,8 +4,8 @@
 #   bash scripts/device_check.sh gate     twin tests, forward parity, golden fixtures; writes
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
 #   bash scripts/device_check.sh sass     the SASS of the kernels SASS_FUNS names (cuobjdump, not on the development machine)
-#   bash scripts/device_check.sh where    the batch-1 table, then the SASS source counters of one fused routed down
-#                                         launch and one dense Q4_K launch
+#   bash scripts/device_check.sh where    the batch-1 table, then Nsight Compute's sections and SASS source counters of
+#                                         one fused routed down, one dense Q4_K and one routed gate/up launch
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
 #                                         table of a 4,096-token prompt
@@ -47,7 +47,7 @@
 #                                         in a 4,096-token prompt (the split, Q5_K, routed gate|up and down)
 #   bash scripts/device_check.sh gemm quick  the GEMM's twin tests, golden fixtures, prefill figures and
 #                                         launch table, then test_cuda_forward
-#   bash scripts/device_check.sh gemvmb   the same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul,
+#   bash scripts/device_check.sh gemvmb   where's sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul,
 #                                         then the microbenchmark
 #   bash scripts/device_check.sh land     before landing a prefill or attention change: the GEMM's and the
 #                                         forward's twin tests, golden fixtures, attention times, prefill and
@@ -64,10 +64,6 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
-#   bash scripts/device_check.sh gemvncu  why the decode GEMV streams below copy speed: Nsight Compute's
-#                                         throughput, stall, occupancy and memory sections of the tensor-core
-#                                         GEMV's launches in a batch-1 step (a Q4_K dense product, the routed
-#                                         gate|up, the routed down; the first with the source counters)
 #   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
 #                                         fixtures and the chain's twins side by side on the one GPU, then decode
 #                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
@@ -335,25 +331,8 @@ gemm)
     echo "sections of launch $skip rc=$?"; grep -E "gemm_tc_kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers|Stall|Issue Slots" "$out/sec_gemm$skip.txt" | head -14
   done
   ;;
-gemvncu)
-  # The sections of three tensor-core GEMV launches of a batch-1 decode step (matched on demangled names: Q4_K is type 12;
-  # the 11th launch of each kind, past the first layers' cold start), then the 8 largest stall reasons of each.
-  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
-  i=0
-  for k in "regex:gemv_tc_kernel<12, ts_cu::.*dense_chunks" "regex:gemv_tc_kernel<12, ts_cu::.*expert_chunks" \
-           "regex:gemv_tc_kernel<(6|8), ts_cu::.*expert_chunks"; do
-    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis $([ $i = 0 ] && echo --section SourceCounters) \
-      $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/sec_gemv$i.txt" 2>&1
-    echo "== $k rc=$?"
-    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible" "$out/sec_gemv$i.txt" | head -16
-    grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/sec_gemv$i.txt" | head -10
-    i=$((i + 1))
-  done
-  ;;
 gemvmb)
-  # The same sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed; its weights in L2
+  # where's sections of one Q4_K 2560 -> 10240 launch of bench_cuda_matmul (no model needed; its weights in L2
   # after the first replay pass), with the source counters, then the microbenchmark.
   timeout 200 ncu --clock-control none --cache-control none -k regex:gemv_tc_kernel --launch-skip 40 \
     --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
@@ -362,8 +341,8 @@ gemvmb)
   echo "== ncu rc=$?"
   grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Waves|Issue Slots|Eligible|Bank" "$out/mb_ncu.txt" | head -20
   grep -E "^ +Stall|smsp__pcsamp|Warp Cycles Per" "$out/mb_ncu.txt" | head -10
-  echo "== bench_cuda_matmul"
-  timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy"
+  echo "== bench_cuda_matmul (with the phase stamps of one more launch a shape)"
+  BENCH_STAMPS=1 timeout 100 $D/bench_cuda_matmul 10 ${GEMVMB_TYPES:-q4_K q5_K q6_K q8_0 q5_0} 2>&1 | grep -E "^q|copy|stamps"
   ;;
 land)
   # Before landing a prefill or attention change: test_cuda_gemm, the golden fixtures, test_cuda_forward (FWD_S seconds, 200; the CPU twin
@@ -525,12 +504,14 @@ sass)
   ;;
 where)
   # Where a batch-1 step goes: the warm per-kernel table, then the sections and the SASS-level source counters
-  # (where the issued instructions and the stalls sit) of one fused routed down launch (Q5_0 = type 6, Q8_0 = 8)
-  # and one dense Q4_K launch, each the 11th of its kind; the source pages go back compressed.
+  # (where the issued instructions and the stalls sit) of one fused routed down launch (Q5_0 = type 6, Q8_0 = 8),
+  # one dense Q4_K launch and one routed gate/up launch, each the 11th of its kind; the source pages go back
+  # compressed.
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   [ "${WHERE_TABLE:-1}" = 0 ] || bash "$0" table 1
   i=0 # (ncu's demangled names read "gemv_tc_kernel<(int)12, ts_cu::<unnamed>::dense_chunks<(int)16>, ...")
-  for k in "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>" "regex:gemv_tc_kernel<.int.12, .*dense_chunks"; do
+  for k in "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>" "regex:gemv_tc_kernel<.int.12, .*dense_chunks" \
+           "regex:gemv_tc_kernel<.int.12, .*expert_chunks<.int.16, .bool.0"; do
     timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 \
       --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
@@ -540,6 +521,7 @@ where)
     ncu -i "$out/where$i.ncu-rep" --print-details all > "$out/where$i.txt" 2>&1
     grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
       "$out/where$i.txt" | head -12
+    grep -E "^ +Stall|Warp Cycles Per" "$out/where$i.txt" | head -10
     ncu -i "$out/where$i.ncu-rep" --page source --csv --print-source sass 2> "$out/where${i}_src.err" | xz -9 > "$out/where${i}_sass.csv.xz"
     ls -la "$out/where${i}_sass.csv.xz"; head -c 300 "$out/where${i}_src.err"; rm -f "$out/where${i}_src.err" "$out/where$i.log"
     rm -f "$out/where$i.ncu-rep"

@@ -22,8 +22,8 @@
 //    16-byte load per lane and MMA pair; a (token, super-block) scale keeps it in fp16's range.
 //  * The warps of a block (8; TURBOSPARK_TC_WARPS=4 for 4: 8 measured faster at batch 1, 8 and 64 on the
 //    H200) split a chunk's super-blocks by their index mod the warp count (which warp takes which class
-//    rotates from chunk to chunk, so uneven splits even out), then warp 0 adds the partial sums in
-//    class order: results are deterministic and independent of the grid.
+//    rotates from chunk to chunk, so uneven splits even out), then the warp of the last class (the least
+//    work) adds the partial sums in class order: results are deterministic and independent of the grid.
 extern "C" {
 #include "quant/quant.h"
 }
@@ -31,6 +31,7 @@ extern "C" {
 #include "cuda/gemv_tc_dot.cuh"
 #include "cuda/layers.h"
 #include "cuda/gemv_tc.h"
+#include "cuda/matmul.h"
 #include "cuda/tc_stage.cuh"
 #include "cuda/pdl.cuh"
 
@@ -89,6 +90,20 @@ template <int ROWS> struct dense_chunks {
     }
 };
 
+// A job's chunks of R rows, counted for the chunk lists below: cpp a part, per = parts·cpp an item (or a plan's
+// tile), as divisors by launch constants (tc_div); split(c) gives chunk c's item or tile, part and chunk in it.
+struct job_chunks {
+    tc_div cpp, per;
+    job_chunks() = default;
+    job_chunks(const tc_expert_job &j, int R)
+        : cpp(static_cast<uint32_t>((j.n_part + R - 1) / R)), per(static_cast<uint32_t>(j.parts()) * cpp.d) {}
+    __device__ void split(int c, int &i, int &part, int &cc) const {
+        i = per.div(c);
+        const int r = c - i * static_cast<int>(per.d);
+        part = cpp.div(r), cc = r - part * static_cast<int>(cpp.d);
+    }
+};
+
 // ts_cuda_matmul_experts: item i's chunks are those of its part 0, then of its part 1. XROW: the block
 // stages one x row at a time, its chunks' (a block takes a contiguous range of chunks, so an item's chunks
 // mostly fall to one block and its x row is staged once there). FUSED: the MoE's down launch at one token,
@@ -98,13 +113,13 @@ template <int ROWS, bool XROW, bool FUSED = false> struct expert_chunks {
     static constexpr bool kDense = false, kXRow = XROW, kGather = false, kFused = FUSED;
     static_assert(!FUSED || XROW, "the MoE's down launch stages one x row at a time");
     tc_expert_job j;
-    tc_div cpp, per_item, xd; // chunks per part, chunks per item (parts·cpp), j.x_div
-    expert_chunks(const tc_expert_job &job)
-        : j(job), cpp((job.n_part + R - 1) / R), per_item(job.parts() * cpp.d), xd(job.x_div) {}
+    job_chunks n; // its items' chunks
+    tc_div xd;    // j.x_div
+    expert_chunks(const tc_expert_job &job) : j(job), n(job, R), xd(static_cast<uint32_t>(job.x_div)) {}
     __device__ bool after_wait() const { return j.ids != nullptr; } // the ids come from the router kernel
     __device__ chunk_t at(int c) const {
-        const int i = per_item.div(c), r = c - i * static_cast<int>(per_item.d), part = cpp.div(r),
-                  cc = r - part * static_cast<int>(cpp.d);
+        int i, part, cc;
+        n.split(c, i, part, cc);
         if (i >= j.n_items) { // the shared expert's item of token s (sh_rows is a multiple of R)
             const int s = i - j.n_items, o = part * j.n_part + cc * R;
             const uint8_t *w = o < j.sh_rows ? j.sw0 + static_cast<size_t>(o) * j.rb
@@ -149,12 +164,12 @@ template <int ROWS> struct planned_chunks {
     const int32_t *sorted;
     const int4 *tiles; // {expert or −1, first position in sorted, count, index among the expert's tiles}
     const int32_t *n_tiles;
-    tc_div cpp, per_tile; // chunks per part, chunks per tile (parts·cpp)
+    job_chunks n; // its tiles' chunks
     __device__ bool after_wait() const { return true; }
-    __device__ int count() const { return *n_tiles * static_cast<int>(per_tile.d); } // the chunks in use
+    __device__ int count() const { return *n_tiles * static_cast<int>(n.per.d); } // the chunks in use
     __device__ chunk_t at(int c) const {
-        const int q = per_tile.div(c), r = c - q * static_cast<int>(per_tile.d), part = cpp.div(r),
-                  cc = r - part * static_cast<int>(cpp.d);
+        int q, part, cc;
+        n.split(c, q, part, cc);
         const int4 ti = tiles[q];
         const bool bad = ti.x < 0 || ti.x > j.e_max;
         const size_t row = static_cast<size_t>(bad ? 0 : ti.x) * static_cast<size_t>(j.rows_per_expert) +
@@ -208,7 +223,8 @@ struct swiglu_rows {
 };
 
 // The MoE combine in its down launch (tc_expert_job.cmb_count), by warp 0 of a block once all its chunks'
-// outputs are stored (warp 0 stored them): the warp's fence (release), then each chunk counts itself in its row
+// outputs are stored (by several warps: a block barrier before it): the warp's fence (release, cumulative over
+// the stores the barrier ordered before it), then each chunk counts itself in its row
 // tile's counter, a lane a chunk; the block that completes a tile combines its rows, reading the other blocks'
 // outputs through L2 (count, fence, loads). Counting at the end keeps fences out of the chunk loop, where warp 0
 // would stall every chunk while the others wait for it at the next barrier.
@@ -264,6 +280,27 @@ __device__ __forceinline__ void store_wa(const chunk_t &k, int t0, int g, float4
     }
 }
 
+// ---- phase stamps (bench_cuda_matmul; ts_cuda_matmul_tc_stamps) ---------------------------------
+//
+// Thread 0 of a block keeps kStampWords stamps in shared memory: clock64 at entry (0), after issuing the
+// first copies (1), after the dependency wait (2), after staging x (3), at the end (4); %globaltimer at entry
+// and end (5, 6); its chunks (7); and for its first kStampChunks chunks j, clock64 when the weights had landed
+// (8 + 2j) and after the chunk's barrier (9 + 2j). With a buffer set, block b copies them to c_stamps +
+// b·kStampWords at its end. (A stamp is a register read and a shared store by one thread; a pointer held for
+// them through the kernel cost up to 30 registers.)
+constexpr int kStampChunks = 8, kStampWords = 8 + 2 * kStampChunks;
+static_assert(kStampWords == TS_CUDA_TC_STAMP_WORDS, "matmul.h tells the stamps' size");
+// the kernel's static shared memory: the stamps, padded to 128 bytes (the dynamic array's alignment follows)
+constexpr size_t kStaticSmem = (kStampWords * sizeof(long long) + 127) & ~static_cast<size_t>(127);
+__constant__ long long *c_stamps;
+__constant__ int c_stamp_blocks;
+
+__device__ __forceinline__ long long global_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
 // Chunks::R = kTileWa: the weights as the MMAs' A operand (chunk_part_wa: rows g and g + 8 of lane (g, t),
@@ -297,6 +334,12 @@ __global__ void __launch_bounds__(kWarps * 32)
             RANGE ? static_cast<int>(static_cast<int64_t>(b + 1) * n / grid) - c0 : (n - b + grid - 1) / grid;
     };
     mine(n_chunks);
+    __shared__ long long stamps[kStampWords]; // thread 0's, copied out at the end where a buffer is set
+    auto stamp = [&](int i) {
+        if (threadIdx.x == 0) stamps[i] = clock64();
+    };
+    stamp(0);
+    if (threadIdx.x == 0) stamps[5] = global_ns();
 
     pdl_trigger();
     if (threadIdx.x == 0) {
@@ -324,10 +367,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     const bool after = ch.after_wait();
     if (!after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    stamp(1);
     pdl_wait();
     if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
     if (after && threadIdx.x == 0)
         for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    stamp(2);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
     // one round of loads at a time: the staging then sits inside the chunk loop)
@@ -348,6 +393,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         stage_rows(strided_rows{xr0, x_stride}, n);
     };
     if constexpr (!XR && !GA) stage(x, nx);
+    stamp(3);
     const float *staged = nullptr;         // XROW: the x row in the staging
     const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
 
@@ -371,6 +417,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             }
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[sl], phase);
+        if (j < kStampChunks) stamp(8 + 2 * j);
         const uint8_t *st = stages + static_cast<size_t>(sl) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
@@ -398,15 +445,19 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
+        if (j < kStampChunks) stamp(9 + 2 * j);
         if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
         if (++sl == ns) sl = 0, phase ^= 1u;
+        // the chunk's sums by the warp of the last class (kWarps − 1, the fewest super-blocks or groups, none
+        // where a row has fewer than kWarps): the others go on to the next chunk, thread 0 issuing its copies
+        const int rw = (2 * kWarps - 1 - j % kWarps) % kWarps;
 #pragma unroll
         for (int q = 0; q < NG; q++) {
             const int t0 = 8 * q + 2 * t; // rows g, g + 8 of tokens t0 (s.x, s.z) and t0 + 1 (s.y, s.w)
-            if (WA && warp == 0 && t0 < k.nt)
+            if (WA && warp == rw && t0 < k.nt)
                 store_wa(k, t0, g, sum_classes<kWarps>(part + q * kWarps * 32, j, lane));
         }
-        if (!WA && warp == 0 && g < k.nt) {
+        if (!WA && warp == rw && g < k.nt) {
             float4 s = sum_classes<kWarps>(part, j, lane);
             if (k.bad) s.x = s.y = s.z = s.w = __int_as_float(0x7fffffff);
             float *yt = out_row(k, g);
@@ -420,7 +471,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
     }
     if constexpr (Chunks::kFused) // (a contiguous range of chunks: XROW)
-        if (warp == 0 && ch.j.cmb_count) combine_tiles<R>(ch, c0, n_mine, lane);
+        if (ch.j.cmb_count) {     // every warp's stores of the block's outputs before warp 0's fence
+            __syncthreads();
+            if (warp == 0) combine_tiles<R>(ch, c0, n_mine, lane);
+        }
+    stamp(4);
+    if (threadIdx.x == 0 && c_stamps && b < c_stamp_blocks) {
+        stamps[6] = global_ns(), stamps[7] = n_mine;
+        for (int i = 0; i < kStampWords; i++) c_stamps[static_cast<size_t>(b) * kStampWords + i] = stamps[i];
+    }
 }
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -481,7 +540,8 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_p
                  slot = static_cast<size_t>(R) * p.row_stride;
     const int top = max_per_sm > 0 && max_per_sm < tc_max_per_sm() ? max_per_sm : tc_max_per_sm();
     for (int per_sm = top; per_sm >= 1; per_sm--) {
-        const size_t budget = kSmemPerSm / per_sm - 1024;
+        // (1 KiB a block the system keeps, and the block's stamps: static shared memory)
+        const size_t budget = kSmemPerSm / per_sm - 1024 - kStaticSmem;
         if (fixed + slot > budget) continue;
         p.blocks = per_sm * ts_cuda_sm_count();
         if (p.blocks > n_chunks) p.blocks = n_chunks;
@@ -512,8 +572,10 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
     static bool opted_in = false; // one flag per instantiation
     static int by_regs = 0;       // blocks an SM the registers (and warps) allow, without shared memory
     if (!opted_in) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kSmemPerSm)) != cudaSuccess)
+        cudaFuncAttributes fa; // the plan leaves kStaticSmem a block for the static shared memory
+        if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.sharedSizeBytes > kStaticSmem ||
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kSmemPerSm - kStaticSmem)) != cudaSuccess)
             return -1;
         if (tc_occ() &&
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&by_regs, kernel, NW * 32, 0) != cudaSuccess)
@@ -615,7 +677,7 @@ namespace {
 template <int R, bool XROW, bool FUSED>
 int experts_r(uint32_t type, const tc_expert_job &job, int ne0, int nx, cudaStream_t s) {
     const expert_chunks<R, XROW, FUSED> ch(job);
-    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.per_item.d);
+    const int n_chunks = (job.n_items + job.sh_items) * static_cast<int>(ch.n.per.d);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
         rc = launch_tc<decltype(t)::value>(ch, n_chunks, ne0, job.x, XROW ? 1 : nx, job.x_stride, job.rb,
@@ -706,8 +768,7 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
     ch.sorted = plan.sorted;
     ch.tiles = static_cast<const int4 *>(plan.tiles);
     ch.n_tiles = plan.n_tiles;
-    ch.cpp = tc_div(static_cast<uint32_t>((job.n_part + kTileWa - 1) / kTileWa));
-    ch.per_tile = tc_div(static_cast<uint32_t>(job.parts()) * ch.cpp.d);
+    ch.n = job_chunks(job, kTileWa);
     const int n_chunks = planned_chunks_bound(job, plan.max_tiles);
     int rc = -1; // -1 for a type not in the list
     with_tc_type(type, [&](auto t) {
@@ -718,3 +779,12 @@ int tc_gemv_experts_planned(uint32_t type, const tc_expert_job &job, const ts_cu
 }
 
 } // namespace ts_cu
+
+extern "C" int ts_cuda_matmul_tc_stamps(long long *stamps, int blocks) {
+    const int n = stamps ? blocks : 0; // (the device synchronized: launches on any stream see the new values)
+    return cudaMemcpyToSymbol(ts_cu::c_stamps, &stamps, sizeof stamps) == cudaSuccess &&
+                   cudaMemcpyToSymbol(ts_cu::c_stamp_blocks, &n, sizeof n) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess
+               ? 0
+               : -1;
+}

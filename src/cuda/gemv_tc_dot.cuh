@@ -227,11 +227,14 @@ __device__ __forceinline__ void dot_inorder(const uint8_t *st, int row_stride, c
 // columns' (tokens 8q + 2t and 8q + 2t + 1).
 
 // One super-block: 16 + 1 MMAs a group, then d·C − 64·dmin·C_min per (row, token) (times 2^-s by the caller);
-// w0, w8: the words of rows g and g + 8 (kq_words_at).
+// rows g and g + 8 of the stage st, row_stride bytes apart (d, dmin read from the header words kq_words_at loads).
 template <int TYPE, int NG>
-__device__ __forceinline__ void kquant_super_wa(const kq_words &w0, const kq_words &w8, const uint32_t *xs,
+__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
                                                 const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
-                                                int t, float4 (&out)[NG]) {
+                                                int g, int t, float4 (&out)[NG]) {
+    constexpr int BS = tc_kquant<TYPE>::BS;
+    const kq_words w0 = kq_words_at<TYPE>(st + g * row_stride + sb * BS, t),
+                   w8 = kq_words_at<TYPE>(st + (g + 8) * row_stride + sb * BS, t);
     uint32_t A0[16][2], A8[16][2], Amin0, Amin8;
     kquant_b_frags<TYPE>(w0, t, A0, Amin0);
     kquant_b_frags<TYPE>(w8, t, A8, Amin8);
@@ -256,16 +259,6 @@ __device__ __forceinline__ void kquant_super_wa(const kq_words &w0, const kq_wor
             make_float4(fmaf(f0.x, c[0], -64.0f * f0.y * cm[0]), fmaf(f0.x, c[1], -64.0f * f0.y * cm[1]),
                         fmaf(f8.x, c[2], -64.0f * f8.y * cm[2]), fmaf(f8.x, c[3], -64.0f * f8.y * cm[3]));
     }
-}
-// The same from a stage of rows row_stride bytes apart.
-template <int TYPE, int NG>
-__device__ __forceinline__ void kquant_super_wa(const uint8_t *st, int row_stride, const uint32_t *xs,
-                                                const uint2 *xsum, int nsb, const int (&xr)[NG], int sb,
-                                                int g, int t, float4 (&out)[NG]) {
-    constexpr int BS = tc_kquant<TYPE>::BS;
-    kquant_super_wa<TYPE, NG>(kq_words_at<TYPE>(st + g * row_stride + sb * BS, t),
-                              kq_words_at<TYPE>(st + (g + 8) * row_stride + sb * BS, t), xs, xsum, nsb, xr,
-                              sb, t, out);
 }
 
 // acc += (e0, e1, e0, e1) · v: tokens 2t (x, z) and 2t + 1 (y, w).

@@ -216,6 +216,12 @@ int64_t ts_cuda_matmul_experts_rounds_x(uint32_t type, int64_t ne0, int64_t n_it
  * apply to ts_cuda_matmul_experts too (which runs 1 or 2 rows a warp: a forced 4 runs as 2). */
 void ts_cuda_matmul_force_rows_per_warp(int rows);
 void ts_cuda_matmul_allow_x_shared(bool allow);
+/* The tensor-core GEMV's phase stamps (gemv_tc.cu, kStampWords = 24 words a block: clock64 at entry, after the
+ * first copies, after the dependency wait, after x is staged and at the end; %globaltimer at entry and end;
+ * the block's chunks; then for its first 8 chunks clock64 when their weights landed and after their barrier)
+ * into stamps (device memory for `blocks` blocks), or none with NULL. 0, or -1 if CUDA failed. */
+enum { TS_CUDA_TC_STAMP_WORDS = 24 };
+int ts_cuda_matmul_tc_stamps(long long *stamps, int blocks);
 
 #ifdef __cplusplus
 }

@@ -109,7 +109,8 @@ constexpr int kTopkThreads = 1024; // top-k kernel
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kAttThreads = 256; // attention kernel
 constexpr int kAttWarps = kAttThreads / 32;
-constexpr int kAttCh = 32; // positions per sub-chunk (one per lane in the softmax step)
+constexpr int kAttCh = 32;  // positions per sub-chunk (one per lane in the softmax step)
+constexpr int kQLoads = 16; // query loads a thread has in flight in qsa_attn_kernel
 // the scratch layout, the split count and the head groups are the memory plan's (src/model/memplan.h)
 constexpr int kMaxGH = TS_MEMPLAN_QSA_MAX_GH;          // query heads per attention thread block
 constexpr int kMinSplitLen = TS_MEMPLAN_QSA_MIN_SPLIT; // positions per split at least
@@ -568,10 +569,19 @@ __global__ void __launch_bounds__(kAttThreads)
     if (!att_row_begin(b, l, q, sel, all_dense, nsplit, r, j, split, h0, gh, part_ml, ar)) return;
     const float scale = 1.0f / sqrtf((float)hd);
 
+    // the group's queries (up to 16 heads × hd floats, ~16 a thread): kQLoads loads a thread in flight at once,
+    // not one L2 round trip each
     const float *qrow = qg + (int64_t)r * nh * 2 * hd;
-    for (int i = tid; i < gh * hd; i += kAttThreads) {
-        const int h = i / hd, d = i - h * hd;
-        q_s[i] = qrow[(int64_t)(h0 + h) * 2 * hd + d];
+    for (int i0 = tid; i0 < gh * hd; i0 += kAttThreads * kQLoads) {
+        float v[kQLoads];
+#pragma unroll
+        for (int u = 0; u < kQLoads; u++) {
+            const int i = i0 + u * kAttThreads, h = i / hd, d = i - h * hd;
+            v[u] = i < gh * hd ? qrow[(int64_t)(h0 + h) * 2 * hd + d] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kQLoads; u++)
+            if (i0 + u * kAttThreads < gh * hd) q_s[i0 + u * kAttThreads] = v[u];
     }
     if (tid < kMaxGH) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
 

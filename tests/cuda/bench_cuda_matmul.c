@@ -8,7 +8,10 @@
  * reads its weights from HBM. One sample is a CUDA graph of one launch per copy (the decode path
  * runs as a graph too, so host launch gaps do not count), timed with events; after 5 warm-up
  * samples the median of `samples` samples is reported, per launch. Copy bandwidth: a 1 GiB
- * cudaMemcpyAsync device to device, counted as bytes read + bytes written, median of 20. */
+ * cudaMemcpyAsync device to device, counted as bytes read + bytes written, median of 20.
+ *
+ * BENCH_STAMPS=1: after each shape, one more launch at T = 1 (weights from HBM) with the tensor-core GEMV's
+ * phase stamps (ts_cuda_matmul_tc_stamps), and where a block's time went, averaged over its blocks. */
 #include "cuda/cuda_common.h"
 #include "bench_util.h"
 #include "cuda/matmul.h"
@@ -77,6 +80,62 @@ static float time_graph(ts_cuda_tensor *copies, int ncopies, int64_t n_out, cons
     return med;
 }
 
+/* One eager launch of W at T = 1 with the GEMV's phase stamps, and a line of where a block's time went (µs at
+ * the SM clock, averaged over the blocks; "span" and "start skew" from %globaltimer across blocks). */
+enum { STAMP_MAX_BLOCKS = 4096 };
+static void print_stamps(const ts_cuda_tensor *W, int64_t n_out, const float *x, float *y, cudaStream_t s,
+                         long long *dev, double clock_mhz) {
+    const int words = TS_CUDA_TC_STAMP_WORDS, chunks = (words - 8) / 2;
+    TS_CUDA_CHECK(cudaMemset(dev, 0, (size_t)STAMP_MAX_BLOCKS * words * sizeof(long long)));
+    if (ts_cuda_matmul_tc_stamps(dev, STAMP_MAX_BLOCKS) != 0 ||
+        ts_cuda_matmul(W, 0, n_out, x, 1, y, s) != 0) {
+        fprintf(stderr, "stamps: the stamped launch failed\n");
+        exit(1);
+    }
+    TS_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (ts_cuda_matmul_tc_stamps(NULL, 0) != 0) exit(1);
+    long long *h = malloc((size_t)STAMP_MAX_BLOCKS * words * sizeof *h);
+    TS_CUDA_CHECK(cudaMemcpy(h, dev, (size_t)STAMP_MAX_BLOCKS * words * sizeof *h, cudaMemcpyDeviceToHost));
+    /* per block: issue, wait, x, first weights, per chunk (wait for weights, sums + barrier), tail, total */
+    double issue = 0, wait = 0, stage = 0, first = 0, wchunk = 0, schunk = 0, tail = 0, total = 0, tmax = 0;
+    double cycles = 0, ns = 0; /* the SM clock the blocks ran at: their cycles over their %globaltimer time */
+    long long g0 = 0, g1 = 0, gs = 0;
+    int nb = 0, nw = 0, nsum = 0, nchunks = 0, nfirst = 0, ntail = 0;
+    for (int b = 0; b < STAMP_MAX_BLOCKS; b++) {
+        const long long *v = h + (size_t)b * words;
+        if (v[5] == 0) continue; /* no such block (this launch had fewer) */
+        const int n = (int)v[7], m = n < chunks ? n : chunks;
+        issue += (double)(v[1] - v[0]), wait += (double)(v[2] - v[1]), stage += (double)(v[3] - v[2]);
+        total += (double)(v[4] - v[0]);
+        if ((double)(v[4] - v[0]) > tmax) tmax = (double)(v[4] - v[0]);
+        cycles += (double)(v[4] - v[0]), ns += (double)(v[6] - v[5]);
+        if (m > 0) first += (double)(v[8] - v[3]), nfirst++;
+        for (int j = 0; j < m; j++) {
+            if (j > 0) wchunk += (double)(v[8 + 2 * j] - v[7 + 2 * j]), nw++;
+            schunk += (double)(v[9 + 2 * j] - v[8 + 2 * j]), nsum++;
+        }
+        if (m > 0 && m == n) tail += (double)(v[4] - v[7 + 2 * m]), ntail++; /* all its chunks stamped */
+        if (!nb || v[5] < g0) g0 = v[5];
+        if (!nb || v[6] > g1) g1 = v[6];
+        if (!nb || v[5] > gs) gs = v[5];
+        nchunks += n, nb++;
+    }
+    free(h);
+    if (!nb) {
+        printf("  stamps: no block stamped (not the tensor-core GEMV)\n");
+        return;
+    }
+    /* cycles → µs at the clock the stamps show where %globaltimer saw enough time, else the device's */
+    const double mhz = ns > 1e3 * nb ? cycles / ns * 1e3 : clock_mhz, us = 1.0 / mhz;
+    printf("  stamps, %d blocks of %.1f chunks, %.0f MHz (us a block): issue %.2f, dependency wait %.2f, x "
+           "%.2f, "
+           "first weights %.2f, a chunk's weights wait %.2f and sums %.2f, tail %.2f; block %.2f (max %.2f); "
+           "kernel span %.2f, start skew %.2f (%%globaltimer)\n",
+           nb, (double)nchunks / nb, mhz, issue / nb * us, wait / nb * us, stage / nb * us,
+           nfirst ? first / nfirst * us : 0.0, nw ? wchunk / nw * us : 0.0, nsum ? schunk / nsum * us : 0.0,
+           ntail ? tail / ntail * us : 0.0, total / nb * us, tmax * us, (g1 - g0) * 1e-3, (gs - g0) * 1e-3);
+}
+
 int main(int argc, char **argv) {
     const int samples = argc > 1 ? atoi(argv[1]) : 60;
     if (samples < 1) return 2;
@@ -92,6 +151,15 @@ int main(int argc, char **argv) {
            samples, WARMUP);
 
     const size_t l2 = p.l2CacheSize > 0 ? (size_t)p.l2CacheSize : (size_t)50 << 20;
+    const char *st = getenv("BENCH_STAMPS");
+    long long *stamps = NULL;
+    int clock_khz = 0;
+    if (st && strcmp(st, "1") == 0) {
+        TS_CUDA_CHECK(
+            cudaMalloc((void **)&stamps, (size_t)STAMP_MAX_BLOCKS * TS_CUDA_TC_STAMP_WORDS * sizeof *stamps));
+        TS_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+        printf("stamps: clock64 at %.0f MHz (the SM clock the device reports)\n", clock_khz / 1e3);
+    }
     float *x, *y;
     TS_CUDA_CHECK(cudaMalloc((void **)&x, 8 * 6144 * sizeof(float)));
     TS_CUDA_CHECK(cudaMalloc((void **)&y, 8 * 10240 * sizeof(float)));
@@ -186,11 +254,13 @@ int main(int argc, char **argv) {
                    ms2 * 1e3, ms8 * 1e3, (double)bytes / (forced[0] * 1e-3) / 1e9,
                    (double)bytes / (forced[1] * 1e-3) / 1e9, (double)bytes / (forced[2] * 1e-3) / 1e9,
                    (double)bytes / (ms_l1 * 1e-3) / 1e9);
+            if (stamps) print_stamps(&copies[0], sh->n_out, x, y, s, stamps, clock_khz / 1e3);
             fflush(stdout);
             for (int c = 0; c < ncopies; c++) ts_cuda_tensor_free(&copies[c]);
             free(copies);
         }
     }
+    if (stamps) TS_CUDA_CHECK(cudaFree(stamps));
     TS_CUDA_CHECK(cudaFree(x));
     TS_CUDA_CHECK(cudaFree(y));
     TS_CUDA_CHECK(cudaStreamDestroy(s));
