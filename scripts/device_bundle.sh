@@ -13,10 +13,16 @@ arch=${TS_CUDA_ARCH:-90a}
 dev=${TS_DEVICE_DIR:-.device}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
 cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul test_cuda_gemm test_cuda_chain bench_cuda_matmul
+# the kernel timeline's CUPTI library (device_check.sh timeline), where this toolkit builds it
+trace=
+if cmake --build build-dev --target help | grep ts_kernel_trace > /dev/null; then # (all of make's output: pipefail)
+  cmake --build build-dev --target ts_kernel_trace
+  trace=build-dev/tests/libts_kernel_trace.so
+fi
 rm -rf "$dev"
 mkdir -p "$dev/lib"
 cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul build-dev/tests/test_cuda_gemm build-dev/tests/test_cuda_chain \
-   build-dev/tests/bench_cuda_matmul "$dev/"
+   build-dev/tests/bench_cuda_matmul $trace "$dev/"
 strip "$dev/turbospark" "$dev"/test_cuda_* "$dev/bench_cuda_matmul"
 for lib in $(ldd "$dev/turbospark" "$dev/test_cuda_forward" | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$lib") in
@@ -24,5 +30,8 @@ for lib in $(ldd "$dev/turbospark" "$dev/test_cuda_forward" | awk '/=>/ {print $
     *) cp -L "$lib" "$dev/lib/" ;;
   esac
 done
+# the trace library's libcupti beside it (its run path is $ORIGIN), not in lib/, where Nsight Compute's own
+# injection, started with LD_LIBRARY_PATH=lib, could pick it up
+[ -z "$trace" ] || cp -L "$(ldd "$trace" | awk '/libcupti/ {print $3}')" "$dev/"
 XZ_OPT=-9 tar cJf "$dev.tar.xz" "$dev"
 du -sh "$dev" "$dev.tar.xz"

@@ -5,8 +5,15 @@
 #                                         /tmp/rel.gguf (synth --released --sparse --type q4_k_m)
 #   bash scripts/device_check.sh sass     the SASS of the kernels SASS_FUNS names (cuobjdump, not on the development machine)
 #   bash scripts/device_check.sh where    the batch-1 table, then Nsight Compute's sections and SASS source counters of
-#                                         one fused routed down, one dense Q4_K and one routed gate/up launch
+#                                         one fused routed down, one dense Q4_K and one routed gate/up launch (or
+#                                         of the kernels WHERE_KERNELS names: ncu -k filters, ";"-separated, each after WHERE_SKIP=10 of its launches)
 #   bash scripts/device_check.sh table [B]  the warm per-kernel table of one decode step at batch B (64)
+#   bash scripts/device_check.sh timeline [B]  where decode steps at batch B (1) spend their time inside the CUDA
+#                                         graph: every kernel's GPU start and end (a CUPTI injection library,
+#                                         tools/timeline/ts_kernel_trace.c; nsys cannot write reports here), then
+#                                         tools/timeline_table.py (TL_SEQ=n: also the first n kernels of a step;
+#                                         TL_PREFILL=P: also prompts of P tokens, the kernels outside graphs as one
+#                                         step: bench's warm-up and timed prompts and a token's eager decode steps)
 #   bash scripts/device_check.sh prefill [P]  prefill figures (pp512, ppP; P = 8192) and the per-kernel
 #                                         table of a 4,096-token prompt
 #   bash scripts/device_check.sh cache    serve --backend cuda with the prefix cache
@@ -67,7 +74,8 @@
 #   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
 #                                         fixtures and the chain's twins side by side on the one GPU, then decode
 #                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
-#                                         table of a step at batch B; all logs in $OUT/all.tgz
+#                                         table of a step at batch B and (ALL_TIMELINE=B) the in-graph timeline
+#                                         of steps at batch B (as `timeline`); all logs in $OUT/all.tgz
 # Logs go under $OUT/check (the device tool brings them back).
 # TS_DEVICE_DIR=.device-x runs the build that scripts/device_bundle.sh packed under that name.
 set -u
@@ -90,6 +98,38 @@ if [ -z "${REL_LAYERS:-}" ]; then
 fi
 rel_layers=
 [ -n "${REL_LAYERS:-}" ] && [ "$REL_LAYERS" != 0 ] && rel=/tmp/rel$REL_LAYERS.gguf rel_layers="--layers $REL_LAYERS"
+# timeline B DIR: decode at batch B with every kernel's GPU start and end recorded (CUPTI, through the
+# injection library the bundle carries; the trace is written when bench exits, so a timeout loses it), then
+# the in-graph table of its steps (tools/timeline_table.py)
+timeline() {
+  [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
+  [ -f $D/libts_kernel_trace.so ] || { echo "timeline: this bundle has no libts_kernel_trace.so"; return 0; }
+  traced() { # traced CSV bench-args...: bench with the trace on; 0 when the trace has kernel records
+    local csv=$1; shift
+    CUDA_INJECTION64_PATH=$PWD/$D/libts_kernel_trace.so TS_TRACE_OUT="$csv" timeout 300 \
+      $B bench -m $rel --backend cuda --random-weights "$@" > "$csv.txt" 2>&1
+    local rc=$?
+    grep -E "tg|pp|ts_kernel_trace|bandwidth" "$csv.txt"
+    [ $rc -eq 0 ] && [ "$(wc -l < "$csv" 2>/dev/null || echo 0)" -gt 1 ] ||
+      { echo "timeline: bench exited $rc, no trace"; tail -3 "$csv.txt"; return 1; }
+  }
+  echo "== timeline b$1"
+  if traced "$2/trace_b$1.csv" -p 0 -n 16 -b $1 --ctx 1 -r 1; then
+    # with the bytes of an Nsight Compute table of the same batch (all's ALL_NCU) and bench's copy bandwidth
+    local bytes=() bw
+    bw=$(grep -o "bandwidth [0-9.]* GB/s" "$2/trace_b$1.csv.txt" | awk '{print $2}' | tail -1)
+    [ -f "$2/ncu_b$1.csv" ] && bytes=(--bytes "$2/ncu_b$1.csv" ${bw:+--copy $bw})
+    python3 tools/timeline_table.py "$2/trace_b$1.csv" --top 30 --sequence ${TL_SEQ:-0} "${bytes[@]}" |
+      tee "$2/timeline_b$1.md"
+    gzip -f "$2/trace_b$1.csv"
+  fi
+  [ -n "${TL_PREFILL:-}" ] || return 0
+  echo "== timeline pp$TL_PREFILL"
+  if traced "$2/trace_pp.csv" -p $TL_PREFILL -n 1 -b 1 --ctx 1 -r 1; then
+    python3 tools/timeline_table.py "$2/trace_pp.csv" --eager --top 30 | tee "$2/timeline_pp$TL_PREFILL.md"
+    gzip -f "$2/trace_pp.csv"
+  fi
+}
 case "${1:-gate}" in
 gate)
   [ -f $rel ] || { $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1 & }
@@ -137,7 +177,7 @@ all)
   wait
   st "tests done"; pack
   echo "== twin"; grep -E "FAIL" "$out/twin.txt" | head -8; tail -2 "$out/twin.txt"
-  for tc in ${FWD_TCS:-1 0}; do echo "== fwd GEMV_TC=$tc"; grep -a -E "FAIL|passed|logits:|together|^rc=" "$out/fwd$tc.txt" | head -30; done
+  for tc in ${FWD_TCS:-1 0}; do echo "== fwd GEMV_TC=$tc"; grep -a -E "FAIL|passed|logits:|together|one launch|smallest grid|^rc=" "$out/fwd$tc.txt" | head -40; done
   echo "== golden"; grep -E "CUDA vs|FAIL|Error|assert|^rc=" "$out/golden.txt" | head -10
   echo "== gemm"; grep -E "FAIL" "$out/gemm.txt" | head -8; tail -2 "$out/gemm.txt"
   for wa in ${CHAIN_WAS-0 1}; do echo "== chain WA=$wa"; grep -E "FAIL|largest|passed|^rc=" "$out/chain$wa.txt" | head -4; done
@@ -163,6 +203,12 @@ all)
     echo "ncu rc=$?"; python3 tools/ncu_table.py "$out/ncu_b$ALL_NCU.csv" | tee "$out/ncu_b$ALL_NCU.md" | head -45
     st "ncu"; pack
   fi
+  if [ -n "${ALL_TIMELINE:-}" ]; then
+    timeline "$ALL_TIMELINE" "$out"; st "timeline"; pack
+  fi
+  ;;
+timeline)
+  timeline "${2:-1}" "$out"
   ;;
 bench)
   for tc in 1 0; do
@@ -510,16 +556,16 @@ where)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
   [ "${WHERE_TABLE:-1}" = 0 ] || bash "$0" table 1
   i=0 # (ncu's demangled names read "gemv_tc_kernel<(int)12, ts_cu::<unnamed>::dense_chunks<(int)16>, ...")
-  for k in "regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>" "regex:gemv_tc_kernel<.int.12, .*dense_chunks" \
-           "regex:gemv_tc_kernel<.int.12, .*expert_chunks<.int.16, .bool.0"; do
-    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip 10 \
+  IFS=';' read -r -a kernels <<< "${WHERE_KERNELS:-regex:gemv_tc_kernel<.int.(6|8), .*expert_chunks<.int.16, .bool.1, .bool.1>;regex:gemv_tc_kernel<.int.12, .*dense_chunks;regex:gemv_tc_kernel<.int.12, .*expert_chunks<.int.16, .bool.0}"
+  for k in "${kernels[@]}"; do
+    timeout 150 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "$k" --launch-skip ${WHERE_SKIP:-10} \
       --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
       --section LaunchStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
       --section InstructionStats -o "$out/where$i" -f \
       $B bench -m $rel --backend cuda --random-weights -p 0 -n 2 -b 1 --ctx 1 -r 1 > "$out/where$i.log" 2>&1
     echo "== $k rc=$?"
     ncu -i "$out/where$i.ncu-rep" --print-details all > "$out/where$i.txt" 2>&1
-    grep -E "gemv_tc_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
+    grep -E "_kernel|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots|Eligible|Executed Instructions  " \
       "$out/where$i.txt" | head -12
     grep -E "^ +Stall|Warp Cycles Per" "$out/where$i.txt" | head -10
     ncu -i "$out/where$i.ncu-rep" --page source --csv --print-source sass 2> "$out/where${i}_src.err" | xz -9 > "$out/where${i}_sass.csv.xz"

@@ -8,16 +8,21 @@ high; the sum exceeds the graph step's time by the launch overlap that a graph a
 import csv, re, sys
 from collections import defaultdict
 
-def main():
-    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+def short(full):
+    """A kernel's name with its template arguments, without namespaces or parameters (as timeline_table.py)."""
+    full = re.sub(r"\(anonymous namespace\)::|<unnamed>::|ts_cu::|^void ", "", full)
+    return re.sub(r"\(.*", "", full).strip()[:70]
+
+
+def per_kernel(path):
+    """{name: {"n": launch ids, "ns": time, "bytes": DRAM bytes read and written}} from an ncu CSV."""
     lines = open(path, errors="replace").read().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
     if start is None: # ncu profiled nothing (the program failed or no kernel matched): say so, and what it said
         sys.exit(f"ncu_table: no kernel results in {path}; its last lines:\n" + "\n".join(lines[-5:]))
     per = defaultdict(lambda: {"n": set(), "ns": 0.0, "bytes": 0.0})
     for row in csv.DictReader(lines[start:]):
-        full = re.sub(r"\(anonymous namespace\)::|<unnamed>::|ts_cu::|^void ", "", row["Kernel Name"])
-        name = re.sub(r"\(.*", "", full).strip()[:70] # the name with its template arguments, no parameters
+        name = short(row["Kernel Name"])
         k, unit, val = per[name], row["Metric Unit"], float(row["Metric Value"].replace(",", ""))
         k["n"].add(row["ID"])
         if row["Metric Name"] == "gpu__time_duration.sum":
@@ -25,6 +30,12 @@ def main():
         elif row["Metric Name"].startswith("dram__bytes"): # other metrics (percentages, ...) are not summed
             scale = {"byte": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9, "gb": 1e9}
             k["bytes"] += val * scale[unit.lower()]
+    return per
+
+
+def main():
+    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    per = per_kernel(path)
     rows = sorted(per.items(), key=lambda kv: -kv[1]["ns"])
     total_ns = sum(k["ns"] for _, k in rows)
     total_b = sum(k["bytes"] for _, k in rows)
@@ -37,4 +48,5 @@ def main():
     print(f"| all ({len(rows)} kernels) | {launches} | {total_ns / 1e3:.1f} | | {total_b / 1e6:.1f} total | "
           f"{total_b / total_ns / 1e3 if total_ns else 0:.2f} |")
 
-main()
+if __name__ == "__main__":
+    main()
