@@ -20,6 +20,8 @@
 #                                         (tests/cuda/serve_cache_cuda.sh on the demo model)
 #   bash scripts/device_check.sh realwidth  the gate at the released widths (tests/cuda/realwidth.sh on
 #                                         a fixture made here by transformers)
+#   bash scripts/device_check.sh merge    the gate for landing a CUDA change in one call: all's tests (no timings)
+#                                         side by side with realwidth
 #   bash scripts/device_check.sh kl       the UD IQ2_XXS mix's KL at the released widths
 #                                         (tests/cuda/realwidth_kl.sh on that fixture)
 #   bash scripts/device_check.sh ud       decode of UD mixes at the released shapes on the GPU held to
@@ -228,6 +230,17 @@ cache)
   # The server's prefix cache on the GPU: cached and cold answers equal (python3 and the demo model).
   (TS_BIN=$B TS_TMP=/tmp/sc timeout 170 bash tests/cuda/serve_cache_cuda.sh) > "$out/serve_cache.txt" 2>&1
   echo "serve cache rc=$?"; tail -14 "$out/serve_cache.txt"
+  ;;
+merge)
+  # The whole gate for landing a CUDA change in one call (~500 s): all's tests (twin, forward with the
+  # tensor-core GEMV, golden fixtures, the GEMM's twins; FWD_TCS=1, no chain, no timings, the released shapes
+  # cut to 2 layers so that its model file is made at once) side by side with realwidth, whose CPU references
+  # keep most of the cores (the tests' CPU twins take 6 threads: their sums do not depend on the count)
+  OMP_NUM_THREADS=6 REL_LAYERS=2 ALL_BENCH=0 FWD_TCS=1 CHAIN_WAS= bash "$0" all > "$out/merge_all.txt" 2>&1 &
+  tests=$!
+  bash "$0" realwidth
+  wait $tests
+  echo "== tests"; grep -v "^note:" "$out/merge_all.txt" | tail -60
   ;;
 realwidth | kl)
   # The realwidth_4l fixture made by transformers on this GPU (fp32), then tests/cuda/realwidth.sh

@@ -17,7 +17,8 @@ static void convert_usage(FILE *f) {
             "tokenizer and the sampling of its generation_config.json as general.sampling.*.\n"
             "\n"
             "  --type TYPE  matrix types: %s (default bf16).\n"
-            "               Mixes follow llama.cpp (see src/convert/mix.h); vectors and routers stay f32.\n"
+            "               Mixes follow llama.cpp (see src/convert/mix.h); vectors stay f32, routers\n"
+            "               bf16 where that rounds no value (else f32).\n"
             "  --mtp        also convert the multi-token-prediction block (mtp.*) as the last block\n"
             "  --quiet      no progress on stderr\n",
             ts_mix_names());

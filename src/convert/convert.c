@@ -93,6 +93,12 @@ static inline int64_t vmap(const job *j, int64_t i) {
     return j->fixed + vhead(j, q / j->unit) * j->unit + q % j->unit;
 }
 
+static uint64_t job_rows(const ts_tensor_spec *s) {
+    uint64_t r = 1;
+    for (uint32_t d = 1; d < s->n_dims; d++) r *= (uint64_t)s->ne[d];
+    return r;
+}
+
 static int job_row(const void *ctx, int64_t r, float *out, float *scratch, char *err, size_t errlen) {
     const job *j = ctx;
     int64_t ne0 = j->spec.ne[0], sr = r;
@@ -253,6 +259,12 @@ static int plain(conv *c, const ts_tensor_spec *s, el_op op, const char *fmt, ..
     if (!j) return ts_errf(c->err, c->errlen, "out of memory");
     j->src[0] = t;
     j->op = op;
+    if (ts_mix_is_router(s->name) && j->type == TS_TYPE_BF16) { /* (a router's rows: no column map) */
+        const int exact =
+            ts_rows_bf16_exact(job_row, j, s->ne[0], (int64_t)job_rows(s), 0, c->err, c->errlen);
+        if (exact < 0) return -1;
+        j->type = ts_mix_router_type(j->type, exact);
+    }
     return 0;
 }
 
@@ -650,12 +662,6 @@ static int declare_job(ts_gguf_writer *w, const job *j, char *err, size_t errlen
     if (ts_gguf_writer_add_tensor(w, j->spec.name, j->type, j->spec.n_dims, j->spec.ne))
         return ts_errf(err, errlen, "%s", ts_gguf_writer_error(w));
     return 0;
-}
-
-static uint64_t job_rows(const ts_tensor_spec *s) {
-    uint64_t r = 1;
-    for (uint32_t d = 1; d < s->n_dims; d++) r *= (uint64_t)s->ne[d];
-    return r;
 }
 
 static bool same_file(const char *a, const char *b) {

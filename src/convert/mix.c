@@ -1,10 +1,12 @@
 /* Quantization mixes (see mix.h). */
 #include "convert/mix.h"
 
+#include "common/error.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -95,6 +97,30 @@ const char *ts_mix_names(void) {
            "ud_iq2_xxs ud_iq1_m";
 }
 
+uint32_t ts_mix_router_type(uint32_t planned, bool bf16_exact) {
+    return planned == TS_TYPE_BF16 && !bf16_exact ? TS_TYPE_F32 : planned;
+}
+
+bool ts_values_bf16_exact(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        if (u & 0xffffu) return false;
+    }
+    return true;
+}
+
+int ts_rows_bf16_exact(ts_row_fn fn, const void *ctx, int64_t ne0, int64_t rows, int64_t scratch_len,
+                       char *err, size_t errlen) {
+    float *row = malloc((size_t)(ne0 + scratch_len) * sizeof *row);
+    if (!row) return ts_errf(err, errlen, "out of memory");
+    int exact = 1;
+    for (int64_t r = 0; exact == 1 && r < rows; r++)
+        exact = fn(ctx, r, row, row + ne0, err, errlen) ? -1 : ts_values_bf16_exact(row, ne0);
+    free(row);
+    return exact;
+}
+
 int ts_mix_is_router(const char *name) {
     size_t n = strlen(name);
     const char *suf = ".ffn_gate_inp.weight";
@@ -183,7 +209,8 @@ static uint32_t ud_type(const ts_ud_recipe *r, ts_mix_role role, bool edge) {
 }
 
 uint32_t ts_mix_type(const ts_mix *mix, const ts_hparams *hp, const ts_tensor_spec *spec) {
-    if (spec->role != 'm' || ts_mix_is_router(spec->name)) return TS_TYPE_F32;
+    if (spec->role != 'm') return TS_TYPE_F32;
+    if (ts_mix_is_router(spec->name)) return mix->base == TS_TYPE_F32 ? TS_TYPE_F32 : TS_TYPE_BF16;
     if (mix->rules == TS_MIX_UD) {
         unsigned layer = 0;
         const bool in_block = sscanf(spec->name, "blk.%u.", &layer) == 1 && layer < hp->n_block;

@@ -3,7 +3,10 @@
  *
  * The policy follows llama.cpp's llama_tensor_get_type in simplified, documented form:
  *   - vectors (norms, biases, conv kernels, ssm_a/ssm_dt, the shared-expert gate) stay F32;
- *   - routers (ffn_gate_inp) stay F32: top-k selection is sensitive to their rounding;
+ *   - routers (ffn_gate_inp) are never rounded, since top-k selection is sensitive to their rounding:
+ *     BF16 in every mix but f32 when their values are bf16 numbers (the released checkpoint stores them
+ *     as bf16; bf16 → fp32 is exact, so the logits are those of F32 rows and a token reads half the
+ *     bytes), else F32 (ts_mix_router_type; convert and quantize both look at the values);
  *   - f32 / f16 / bf16 / q8_0 / q6_k / q4_0 / q5_0 / iq4_nl: every other matrix gets the type,
  *     except that in the quantized mixes below 8 bits output.weight and token_embd.weight get Q6_K
  *     (llama.cpp bumps output to Q6_K in every mix but Q8_0; it leaves token_embd at the base type
@@ -38,6 +41,7 @@
 #ifndef TS_CONVERT_MIX_H
 #define TS_CONVERT_MIX_H
 
+#include "convert/stream.h"
 #include "model/qwen4exp.h"
 
 #include <stdbool.h>
@@ -56,7 +60,7 @@ typedef enum ts_mix_role {
     TS_ROLE_PLE_TABLE,    /* the PLE n-gram tables (joined or per head) */
     TS_ROLE_TOKEN_EMBD,
     TS_ROLE_OUTPUT,
-    TS_ROLE_ROUTER, /* ffn_gate_inp: always F32 */
+    TS_ROLE_ROUTER, /* ffn_gate_inp: BF16 or F32, never rounded */
     TS_ROLE_VECTOR, /* norms, biases, conv kernels, ssm_a/dt: always F32 */
     TS_ROLE_COUNT
 } ts_mix_role;
@@ -110,8 +114,20 @@ bool ts_mix_needs_imatrix(const ts_mix *mix, const ts_hparams *hp, ts_layout lay
 /* A list of the mix names, for usage messages. */
 const char *ts_mix_names(void);
 
-/* Whether a tensor of role 'm' is quantized by the mix (routers are not). */
+/* Whether a tensor of role 'm' is a router (ffn_gate_inp), which the mix never quantizes. */
 int ts_mix_is_router(const char *name);
+
+/* A router's type once its values are known: the mix's BF16 only when every value is a bf16 number
+ * (bf16_exact), else F32, so that no mix rounds a router. */
+uint32_t ts_mix_router_type(uint32_t planned, bool bf16_exact);
+
+/* Whether each of the n values is a bf16 number (its low 16 bits zero): stored as BF16 it is unchanged. */
+bool ts_values_bf16_exact(const float *v, int64_t n);
+
+/* Whether every value of the rows 0 .. rows − 1 that fn makes (ts_row_fn, with scratch_len floats of scratch:
+ * the rows convert and quantize write) is a bf16 number: 1 or 0, −1 with err set. */
+int ts_rows_bf16_exact(ts_row_fn fn, const void *ctx, int64_t ne0, int64_t rows, int64_t scratch_len,
+                       char *err, size_t errlen);
 
 /* The ggml type `spec` gets in `mix` for a model of hp. */
 uint32_t ts_mix_type(const ts_mix *mix, const ts_hparams *hp, const ts_tensor_spec *spec);

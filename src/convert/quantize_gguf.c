@@ -48,6 +48,12 @@ static int q_plan(void *ctx, const ts_tensor_spec *s) {
     j->t = t;
     j->type = s->role == 'm' ? ts_mix_type(q->mix, &q->m->hp, s) : t->type;
     j->src_row_bytes = ts_row_size(t->type, t->ne[0]);
+    if (s->role == 'm' && ts_mix_is_router(s->name) && j->type == TS_TYPE_BF16) {
+        char why[256] = "";
+        const int exact = ts_rows_bf16_exact(q_row, j, t->ne[0], t->nelements / t->ne[0], 0, why, sizeof why);
+        if (exact < 0) return ts_errf(q->err, q->errlen, "reading the router %s: %s", s->name, why);
+        j->type = ts_mix_router_type(j->type, exact);
+    }
     const ts_imatrix_entry *e = q->im && j->type != t->type && ts_can_quantize_imatrix(j->type)
                                     ? ts_imatrix_find(q->im, s->name)
                                     : NULL;

@@ -96,6 +96,7 @@ int alloc_work(ts_cuda_ctx *c, int64_t ctx, char *err, size_t errlen) {
     w.topk_w = (float *)at(TS_WORK_TOPK_W), w.gu = (float *)at(TS_WORK_GU), w.eo = (float *)at(TS_WORK_EO),
     w.sg = (float *)at(TS_WORK_SG), w.route_count = (unsigned *)at(TS_WORK_ROUTE_COUNT),
     w.hc_ss = (float *)at(TS_WORK_HC_SS);
+    w.hc_bar = w.route_count + N + (hp->n_embd + 7) / 8; /* (memplan.c: the last 2 of TS_WORK_ROUTE_COUNT) */
     w.emb = (float *)at(TS_WORK_EMB), w.pv = (float *)at(TS_WORK_PV);
     c->Rsel = (float *)at(TS_WORK_RSEL), c->xsel = (float *)at(TS_WORK_XSEL);
     c->logits = (float *)at(TS_WORK_LOGITS);
@@ -149,6 +150,9 @@ void trace(ts_cuda_ctx *c, int layer, int block) {
     free(h);
 }
 
+// The step's name run_layers returns for a hyper-connection read (the graph capture below tells it apart).
+constexpr const char *kHcReadFailed = "a hyper-connection read";
+
 // Enqueues the micro-batch in c->b (tables already on the device): layers, then the logits of the
 // first n_logit rows listed in lrows into c->logits. Returns 0 or the failing step's name.
 const char *run_layers(ts_cuda_ctx *c, int n_logit) {
@@ -178,7 +182,7 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
             prof_scope p(c, TS_PROF_HC);
             if (normed ? ts_cuda_hc_read_xn(w, &L->hc_attn, N, w->x, w->inj, s)
                        : ts_cuda_hc_read(w, &L->hc_attn, w->R, N, w->x, w->inj, s))
-                return "a hyper-connection read";
+                return kHcReadFailed;
         }
         if (L->kind == TS_LAYER_GDN) {
             prof_scope p(c, TS_PROF_GDN);
@@ -195,7 +199,7 @@ const char *run_layers(ts_cuda_ctx *c, int n_logit) {
         trace(c, (int)l, 0);
         {
             prof_scope p(c, TS_PROF_HC);
-            if (ts_cuda_hc_read_xn(w, &L->hc_ffn, N, w->x, w->inj, s)) return "a hyper-connection read";
+            if (ts_cuda_hc_read_xn(w, &L->hc_ffn, N, w->x, w->inj, s)) return kHcReadFailed;
         }
         // the MoE's last step (its combine) is done by the next write when that write is also the next
         // read's norm (ts_cuda_hc_write_norm_moe)
@@ -518,6 +522,9 @@ extern "C" int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c) {
 extern "C" int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c) {
     return c ? c->w.qsa_joined : 0;
 }
+extern "C" int64_t ts_cuda_hc_one_reads(const ts_cuda_ctx *c) {
+    return c ? c->w.hc_one : 0;
+}
 
 extern "C" void ts_cuda_set_trace(ts_cuda_ctx *c, ts_cuda_trace_fn fn, void *ctx) {
     c->trace = fn, c->trace_ctx = ctx;
@@ -545,20 +552,26 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
     const char *failed = nullptr;
     const bool graph = decode && c->use_graphs && !c->trace && !c->prof && n_logit == n_rows;
     if (graph && c->warm[n_rows]) {
-        if (!c->graphs[n_rows]) { // capture once per row count, after an eager warm-up step
-            cudaGraph_t g;
+        // capture once per row count, after an eager warm-up step; a graph refused while the one-launch
+        // hyper-connection reads were on (a read's launch failed, or the capture or instantiation as a whole)
+        // is captured again with their next weaker launch (hc.cu)
+        while (!c->graphs[n_rows]) {
+            cudaGraph_t g = nullptr;
+            const bool one = ts_cuda_hc_one_mode() > 0;
             e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
             if (e != cudaSuccess) return cuda_err(err, errlen, "starting a graph capture", e);
             failed = run_layers(c, n_logit);
             e = cudaStreamEndCapture(s, &g);
-            if (failed || e != cudaSuccess) {
-                cudaGetLastError();
-                return failed ? ts_errf(err, errlen, "capturing the decode graph failed in %s", failed)
-                              : cuda_err(err, errlen, "capturing the decode graph", e);
-            }
-            e = cudaGraphInstantiate(&c->graphs[n_rows], g, 0);
-            cudaGraphDestroy(g);
-            if (e != cudaSuccess) return cuda_err(err, errlen, "instantiating the decode graph", e);
+            if (!failed && e == cudaSuccess) e = cudaGraphInstantiate(&c->graphs[n_rows], g, 0);
+            if (g) cudaGraphDestroy(g);
+            if (!failed && e == cudaSuccess) break;
+            cudaGetLastError();
+            c->graphs[n_rows] = nullptr;
+            // (not for another block's failure: a read's launch, or the graph refused as a whole)
+            const bool read = !failed || strcmp(failed, kHcReadFailed) == 0;
+            if (one && read && ts_cuda_hc_one_weaken()) continue;
+            return failed ? ts_errf(err, errlen, "capturing the decode graph failed in %s", failed)
+                          : cuda_err(err, errlen, "capturing or instantiating the decode graph", e);
         }
         e = cudaGraphLaunch(c->graphs[n_rows], s);
         if (e != cudaSuccess) return cuda_err(err, errlen, "launching the decode graph", e);

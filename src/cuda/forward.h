@@ -103,6 +103,13 @@ int64_t ts_cuda_moe_swiglu_staged(const ts_cuda_ctx *c);
 /* Tests: how many QSA blocks of this context ran their input projections as one product (src/cuda/qsa.cu, one
  * row; TURBOSPARK_CUDA_QSA_JOIN=0 stops it). */
 int64_t ts_cuda_qsa_joined(const ts_cuda_ctx *c);
+/* Tests: how many hyper-connection reads of this context ran as one launch (src/cuda/hc.cu, one token with
+ * the write before it; TURBOSPARK_CUDA_HC_ONE=0 stops it), counted as the forwards were enqueued. */
+int64_t ts_cuda_hc_one_reads(const ts_cuda_ctx *c);
+/* How such a read is launched, for the process (src/cuda/hc.cu): -1 not yet known, 2 one cooperative launch
+ * with PDL, 1 one cooperative launch, 0 two launches (the runtime took neither, or a decode graph refused
+ * them: the forward then captures again one mode lower). */
+int ts_cuda_hc_one_mode(void);
 
 /* Benchmarks: GPU time of each block kind over one eager decode step of the given sequences (one
  * token each, ids as given; the sequences advance by one). times_ms[kind] for kinds

@@ -308,7 +308,7 @@ __device__ __forceinline__ long long global_ns() {
 template <int TYPE, class Chunks, int kWarps, bool PAIR, bool W16>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_tc_kernel(const Chunks ch, int n_chunks, int ne0, const float *__restrict__ x, int nx,
-                   int64_t x_stride, int ns, int row_stride, uint32_t rb) {
+                   int64_t x_stride, int ns, int ahead, int row_stride, uint32_t rb, int lanes) {
     extern __shared__ __align__(128) uint8_t sm[];
     const int nsb = ne0 / kTcSuper;
     constexpr int R = Chunks::R;
@@ -347,31 +347,39 @@ __global__ void __launch_bounds__(kWarps * 32)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // thread 0: chunk j of this block into stage sl = j % ns
+    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+    // warp 0: chunk j of this block into stage sl = j % ns, lane 0 announcing its bytes, then one copy a row,
+    // the rows' copies issued side by side by the first `lanes` lanes (32; 1 as one thread issued them, one
+    // after another, holding warp 0 and so the chunk's barrier: TURBOSPARK_TC_ISSUE_LANES, measurements)
     auto issue = [&](int j, int sl) {
         const chunk_t k = ch.at(c0 + j * cstep);
         uint64_t *bar = &bars[sl];
         if (k.bad) {
-            mbar_arrive(bar);
+            if (lane == 0) mbar_arrive(bar);
             return;
         }
-        mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
+        if (lane == 0) mbar_expect(bar, static_cast<uint32_t>(k.nr) * rb);
+        __syncwarp(); // the bytes announced before any lane's copy can complete on the barrier
         uint8_t *dst = stages + static_cast<size_t>(sl) * R * row_stride;
-        if (row_stride ==
-            static_cast<int>(rb)) // rows not a multiple of 16 bytes: the whole chunk (R rows) at once
-            bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
-        else
-            for (int r = 0; r < k.nr; r++)
+        if (row_stride == static_cast<int>(rb)) { // rows not a multiple of 16 bytes: the whole chunk at once
+            if (lane == 0) bulk_copy(dst, k.w, static_cast<uint32_t>(k.nr) * rb, bar);
+        } else {
+            for (int r = lane; r < k.nr && lane < lanes; r += lanes)
                 bulk_copy(dst + r * row_stride, k.w + static_cast<size_t>(r) * rb, rb, bar);
+        }
+        __syncwarp();
     };
+    // `ahead` chunks in flight at the start (1 .. ns): with ahead = ns a stage is refilled when its chunk's
+    // sums are done; with fewer, chunk j + ahead is issued as soon as chunk j has landed (its stage held
+    // chunk j + ahead − ns ≤ j − 1, whose sums every warp is past)
     const bool after = ch.after_wait();
-    if (!after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    if (!after && warp == 0)
+        for (int j = 0; j < ahead && j < n_mine; j++) issue(j, j);
     stamp(1);
     pdl_wait();
     if constexpr (GA) mine(min(ch.count(), n_chunks)); // after_wait() holds: nothing issued yet
-    if (after && threadIdx.x == 0)
-        for (int j = 0; j < ns && j < n_mine; j++) issue(j, j);
+    if (after && warp == 0)
+        for (int j = 0; j < ahead && j < n_mine; j++) issue(j, j);
     stamp(2);
 
     // x rows r0 .. r0 + n − 1 into the staging (all of them up front, or XROW each chunk's when it changes,
@@ -397,7 +405,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float *staged = nullptr;         // XROW: the x row in the staging
     const int32_t *staged_items = nullptr; // planned chunks: the tile whose items' rows are in the staging
 
-    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const int g = lane >> 2, t = lane & 3;
     int sl = 0;          // chunk j's stage, j % ns
     uint32_t phase = 0u; // the parity of ⌊j / ns⌋, its stage's barrier phase
@@ -418,6 +425,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int x0 = XR || GA ? 0 : k.xrow; // the chunk's first token's row in the staging
         mbar_wait(&bars[sl], phase);
         if (j < kStampChunks) stamp(8 + 2 * j);
+        if (ahead < ns && warp == 0 && j + ahead < n_mine)
+            issue(j + ahead, sl + ahead < ns ? sl + ahead : sl + ahead - ns);
         const uint8_t *st = stages + static_cast<size_t>(sl) * R * row_stride;
         // lane (g, t) computes the sums of token g (and, W16, of token g + 8: MMA rows g and g + 8 depend on
         // A rows g and g + 8 only); lanes of a token beyond the chunk's read token 0's x and their sums are
@@ -446,10 +455,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int q = 0; q < NG; q++) part[q * kWarps * 32 + warp * 32 + lane] = acc[q];
         __syncthreads(); // every warp is done with stage j % ns and has written its partial sums
         if (j < kStampChunks) stamp(9 + 2 * j);
-        if (threadIdx.x == 0 && j + ns < n_mine) issue(j + ns, sl);
+        if (ahead == ns && warp == 0 && j + ns < n_mine) issue(j + ns, sl);
         if (++sl == ns) sl = 0, phase ^= 1u;
         // the chunk's sums by the warp of the last class (kWarps − 1, the fewest super-blocks or groups, none
-        // where a row has fewer than kWarps): the others go on to the next chunk, thread 0 issuing its copies
+        // where a row has fewer than kWarps): the others go on to the next chunk, warp 0 issuing its copies
         const int rw = (2 * kWarps - 1 - j % kWarps) % kWarps;
 #pragma unroll
         for (int q = 0; q < NG; q++) {
@@ -485,12 +494,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 // ---- launch --------------------------------------------------------------------------------------
 
 struct tc_plan {
-    int ns, blocks, row_stride, warps;
+    int ns, ahead, blocks, row_stride,
+        warps; // stages, chunks in flight at the start (≤ ns), grid, stage row bytes
     size_t smem;
 };
 
 // Tuning knobs for measurements (read once): TURBOSPARK_TC_WARPS (4 or 8 warps a block),
-// TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8) and TURBOSPARK_TC_PAIR (below).
+// TURBOSPARK_TC_PER_SM (the most blocks an SM, 1..8), TURBOSPARK_TC_AHEAD and TURBOSPARK_TC_PAIR (below).
 int env_int(const char *name, int dflt, int lo, int hi) {
     const char *v = getenv(name);
     const int n = v && v[0] ? atoi(v) : dflt; // set but empty: the default
@@ -502,6 +512,20 @@ int tc_warps() {
 }
 int tc_max_per_sm() {
     static const int n = env_int("TURBOSPARK_TC_PER_SM", 4, 1, 8);
+    return n;
+}
+// At most kAhead chunks of a block in flight at its start, the next issued as one lands: the first chunks
+// land sooner, so their sums overlap the later ones' copies (BENCHMARKS.md, run 82). TURBOSPARK_TC_AHEAD=n
+// (1 .. 7) for measurements, 0: every stage's at once, each refilled when its sums are done. The same sums.
+constexpr int kAhead = 2;
+int tc_ahead() {
+    static const int n = env_int("TURBOSPARK_TC_AHEAD", kAhead, 0, kMaxStages - 1);
+    return n;
+}
+// The lanes of warp 0 that issue a chunk's row copies side by side: 32, or TURBOSPARK_TC_ISSUE_LANES=1 for
+// measurements (one thread, as before). The same sums.
+int tc_issue_lanes() {
+    static const int n = env_int("TURBOSPARK_TC_ISSUE_LANES", 32, 1, 32) == 1 ? 1 : 32;
     return n;
 }
 // TURBOSPARK_TC_PAIR=1: the K-quant kernels take two super-blocks a pass (dot_kquant); same results.
@@ -551,6 +575,7 @@ bool plan(int nx, int ne0, size_t rb, int n_chunks, int R, tc_plan &p, int max_p
         if (p.ns > mine) p.ns = mine;
         if (p.ns < 2 && mine > 1) continue;
         p.smem = fixed + static_cast<size_t>(p.ns) * slot;
+        p.ahead = tc_ahead() > 0 && tc_ahead() < p.ns ? tc_ahead() : p.ns;
         return true;
     }
     return false;
@@ -587,7 +612,8 @@ int launch_tc_w(const Chunks &ch, int n_chunks, int ne0, const float *x, int nx,
         plan(nx, ne0, rb, n_chunks, Chunks::R, q, by_regs))
         p = q;
     return launch(kernel, dim3(static_cast<unsigned>(p.blocks)), dim3(NW * 32), p.smem, s, ch, n_chunks, ne0,
-                  x, nx, x_stride, p.ns, p.row_stride, static_cast<uint32_t>(rb)) == cudaSuccess
+                  x, nx, x_stride, p.ns, p.ahead, p.row_stride, static_cast<uint32_t>(rb),
+                  tc_issue_lanes()) == cudaSuccess
                ? 0
                : -1;
 }

@@ -35,12 +35,14 @@ __device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
 }
+// Each thread spins on its own result (a plain branch: the lanes of a warp that arrive at different times
+// may see the phase complete at different tries, so the exit is not uniform).
 __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
     asm volatile("{\n"
                  ".reg .pred p;\n"
                  "TS_WAIT:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@p bra.uni TS_DONE;\n"
+                 "@p bra TS_DONE;\n"
                  "bra.uni TS_WAIT;\n"
                  "TS_DONE:\n"
                  "}\n" ::"r"(smem_addr(b)),

@@ -20,16 +20,18 @@
 // goes into them too (not a MoE's, whose combine every block of the split product would redo): the split
 // product computes the written streams while staging its x (ts_cuda_matmul_split_hc_write) and leaves
 // them in w->xn, and hc_up_mix_kernel copies them into R (the write is enqueued by the read it precedes:
-// w->hc_defer; TURBOSPARK_CUDA_HC_DEFER=0 keeps it a kernel of its own). Beyond 64 rows the down|inject
-// product runs on the tensor cores as a split product (gemm_tc.h: x as hi + lo fp16, about fp32's
-// precision, as the CPU twin's fp32) when the type allows, its parts added by the activation kernel, and
-// so does the up product (one part). Elementwise kernels map one thread to one output
-// element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
+// w->hc_defer; TURBOSPARK_CUDA_HC_DEFER=0 keeps it a kernel of its own). At one token such a read is one
+// launch: the two kernels' blocks in one grid with a grid barrier between them (hc_read_one_kernel below).
+// Beyond 64 rows the down|inject product runs on the tensor cores as a split product (gemm_tc.h: x as
+// hi + lo fp16, about fp32's precision, as the CPU twin's fp32) when the type allows, its parts added by
+// the activation kernel, and so does the up product (one part). Elementwise kernels map one thread to one
+// output element (grid-stride, 256 threads a block); every grid depends only on N and the shapes, so the
 // whole sequence is graph-capturable.
 // Formulas follow the CPU operation for operation (true divisions by C, expf-based sigmoid); the
 // products sum in a different order, so results agree to fp32 rounding, not bit for bit.
 #include "cuda/gemm_tc.h"
 #include "cuda/cuda_device.h"
+#include "cuda/hc_split.cuh"
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
 #include "cuda/pdl.cuh"
@@ -40,6 +42,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include <atomic>
+#include <mutex>
 
 namespace {
 
@@ -246,43 +251,68 @@ constexpr int kLoadsAtOnce = 8;             // global loads a thread has in flig
 constexpr int kFusedMaxIB = 8;
 constexpr size_t kFusedSmemBudget = 44 * 1024;
 
+// The up+mix kernel's outputs a block: kFusedMaxIB (fewer where shared memory asks), or
+// TURBOSPARK_CUDA_HC_IB=n (1 .. kFusedMaxIB) for measurements; the same sums either way (read once).
+int up_mix_ib() {
+    static const int n = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_HC_IB");
+        const int ib = v && *v ? atoi(v) : kFusedMaxIB;
+        return ib < 1 || ib > kFusedMaxIB ? kFusedMaxIB : ib;
+    }();
+    return n;
+}
+
 __host__ __device__ inline size_t round16(size_t b) {
     return (b + 15) & ~static_cast<size_t>(15);
+}
+
+// Shared memory a stream's IB up rows take (rows of rb bytes, 32 bytes of alignment and decoder slack).
+__host__ __device__ inline size_t up_range(int IB, size_t rb) {
+    return round16(static_cast<size_t>(IB) * rb + 32);
 }
 
 // Shared memory of one block: lr (r floats), C weight ranges of IB rows (+ 32 bytes of alignment and
 // decoder slack each), unit partial sums (C·IB·upr floats), the C splits of P's lr columns (C·r floats).
 inline size_t up_mix_smem(int64_t r, int64_t C, int IB, size_t rb, int upr) {
-    return static_cast<size_t>(r) * sizeof(float) + static_cast<size_t>(C) * round16(IB * rb + 32) +
+    return static_cast<size_t>(r) * sizeof(float) + static_cast<size_t>(C) * up_range(IB, rb) +
            static_cast<size_t>(C * IB * upr + C * r) * sizeof(float);
 }
 
-template <int TYPE>
-__global__ void __launch_bounds__(kThreads)
-    hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
-                     const float *__restrict__ P, int np, int N, const float *__restrict__ xn,
-                     float *__restrict__ x, float *__restrict__ inj, const float *__restrict__ ss, int nss,
-                     float eps, const float *__restrict__ g, float *__restrict__ R) {
-    using Q = qtype<TYPE>;
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int t = static_cast<int>(blockIdx.y), i0 = static_cast<int>(blockIdx.x) * IB, ni = min(IB, H - i0);
-    const int tid = static_cast<int>(threadIdx.x), upr = nb * Q::UPB;
-    const size_t range = round16(IB * rb + 32);
-    float4 *xs = reinterpret_cast<float4 *>(smem);
-    uint8_t *wb = smem + static_cast<size_t>(r) * sizeof(float);
-    float *part = reinterpret_cast<float *>(wb + static_cast<size_t>(C) * range);
-
-    // the C ranges of up rows c·H + i0 .. c·H + i0 + ni − 1, as aligned 16-byte lines (weights: issued
-    // before waiting for the kernel that wrote P)
-    pdl_trigger();
+// The up rows of up+mix block bx (outputs i0 = bx·IB .. i0 + ni − 1): the C ranges of rows c·H + i0 ..
+// c·H + i0 + ni − 1 into its region sm, after lr (up_mix_block's layout), as aligned 16-byte lines, one
+// cp.async group.
+__device__ __forceinline__ void up_rows_issue(const uint8_t *__restrict__ up, size_t rb, int r, int H, int C,
+                                              int IB, int bx, uint8_t *sm) {
+    const int i0 = bx * IB, ni = min(IB, H - i0);
+    const size_t range = up_range(IB, rb);
+    uint8_t *wb = sm + static_cast<size_t>(r) * sizeof(float);
     for (int c = 0; c < C; c++) {
         const uint8_t *start = up + (static_cast<size_t>(c) * H + i0) * rb;
         const uint8_t *a0 = align_down16(start);
         const int nl = static_cast<int>((start + static_cast<size_t>(ni) * rb - a0 + 15) >> 4);
-        for (int l = tid; l < nl; l += kThreads) cp_async16(wb + c * range + 16 * l, a0 + 16 * l);
+        for (int l = static_cast<int>(threadIdx.x); l < nl; l += kThreads)
+            cp_async16(wb + c * range + 16 * l, a0 + 16 * l);
     }
     cp_async_commit();
-    pdl_wait();
+}
+
+// One block of the up+mix step: outputs i0 = bx·IB .. of token t, with its up rows issued into its shared
+// memory region sm (lr, then the weight ranges at sm + r floats, then the partial sums: up_mix_smem) by
+// up_rows_issue and their copies the only ones pending. P, xn and ss are read through L2 (ld.global.cg): in
+// the one-launch read (below) other blocks of the same grid wrote them.
+template <int TYPE>
+__device__ __forceinline__ void up_mix_block(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H,
+                                             int C, int IB, const float *P, int np, int N, const float *xn,
+                                             float *__restrict__ x, float *__restrict__ inj, const float *ss,
+                                             int nss, float eps, const float *__restrict__ g,
+                                             float *__restrict__ R, int t, int bx, uint8_t *sm) {
+    using Q = qtype<TYPE>;
+    const int i0 = bx * IB, ni = min(IB, H - i0);
+    const int tid = static_cast<int>(threadIdx.x), upr = nb * Q::UPB;
+    const size_t range = up_range(IB, rb);
+    float4 *xs = reinterpret_cast<float4 *>(sm);
+    uint8_t *wb = sm + static_cast<size_t>(r) * sizeof(float);
+    float *part = reinterpret_cast<float *>(wb + static_cast<size_t>(C) * range);
 
     // Every input from global memory at once (one round of L2 latency, not one a stream or slice), into
     // shared memory: a partial sum of squares and an element of xn (and of g) of this block's outputs a
@@ -290,8 +320,8 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ float ssv[kMaxSumsOfSquares], xv[kMaxStreams * kFusedMaxIB], gv[kMaxStreams * kFusedMaxIB];
     const int nssc = ss ? nss * C : 0, nx = C * ni, c = tid / max(ni, 1);
     const size_t e0 = static_cast<size_t>(t) * C * H + i0, ex = static_cast<size_t>(c) * H + tid - c * ni;
-    const float sv = tid < nssc ? ss[static_cast<size_t>(t) * nssc + tid] : 0.0f;
-    const float xq = tid < nx ? xn[e0 + ex] : 0.0f, gq = g && tid < nx ? g[i0 + ex] : 0.0f;
+    const float sv = tid < nssc ? __ldcg(ss + static_cast<size_t>(t) * nssc + tid) : 0.0f;
+    const float xq = tid < nx ? __ldcg(xn + e0 + ex) : 0.0f, gq = g && tid < nx ? g[i0 + ex] : 0.0f;
     float *pl = part + C * IB * upr; // [q][j], j < r
     const size_t qs = static_cast<size_t>(N) * np;
     const float *Pt = P + static_cast<size_t>(t) * np;
@@ -300,7 +330,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < kLoadsAtOnce; k++) {
             const int i = base + k * kThreads + tid, q = i / r;
-            v[k] = i < C * r ? Pt[q * qs + i - q * r] : 0.0f;
+            v[k] = i < C * r ? __ldcg(Pt + q * qs + i - q * r) : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < kLoadsAtOnce; k++)
@@ -319,7 +349,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // lr (swizzled as unit_dot reads it) and, block 0, the inject weights
+    // lr (swizzled as unit_dot reads it) and, the block of outputs 0, the inject weights
     const float fc = static_cast<float>(C);
     for (int f = tid; f < r / 4; f += kThreads) {
         float v[4];
@@ -331,9 +361,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         xs[x_swizzle<Q>(static_cast<uint32_t>(f))] = make_float4(v[0], v[1], v[2], v[3]);
     }
-    if (inj && blockIdx.x == 0 && tid < C) {
-        float a = Pt[r + tid] * rs[0];
-        for (int q = 1; q < C; q++) a += Pt[q * qs + r + tid] * rs[q];
+    if (inj && bx == 0 && tid < C) {
+        float a = __ldcg(Pt + r + tid) * rs[0];
+        for (int q = 1; q < C; q++) a += __ldcg(Pt + q * qs + r + tid) * rs[q];
         inj[static_cast<size_t>(t) * C + tid] = 2.0f * ts_dsigmoid(a / fc);
     }
     cp_async_wait<0>();
@@ -370,6 +400,21 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+template <int TYPE>
+__global__ void __launch_bounds__(kThreads)
+    hc_up_mix_kernel(const uint8_t *__restrict__ up, size_t rb, int nb, int r, int H, int C, int IB,
+                     const float *__restrict__ P, int np, int N, const float *__restrict__ xn,
+                     float *__restrict__ x, float *__restrict__ inj, const float *__restrict__ ss, int nss,
+                     float eps, const float *__restrict__ g, float *__restrict__ R) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int t = static_cast<int>(blockIdx.y), bx = static_cast<int>(blockIdx.x);
+    // the weights: issued before waiting for the kernel that wrote P
+    pdl_trigger();
+    up_rows_issue(up, rb, r, H, C, IB, bx, smem);
+    pdl_wait();
+    up_mix_block<TYPE>(up, rb, nb, r, H, C, IB, P, np, N, xn, x, inj, ss, nss, eps, g, R, t, bx, smem);
+}
+
 // The fused read's kernel and block shape for this read, or nullptr when the shapes or types do not
 // allow it (N > kFusedMaxRows, a tensor missing or not block-quantized, too little shared memory).
 using up_mix_fn = void (*)(const uint8_t *, size_t, int, int, int, int, int, const float *, int, int,
@@ -395,7 +440,7 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
     const ts_type_traits *tr = ts_type_get(U.type);
     if (!tr || tr->block_size < 32 || r % tr->block_size != 0 || U.row_bytes != ts_row_size(U.type, r))
         return none;
-    fused_shape f = {nullptr, static_cast<int>(r / tr->block_size), kFusedMaxIB, 0};
+    fused_shape f = {nullptr, static_cast<int>(r / tr->block_size), up_mix_ib(), 0};
     const int upr = f.nb * (tr->block_size / 32);
     while (f.IB > 1 && up_mix_smem(r, C, f.IB, U.row_bytes, upr) > kFusedSmemBudget) f.IB /= 2;
     f.smem = up_mix_smem(r, C, f.IB, U.row_bytes, upr);
@@ -408,6 +453,237 @@ fused_shape hc_fused_shape(const ts_cuda_work *w, const ts_cuda_hc *hc, int64_t 
 // Slices of hc_write_ss_kernel: partial sums a row and stream.
 int64_t write_slices(const ts_hparams *hp) {
     return (hp->n_embd + kThreads - 1) / kThreads;
+}
+
+// ---- decode: the read in one launch ----------------------------------------------------------------
+//
+// At one token, a fused read that makes the write before it (most reads of a batch-1 step) runs as one launch
+// instead of two. Every block first runs a block of the split product with the write (split_hc_write_block,
+// hc_split.cuh) on its kOneWarps warps: split q = b mod C, row groups b / C, b / C + G / C, ... (G blocks, a
+// multiple of C); then a barrier of the whole grid (a count and a generation in global memory, w->route_count
+// after the MoE's counters); then the up+mix blocks, as virtual blocks b, b + G, ... of this grid
+// (up_mix_block). A block's first two virtual blocks have their up rows copied into shared memory before the
+// dependency wait, so they stream during the wait and the write's staging (the split product's first wait for
+// its own copies retires them too). The grid fits the GPU at once (sized from the occupancy), and the launch
+// lets the next kernel start (PDL) only after the barrier, when all its blocks are resident: no block waits
+// at the barrier for one that cannot be scheduled. Each row's sums and each output are computed by the same
+// code as in the two launches, so the results are the same bit for bit (test_cuda_forward 4f).
+// TURBOSPARK_CUDA_HC_ONE=0 keeps the two launches (read at every read).
+constexpr int kOneWarps = kThreads / 32;
+
+bool hc_one_enabled() {
+    return ts_cuda_switch_on("TURBOSPARK_CUDA_HC_ONE");
+}
+
+struct hc_one_args {
+    const uint8_t *D;       // the down|inject rows (np of them)
+    size_t drb, dsplit;     // bytes a row of D, a split (H columns) of a row
+    int np, dnb, H, C;      // rows of D, blocks a split of a row, H, streams
+    ts_cuda_hc_write_in in; // the write (slice kThreads; r_out = w->xn, ss = w->hc_ss)
+    float *P;               // C × np partial sums, split q at q·np (w->mix)
+    const uint8_t *U;       // the up rows (C·H of r)
+    size_t urb;             // bytes a row of U
+    int unb, r, IB, nss;    // blocks a row of U, rank, outputs a virtual block, slices of the write's sums
+    float eps;
+    float *x, *inj;         // the read's outputs: H and C floats
+    float *R;               // the streams the write is copied into (in.R, writable)
+    unsigned *bar;          // the barrier: count, generation
+    int xs_bytes, vb_bytes; // dynamic shared memory: the split's x, then two virtual blocks' regions
+};
+
+// Every block of the grid past every block's stores before it (bar[0] counts the arrivals, bar[1] is the
+// generation: the last block to arrive sets the count back to 0 and then advances the generation; the others
+// wait for it to move).
+__device__ __forceinline__ void grid_barrier(unsigned *bar) {
+    __syncthreads(); // the block's stores before thread 0's fence
+    if (threadIdx.x == 0) {
+        const unsigned gen = ld_acquire(bar + 1);
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (ld_acquire(bar + 1) == gen) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+template <int TD, int TU>
+__global__ void __launch_bounds__(kThreads) hc_read_one_kernel(const hc_one_args a) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int b = static_cast<int>(blockIdx.x), G = static_cast<int>(gridDim.x);
+    const int nvb = (a.H + a.IB - 1) / a.IB;
+    uint8_t *vbs = smem + a.xs_bytes; // virtual block j's region: vbs + (j mod 2)·vb_bytes
+    auto issue = [&](int j) {
+        up_rows_issue(a.U, a.urb, a.r, a.H, a.C, a.IB, b + j * G, vbs + (j & 1) * a.vb_bytes);
+    };
+    for (int j = 0; j < 2 && b + j * G < nvb; j++) issue(j); // (weights: before the dependency wait)
+    const int q = b % a.C, bx = b / a.C, gx = G / a.C;
+    prefetch_split_rows<kOneWarps>(a.D, a.drb, a.dsplit, a.np, q, bx, gx);
+    pdl_wait();
+    split_hc_write_block<TD, 1, kOneWarps>(a.D, a.drb, a.dsplit, a.np, a.dnb, a.H, a.in, a.C, 0, a.P, a.np, q,
+                                           bx, gx, reinterpret_cast<float4 *>(smem));
+    grid_barrier(a.bar);
+    pdl_trigger();
+    for (int j = 0; b + j * G < nvb; j++) {
+        if (j > 0) __syncthreads(); // every thread is done with the last virtual block's shared arrays
+        if (j >= 2) issue(j);
+        up_mix_block<TU>(a.U, a.urb, a.unb, a.r, a.H, a.C, a.IB, a.P, a.np, 1, a.in.r_out, a.x, a.inj,
+                         a.in.ss, a.nss, a.eps, a.in.g, a.R, 0, b + j * G, vbs + (j & 1) * a.vb_bytes);
+    }
+}
+
+// The kernel for a down and an up type: the pairs of the released mixes and of the CUDA tests' models (a
+// K-quant or Q8_0 down, its up of the same type or of the 32-element type the quantizer falls back to where
+// the rank is not a multiple of 256), or nullptr (two launches).
+using one_fn = void (*)(hc_one_args);
+one_fn hc_one_kernel(uint32_t td, uint32_t tu) {
+#define TS_HC_ONE(D, U)                                                                                      \
+    if (td == (D) && tu == (U)) return hc_read_one_kernel<(D), (U)>;
+    TS_HC_ONE(TS_TYPE_Q4_K, TS_TYPE_Q5_0)
+    TS_HC_ONE(TS_TYPE_Q4_K, TS_TYPE_Q4_K)
+    TS_HC_ONE(TS_TYPE_Q5_K, TS_TYPE_Q5_1)
+    TS_HC_ONE(TS_TYPE_Q5_K, TS_TYPE_Q5_K)
+    TS_HC_ONE(TS_TYPE_Q6_K, TS_TYPE_Q8_0)
+    TS_HC_ONE(TS_TYPE_Q6_K, TS_TYPE_Q6_K)
+    TS_HC_ONE(TS_TYPE_Q8_0, TS_TYPE_Q8_0)
+#undef TS_HC_ONE
+    return nullptr;
+}
+
+// The blocks of the one-launch read with `smem` bytes of dynamic shared memory that fit the current device at
+// once (the occupancy, asked once a device, kernel and size); 0 where it cannot run. The kernel is opted in,
+// once a device, to all the dynamic shared memory the device allows beside its static arrays, so that no
+// later size lowers the limit an earlier one was planned under (the attribute is the kernel's, for every
+// thread).
+int one_resident_blocks(one_fn k, size_t smem) {
+    struct entry {
+        int dev;
+        one_fn k;
+        size_t smem;
+        int blocks;
+    };
+    static std::mutex mu;
+    static entry cache[32];
+    static int n = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    const std::lock_guard<std::mutex> lock(mu);
+    bool opted = false;
+    for (int i = 0; i < n; i++) {
+        if (cache[i].dev != dev || cache[i].k != k) continue;
+        if (cache[i].smem == smem) return cache[i].blocks;
+        opted = true;
+    }
+    int per_sm = 0, optin = 0;
+    cudaFuncAttributes fa;
+    if (!opted &&
+        (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+         cudaFuncGetAttributes(&fa, k) != cudaSuccess ||
+         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              optin - static_cast<int>(fa.sharedSizeBytes)) != cudaSuccess))
+        return cudaGetLastError(), 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) != cudaSuccess)
+        per_sm = 0, cudaGetLastError();
+    const int blocks = per_sm * ts_cuda_sm_count();
+    if (n < 32) cache[n++] = {dev, k, smem, blocks};
+    return blocks;
+}
+
+// How the one-launch read is launched: -1 not yet tried, 2 cooperative with PDL, 1 cooperative only, 0 not at
+// all (two launches). Found at the first launch, made outside a graph capture (the forward captures a step
+// only after an eager one); lowered by ts_cuda_hc_one_weaken when a graph would not take the launch.
+std::atomic<int> g_one_mode{-1};
+
+// The one-launch read's launch: cooperative (the runtime keeps every block of the grid resident at once, so
+// the barrier never waits for a block that is not scheduled, whatever else runs on the GPU), and with the PDL
+// attribute too where the runtime takes both (g_one_mode); 1: the path is unavailable (nothing enqueued).
+int one_launch(one_fn k, unsigned G, size_t smem, cudaStream_t s, const hc_one_args &a) {
+    const int mode = g_one_mode.load();
+    if (mode == 0) return 1;
+    if (mode < 0) { // (not over an error already pending: not the probe's to clear; two launches meanwhile)
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaPeekAtLastError() != cudaSuccess) return 1;
+        if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return 1;
+    }
+    for (int m = mode < 0 ? 2 : mode; m >= 1; m--) {
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(G);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = m == 2 && pdl_enabled() ? 2 : 1;
+        if (cudaLaunchKernelEx(&cfg, k, a) == cudaSuccess) {
+            if (mode < 0) g_one_mode.store(m);
+            return 0;
+        }
+        if (mode > 0) return -1; // a launch that worked before
+        cudaGetLastError();      // (a refused configuration: not sticky)
+    }
+    g_one_mode.store(0);
+    return 1;
+}
+
+// The read in one launch (above), or 1 where it does not apply (nothing enqueued): more than one token,
+// TURBOSPARK_CUDA_HC_ONE=0, a type pair without a kernel, a shape the split product does not take, or a grid
+// that would not fit the GPU at once. in: the write the split product makes, R its streams (in.R).
+int hc_read_one(ts_cuda_work *w, const ts_cuda_hc *hc, const fused_shape &f, const ts_cuda_hc_write_in &in,
+                float *R, int64_t N, float *x, float *inj, cudaStream_t s) {
+    const ts_hparams *hp = w->hp;
+    const int64_t H = hp->n_embd, C = hp->hc_count, r = hp->hc_rank, np = r + C;
+    const ts_cuda_tensor *D = &hc->down_inject, &U = hc->up;
+    if (N != 1 || !inj || !hc_one_enabled() || !w->hc_bar ||
+        !ts_cuda_matmul_split_takes(D, np, static_cast<int>(C), 1, C * H))
+        return 1;
+    const one_fn k = hc_one_kernel(D->type, U.type);
+    if (!k) return 1;
+    const ts_type_traits *td = ts_type_get(D->type);
+    const size_t xs_bytes = round16(static_cast<size_t>(H) * sizeof(float)), vb_bytes = round16(f.smem);
+    const size_t smem = xs_bytes + 2 * vb_bytes;
+    const int resident = one_resident_blocks(k, smem);
+    // a row group of kOneWarps rows a block of each split, or as many as fit (or at most
+    // TURBOSPARK_CUDA_HC_ONE_BLOCKS a split, read at every read: a test's small grid, whose blocks take
+    // several row groups and virtual blocks each)
+    int G = static_cast<int>(C * ((np + kOneWarps - 1) / kOneWarps));
+    const char *cap = getenv("TURBOSPARK_CUDA_HC_ONE_BLOCKS");
+    if (cap && atoi(cap) > 0 && G > atoi(cap) * C) G = static_cast<int>(atoi(cap) * C);
+    if (G > resident) G = resident;
+    G -= G % static_cast<int>(C);
+    if (G < C) return 1;
+    const hc_one_args a = {static_cast<const uint8_t *>(D->data),
+                           D->row_bytes,
+                           ts_row_size(D->type, H),
+                           static_cast<int>(np),
+                           static_cast<int>(H / td->block_size),
+                           static_cast<int>(H),
+                           static_cast<int>(C),
+                           in,
+                           w->mix,
+                           static_cast<const uint8_t *>(U.data),
+                           U.row_bytes,
+                           f.nb,
+                           static_cast<int>(r),
+                           f.IB,
+                           static_cast<int>(write_slices(hp)),
+                           hp->eps,
+                           x,
+                           inj,
+                           R,
+                           w->hc_bar,
+                           static_cast<int>(xs_bytes),
+                           static_cast<int>(vb_bytes)};
+    const int rc = one_launch(k, static_cast<unsigned>(G), smem, s, a);
+    if (rc == 0) w->hc_one++;
+    return rc;
 }
 
 // The fused read (see above), or 1 when hc_fused_shape refuses it (nothing enqueued). With
@@ -426,6 +702,8 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
     int rc;
     if (d.next) { // the write first: its v into w->xn, its sums of squares into w->hc_ss
         const ts_cuda_hc_write_in in = {d.R, d.y, d.inj, hc->norm, kThreads, w->xn, w->hc_ss};
+        const int one = hc_read_one(w, hc, f, in, d.R, N, x, inj, s);
+        if (one <= 0) return one;
         rc = ts_cuda_matmul_split_hc_write(D, np, static_cast<int>(C), &in, N, w->mix, s);
         if (rc != 0) return -1;
     } else {
@@ -445,6 +723,17 @@ int hc_read_fused(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, fl
 }
 
 } // namespace
+
+extern "C" bool ts_cuda_hc_one_weaken(void) {
+    int m = g_one_mode.load();
+    while (m > 0 && !g_one_mode.compare_exchange_weak(m, m - 1)) {
+    }
+    return m > 0;
+}
+
+extern "C" int ts_cuda_hc_one_mode(void) {
+    return g_one_mode.load();
+}
 
 extern "C" int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj,
                                   cudaStream_t s) {

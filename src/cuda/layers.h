@@ -200,9 +200,12 @@ typedef struct ts_cuda_work {
     float *sg;             /* N shared-expert gate logits */
     unsigned *route_count; /* N block counters of the fused router kernel, then ⌈H / 8⌉ of the MoE combine in
                             * its down launch (at route_count + max_rows), 0 between launches */
+    unsigned *hc_bar;      /* 2: the one-launch hyper-connection read's barrier, after those counters (count,
+                            * 0 between launches, and generation) */
     int64_t moe_planned;   /* host side: expert products run as planned GEMVs so far (moe.cu) */
     int64_t swiglu_staged; /* host side: MoE blocks whose down launch computed the SwiGLU so far (moe.cu) */
     int64_t qsa_joined;    /* host side: QSA blocks whose projections ran as one product so far (qsa.cu) */
+    int64_t hc_one;        /* host side: hyper-connection reads run as one launch so far (hc.cu) */
     /* PLE */
     float *emb; /* N × NH·dh gathered rows */
     float *pv;  /* N × H PLE value */
@@ -238,6 +241,9 @@ int ts_cuda_hc_write_norm(ts_cuda_work *w, float *R, const float *y, const float
  * ts_cuda_moe's last step would (y = σ(w->sg)·y + Σ_j w->topk_w[j]·w->eo[j], slot order). */
 int ts_cuda_hc_write_norm_moe(ts_cuda_work *w, float *R, const float *y, const float *inj, int64_t N,
                               const ts_cuda_hc *next, cudaStream_t s);
+/* Lowers ts_cuda_hc_one_mode (forward.h) by one: the forward calls it when a decode graph captured while it
+ * was above 0 failed to capture or instantiate, then captures again. False when it was not above 0. */
+bool ts_cuda_hc_one_weaken(void);
 /* HC read from w->xn as ts_cuda_hc_write_norm left it. */
 int ts_cuda_hc_read_xn(ts_cuda_work *w, const ts_cuda_hc *hc, int64_t N, float *x, float *inj,
                        cudaStream_t s);

@@ -66,10 +66,10 @@ struct dense_rows {
     __device__ __forceinline__ const uint8_t *row(int o) const { return w + static_cast<size_t>(o) * rb; }
 };
 
-// The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of kWarps·R
-// consecutive rows (of n_out), each warp R rows of a group. nb: blocks per row. x (T·ne0 floats)
-// is read from xs when XS (staged by the caller), else from global memory through L1.
-template <int TYPE, int R, int T, bool XS, class Rows>
+// The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of KW·R consecutive rows
+// (of n_out), each of its KW warps R rows of a group (a row's sums do not depend on KW). nb: blocks per row.
+// x (T·ne0 floats) is read from xs when XS (staged by the caller), else from global memory through L1.
+template <int TYPE, int R, int T, bool XS, int KW = kWarps, class Rows>
 __device__ __forceinline__ void blocks_product(const Rows &rows, int n_out, int nb, int ne0,
                                                const float *__restrict__ x, const float4 *xs,
                                                float *__restrict__ y, int g0, int gstep) {
@@ -79,14 +79,14 @@ __device__ __forceinline__ void blocks_product(const Rows &rows, int n_out, int 
     constexpr int LINES = (STEP + 15) / 16 + 1; // 16-byte lines that can cover a step at any offset
     constexpr int BUF = LINES * 16 + 16;        // + slack read by lds_words_a2
     constexpr int NS = R >= 4 ? 2 : 4;          // pipeline stages
-    __shared__ __align__(16) uint8_t stage[kWarps][NS][R][BUF];
+    __shared__ __align__(16) uint8_t stage[KW][NS][R][BUF];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nsteps = (nb + BPS - 1) / BPS;
-    const int ngroups = (n_out + kWarps * R - 1) / (kWarps * R);
+    const int ngroups = (n_out + KW * R - 1) / (KW * R);
 
     for (int g = g0; g < ngroups; g += gstep) {
-        const int o0 = (g * kWarps + warp) * R;
+        const int o0 = (g * KW + warp) * R;
         if (o0 >= n_out) break; // only in the last group; warps never wait for each other below
         const int nr = min(R, n_out - o0);
         const uint8_t *rowp[R];

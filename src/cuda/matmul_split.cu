@@ -3,12 +3,14 @@
 // of matmul_blocks.cuh (design: the top comment of matmul.cu) on its columns of the rows, its part of x
 // staged in shared memory. ts_cuda_matmul_split_hc_write makes that x from the hyper-connection write
 // before the read (one launch fewer a read at decode): every block of split q computes stream q's
-// written values for its staging, and the blocks share out the write's stores, slice by slice.
+// written values for its staging, and the blocks share out the write's stores, slice by slice
+// (hc_split.cuh, whose body the one-launch read of hc.cu runs too).
 extern "C" {
 #include "quant/quant.h"
 }
 #include "cuda/layers.h"
 #include "cuda/matmul.h"
+#include "cuda/hc_split.cuh"
 #include "cuda/matmul_blocks.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_decode.cuh"
@@ -24,15 +26,6 @@ using namespace ts_cu;
 
 constexpr int kMaxSplitT = 4; // tokens of one ts_cuda_matmul_split launch (more: several launches)
 
-// This block's rows of split q (groups of kWarps rows, as blocks_product takes them) into L2 while the
-// kernel before finishes.
-__device__ __forceinline__ void prefetch_split_rows(const uint8_t *W, size_t rb, size_t wsplit, int n_out,
-                                                    int q) {
-    for (int o = static_cast<int>(blockIdx.x) * kWarps + (threadIdx.x >> 5); o < n_out;
-         o += gridDim.x * kWarps)
-        prefetch_l2(W + static_cast<size_t>(o) * rb + q * wsplit, wsplit, threadIdx.x & 31, 32);
-}
-
 // Split-K (ts_cuda_matmul_split): split q = blockIdx.y multiplies columns q·ne0 .. q·ne0 + ne0 − 1
 // of the rows (bytes q·wsplit on of each row) by the same columns of x (T rows of stride xstride)
 // and writes its partial sums to y + q·ysplit (T × n_out). x of the split is staged in shared memory.
@@ -43,7 +36,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     extern __shared__ float4 xs[]; // T·ne0/4 float4s
     const int q = static_cast<int>(blockIdx.y);
     pdl_trigger();
-    prefetch_split_rows(W, rb, wsplit, n_out, q);
+    prefetch_split_rows<kWarps>(W, rb, wsplit, n_out, q, static_cast<int>(blockIdx.x),
+                                static_cast<int>(gridDim.x));
     pdl_wait();
     stage_x<qtype<TYPE>, T>(xs, x + static_cast<size_t>(q) * ne0, ne0, xstride, kWarps * 32);
     __syncthreads();
@@ -52,68 +46,20 @@ __global__ void __launch_bounds__(kWarps * 32)
                                      static_cast<int>(gridDim.x));
 }
 
-constexpr int kMaxSliceWarps = 16; // ts_cuda_hc_write_in.slice ≤ 512
-
-// ts_cuda_matmul_split_hc_write: split q's x is stream q of tokens t0 .. t0 + T − 1 as the write leaves
-// it, times g (matmul.h); then the (token, slice) pairs of stream q are dealt to the blocks of the split:
-// each writes its slice of v to r_out and its sum of squares to ss, element s·slice + w·32 + lane in
-// warp w's butterfly, the warps' sums added in order, as hc_write_ss_kernel (hc.cu) adds them.
+// ts_cuda_matmul_split_hc_write: split q = blockIdx.y of the product with the write before it
+// (split_hc_write_block, hc_split.cuh).
 template <int TYPE, int T>
 __global__ void __launch_bounds__(kWarps * 32)
     matmul_split_hc_write_kernel(const uint8_t *__restrict__ W, size_t rb, size_t wsplit, int n_out, int nb,
                                  int ne0, ts_cuda_hc_write_in in, int C, int t0, float *__restrict__ y,
                                  size_t ysplit) {
     extern __shared__ float4 xs[]; // T·ne0/4 float4s
-    __shared__ float part[kMaxSliceWarps];
-    const int q = static_cast<int>(blockIdx.y), tid = static_cast<int>(threadIdx.x);
-    const int64_t H = ne0, Wd = static_cast<int64_t>(C) * ne0;
+    const int q = static_cast<int>(blockIdx.y), bx = static_cast<int>(blockIdx.x),
+              gx = static_cast<int>(gridDim.x);
     pdl_trigger();
-    prefetch_split_rows(W, rb, wsplit, n_out, q);
+    prefetch_split_rows<kWarps>(W, rb, wsplit, n_out, q, bx, gx);
     pdl_wait();
-    const int n4 = ne0 / 4;
-    for (int f = tid; f < T * n4; f += kWarps * 32) {
-        const int t = f / n4, j = f - t * n4;
-        const int64_t tt = t0 + t, i = 4 * static_cast<int64_t>(j);
-        const float4 r = *reinterpret_cast<const float4 *>(in.R + tt * Wd + q * H + i);
-        const float4 g = *reinterpret_cast<const float4 *>(in.g + q * H + i);
-        const float4 y = *reinterpret_cast<const float4 *>(in.y + tt * H + i);
-        const float k = in.inj[tt * C + q];
-        float4 v;
-        v.x = __fmaf_rn(y.x, k, r.x) * g.x;
-        v.y = __fmaf_rn(y.y, k, r.y) * g.y;
-        v.z = __fmaf_rn(y.z, k, r.z) * g.z;
-        v.w = __fmaf_rn(y.w, k, r.w) * g.w;
-        xs[x_swizzle<qtype<TYPE>>(static_cast<uint32_t>(f))] = v;
-    }
-
-    const int warp = tid >> 5, lane = tid & 31, nvw = in.slice / 32;
-    const int nsl = static_cast<int>((H + in.slice - 1) / in.slice);
-    for (int task = static_cast<int>(blockIdx.x); task < T * nsl; task += static_cast<int>(gridDim.x)) {
-        const int t = task / nsl, sl = task - t * nsl;
-        const int64_t tt = t0 + t;
-        for (int vw = warp; vw < nvw; vw += kWarps) {
-            const int64_t i = static_cast<int64_t>(sl) * in.slice + vw * 32 + lane;
-            float sq = 0.0f;
-            if (i < H) {
-                const float v = __fmaf_rn(in.y[tt * H + i], in.inj[tt * C + q], in.R[tt * Wd + q * H + i]);
-                in.r_out[tt * Wd + q * H + i] = v;
-                sq = v * v;
-            }
-            for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-            if (lane == 0) part[vw] = sq;
-        }
-        __syncthreads();
-        if (tid == 0) {
-            float a = 0.0f;
-            for (int vw = 0; vw < nvw; vw++) a += part[vw];
-            in.ss[(tt * nsl + sl) * C + q] = a;
-        }
-        __syncthreads();
-    }
-    __syncthreads(); // xs complete
-    blocks_product<TYPE, 1, T, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs,
-                                     y + q * ysplit, static_cast<int>(blockIdx.x),
-                                     static_cast<int>(gridDim.x));
+    split_hc_write_block<TYPE, T, kWarps>(W, rb, wsplit, n_out, nb, ne0, in, C, t0, y, ysplit, q, bx, gx, xs);
 }
 
 struct split_args {

@@ -14,7 +14,7 @@
 //   2. router_kernel   grid N × 512 threads, one block a row: sg_t = gate_inp_shexp · x_t, softmax,
 //                      top-k (topk_block: warp bitonic sorts, then the few candidates ranked),
 //                      renormalisation → w->sg (N), w->topk_id and w->topk_w (N × k)
-//      (1 and 2 are one launch, router_fused_kernel, for N ≤ kRouterFusedMaxRows and an F32 router)
+//      (1 and 2 are one launch, router_fused_kernel, for N ≤ kRouterFusedMaxRows and an F32 or BF16 router)
 //   3. shared gate/up  two ts_cuda_matmul (N rows), or at N = 1 one ts_cuda_matmul_experts of both
 //                      tensors → scratch "sh"; where the tensor-core GEMV takes it and step 4's product
 //                      alike, as one more item a token of step 4's launch (ts_cuda_matmul_experts_shared;
@@ -109,6 +109,24 @@ constexpr int kSharedFusedMaxRows = 1;           // shared gate+up as one expert
 constexpr int64_t kGroupedMinRows = 64;          // grouped expert GEMMs from this N ...
 constexpr int64_t kGroupedMinItemsPerExpert = 4; // ... and N·k ≥ this × E (see the header)
 constexpr int64_t kPlannedMinRows = 16;          // planned expert GEMVs from this N (see the header)
+constexpr int kRouterFusedRows = 8;              // the fewest router rows a block of the fused router
+
+// The fused router's rows a block (a warp each, so the logits do not depend on it): kRouterFusedRows, doubled
+// while the grid of N tokens would exceed one block an SM (batch 1: 65 blocks; from 3 tokens on 132 SMs: 16
+// rows, 33 blocks a token), or TURBOSPARK_CUDA_ROUTER_ROWS=n (1 .. kRouterWarps) for measurements (read
+// once). On an H100 (BENCHMARKS.md, run 84) 8 rows gave batch 1 307.8 t/s against 304.1 with 16 and 305.0
+// with 4, and 16 rows batch 8 853.3 against 835.2 and 823.1.
+int router_fused_rows(int64_t E, int64_t N) {
+    static const int fixed = [] {
+        const char *v = getenv("TURBOSPARK_CUDA_ROUTER_ROWS");
+        const int r = v && *v ? atoi(v) : 0;
+        return r < 1 || r > kRouterWarps ? 0 : r;
+    }();
+    if (fixed) return fixed;
+    int rows = kRouterFusedRows;
+    while (rows < kRouterWarps && (E + rows) / rows * N > ts_cuda_sm_count()) rows *= 2;
+    return rows;
+}
 
 // The shared expert's products as more items of the routed launches (steps 3 and 6), unless
 // TURBOSPARK_CUDA_MOE_SHARED_MERGE=0 (read once).
@@ -357,44 +375,67 @@ __global__ void __launch_bounds__(kRouterThreads)
     route_row(logit, E <= kRouterSmemE ? p_smem : logit, E, k, t, topk_id, topk_w, sm);
 }
 
+// Four consecutive weights of a router row, at float4 index c: F32 rows, or BF16 rows (uint16_t, the bf16
+// bits), whose values are fp32 numbers exactly, so that the sums equal those of the same values as F32.
+__device__ __forceinline__ float4 router_w4(const float *w, int c) {
+    return __ldg(reinterpret_cast<const float4 *>(w) + c);
+}
+__device__ __forceinline__ float4 router_w4(const uint16_t *w, int c) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2 *>(w) + c);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+}
+
+// One warp's dot product of a row of H weights (H a multiple of 4) with x: lane l sums the float4 groups l,
+// l + 32, ... in order, then the lanes are added by a butterfly; lane 0's result (every lane's, in fact).
+template <typename Wt> __device__ float router_dot(const Wt *w, const float *x, int H, int lane) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float s = 0.0f;
+    // 10 iterations' loads in flight at once (a row of 2,560 is 20 a lane: two rounds of memory latency);
+    // the FMAs stay in order, so the sum is the same
+#pragma unroll 10
+    for (int c = lane; c < H / 4; c += 32) {
+        const float4 a = router_w4(w, c), b = x4[c];
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    return s;
+}
+
 // The router product, the shared expert's gate logit and the routing in one launch, for few rows and
-// an F32 router with E ≤ kRouterThreads: grid (ceil((E + 1) / kRouterWarps), N). Warp w of block b
-// computes row b·kRouterWarps + w of [router rows; gate_inp_shexp] for token t = blockIdx.y (its weights
-// prefetched into L2 before the dependency wait); the last block of token t to finish (count[t], back
-// to 0 when it is done) routes the token as router_kernel does.
+// an F32 or BF16 router (Wt: float or uint16_t) with E ≤ kRouterThreads: grid (ceil((E + 1) / rows), N).
+// Warp w < rows of block b computes row b·rows + w of [router rows; gate_inp_shexp] for token t = blockIdx.y
+// (its weights prefetched into L2 before the dependency wait; the other warps only route); the last block
+// of token t to finish (count[t], back to 0 when it is done) routes the token as router_kernel does, with all
+// its kRouterThreads threads. ld: elements from one router row to the next.
+template <typename Wt>
 __global__ void __launch_bounds__(kRouterThreads)
-    router_fused_kernel(const float *__restrict__ Wr, int64_t ld, const float *__restrict__ x, int H,
+    router_fused_kernel(const Wt *__restrict__ Wr, int64_t ld, const float *__restrict__ x, int H,
                         const float *__restrict__ gate_inp_shexp, float *__restrict__ sg, float *router,
                         int E, int k, int32_t *__restrict__ topk_id, float *__restrict__ topk_w,
-                        unsigned *__restrict__ count) {
+                        unsigned *__restrict__ count, int rows) {
     __shared__ float p[kRouterThreads];
     __shared__ route_smem sm;
     __shared__ bool last;
 
     ts_cu::pdl_trigger();
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
-    const int row = static_cast<int>(blockIdx.x) * kRouterWarps + (tid >> 5);
-    const float *wrow = row < E ? Wr + static_cast<int64_t>(row) * ld : row == E ? gate_inp_shexp : nullptr;
-    if (wrow) ts_cu::prefetch_l2(wrow, static_cast<size_t>(H) * sizeof(float), lane, 32);
+    const int row = static_cast<int>(blockIdx.x) * rows + (tid >> 5);
+    const bool mine = tid >> 5 < rows && row <= E; // row E: the shared expert's gate (fp32)
+    if (mine && row < E) ts_cu::prefetch_l2(Wr + row * ld, static_cast<size_t>(H) * sizeof(Wt), lane, 32);
+    if (mine && row == E)
+        ts_cu::prefetch_l2(gate_inp_shexp, static_cast<size_t>(H) * sizeof(float), lane, 32);
     ts_cu::pdl_wait();
 
     float *logit = router + static_cast<size_t>(t) * E;
-    if (wrow) {
-        const float4 *w4 = reinterpret_cast<const float4 *>(wrow),
-                     *x4 = reinterpret_cast<const float4 *>(x + static_cast<size_t>(t) * H);
-        float s = 0.0f;
-        // 8 iterations' loads in flight at once (a row of 2,560 is 20 a lane: three rounds of L2 latency where 4
-        // took five); the FMAs stay in order, so the sum is the same
-#pragma unroll 8
-        for (int c = lane; c < H / 4; c += 32) {
-            const float4 a = __ldg(w4 + c), b = x4[c];
-            s = fmaf(a.x, b.x, s);
-            s = fmaf(a.y, b.y, s);
-            s = fmaf(a.z, b.z, s);
-            s = fmaf(a.w, b.w, s);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (mine) {
+        const float *xt = x + static_cast<size_t>(t) * H;
+        const float s =
+            row < E ? router_dot(Wr + row * ld, xt, H, lane) : router_dot(gate_inp_shexp, xt, H, lane);
         if (lane == 0) *(row < E ? logit + row : sg + t) = s;
     }
     __threadfence(); // this block's logits visible device-wide before it counts itself
@@ -579,16 +620,21 @@ int moe(ts_cuda_work *w, const ts_cuda_layer *L, int l, const float *x, int64_t 
     const int64_t sh_uoff = sh_fused ? Fs : round_up4(N * Fs);
 
     // 1–2. router logits, then softmax / top-k / renormalisation and the shared gate logit
-    if (N <= kRouterFusedMaxRows && L->ffn_gate_inp.type == TS_TYPE_F32 && E <= kRouterThreads &&
-        k <= kTopkBlockMaxK && w->route_count) {
-        const dim3 grid(static_cast<unsigned>((E + 1 + kRouterWarps - 1) / kRouterWarps),
-                        static_cast<unsigned>(N));
-        if (ts_cu::launch(router_fused_kernel, grid, dim3(kRouterThreads), 0, s,
-                          static_cast<const float *>(L->ffn_gate_inp.data),
-                          static_cast<int64_t>(L->ffn_gate_inp.row_bytes / sizeof(float)), x,
-                          static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router, static_cast<int>(E),
-                          static_cast<int>(k), w->topk_id, w->topk_w, w->route_count) != cudaSuccess)
-            return -1;
+    const bool bf16 = L->ffn_gate_inp.type == TS_TYPE_BF16;
+    if (N <= kRouterFusedMaxRows && (bf16 || L->ffn_gate_inp.type == TS_TYPE_F32) && H % 4 == 0 &&
+        E <= kRouterThreads && k <= kTopkBlockMaxK && w->route_count) {
+        const int rows = router_fused_rows(E, N);
+        const dim3 grid(static_cast<unsigned>((E + 1 + rows - 1) / rows), static_cast<unsigned>(N));
+        const auto launch_router = [&](auto weight) { // the kernel for the router's element type
+            using Wt = decltype(weight);
+            return ts_cu::launch(router_fused_kernel<Wt>, grid, dim3(kRouterThreads), 0, s,
+                                 static_cast<const Wt *>(L->ffn_gate_inp.data),
+                                 static_cast<int64_t>(L->ffn_gate_inp.row_bytes / sizeof(Wt)), x,
+                                 static_cast<int>(H), L->ffn_gate_inp_shexp, w->sg, w->router,
+                                 static_cast<int>(E), static_cast<int>(k), w->topk_id, w->topk_w,
+                                 w->route_count, rows);
+        };
+        if ((bf16 ? launch_router(uint16_t{}) : launch_router(float{})) != cudaSuccess) return -1;
     } else {
         if (ts_cuda_matmul(&L->ffn_gate_inp, 0, E, x, N, w->router, s) != 0) return -1;
         const size_t p_smem = E <= kRouterSmemE ? static_cast<size_t>(E) * sizeof(float) : 0;

@@ -30,6 +30,16 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// A load with acquire semantics at GPU scope: a counter another block released its stores with.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int ld_acquire(const int *p) {
+    return static_cast<int>(ld_acquire(reinterpret_cast<const unsigned *>(p)));
+}
+
 // Asks L2 for the 128-byte lines of [p, p + bytes), thread `i` of `n` taking every n-th line: how a
 // kernel starts its weights' DRAM reads before pdl_wait() without holding registers for them.
 __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int i, int n) {

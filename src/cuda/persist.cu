@@ -29,6 +29,7 @@ extern "C" {
 #include "cuda/cuda_device.h"
 #include "cuda/gemv_tc.h"
 #include "cuda/gemv_tc_dot.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/persist.h"
 #include "cuda/persist_sched.h"
 
@@ -63,12 +64,6 @@ __device__ __forceinline__ const uint8_t *weights_of(const chain_prod &P) {
     if (!P.ids) return P.w;
     const int e = P.ids[0];
     return e >= 0 && e < P.n_exp ? P.w + static_cast<size_t>(e) * P.estride : nullptr;
-}
-
-__device__ __forceinline__ int ld_acquire(const int *p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
 }
 
 // The counts of the products whose last tile of this block warp 0 has stored since the block last

@@ -367,7 +367,7 @@ void ts_memplan_work_layout(const ts_hparams *hp, int64_t N, int64_t ctx, ts_mem
     e[TS_WORK_GU] = gu;
     e[TS_WORK_EO] = N * k * H;
     e[TS_WORK_SG] = N;
-    e[TS_WORK_ROUTE_COUNT] = N + (H + 7) / 8;
+    e[TS_WORK_ROUTE_COUNT] = N + (H + 7) / 8 + 2;
     e[TS_WORK_HC_SS] = N * C * ((H + 255) / 256);
     e[TS_WORK_EMB] = N * NE;
     e[TS_WORK_PV] = N * H;

@@ -109,7 +109,8 @@ enum {
     TS_WORK_GU,
     TS_WORK_EO,
     TS_WORK_SG,
-    TS_WORK_ROUTE_COUNT, /* N counters of the fused router, then ⌈H / 8⌉ of the MoE combine in its down launch */
+    TS_WORK_ROUTE_COUNT, /* N counters of the fused router, ⌈H / 8⌉ of the MoE combine in its down launch,
+                            then the one-launch hyper-connection read's barrier (2) */
     TS_WORK_HC_SS,
     TS_WORK_EMB,
     TS_WORK_PV,

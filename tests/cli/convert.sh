@@ -238,9 +238,11 @@ n_block = kv("block_count")
 qsa = [l for l in range(n_block) if ratios[l]]
 more = lambda i, n: i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # noqa: E731
 def policy(name, arr):
-    if arr.ndim == 1 or name.endswith("ssm_conv1d.weight") or name.endswith("ple_conv1d.weight") \
-            or name.endswith("ffn_gate_inp.weight"):
-        return "f32"  # vectors, conv kernels, routers
+    if name.endswith("ffn_gate_inp.weight"):  # routers: bf16 only where that rounds no value
+        exact = not (np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32) & 0xFFFF).any()
+        return "bf16" if exact else "f32"
+    if arr.ndim == 1 or name.endswith("ssm_conv1d.weight") or name.endswith("ple_conv1d.weight"):
+        return "f32"  # vectors, conv kernels
     ne0 = arr.shape[-1]
     if mix == "q8_0":
         return fit("q8_0", ne0)

@@ -43,6 +43,7 @@ static int64_t g_hc_deferred;   /* hyper-connection writes left to reads in step
 static int64_t g_moe_planned;   /* expert products run as planned GEMVs in step 4c, over all models */
 static int64_t g_swiglu_staged; /* MoE blocks whose down launch made the SwiGLU in step 4d, over all models */
 static int64_t g_qsa_joined;    /* QSA blocks whose projections ran as one product in step 4e, all models */
+static int64_t g_hc_one;        /* hyper-connection reads run as one launch in step 4f, all models */
 static bool g_must_join;        /* the model being checked must join its QSA projections in step 4e */
 
 #define CHECK(cond, ...)                                                                                     \
@@ -320,7 +321,9 @@ static void check_model(const char *name, const char *path) {
            SwiGLU kernel (TURBOSPARK_CUDA_SWIGLU_STAGED=0) and against the combine in the write
            (TURBOSPARK_CUDA_MOE_DOWN_COMBINE=0);
        4e: at one row the QSA projections as one product of their joined rows (qsa.cu) against five
-           (TURBOSPARK_CUDA_QSA_JOIN=0) */
+           (TURBOSPARK_CUDA_QSA_JOIN=0);
+       4f: at one row the hyper-connection reads that make their write as one launch (hc.cu: the split
+           product, a grid barrier, the up+mix blocks) against two (TURBOSPARK_CUDA_HC_ONE=0) */
     {
         ts_cuda_ctx *cx = m2->backend_ctx[TS_BACKEND_CUDA];
         for (int k = 0; k < 2; k++) {
@@ -378,6 +381,25 @@ static void check_model(const char *name, const char *path) {
                    joined, differ);
             CHECK(differ == 0, "the joined QSA projections change %" PRId64 " logits", differ);
             CHECK(joined > 0 || !g_must_join, "no QSA block joined its projections");
+        }
+        {
+            int64_t rose[2];
+            const int64_t differ = switch_pair(m2, n_ctx, 1, ids, lx, lc, V, "TURBOSPARK_CUDA_HC_ONE", "0",
+                                               NULL, ts_cuda_hc_one_reads, rose);
+            g_hc_one += rose[1];
+            printf("  micro-batch 1, hyper-connection reads in one launch (%" PRId64
+                   " of them, launch mode %d) vs two: %" PRId64 " logits differ\n",
+                   rose[1], ts_cuda_hc_one_mode(), differ);
+            CHECK(differ == 0 && rose[0] == 0, "the one-launch reads change %" PRId64 " logits", differ);
+            /* a grid of one block a split: each block takes all its split's row groups, many up+mix blocks */
+            const int64_t c0 = ts_cuda_hc_one_reads(cx);
+            const int rs = prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_HC_ONE_BLOCKS", "1");
+            const int64_t small = ts_cuda_hc_one_reads(cx) - c0, sd = rs ? -1 : logits_differ(lx, lc, V);
+            printf("  micro-batch 1, the same on the smallest grid (%" PRId64 " reads): %" PRId64
+                   " logits differ\n",
+                   small, sd);
+            CHECK(sd == 0 && small == rose[1],
+                  "the one-launch reads on the smallest grid change %" PRId64 " logits", sd);
         }
     }
 
@@ -552,16 +574,16 @@ out:
 
 /* ---- the models -------------------------------------------------------------------------------------- */
 
-/* The routed experts (rows of 256-multiples) at the type *ctx, the rest at synth's type. */
-/* Types that differ from the model's: the routed experts', and the QSA values' (0: the model's). */
+/* Types that differ from the model's: the routed experts', the QSA values' and the routers' (0: the model's). */
 typedef struct other_types {
-    uint32_t experts, v;
+    uint32_t experts, v, router;
 } other_types;
 
 static int other_types_at(void *ctx, ts_tensor_spec *spec, uint32_t *type) {
     const other_types *o = ctx;
     if (o->experts && strstr(spec->name, "_exps") && spec->ne[0] % 256 == 0) *type = o->experts;
     if (o->v && strstr(spec->name, ".attn_v.") && spec->ne[0] % 256 == 0) *type = o->v;
+    if (o->router && strstr(spec->name, ".ffn_gate_inp.weight")) *type = o->router;
     return 1;
 }
 
@@ -571,7 +593,7 @@ static int write_model(const char *dir, const char *name, ts_hparams *hp, uint32
     char err[1024];
     snprintf(path, n, "%s/cuda_fwd_%s.gguf", dir, name);
     ts_synth_opts o = {.type = type, .seed = 7, .layout = layout};
-    if (other.experts || other.v) o.edit = other_types_at, o.edit_ctx = &other;
+    if (other.experts || other.v || other.router) o.edit = other_types_at, o.edit_ctx = &other;
     if (ts_synth_write(hp, &o, path, err, sizeof err)) {
         printf("%s: FAIL: synth: %s\n", name, err);
         failures++;
@@ -624,8 +646,9 @@ int main(int argc, char **argv) {
         {"tiny_f32", TS_TYPE_F32, {0}, 0, {0}, true},
         {"tiny_q8_0_fused_split", TS_TYPE_Q8_0, {.ple_split = true, .fused_experts = true}, 0, {0}, false},
         {"awkward_f16", TS_TYPE_F16, {0}, 1, {0}, false},
-        /* values in Q6_K as in the q4_k_m mix's QSA layers: their projection apart from the other four's */
-        {"mid4k10_q4_k_v_q6_k", TS_TYPE_Q4_K, {0}, 4, {.v = TS_TYPE_Q6_K}, true},
+        /* values in Q6_K as in the q4_k_m mix's QSA layers (their projection apart from the other four's),
+         * routers in BF16 as the mix stores them (the fused router reads bf16 rows; tiny_f32's read fp32) */
+        {"mid4k10_q4_k_v_q6_k", TS_TYPE_Q4_K, {0}, 4, {.v = TS_TYPE_Q6_K, .router = TS_TYPE_BF16}, true},
         {"mid4_q6_k", TS_TYPE_Q6_K, {.fused_experts = true}, 2, {0}, false},
         /* the low-bit types of the UD-style mixes, with fewer experts (synth quantizes on one core;
          * the lattice search of IQ2_XXS takes ~0.4 µs a weight, so only its experts are IQ2_XXS) */
@@ -704,6 +727,12 @@ int main(int argc, char **argv) {
     const char *qj = getenv("TURBOSPARK_CUDA_QSA_JOIN");
     if (argc <= 2 && !(qj && qj[0] == '0') && g_qsa_joined == 0) {
         printf("FAIL: no model joined its QSA projections: step 4e compared one path with itself\n");
+        failures++;
+    }
+    const char *ho = getenv("TURBOSPARK_CUDA_HC_ONE");
+    if (argc <= 2 && !(ho && ho[0] == '0') && !(hd && hd[0] == '0') && g_hc_one == 0) {
+        printf("FAIL: no model read its hyper-connections in one launch: step 4f compared one path with "
+               "itself\n");
         failures++;
     }
     printf(failures ? "test_cuda_forward: %d FAILED\n" : "test_cuda_forward: all passed\n", failures);

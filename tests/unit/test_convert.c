@@ -393,7 +393,14 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(q4km, "blk.5.attn_qkv.weight", 'm', 2560, 10240), TS_TYPE_Q5_K);
     assert_int_equal(TYPE(q4km, "output.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
     assert_int_equal(TYPE(q4km, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
-    assert_int_equal(TYPE(q4km, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(q4km, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_BF16);
+    assert_int_equal(TYPE(ts_mix_from_name("f32"), "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(f16, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_BF16);
+    assert_int_equal(ts_mix_router_type(TS_TYPE_BF16, false), TS_TYPE_F32); /* values that bf16 would round */
+    assert_int_equal(ts_mix_router_type(TS_TYPE_BF16, true), TS_TYPE_BF16);
+    assert_int_equal(ts_mix_router_type(TS_TYPE_F32, true), TS_TYPE_F32);
+    assert_true(ts_values_bf16_exact((const float[]){1.0f, -0.5f, 0x1.fep-3f, 0.0f}, 4));
+    assert_false(ts_values_bf16_exact((const float[]){1.0f, 0x1.ffp-3f}, 2));
     assert_int_equal(TYPE(q4km, "blk.5.ssm_norm.weight", 'v', 128, 1), TS_TYPE_F32);
     /* narrow rows fall back (MODEL.md §8) */
     assert_int_equal(TYPE(q4km, "per_layer_token_embd.weight", 'm', 160, 320001536), TS_TYPE_Q5_0);
@@ -429,7 +436,7 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(iq3xxs, "blk.3.indexer.q_proj.weight", 'm', 2560, 1024), TS_TYPE_IQ3_XXS);
     assert_int_equal(TYPE(iq3xxs, "blk.3.attn_output.weight", 'm', 6144, 2560), TS_TYPE_IQ3_S);
     assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ3_XXS);
-    assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_BF16);
     assert_int_equal(TYPE(iq3xxs, "blk.5.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q5_0); /* 5 < 48/8 */
     assert_int_equal(TYPE(iq3xxs, "blk.6.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_Q4_0);
     assert_int_equal(TYPE(iq3xxs, "blk.6.hc_attn_up.weight", 'm', 320, 10240), TS_TYPE_IQ4_NL);
@@ -458,7 +465,7 @@ static void test_mix_policy(void **state) {
     assert_int_equal(TYPE(q2xl, "ple_ngram_embd.3.weight", 'm', 160, 20000003), TS_TYPE_Q4_0);
     assert_int_equal(TYPE(q2xl, "token_embd.weight", 'm', 2560, 248320), TS_TYPE_Q4_K);
     assert_int_equal(TYPE(q2xl, "output.weight", 'm', 2560, 248320), TS_TYPE_Q6_K);
-    assert_int_equal(TYPE(q2xl, "blk.9.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_F32);
+    assert_int_equal(TYPE(q2xl, "blk.9.ffn_gate_inp.weight", 'm', 2560, 512), TS_TYPE_BF16);
     assert_int_equal(TYPE(xxs, "blk.20.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ2_XXS);
     assert_int_equal(TYPE(xxs, "blk.47.ffn_gate_exps.weight", 'm', 2560, 640), TS_TYPE_IQ3_XXS);
     assert_int_equal(TYPE(xxs, "blk.20.ffn_down_exps.weight", 'm', 640, 2560), TS_TYPE_IQ4_NL);
@@ -470,7 +477,7 @@ static void test_mix_policy(void **state) {
     assert_true(z.bytes[TS_ROLE_EXPERTS] == 6553600ull * (36 * 66 + 12 * 98));
     assert_true(z.elements[TS_ROLE_EXPERTS] == 6553600ull * 256 * 48);
     assert_int_equal(z.n_types[TS_ROLE_EXPERTS], 2);
-    assert_true(z.bytes[TS_ROLE_ROUTER] == 48ull * 2560 * 512 * 4);
+    assert_true(z.bytes[TS_ROLE_ROUTER] == 48ull * 2560 * 512 * 2); /* BF16 */
     uint64_t sum = 0;
     for (int r = 0; r < TS_ROLE_COUNT; r++) sum += z.bytes[r];
     assert_true(sum == z.total_bytes);
@@ -508,6 +515,19 @@ static void test_quantize_refuses(void **state) {
     ts_model *m;
     if (ts_model_load(out, &m, err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(m->layers[0].attn_qkv->type, TS_TYPE_Q5_1); /* Q5_K for attn_qkv; ne0 = 64 falls back */
+    assert_int_equal(m->layers[0].ffn_gate_inp->type, TS_TYPE_F32); /* synth's fp32 values: not bf16 */
+    ts_model_free(m);
+    /* values that are bf16 numbers (a bf16 file) keep them: the router is stored as BF16, unrounded */
+    assert_int_equal(ts_hparams_tiny(&hp, err, sizeof err), 0);
+    o.type = TS_TYPE_BF16;
+    assert_int_equal(ts_synth_write(&hp, &o, in, err, sizeof err), 0);
+    ts_hparams_free(&hp);
+    assert_int_equal(ts_quantize_gguf(in, out, ts_mix_from_name("q4_k_m"), NULL, true, err, sizeof err), 0);
+    if (ts_model_load(out, &m, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(m->layers[0].ffn_gate_inp->type, TS_TYPE_BF16);
+    ts_model_free(m);
+    assert_int_equal(ts_quantize_gguf(in, out, ts_mix_from_name("f32"), NULL, true, err, sizeof err), 0);
+    if (ts_model_load(out, &m, err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(m->layers[0].ffn_gate_inp->type, TS_TYPE_F32);
     ts_model_free(m);
 }

@@ -384,6 +384,33 @@ static void test_matmul_deterministic(void **state) {
     assert_int_equal(ts_cpu_dot_force(TS_DOT_AUTO), 0);
 }
 
+/* The mixes store routers as BF16 when their values are bf16 numbers (convert/mix.h), on the promise that
+ * their products are then those of the F32 rows: on every path, bit for bit, at every T. */
+static void test_bf16_rows_sum_as_f32(void **state) {
+    (void)state;
+    static const int64_t Ts[] = {1, 2, 3, 4, 9, 13};
+    rows R = make_rows(TS_TYPE_BF16, 640, 11, 404);
+    float *want = malloc(sizeof(float) * 13 * 11), *got = malloc(sizeof(float) * 13 * 11);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int p = 0; p < TS_DOT_PATH_COUNT; p++) {
+        if (!ts_cpu_dot_supported((ts_dot_path)p)) continue;
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+            const int64_t T = Ts[ti];
+            float *x = make_x(T, R.n, 70 + ti);
+            ts_cpu_dot_kernel_for((ts_dot_path)p, TS_TYPE_F32)(
+                (const uint8_t *)R.w, sizeof(float) * (size_t)R.n, R.nr, R.n, x, R.n, T, want, R.nr);
+            ts_cpu_dot_kernel_for((ts_dot_path)p, TS_TYPE_BF16)(R.q, R.rb, R.nr, R.n, x, R.n, T, got, R.nr);
+            if (memcmp(got, want, sizeof(float) * (size_t)(T * R.nr)) != 0)
+                fail_msg("path %s T %lld: BF16 rows sum otherwise than the same values as F32 rows",
+                         ts_cpu_dot_path_name((ts_dot_path)p), (long long)T);
+            free(x);
+        }
+    }
+    free(want), free(got);
+    free_rows(&R);
+}
+
 /* ---------------------------------------------------------------- (d) dispatch */
 
 static void test_scalar_fallback_when_simd_disabled(void **state) {
@@ -461,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_every_path),
         cmocka_unit_test(test_matmul_threads_stress),
         cmocka_unit_test(test_matmul_deterministic),
+        cmocka_unit_test(test_bf16_rows_sum_as_f32),
         cmocka_unit_test(test_scalar_fallback_when_simd_disabled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
