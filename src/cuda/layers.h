@@ -265,6 +265,13 @@ int ts_cuda_gdn(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b,
 int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b, int l, const float *x,
                 float *y, cudaStream_t s);
 
+/* The selection of ts_cuda_qsa alone (for the twin test): for each of `rows` rows whose nb = (pos[r] + 1) / B
+ * complete blocks exceed Kb, the Kb best of scores[r][0 .. nb) (ties: lower index) in ascending block order
+ * into sel[r][0 .. Kb); other rows are left as they are. scores: rows × nbm floats, pos, sel: device memory.
+ * 0, or −1 when the launch failed. */
+int ts_cuda_qsa_topk(const float *scores, int rows, int64_t nbm, const int32_t *pos, int B, int Kb,
+                     int32_t *sel, cudaStream_t s);
+
 /* MoE of layer l: router softmax over E (fp32), top-k (ties: lower expert id), renormalised,
  * SwiGLU experts chosen on the device (no host sync), plus the shared expert scaled by
  * σ(gate_inp_shexp · x). x: N × H → y: N × H. */

@@ -1,0 +1,204 @@
+/* The QSA block selection on the GPU (ts_cuda_qsa_topk, src/cuda/qsa.cu) against the CPU's rule
+ * (src/cpu/qsa.c: scores sorted by score descending, then index ascending; the first Kb, in ascending
+ * block order): rows of up to 65,536 blocks (262,144 tokens of context in blocks of 4), scores with many
+ * ties, rows that need no selection left untouched. The selections must be equal, index for index.
+ *   test_cuda_qsa            the twin test (label cuda; exits 77 without a GPU)
+ *   test_cuda_qsa --bench    also the time of one row's selection at 8,192, 32,768 and 65,536 blocks
+ * TURBOSPARK_CUDA_QSA_TOPK_LOADS=1 runs the kernel with one score a thread in flight (the same selection). */
+#include "cuda/layers.h"
+#include "test_util.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(call)                                                                                          \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            printf("FAIL: %s: %s\n", #call, cudaGetErrorString(e_));                                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static const float *g_scores; /* qsort's context: the row being sorted */
+
+static int by_score(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = g_scores[i], y = g_scores[j];
+    if (x != y) return x > y ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+static int by_index(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+/* The CPU's selection of row sc[0 .. nb) into out[0 .. Kb). */
+static void reference(const float *sc, int64_t nb, int Kb, int32_t *order, int32_t *out) {
+    for (int64_t b = 0; b < nb; b++) order[b] = (int32_t)b;
+    g_scores = sc;
+    qsort(order, (size_t)nb, sizeof *order, by_score);
+    qsort(order, (size_t)Kb, sizeof *order, by_index);
+    memcpy(out, order, (size_t)Kb * sizeof *out);
+}
+
+/* Scores of kind k: 0 gaussian ReLU sums (as the indexer's, ≥ 0, few exact ties); 1 eight levels (ties across
+ * the Kb-th score); 2 all equal; 3 signed values on a coarse grid (negative keys too); 4 a few large scores in a
+ * flat field. */
+static float score(rng_t *r, int k, int64_t b) {
+    switch (k) {
+    case 0: {
+        float s = 0;
+        for (int h = 0; h < 4; h++) {
+            const double d = rng_gauss(r);
+            s += d > 0 ? (float)d : 0.0f;
+        }
+        return s / 8.0f + 0.0f;
+    }
+    case 1:
+        return (float)(rng_u64(r) % 8) * 0.25f;
+    case 2:
+        return 1.5f;
+    case 3:
+        return (float)((int)(rng_u64(r) % 2001) - 1000) / 64.0f;
+    default:
+        return b % 97 == 5 ? 3.0f + (float)(b % 7) : 0.125f;
+    }
+}
+
+/* One launch of `rows` rows: row i has nb[i] blocks (pos = nb·B − 1 + i mod B, as a position inside the next
+ * block), scores of kind kinds[i]. Returns the failures. */
+static int run_case(const int64_t *nbs, const int *kinds, int rows, int B, int Kb, uint64_t seed) {
+    int64_t nbm = 1;
+    for (int i = 0; i < rows; i++) nbm = nbs[i] > nbm ? nbs[i] : nbm;
+    float *sc = malloc((size_t)rows * (size_t)nbm * sizeof *sc);
+    int32_t *pos = malloc((size_t)rows * sizeof *pos), *sel = malloc((size_t)rows * (size_t)Kb * sizeof *sel);
+    int32_t *ref = malloc((size_t)Kb * sizeof *ref), *order = malloc((size_t)nbm * sizeof *order);
+    if (!sc || !pos || !sel || !ref || !order) {
+        printf("FAIL: out of host memory\n");
+        exit(1);
+    }
+    rng_t r = {seed};
+    for (int i = 0; i < rows; i++) {
+        pos[i] = (int32_t)(nbs[i] * B - 1 + i % B);
+        for (int64_t b = 0; b < nbm; b++) sc[(size_t)i * nbm + b] = b < nbs[i] ? score(&r, kinds[i], b) : NAN;
+    }
+    float *d_sc;
+    int32_t *d_pos, *d_sel;
+    CHECK(cudaMalloc((void **)&d_sc, (size_t)rows * nbm * sizeof *d_sc));
+    CHECK(cudaMalloc((void **)&d_pos, (size_t)rows * sizeof *d_pos));
+    CHECK(cudaMalloc((void **)&d_sel, (size_t)rows * Kb * sizeof *d_sel));
+    CHECK(cudaMemcpy(d_sc, sc, (size_t)rows * nbm * sizeof *sc, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_pos, pos, (size_t)rows * sizeof *pos, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(d_sel, 0xFF, (size_t)rows * Kb * sizeof *d_sel)); /* −1: "left untouched" */
+    int fails = 0;
+    if (ts_cuda_qsa_topk(d_sc, rows, nbm, d_pos, B, Kb, d_sel, 0) != 0) {
+        printf("FAIL: the top-k launch failed\n");
+        fails++;
+    }
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(sel, d_sel, (size_t)rows * Kb * sizeof *sel, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < rows && !fails; i++) {
+        const int32_t *got = sel + (size_t)i * Kb;
+        if (nbs[i] <= Kb) { /* dense: no selection */
+            for (int k = 0; k < Kb; k++)
+                if (got[k] != -1) {
+                    printf("FAIL: row %d (nb %lld ≤ Kb %d) was written\n", i, (long long)nbs[i], Kb);
+                    fails++;
+                    break;
+                }
+            continue;
+        }
+        reference(sc + (size_t)i * nbm, nbs[i], Kb, order, ref);
+        for (int k = 0; k < Kb; k++)
+            if (got[k] != ref[k]) {
+                printf("FAIL: nb %lld, Kb %d, kind %d: selection %d is block %d, the CPU's %d\n", (long long)nbs[i],
+                       Kb, kinds[i], k, got[k], ref[k]);
+                fails++;
+                break;
+            }
+    }
+    cudaFree(d_sc), cudaFree(d_pos), cudaFree(d_sel);
+    free(sc), free(pos), free(sel), free(ref), free(order);
+    return fails;
+}
+
+/* One row's selection at nb blocks (Kb 512, gaussian scores): µs a launch, the median of 5 runs of 50. */
+static void bench(int64_t nb) {
+    const int Kb = 512, B = 4, reps = 50;
+    float *sc = malloc((size_t)nb * sizeof *sc);
+    rng_t r = {0xBE11C4ull};
+    for (int64_t b = 0; b < nb; b++) sc[b] = score(&r, 0, b);
+    const int32_t pos = (int32_t)(nb * B - 1);
+    float *d_sc;
+    int32_t *d_pos, *d_sel;
+    CHECK(cudaMalloc((void **)&d_sc, (size_t)nb * sizeof *d_sc));
+    CHECK(cudaMalloc((void **)&d_pos, sizeof *d_pos));
+    CHECK(cudaMalloc((void **)&d_sel, (size_t)Kb * sizeof *d_sel));
+    CHECK(cudaMemcpy(d_sc, sc, (size_t)nb * sizeof *sc, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float t[5];
+    for (int run = 0; run < 5; run++) {
+        CHECK(cudaEventRecord(e0, 0));
+        for (int i = 0; i < reps; i++) ts_cuda_qsa_topk(d_sc, 1, nb, d_pos, B, Kb, d_sel, 0);
+        CHECK(cudaEventRecord(e1, 0));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t[run] = ms * 1000.0f / reps;
+    }
+    for (int i = 1; i < 5; i++) /* insertion sort for the median */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            const float x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    printf("bench: one row of %lld blocks, Kb %d: %.2f us a selection (min %.2f, max %.2f)\n", (long long)nb, Kb,
+           t[2], t[0], t[4]);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaFree(d_sc), cudaFree(d_pos), cudaFree(d_sel);
+    free(sc);
+}
+
+int main(int argc, char **argv) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("test_cuda_qsa: no CUDA device; this test runs on the GPU machine only\n");
+        return 77;
+    }
+    const char *loads = getenv("TURBOSPARK_CUDA_QSA_TOPK_LOADS");
+    printf("test_cuda_qsa: loads in flight a thread: %s\n", loads && atoi(loads) == 1 ? "1" : "default");
+    int fails = 0, cases = 0;
+    /* the released shape (blocks of 4, Kb 512): around the kernel's rounds of 1,024 and 8,192 scores, and
+     * the longest context (262,144 tokens) */
+    const int64_t big[] = {513, 1000, 1024, 1025, 8191, 8192, 8193, 20000, 32768, 65535, 65536};
+    const int nbig = (int)(sizeof big / sizeof *big);
+    for (int k = 0; k < 5; k++) {
+        int kinds[sizeof big / sizeof *big];
+        for (int i = 0; i < nbig; i++) kinds[i] = k;
+        fails += run_case(big, kinds, nbig, 4, 512, 0x7A11ull + (uint64_t)k);
+        cases += nbig;
+    }
+    /* small shapes: Kb 5, blocks of 3, rows needing no selection among rows that do */
+    const int64_t small[] = {5, 6, 3, 40, 1, 9000};
+    const int kinds_small[] = {0, 1, 2, 3, 4, 1};
+    fails += run_case(small, kinds_small, 6, 3, 5, 0x5A11ull);
+    cases += 6;
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench(8192);
+        bench(32768);
+        bench(65536);
+    }
+    if (fails) {
+        printf("test_cuda_qsa: %d FAILED\n", fails);
+        return 1;
+    }
+    printf("test_cuda_qsa: %d rows passed\n", cases);
+    return 0;
+}
