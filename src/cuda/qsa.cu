@@ -85,7 +85,10 @@
 // TODO (prefill speed): scoring reads the block keys (fp32) and attention the K/V records once per row
 // and kv head, ~12.5 GB a layer at 4,096 rows of the released shapes; rows of one sequence sharing a
 // block would read it once.
-// TODO (long-context decode): the top-k is one thread block per row (5 passes over nb scores).
+// TODO (long-context decode): the top-k is one thread block per row (up to 5 passes over nb scores), bound by
+// that one SM's instruction issue: 94 µs a row at 32,768 blocks (128K tokens), 224 µs at 65,536 on an H100
+// (test_cuda_qsa --bench; eight loads in flight a thread instead of one changed it by under 10 %). A selection
+// over many blocks a row (histograms added in global memory, a grid barrier a digit) is the next step.
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_device.h"
 #include "cuda/gemv_tc.cuh"
@@ -107,8 +110,6 @@ constexpr int kScoreWarps = 8;     // score kernel: warps per thread block
 constexpr int kScoreChunk = 64;    // blocks scored per thread block (2 rounds of 8 warps × 4)
 constexpr int kTopkThreads = 1024; // top-k kernel
 constexpr int kTopkWarps = kTopkThreads / 32;
-constexpr int kTopkLoads =
-    8; // scores a thread loads at once in a pass of the top-k (TURBOSPARK_CUDA_QSA_TOPK_LOADS=1: one)
 constexpr int kAttThreads = 256; // attention kernel
 constexpr int kAttWarps = kAttThreads / 32;
 constexpr int kAttCh = 32;  // positions per sub-chunk (one per lane in the softmax step)
@@ -451,25 +452,6 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// The keys of scores i, i + kTopkThreads, ... (LOADS of them; key u is a score's where u·kTopkThreads is below the
-// count returned, 0 past nb), all loads issued before any is used:
-// one block reads a row's scores from L2, so a pass takes as many round trips as it has rounds of loads
-// (32 at 32,768 blocks, 128K tokens of context, one load a thread at a time).
-template <int LOADS>
-__device__ __forceinline__ int topk_keys(const float *__restrict__ sc, int64_t nb, int64_t i,
-                                         uint32_t (&key)[LOADS]) {
-    const float *p = sc + i;
-    const int64_t left = nb - i; // scores at p and after
-    const int n = left < LOADS * kTopkThreads ? static_cast<int>(left) : LOADS * kTopkThreads;
-    float v[LOADS];
-#pragma unroll
-    for (int u = 0; u < LOADS; u++) v[u] = u * kTopkThreads < n ? __ldg(p + u * kTopkThreads) : 0.0f;
-#pragma unroll
-    for (int u = 0; u < LOADS; u++) key[u] = order_key(v[u]);
-    return n;
-}
-
-template <int LOADS>
 __global__ void __launch_bounds__(kTopkThreads)
     qsa_topk_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
                     int32_t *__restrict__ sel) {
@@ -489,16 +471,15 @@ __global__ void __launch_bounds__(kTopkThreads)
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
         __syncthreads();
-        for (int64_t base = 0; base < nb; base += LOADS * kTopkThreads) { // uniform trip count (match_any)
-            uint32_t key[LOADS];
-            const int n = topk_keys<LOADS>(sc, nb, base + tid, key);
-#pragma unroll
-            for (int u = 0; u < LOADS; u++) {
-                uint32_t bin = 256; // no bin
-                if (u * kTopkThreads < n && (key[u] & mask) == prefix) bin = (key[u] >> shift) & 255u;
-                const unsigned peers = __match_any_sync(kFull, bin);
-                if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+        for (int64_t base = 0; base < nb; base += kTopkThreads) { // uniform trip count (match_any)
+            const int64_t i = base + tid;
+            uint32_t bin = 256; // no bin
+            if (i < nb) {
+                const uint32_t key = order_key(sc[i]);
+                if ((key & mask) == prefix) bin = (key >> shift) & 255u;
             }
+            const unsigned peers = __match_any_sync(kFull, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
         }
         __syncthreads();
         if (warp == 0) { // lane l owns bins 255 − 8l … 248 − 8l (descending)
@@ -531,35 +512,32 @@ __global__ void __launch_bounds__(kTopkThreads)
     // Ordered compaction: take key-prefix > prefix, and the first k (lowest indices) equal to it.
     const unsigned lt = (1u << lane) - 1u;
     uint32_t carry_eq = 0, carry_take = 0;
-    for (int64_t span = 0; span < nb && carry_take < (uint32_t)q.Kb; span += LOADS * kTopkThreads) {
-        uint32_t key[LOADS];
-        const int n = topk_keys<LOADS>(sc, nb, span + tid, key);
-#pragma unroll
-        for (int u = 0; u < LOADS; u++) {
-            const bool valid = u * kTopkThreads < n;
-            const uint32_t km = key[u] & mask;
-            const bool gt = valid && km > prefix, eq = valid && km == prefix;
-            const unsigned beq = __ballot_sync(kFull, eq);
-            if (lane == 0) w_eq[warp] = __popc(beq);
-            __syncthreads();
-            uint32_t eq_before = carry_eq + __popc(beq & lt), eq_all = 0;
-            for (int w = 0; w < kTopkWarps; w++) {
-                if (w < warp) eq_before += w_eq[w];
-                eq_all += w_eq[w];
-            }
-            const bool take = gt || (eq && eq_before < k);
-            const unsigned btake = __ballot_sync(kFull, take);
-            if (lane == 0) w_take[warp] = __popc(btake);
-            __syncthreads();
-            uint32_t at = carry_take + __popc(btake & lt), take_all = 0;
-            for (int w = 0; w < kTopkWarps; w++) {
-                if (w < warp) at += w_take[w];
-                take_all += w_take[w];
-            }
-            if (take) out[at] = static_cast<int32_t>(span + u * kTopkThreads + tid);
-            carry_eq += eq_all, carry_take += take_all;
-            __syncthreads(); // w_eq / w_take are rewritten next round
+    for (int64_t base = 0; base < nb && carry_take < (uint32_t)q.Kb; base += kTopkThreads) {
+        const int64_t i = base + tid;
+        uint32_t km = 0;
+        bool valid = i < nb;
+        if (valid) km = order_key(sc[i]) & mask;
+        const bool gt = valid && km > prefix, eq = valid && km == prefix;
+        const unsigned beq = __ballot_sync(kFull, eq);
+        if (lane == 0) w_eq[warp] = __popc(beq);
+        __syncthreads();
+        uint32_t eq_before = carry_eq + __popc(beq & lt), eq_all = 0;
+        for (int w = 0; w < kTopkWarps; w++) {
+            if (w < warp) eq_before += w_eq[w];
+            eq_all += w_eq[w];
         }
+        const bool take = gt || (eq && eq_before < k);
+        const unsigned btake = __ballot_sync(kFull, take);
+        if (lane == 0) w_take[warp] = __popc(btake);
+        __syncthreads();
+        uint32_t at = carry_take + __popc(btake & lt), take_all = 0;
+        for (int w = 0; w < kTopkWarps; w++) {
+            if (w < warp) at += w_take[w];
+            take_all += w_take[w];
+        }
+        if (take) out[at] = (int32_t)i;
+        carry_eq += eq_all, carry_take += take_all;
+        __syncthreads(); // w_eq / w_take are rewritten next round
     }
 }
 
@@ -802,21 +780,6 @@ bool launched() {
     return cudaGetLastError() == cudaSuccess;
 }
 
-// The top-k of rows r0 .. r0 + rows − 1 (one block a row), kTopkLoads scores a thread in flight, or one with
-// TURBOSPARK_CUDA_QSA_TOPK_LOADS=1 (for measurements: the same selection).
-bool launch_topk(const ts_cuda_batch &b, const qsa_shape &q, int64_t r0, int64_t rows, const float *scores,
-                 int32_t *sel, cudaStream_t s) {
-    static const bool one = [] {
-        const char *v = getenv("TURBOSPARK_CUDA_QSA_TOPK_LOADS");
-        return v && atoi(v) == 1;
-    }();
-    if (one)
-        qsa_topk_kernel<1><<<(unsigned)rows, kTopkThreads, 0, s>>>(b, q, (int)r0, scores, sel);
-    else
-        qsa_topk_kernel<kTopkLoads><<<(unsigned)rows, kTopkThreads, 0, s>>>(b, q, (int)r0, scores, sel);
-    return launched();
-}
-
 // TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
 bool attn_tc_enabled() {
     static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_QSA_TC");
@@ -916,7 +879,8 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, iq, (int)r0,
                                                                                      scores);
             if (!launched()) return -1;
-            if (!launch_topk(*b, q, r0, rp, scores, sel, s)) return -1;
+            qsa_topk_kernel<<<(unsigned)rp, kTopkThreads, 0, s>>>(*b, q, (int)r0, scores, sel);
+            if (!launched()) return -1;
         }
     }
 
@@ -976,5 +940,6 @@ extern "C" int ts_cuda_qsa_topk(const float *scores, int rows, int64_t nbm, cons
     b.n_rows = rows, b.pos = pos;
     qsa_shape q = {};
     q.B = B, q.Kb = Kb, q.nbm = nbm;
-    return launch_topk(b, q, 0, rows, scores, sel, s) ? 0 : -1;
+    qsa_topk_kernel<<<(unsigned)rows, kTopkThreads, 0, s>>>(b, q, 0, scores, sel);
+    return launched() ? 0 : -1;
 }

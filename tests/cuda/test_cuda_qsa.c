@@ -3,8 +3,7 @@
  * block order): rows of up to 65,536 blocks (262,144 tokens of context in blocks of 4), scores with many
  * ties, rows that need no selection left untouched. The selections must be equal, index for index.
  *   test_cuda_qsa            the twin test (label cuda; exits 77 without a GPU)
- *   test_cuda_qsa --bench    also the time of one row's selection at 8,192, 32,768 and 65,536 blocks
- * TURBOSPARK_CUDA_QSA_TOPK_LOADS=1 runs the kernel with one score a thread in flight (the same selection). */
+ *   test_cuda_qsa --bench    also the time of one row's selection at 8,192, 32,768 and 65,536 blocks */
 #include "cuda/layers.h"
 #include "test_util.h"
 
@@ -116,8 +115,8 @@ static int run_case(const int64_t *nbs, const int *kinds, int rows, int B, int K
         reference(sc + (size_t)i * nbm, nbs[i], Kb, order, ref);
         for (int k = 0; k < Kb; k++)
             if (got[k] != ref[k]) {
-                printf("FAIL: nb %lld, Kb %d, kind %d: selection %d is block %d, the CPU's %d\n", (long long)nbs[i],
-                       Kb, kinds[i], k, got[k], ref[k]);
+                printf("FAIL: nb %lld, Kb %d, kind %d: selection %d is block %d, the CPU's %d\n",
+                       (long long)nbs[i], Kb, kinds[i], k, got[k], ref[k]);
                 fails++;
                 break;
             }
@@ -159,8 +158,8 @@ static void bench(int64_t nb) {
             const float x = t[j];
             t[j] = t[j - 1], t[j - 1] = x;
         }
-    printf("bench: one row of %lld blocks, Kb %d: %.2f us a selection (min %.2f, max %.2f)\n", (long long)nb, Kb,
-           t[2], t[0], t[4]);
+    printf("bench: one row of %lld blocks, Kb %d: %.2f us a selection (min %.2f, max %.2f)\n", (long long)nb,
+           Kb, t[2], t[0], t[4]);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(d_sc), cudaFree(d_pos), cudaFree(d_sel);
     free(sc);
@@ -172,8 +171,6 @@ int main(int argc, char **argv) {
         printf("test_cuda_qsa: no CUDA device; this test runs on the GPU machine only\n");
         return 77;
     }
-    const char *loads = getenv("TURBOSPARK_CUDA_QSA_TOPK_LOADS");
-    printf("test_cuda_qsa: loads in flight a thread: %s\n", loads && atoi(loads) == 1 ? "1" : "default");
     int fails = 0, cases = 0;
     /* the released shape (blocks of 4, Kb 512): around the kernel's rounds of 1,024 and 8,192 scores, and
      * the longest context (262,144 tokens) */
