@@ -209,10 +209,12 @@ alive "API keys"
 sv_stop
 
 # ---- overload: a full queue answers 503 with Retry-After -------------------------------------
+# (1,000 tokens keep the first request running ~0.4 s on a fast machine, long past the fourth's arrival at
+# 0.15 s; 200 took 75 ms, and then the slot could be free again before the third came)
 sv_start -np 1 --max-queue 1
 pids=()
 for i in 1 2 3 4; do
-  curl -s "${J[@]}" -m 120 -D "$T/h$i" -o "$T/o$i" -w '%{http_code}\n' -d '{"prompt":"And","max_tokens":200,"ignore_eos":true}' "$SV_URL$CO" >"$T/s$i" & pids+=($!)
+  curl -s "${J[@]}" -m 120 -D "$T/h$i" -o "$T/o$i" -w '%{http_code}\n' -d '{"prompt":"And","max_tokens":1000,"ignore_eos":true}' "$SV_URL$CO" >"$T/s$i" & pids+=($!)
   sleep 0.05
 done
 wait "${pids[@]}"
