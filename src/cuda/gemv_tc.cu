@@ -494,9 +494,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 // ---- launch --------------------------------------------------------------------------------------
 
 struct tc_plan {
-    int ns, ahead, blocks, row_stride,
-        warps; // stages, chunks in flight at the start (≤ ns), grid, stage row bytes
-    size_t smem;
+    int ns;         // stages of the weight ring
+    int ahead;      // chunks in flight at a block's start (≤ ns)
+    int blocks;     // the grid
+    int row_stride; // bytes of a stage row
+    int warps;      // warps a block
+    size_t smem;    // shared memory a block
 };
 
 // Tuning knobs for measurements (read once): TURBOSPARK_TC_WARPS (4 or 8 warps a block),

@@ -8,19 +8,19 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
-static int bench_cmp_float(const void *a, const void *b) {
+static inline int bench_cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
 
 /* The median of v[0..n) (sorts v). */
-static float bench_median(float *v, int n) {
+static inline float bench_median(float *v, int n) {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_float);
     return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Median milliseconds of one launch of exec on s: `warmup` launches, then `samples` timed ones. */
-static float bench_graph_ms(cudaGraphExec_t exec, cudaStream_t s, int warmup, int samples) {
+static inline float bench_graph_ms(cudaGraphExec_t exec, cudaStream_t s, int warmup, int samples) {
     cudaEvent_t e0, e1;
     TS_CUDA_CHECK(cudaEventCreate(&e0));
     TS_CUDA_CHECK(cudaEventCreate(&e1));
@@ -41,7 +41,7 @@ static float bench_graph_ms(cudaGraphExec_t exec, cudaStream_t s, int warmup, in
 
 /* Device-to-device copy bandwidth, GB/s of bytes read + written: a 1 GiB cudaMemcpyAsync, median of 20
  * after 3. */
-static double bench_copy_gbs(cudaStream_t s) {
+static inline double bench_copy_gbs(cudaStream_t s) {
     const size_t bytes = (size_t)1 << 30;
     void *a, *b;
     TS_CUDA_CHECK(cudaMalloc(&a, bytes));

@@ -4,6 +4,7 @@
  * ties, rows that need no selection left untouched. The selections must be equal, index for index.
  *   test_cuda_qsa            the twin test (label cuda; exits 77 without a GPU)
  *   test_cuda_qsa --bench    also the time of one row's selection at 8,192, 32,768 and 65,536 blocks */
+#include "bench_util.h"
 #include "cuda/layers.h"
 #include "test_util.h"
 
@@ -13,15 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                                          \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess) {                                                                             \
-            printf("FAIL: %s: %s\n", #call, cudaGetErrorString(e_));                                         \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 static const float *g_scores; /* qsort's context: the row being sorted */
 
@@ -88,19 +80,19 @@ static int run_case(const int64_t *nbs, const int *kinds, int rows, int B, int K
     }
     float *d_sc;
     int32_t *d_pos, *d_sel;
-    CHECK(cudaMalloc((void **)&d_sc, (size_t)rows * nbm * sizeof *d_sc));
-    CHECK(cudaMalloc((void **)&d_pos, (size_t)rows * sizeof *d_pos));
-    CHECK(cudaMalloc((void **)&d_sel, (size_t)rows * Kb * sizeof *d_sel));
-    CHECK(cudaMemcpy(d_sc, sc, (size_t)rows * nbm * sizeof *sc, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_pos, pos, (size_t)rows * sizeof *pos, cudaMemcpyHostToDevice));
-    CHECK(cudaMemset(d_sel, 0xFF, (size_t)rows * Kb * sizeof *d_sel)); /* −1: "left untouched" */
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_sc, (size_t)rows * nbm * sizeof *d_sc));
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_pos, (size_t)rows * sizeof *d_pos));
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_sel, (size_t)rows * Kb * sizeof *d_sel));
+    TS_CUDA_CHECK(cudaMemcpy(d_sc, sc, (size_t)rows * nbm * sizeof *sc, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(d_pos, pos, (size_t)rows * sizeof *pos, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemset(d_sel, 0xFF, (size_t)rows * Kb * sizeof *d_sel)); /* −1: "left untouched" */
     int fails = 0;
     if (ts_cuda_qsa_topk(d_sc, rows, nbm, d_pos, B, Kb, d_sel, 0) != 0) {
         printf("FAIL: the top-k launch failed\n");
         fails++;
     }
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(sel, d_sel, (size_t)rows * Kb * sizeof *sel, cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaDeviceSynchronize());
+    TS_CUDA_CHECK(cudaMemcpy(sel, d_sel, (size_t)rows * Kb * sizeof *sel, cudaMemcpyDeviceToHost));
     for (int i = 0; i < rows && !fails; i++) {
         const int32_t *got = sel + (size_t)i * Kb;
         if (nbs[i] <= Kb) { /* dense: no selection */
@@ -135,31 +127,27 @@ static void bench(int64_t nb) {
     const int32_t pos = (int32_t)(nb * B - 1);
     float *d_sc;
     int32_t *d_pos, *d_sel;
-    CHECK(cudaMalloc((void **)&d_sc, (size_t)nb * sizeof *d_sc));
-    CHECK(cudaMalloc((void **)&d_pos, sizeof *d_pos));
-    CHECK(cudaMalloc((void **)&d_sel, (size_t)Kb * sizeof *d_sel));
-    CHECK(cudaMemcpy(d_sc, sc, (size_t)nb * sizeof *sc, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_sc, (size_t)nb * sizeof *d_sc));
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_pos, sizeof *d_pos));
+    TS_CUDA_CHECK(cudaMalloc((void **)&d_sel, (size_t)Kb * sizeof *d_sel));
+    TS_CUDA_CHECK(cudaMemcpy(d_sc, sc, (size_t)nb * sizeof *sc, cudaMemcpyHostToDevice));
+    TS_CUDA_CHECK(cudaMemcpy(d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    TS_CUDA_CHECK(cudaEventCreate(&e0));
+    TS_CUDA_CHECK(cudaEventCreate(&e1));
     float t[5];
     for (int run = 0; run < 5; run++) {
-        CHECK(cudaEventRecord(e0, 0));
+        TS_CUDA_CHECK(cudaEventRecord(e0, 0));
         for (int i = 0; i < reps; i++) ts_cuda_qsa_topk(d_sc, 1, nb, d_pos, B, Kb, d_sel, 0);
-        CHECK(cudaEventRecord(e1, 0));
-        CHECK(cudaEventSynchronize(e1));
+        TS_CUDA_CHECK(cudaEventRecord(e1, 0));
+        TS_CUDA_CHECK(cudaEventSynchronize(e1));
         float ms;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        TS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         t[run] = ms * 1000.0f / reps;
     }
-    for (int i = 1; i < 5; i++) /* insertion sort for the median */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            const float x = t[j];
-            t[j] = t[j - 1], t[j - 1] = x;
-        }
+    const float med = bench_median(t, 5); /* sorts t */
     printf("bench: one row of %lld blocks, Kb %d: %.2f us a selection (min %.2f, max %.2f)\n", (long long)nb,
-           Kb, t[2], t[0], t[4]);
+           Kb, med, t[0], t[4]);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(d_sc), cudaFree(d_pos), cudaFree(d_sel);
     free(sc);
