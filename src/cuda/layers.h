@@ -268,9 +268,10 @@ int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cuda_batch *b,
 /* The selection of ts_cuda_qsa alone (for the twin test): for each of `rows` rows whose nb = (pos[r] + 1) / B
  * complete blocks exceed Kb, the Kb best of scores[r][0 .. nb) (ties: lower index) in ascending block order
  * into sel[r][0 .. Kb); other rows are left as they are. scores: rows × nbm floats, pos, sel: device memory.
- * 0, or −1 when the launch failed. */
+ * work NULL: one thread block a row; else many (the form ts_cuda_qsa takes from TS_MEMPLAN_QSA_SEL_MIN blocks),
+ * work holding rows × ts_memplan_qsa_sel_row_words(nbm) uint32 of device memory. 0, or −1 when a launch failed. */
 int ts_cuda_qsa_topk(const float *scores, int rows, int64_t nbm, const int32_t *pos, int B, int Kb,
-                     int32_t *sel, cudaStream_t s);
+                     int32_t *sel, uint32_t *work, cudaStream_t s);
 
 /* MoE of layer l: router softmax over E (fp32), top-k (ties: lower expert id), renormalised,
  * SwiGLU experts chosen on the device (no host sync), plus the shared expert scaled by

@@ -45,6 +45,13 @@
 //                          compaction: every block above the threshold, plus the threshold-equal
 //                          ones with the LOWEST indices, written in ascending block order to
 //                          sel[r][0 .. Kb). The same set as the CPU's sort (score desc, index asc).
+//      qsa_sel_*_kernel    in its place when max_ctx/B ≥ TS_MEMPLAN_QSA_SEL_MIN (8,192): the same select
+//                          over ⌈nbm/2,048⌉ thread blocks a row, in sub-passes of ≤ 64 rows: a memset
+//                          of the work area, four digit launches (each block adds its 2,048 scores'
+//                          histogram into the row's, in global memory; every block derives the digits
+//                          so far from those), a count of each block's keys above and at the
+//                          threshold, then the ordered writes, each block after the ones before it.
+//                          The same set and order (TURBOSPARK_CUDA_QSA_SEL_BLOCKS=0: one block a row).
 //   5. qsa_attn_kernel     grid (N, nkv·ngroups, nsplit), 256 threads: one kv head (and a group of
 //                          ≤ 16 of its query heads, which share every K/V read), one slice of the
 //                          row's allowed positions (dense: 0..p; sparse: the Kb selected blocks,
@@ -85,10 +92,8 @@
 // TODO (prefill speed): scoring reads the block keys (fp32) and attention the K/V records once per row
 // and kv head, ~12.5 GB a layer at 4,096 rows of the released shapes; rows of one sequence sharing a
 // block would read it once.
-// TODO (long-context decode): the top-k is one thread block per row (up to 5 passes over nb scores), bound by
-// that one SM's instruction issue: 94 µs a row at 32,768 blocks (128K tokens), 224 µs at 65,536 on an H100
-// (test_cuda_qsa --bench; eight loads in flight a thread instead of one changed it by under 10 %). A selection
-// over many blocks a row (histograms added in global memory, a grid barrier a digit) is the next step.
+// One block a row, the selection is bound by that SM's instruction issue: 94 µs a row at 32,768 blocks (128K
+// tokens), 224 µs at 65,536 on an H100 (test_cuda_qsa --bench); hence the many-block form at long contexts.
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_device.h"
 #include "cuda/gemv_tc.cuh"
@@ -452,16 +457,96 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// One digit of the radix select, by one whole warp: the bin of hist[0 .. 256) that holds the k-th largest
+// key, how many keys lie in the bins above it, and whether that bin is taken whole (no ties left to resolve).
+// Every lane gets the result. Lane l owns bins 255 − 8l … 248 − 8l (descending); hist may be in shared or
+// global memory.
+struct radix_choice {
+    uint32_t digit, above, done;
+};
+__device__ __forceinline__ radix_choice radix_digit(const uint32_t *hist, uint32_t k, int lane) {
+    uint32_t c[8], sum = 0;
+#pragma unroll
+    for (int t = 0; t < 8; t++) c[t] = hist[255 - 8 * lane - t], sum += c[t];
+    uint32_t incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += v;
+    }
+    const uint32_t excl = incl - sum;
+    const bool mine = excl < k && k <= incl; // exactly one lane
+    radix_choice ch = {0u, excl, 0u};
+    if (mine) {
+        int t = 0;
+        while (ch.above + c[t] < k) ch.above += c[t], t++;
+        ch.digit = 255u - 8u * lane - (uint32_t)t;
+        ch.done = ch.above + c[t] == k;
+    }
+    const int src = __ffs(__ballot_sync(kFull, mine)) - 1;
+    ch.digit = __shfl_sync(kFull, ch.digit, src);
+    ch.above = __shfl_sync(kFull, ch.above, src);
+    ch.done = __shfl_sync(kFull, ch.done, src);
+    return ch;
+}
+
+// One round of the ordered compaction over a block of WARPS warps, one score a thread: take a key whose
+// masked value is above the prefix, or equal to it and among the first k equal ones (in index order, counting
+// carry_eq equal ones before this round); taken scores go to out[carry_take + their rank] in index order.
+// w_eq, w_take: shared, WARPS counts each. Every thread of the block calls it.
+template <int WARPS>
+__device__ __forceinline__ void compact_round(int64_t i, bool valid, uint32_t km, uint32_t prefix, uint32_t k,
+                                              uint32_t &carry_eq, uint32_t &carry_take, int32_t *out,
+                                              uint32_t *w_eq, uint32_t *w_take) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned lt = (1u << lane) - 1u;
+    const bool gt = valid && km > prefix, eq = valid && km == prefix;
+    const unsigned beq = __ballot_sync(kFull, eq);
+    if (lane == 0) w_eq[warp] = __popc(beq);
+    __syncthreads();
+    uint32_t eq_before = carry_eq + __popc(beq & lt), eq_all = 0;
+    for (int w = 0; w < WARPS; w++) {
+        if (w < warp) eq_before += w_eq[w];
+        eq_all += w_eq[w];
+    }
+    const bool take = gt || (eq && eq_before < k);
+    const unsigned btake = __ballot_sync(kFull, take);
+    if (lane == 0) w_take[warp] = __popc(btake);
+    __syncthreads();
+    uint32_t at = carry_take + __popc(btake & lt), take_all = 0;
+    for (int w = 0; w < WARPS; w++) {
+        if (w < warp) at += w_take[w];
+        take_all += w_take[w];
+    }
+    if (take) out[at] = (int32_t)i;
+    carry_eq += eq_all, carry_take += take_all;
+    __syncthreads(); // w_eq / w_take are rewritten next round
+}
+
+// Adds the keys of sc[i] (i < n) that match prefix under mask into hist[(key >> shift) & 255], a warp's equal
+// bins as one atomic. Every lane of the warp calls it with the same trip count.
+__device__ __forceinline__ void hist_add(uint32_t *hist, const float *sc, int64_t i, int64_t n,
+                                         uint32_t prefix, uint32_t mask, int shift, int lane) {
+    uint32_t bin = 256; // no bin
+    if (i < n) {
+        const uint32_t key = order_key(sc[i]);
+        if ((key & mask) == prefix) bin = (key >> shift) & 255u;
+    }
+    const unsigned peers = __match_any_sync(kFull, bin);
+    if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+}
+
+// One thread block a row.
 __global__ void __launch_bounds__(kTopkThreads)
     qsa_topk_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
                     int32_t *__restrict__ sel) {
     __shared__ uint32_t hist[256];
-    __shared__ uint32_t s_digit, s_above, s_done;
+    __shared__ radix_choice s_ch;
     __shared__ uint32_t w_eq[kTopkWarps], w_take[kTopkWarps];
     const int r = r0 + blockIdx.x;
     const int64_t p = b.pos[r], nb = (p + 1) / q.B;
     if (nb <= q.Kb) return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31;
     const float *sc = scores + (int64_t)blockIdx.x * q.nbm;
     int32_t *out = sel + (int64_t)r * q.Kb;
 
@@ -471,74 +556,159 @@ __global__ void __launch_bounds__(kTopkThreads)
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
         __syncthreads();
-        for (int64_t base = 0; base < nb; base += kTopkThreads) { // uniform trip count (match_any)
-            const int64_t i = base + tid;
-            uint32_t bin = 256; // no bin
-            if (i < nb) {
-                const uint32_t key = order_key(sc[i]);
-                if ((key & mask) == prefix) bin = (key >> shift) & 255u;
-            }
-            const unsigned peers = __match_any_sync(kFull, bin);
-            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+        for (int64_t base = 0; base < nb; base += kTopkThreads) // uniform trip count (match_any)
+            hist_add(hist, sc, base + tid, nb, prefix, mask, shift, lane);
+        __syncthreads();
+        if (tid < 32) {
+            const radix_choice ch = radix_digit(hist, k, lane);
+            if (lane == 0) s_ch = ch;
         }
         __syncthreads();
-        if (warp == 0) { // lane l owns bins 255 − 8l … 248 − 8l (descending)
-            uint32_t c[8], sum = 0;
-#pragma unroll
-            for (int t = 0; t < 8; t++) c[t] = hist[255 - 8 * lane - t], sum += c[t];
-            uint32_t incl = sum;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const uint32_t v = __shfl_up_sync(kFull, incl, o);
-                if (lane >= o) incl += v;
-            }
-            const uint32_t excl = incl - sum;
-            if (excl < k && k <= incl) { // exactly one lane
-                uint32_t above = excl;
-                int t = 0;
-                while (above + c[t] < k) above += c[t], t++;
-                s_digit = 255u - 8u * lane - (uint32_t)t;
-                s_above = above;
-                s_done = (above + c[t] == k); // the whole bin is taken: no ties left to resolve
-            }
-        }
-        __syncthreads();
-        prefix |= s_digit << shift;
+        const radix_choice ch = s_ch;
+        prefix |= ch.digit << shift;
         mask |= 0xffu << shift;
-        k -= s_above;
-        if (s_done) break; // uniform
+        k -= ch.above;
+        if (ch.done) break; // uniform
     }
 
     // Ordered compaction: take key-prefix > prefix, and the first k (lowest indices) equal to it.
-    const unsigned lt = (1u << lane) - 1u;
     uint32_t carry_eq = 0, carry_take = 0;
     for (int64_t base = 0; base < nb && carry_take < (uint32_t)q.Kb; base += kTopkThreads) {
         const int64_t i = base + tid;
-        uint32_t km = 0;
-        bool valid = i < nb;
-        if (valid) km = order_key(sc[i]) & mask;
-        const bool gt = valid && km > prefix, eq = valid && km == prefix;
-        const unsigned beq = __ballot_sync(kFull, eq);
-        if (lane == 0) w_eq[warp] = __popc(beq);
-        __syncthreads();
-        uint32_t eq_before = carry_eq + __popc(beq & lt), eq_all = 0;
-        for (int w = 0; w < kTopkWarps; w++) {
-            if (w < warp) eq_before += w_eq[w];
-            eq_all += w_eq[w];
-        }
-        const bool take = gt || (eq && eq_before < k);
-        const unsigned btake = __ballot_sync(kFull, take);
-        if (lane == 0) w_take[warp] = __popc(btake);
-        __syncthreads();
-        uint32_t at = carry_take + __popc(btake & lt), take_all = 0;
-        for (int w = 0; w < kTopkWarps; w++) {
-            if (w < warp) at += w_take[w];
-            take_all += w_take[w];
-        }
-        if (take) out[at] = (int32_t)i;
-        carry_eq += eq_all, carry_take += take_all;
-        __syncthreads(); // w_eq / w_take are rewritten next round
+        const bool valid = i < nb;
+        compact_round<kTopkWarps>(i, valid, valid ? order_key(sc[i]) & mask : 0u, prefix, k, carry_eq,
+                                  carry_take, out, w_eq, w_take);
     }
+}
+
+// The same selection over many thread blocks a row (rows of ≥ TS_MEMPLAN_QSA_SEL_MIN blocks): thread block g
+// of a row takes the scores [g·kSelSlice, (g+1)·kSelSlice) ∩ [0, nb). Per row, work holds the four digit
+// histograms hist[d][256] (zeroed before the first digit) and two counts a thread block (cnt[g] = above the
+// threshold, equal to it), ts_memplan_qsa_sel_row_words words. Launches, in stream order, on grid
+// (⌈nbm / kSelSlice⌉, rows):
+//   qsa_sel_hist_kernel ×4   digit d: every block derives the prefix of digits < d from hist[0 .. d) (as the one-
+//                            block kernel chooses them) and adds its slice's histogram of digit d into hist[d];
+//                            nothing once an earlier digit's bin was taken whole
+//   qsa_sel_count_kernel     every block derives the final prefix and counts its slice's keys above / equal
+//   qsa_sel_write_kernel     block g starts its ordered compaction after Σ_{g'<g} above + min(k, Σ_{g'<g} equal)
+//                            taken and Σ_{g'<g} equal seen: the one-block kernel's set, in its order
+constexpr int kSelThreads = 256;
+constexpr int kSelWarps = kSelThreads / 32;
+constexpr int kSelSlice = TS_MEMPLAN_QSA_SEL_SLICE;
+static_assert(kSelSlice % kSelThreads == 0, "a slice is whole rounds of the block");
+
+// The selection state after the first `digits` digits of a row's histograms, as every block of the row derives it.
+struct sel_state {
+    uint32_t prefix, mask, k, done;
+};
+__device__ __forceinline__ sel_state sel_state_after(const uint32_t *hist, int digits, int Kb) {
+    __shared__ sel_state s_st;
+    if (threadIdx.x < 32) {
+        sel_state st = {0u, 0u, (uint32_t)Kb, 0u};
+        for (int d = 0; d < digits && !st.done; d++) {
+            const radix_choice ch = radix_digit(hist + 256 * d, st.k, threadIdx.x);
+            const int shift = 24 - 8 * d;
+            st.prefix |= ch.digit << shift, st.mask |= 0xffu << shift;
+            st.k -= ch.above, st.done = ch.done;
+        }
+        if (threadIdx.x == 0) s_st = st;
+    }
+    __syncthreads();
+    return s_st;
+}
+
+// The row of blockIdx.y, its block count and its slice; false when the row needs no selection or the slice is
+// empty (uniform over the block).
+__device__ __forceinline__ bool sel_slice(const ts_cuda_batch &b, const qsa_shape &q, int r0, int64_t *nb,
+                                          int64_t *i0, int64_t *i1) {
+    const int64_t p = b.pos[r0 + blockIdx.y];
+    *nb = (p + 1) / q.B;
+    *i0 = (int64_t)blockIdx.x * kSelSlice;
+    *i1 = *i0 + kSelSlice < *nb ? *i0 + kSelSlice : *nb;
+    return *nb > q.Kb && *i0 < *nb;
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    qsa_sel_hist_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
+                        uint32_t *__restrict__ work, int64_t row_words, int digit) {
+    __shared__ uint32_t hist[256];
+    int64_t nb, i0, i1;
+    if (!sel_slice(b, q, r0, &nb, &i0, &i1)) return;
+    uint32_t *wr = work + blockIdx.y * row_words;
+    const sel_state st = sel_state_after(wr, digit, q.Kb);
+    if (st.done) return;
+    const float *sc = scores + (int64_t)blockIdx.y * q.nbm;
+    for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0;
+    __syncthreads();
+    for (int64_t base = i0; base < i1; base += kSelThreads)
+        hist_add(hist, sc, base + threadIdx.x, i1, st.prefix, st.mask, 24 - 8 * digit, threadIdx.x & 31);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += kSelThreads)
+        if (hist[i]) atomicAdd(&wr[256 * digit + i], hist[i]);
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    qsa_sel_count_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
+                         uint32_t *__restrict__ work, int64_t row_words) {
+    __shared__ uint32_t s_gt, s_eq;
+    int64_t nb, i0, i1;
+    if (!sel_slice(b, q, r0, &nb, &i0, &i1)) return;
+    uint32_t *wr = work + blockIdx.y * row_words;
+    const sel_state st = sel_state_after(wr, 4, q.Kb);
+    const float *sc = scores + (int64_t)blockIdx.y * q.nbm;
+    if (threadIdx.x == 0) s_gt = 0, s_eq = 0;
+    __syncthreads();
+    uint32_t gt = 0, eq = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += kSelThreads) {
+        const uint32_t km = order_key(sc[i]) & st.mask;
+        gt += km > st.prefix, eq += km == st.prefix;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) gt += __shfl_xor_sync(kFull, gt, o), eq += __shfl_xor_sync(kFull, eq, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&s_gt, gt), atomicAdd(&s_eq, eq);
+    __syncthreads();
+    if (threadIdx.x == 0) wr[1024 + 2 * blockIdx.x] = s_gt, wr[1024 + 2 * blockIdx.x + 1] = s_eq;
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    qsa_sel_write_kernel(ts_cuda_batch b, qsa_shape q, int r0, const float *__restrict__ scores,
+                         const uint32_t *__restrict__ work, int64_t row_words, int32_t *__restrict__ sel) {
+    __shared__ uint32_t w_eq[kSelWarps], w_take[kSelWarps];
+    int64_t nb, i0, i1;
+    if (!sel_slice(b, q, r0, &nb, &i0, &i1)) return;
+    const uint32_t *wr = work + blockIdx.y * row_words;
+    const sel_state st = sel_state_after(wr, 4, q.Kb);
+    uint32_t gt_before = 0, eq_before = 0; // over the blocks before this one (a few dozen)
+    for (unsigned g = 0; g < blockIdx.x; g++)
+        gt_before += wr[1024 + 2 * g], eq_before += wr[1024 + 2 * g + 1];
+    const float *sc = scores + (int64_t)blockIdx.y * q.nbm;
+    int32_t *out = sel + (int64_t)(r0 + blockIdx.y) * q.Kb;
+    uint32_t carry_eq = eq_before, carry_take = gt_before + (eq_before < st.k ? eq_before : st.k);
+    for (int64_t base = i0; base < i1 && carry_take < (uint32_t)q.Kb; base += kSelThreads) {
+        const int64_t i = base + threadIdx.x;
+        const bool valid = i < i1;
+        compact_round<kSelWarps>(i, valid, valid ? order_key(sc[i]) & st.mask : 0u, st.prefix, st.k, carry_eq,
+                                 carry_take, out, w_eq, w_take);
+    }
+}
+
+// The selection of rows r0 .. r0 + rows (scores: their first row's; rows ≤ the work area's), one thread block a
+// row, or many with a work area (work: rows × row_words uint32).
+bool launch_select(const ts_cuda_batch &b, const qsa_shape &q, int r0, int rows, const float *scores,
+                   uint32_t *work, int32_t *sel, cudaStream_t s) {
+    if (!work) {
+        qsa_topk_kernel<<<(unsigned)rows, kTopkThreads, 0, s>>>(b, q, r0, scores, sel);
+        return cudaGetLastError() == cudaSuccess;
+    }
+    const int64_t row_words = ts_memplan_qsa_sel_row_words(q.nbm);
+    const dim3 grid((unsigned)((q.nbm + kSelSlice - 1) / kSelSlice), (unsigned)rows);
+    if (cudaMemsetAsync(work, 0, (size_t)(rows * row_words) * sizeof(uint32_t), s) != cudaSuccess)
+        return false;
+    for (int d = 0; d < 4; d++)
+        qsa_sel_hist_kernel<<<grid, kSelThreads, 0, s>>>(b, q, r0, scores, work, row_words, d);
+    qsa_sel_count_kernel<<<grid, kSelThreads, 0, s>>>(b, q, r0, scores, work, row_words);
+    qsa_sel_write_kernel<<<grid, kSelThreads, 0, s>>>(b, q, r0, scores, work, row_words, sel);
+    return cudaGetLastError() == cudaSuccess;
 }
 
 // ---- 5. attention ------------------------------------------------------------------------------
@@ -780,6 +950,12 @@ bool launched() {
     return cudaGetLastError() == cudaSuccess;
 }
 
+// TURBOSPARK_CUDA_QSA_SEL_BLOCKS=0 keeps the selection one thread block a row at every context length.
+bool sel_blocks_enabled() {
+    static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_QSA_SEL_BLOCKS");
+    return on;
+}
+
 // TURBOSPARK_CUDA_QSA_TC=0 keeps every attention launch on qsa_attn_kernel (fp32 SIMT).
 bool attn_tc_enabled() {
     static const bool on = ts_cuda_switch_on("TURBOSPARK_CUDA_QSA_TC");
@@ -826,6 +1002,8 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
     sp += lay.sel;
     float *scores = reinterpret_cast<float *>(sp);
     sp += lay.scores;
+    uint32_t *sel_work = lay.sel_work && sel_blocks_enabled() ? reinterpret_cast<uint32_t *>(sp) : nullptr;
+    sp += lay.sel_work;
     float *part_o = reinterpret_cast<float *>(sp);
     sp += lay.part_o;
     float *part_ml = reinterpret_cast<float *>(sp);
@@ -879,8 +1057,12 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
             qsa_score_kernel<<<dim3(chunks, (unsigned)rp), kScoreWarps * 32, 0, s>>>(*b, l, q, iq, (int)r0,
                                                                                      scores);
             if (!launched()) return -1;
-            qsa_topk_kernel<<<(unsigned)rp, kTopkThreads, 0, s>>>(*b, q, (int)r0, scores, sel);
-            if (!launched()) return -1;
+            // (many blocks a row: in sub-passes of the work area's rows)
+            const int64_t sr = sel_work ? lay.sel_rows : rp;
+            for (int64_t s0 = 0; s0 < rp; s0 += sr)
+                if (!launch_select(*b, q, (int)(r0 + s0), (int)(rp - s0 < sr ? rp - s0 : sr),
+                                   scores + s0 * q.nbm, sel_work, sel, s))
+                    return -1;
         }
     }
 
@@ -934,12 +1116,11 @@ extern "C" int ts_cuda_qsa(ts_cuda_work *w, const ts_cuda_layer *L, const ts_cud
 }
 
 extern "C" int ts_cuda_qsa_topk(const float *scores, int rows, int64_t nbm, const int32_t *pos, int B, int Kb,
-                                int32_t *sel, cudaStream_t s) {
+                                int32_t *sel, uint32_t *work, cudaStream_t s) {
     if (rows < 1 || nbm < 1 || B < 1 || Kb < 1) return -1;
     ts_cuda_batch b = {};
     b.n_rows = rows, b.pos = pos;
     qsa_shape q = {};
     q.B = B, q.Kb = Kb, q.nbm = nbm;
-    qsa_topk_kernel<<<(unsigned)rows, kTopkThreads, 0, s>>>(b, q, 0, scores, sel);
-    return launched() ? 0 : -1;
+    return launch_select(b, q, 0, rows, scores, work, sel, s) ? 0 : -1;
 }

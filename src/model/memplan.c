@@ -208,6 +208,11 @@ void ts_memplan_qsa_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, boo
         o->rows_pass = rp;
         o->sel = ts_memplan_align((size_t)(N * hp->idx_top_blocks) * sizeof(int32_t));
         o->scores = ts_memplan_align((size_t)(rp * nbm) * sizeof(float));
+        if (nbm >= TS_MEMPLAN_QSA_SEL_MIN) {
+            o->sel_rows = rp < TS_MEMPLAN_QSA_SEL_ROWS ? rp : TS_MEMPLAN_QSA_SEL_ROWS;
+            o->sel_work = ts_memplan_align((size_t)(o->sel_rows * ts_memplan_qsa_sel_row_words(nbm)) *
+                                           sizeof(uint32_t));
+        }
     }
     int ngroups, gh_max;
     ts_memplan_qsa_head_groups(nh / (nkv > 0 ? nkv : 1), &ngroups, &gh_max);
@@ -219,7 +224,11 @@ void ts_memplan_qsa_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, boo
 }
 
 size_t ts_memplan_qsa_total(const ts_memplan_qsa *q) {
-    return q->vbuf + q->sel + q->scores + q->part_o + q->part_ml;
+    return q->vbuf + q->sel + q->scores + q->sel_work + q->part_o + q->part_ml;
+}
+
+int64_t ts_memplan_qsa_sel_row_words(int64_t nbm) {
+    return 4 * 256 + 2 * ((nbm + TS_MEMPLAN_QSA_SEL_SLICE - 1) / TS_MEMPLAN_QSA_SEL_SLICE);
 }
 
 size_t ts_memplan_qsa_scratch(const ts_hparams *hp, int64_t max_rows, int64_t max_ctx) {
@@ -239,7 +248,7 @@ size_t ts_memplan_qsa_scratch(const ts_hparams *hp, int64_t max_rows, int64_t ma
     }
     ts_memplan_qsa full;
     ts_memplan_qsa_layout(hp, max_rows, max_ctx, false, &full);
-    const size_t all = full.vbuf + full.sel + full.scores + best;
+    const size_t all = full.vbuf + full.sel + full.scores + full.sel_work + best;
     /* at one row the joined projections' outputs follow that row's layout (dense or not) */
     ts_memplan_qsa d1, s1;
     ts_memplan_qsa_layout(hp, 1, max_ctx, true, &d1);

@@ -32,6 +32,11 @@ extern "C" {
 #define TS_MEMPLAN_QSA_MIN_SPLIT 64
 #define TS_MEMPLAN_QSA_ATT_TARGET 256
 #define TS_MEMPLAN_QSA_SCORE_BUDGET ((int64_t)1 << 24)
+/* The block selection over many thread blocks a row (src/cuda/qsa.cu): scores a thread block takes, the
+ * fewest blocks of a row (max_ctx / B) for which it is used, rows a selection sub-pass takes at most. */
+#define TS_MEMPLAN_QSA_SEL_SLICE 2048
+#define TS_MEMPLAN_QSA_SEL_MIN 8192
+#define TS_MEMPLAN_QSA_SEL_ROWS 64
 /* The grouped expert GEMM's plan kernel (src/cuda/gemm.cu): shared memory for its counters. */
 #define TS_MEMPLAN_EXPERT_PLAN_SMEM (96 * 1024)
 
@@ -160,13 +165,18 @@ typedef struct ts_memplan_qsa {
     size_t vbuf;       /* N × nkv·hd values when they cannot follow the keys in w->kv aligned */
     size_t sel;        /* N × Kb int32 selected blocks */
     size_t scores;     /* rows_pass × ⌊max_ctx / B⌋ floats */
+    size_t sel_work;   /* sel_rows × ts_memplan_qsa_sel_row_words uint32 (many-block selection; else 0) */
     size_t part_o;     /* N × nh × nsplit × hd floats (nsplit > 1) */
     size_t part_ml;    /* N × nh × nsplit × 2 floats (nsplit > 1) */
     int64_t rows_pass; /* rows a selection pass scores */
+    int64_t sel_rows;  /* rows a many-block selection sub-pass takes (0: one thread block a row) */
     int nsplit;        /* splits of each row's allowed positions */
 } ts_memplan_qsa;
 void ts_memplan_qsa_layout(const ts_hparams *hp, int64_t N, int64_t max_ctx, bool dense, ts_memplan_qsa *out);
 size_t ts_memplan_qsa_total(const ts_memplan_qsa *q);
+/* The many-block selection's work area of one row of nbm blocks, in uint32: four digit histograms of 256
+ * counts, then two counts (above the threshold, equal to it) for each of ⌈nbm / SEL_SLICE⌉ thread blocks. */
+int64_t ts_memplan_qsa_sel_row_words(int64_t nbm);
 /* At one row, after that row's regions (aligned): the joined projections' outputs, q (nh·2·hd floats), k
  * and v (nkv·hd each), idx_q (ni·di), idx_k (di) back to back; ts_memplan_qsa_scratch leaves room for them. */
 size_t ts_memplan_qsa_in_out_bytes(const ts_hparams *hp);

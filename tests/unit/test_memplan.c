@@ -270,10 +270,15 @@ static void test_released_work(void **state) {
     assert_int_equal(w.scratch_off - w.off[TS_WORK_TCX], 4 * 256 * 160 * 72);
     ts_memplan_work_layout(&hp, 100, 4096, &w);
     assert_int_equal(w.scratch_off - w.off[TS_WORK_TCX], 4 * 100 * 160 * 72);
-    /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864 */
+    /* QSA at 262,144: 65,536 blocks, 256 rows a pass: scores 256·65536·4 = 67,108,864; the many-block
+     * selection's work area, 64 rows of 4·256 + 2·32 words: 64·1088·4 = 278,528 (none at 4,096: 1,024 blocks) */
+    ts_memplan_qsa_layout(&hp, 512, 4096, false, &q);
+    assert_int_equal(q.sel_work, 0);
     ts_memplan_qsa_layout(&hp, 512, 262144, false, &q);
     assert_int_equal(q.rows_pass, 256);
-    const size_t qsa262k = 1048576 + 67108864 + 6291200;
+    assert_int_equal(q.sel_rows, 64);
+    assert_int_equal(q.sel_work, 278528);
+    const size_t qsa262k = 1048576 + 67108864 + 278528 + 6291200;
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 262144), qsa262k);
     assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 621.3 MiB */
     ts_hparams_free(&hp);
