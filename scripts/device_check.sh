@@ -31,7 +31,8 @@
 #   bash scripts/device_check.sh server   serve --backend cuda at the released shapes, 64 streaming clients
 #                                         (scripts/server_load.sh against bench -b 64; the demo tokenizer)
 #   bash scripts/device_check.sh ctx      batch-1 decode at depths 1,024, 32,768, 131,072 and 262,144
-#                                         (each filled by a prefill in micro-batches of 2,048)
+#                                         (each filled by a prefill in micro-batches of 2,048; CTX_DEPTHS
+#                                         other depths, CTX_DECODE ';'-separated variants)
 #   bash scripts/device_check.sh batch    decode b1/8/16/32/64 with the grouped expert products at the
 #                                         thresholds, always (TURBOSPARK_CUDA_MOE_GROUPED=1), and with the
 #                                         expert products of > 8 x rows off the tensor cores (TURBOSPARK_TC_XROW=0),
@@ -320,9 +321,17 @@ server)
   echo "server load rc=$?"; tail -8 "$out/server.txt"
   ;;
 ctx)
+  # CTX_DEPTHS: the depths (1024,32768,131072,262144); CTX_DECODE: ';'-separated variants ("" the default)
   [ -f $rel ] || $B synth --released --sparse --type q4_k_m $rel_layers -o $rel > /dev/null 2>&1
-  timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 -d 1024,32768,131072,262144 \
-    -ub 2048 -r 1 2> "$out/ctx.err" | tee "$out/ctx.txt" | grep -E "tg"
+  IFS=';' read -r -a variants <<< "${CTX_DECODE:-}"
+  [ ${#variants[@]} -gt 0 ] || variants=("")
+  i=0
+  for v in "${variants[@]}"; do
+    echo "== ctx ${v:-default}"
+    env $v timeout 560 $B bench -m $rel --backend cuda --random-weights -p 0 -n 32 -b 1 \
+      -d ${CTX_DEPTHS:-1024,32768,131072,262144} -ub 2048 -r 1 2> "$out/ctx$i.err" | tee "$out/ctx$i.txt" | grep -E "tg"
+    i=$((i + 1))
+  done
   ;;
 ab)
   # Prefill with the hyper-connections' split products off and on (the fp32 GEMM against the tensor cores)
