@@ -280,7 +280,7 @@ static void test_released_work(void **state) {
     assert_int_equal(q.sel_work, 278528);
     const size_t qsa262k = 1048576 + 67108864 + 278528 + 6291200;
     assert_int_equal(ts_memplan_qsa_scratch(&hp, 512, 262144), qsa262k);
-    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 621.3 MiB */
+    assert_int_equal(ts_memplan_work_bytes(&hp, 512, 262144), regions + qsa262k); /* 621.5 MiB */
     ts_hparams_free(&hp);
 }
 
