@@ -235,12 +235,16 @@ __global__ void hc_write_kernel(float *__restrict__ R, const float *__restrict__
 // hyper-connections; larger micro-batches (prefill) take the five launches.
 constexpr int kFusedMaxRows = 64;
 
-// The rows up to which a read is fused: kFusedMaxRows, or fewer with TURBOSPARK_CUDA_HC_FUSED_ROWS=n (0 .. 64)
-// for measurements (beyond it the products run on the tensor cores as split products, below).
+// The rows up to which a read is fused: kFusedRows, or TURBOSPARK_CUDA_HC_FUSED_ROWS=n (0 .. kFusedMaxRows) for
+// measurements; beyond it the products run on the tensor cores as split products (below). On the H200 at the
+// released shapes the split products win from 9 rows on (BENCHMARKS.md, run 91: 64 rows 730 → 1,005 t/s, 16
+// rows +2 %; at 1 and 8 rows the fused read wins, 0 rows loses 28 % at batch 1). The two forms sum in other
+// orders, so a sequence decoded among more than 8 others differs from alone in its last bits (DECISIONS.md).
+constexpr int kFusedRows = 8;
 int fused_max_rows() {
     static const int n = [] {
         const char *v = getenv("TURBOSPARK_CUDA_HC_FUSED_ROWS");
-        const int r = v && *v ? atoi(v) : kFusedMaxRows;
+        const int r = v && *v ? atoi(v) : kFusedRows;
         return r < 0 ? 0 : r > kFusedMaxRows ? kFusedMaxRows : r;
     }();
     return n;
@@ -468,11 +472,14 @@ int64_t write_slices(const ts_hparams *hp) {
 // lets the next kernel start (PDL) only after the barrier, when all its blocks are resident: no block waits
 // at the barrier for one that cannot be scheduled. Each row's sums and each output are computed by the same
 // code as in the two launches, so the results are the same bit for bit (test_cuda_forward 4f).
-// TURBOSPARK_CUDA_HC_ONE=0 keeps the two launches (read at every read).
+// Off by default: on the H200 at the released shapes the one launch took 22.1 µs a read against 19.7 µs for the
+// two (BENCHMARKS.md, runs 90-92: batch 1 151.6 t/s with it, 155.6 without). TURBOSPARK_CUDA_HC_ONE=1 turns
+// it on (read at every read).
 constexpr int kOneWarps = kThreads / 32;
 
 bool hc_one_enabled() {
-    return ts_cuda_switch_on("TURBOSPARK_CUDA_HC_ONE");
+    const char *v = getenv("TURBOSPARK_CUDA_HC_ONE");
+    return v && v[0] == '1';
 }
 
 struct hc_one_args {

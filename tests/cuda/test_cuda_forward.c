@@ -385,7 +385,7 @@ static void check_model(const char *name, const char *path) {
         {
             int64_t rose[2];
             const int64_t differ = switch_pair(m2, n_ctx, 1, ids, lx, lc, V, "TURBOSPARK_CUDA_HC_ONE", "0",
-                                               NULL, ts_cuda_hc_one_reads, rose);
+                                               "1", ts_cuda_hc_one_reads, rose);
             g_hc_one += rose[1];
             printf("  micro-batch 1, hyper-connection reads in one launch (%" PRId64
                    " of them, launch mode %d) vs two: %" PRId64 " logits differ\n",
@@ -393,7 +393,14 @@ static void check_model(const char *name, const char *path) {
             CHECK(differ == 0 && rose[0] == 0, "the one-launch reads change %" PRId64 " logits", differ);
             /* a grid of one block a split: each block takes all its split's row groups, many up+mix blocks */
             const int64_t c0 = ts_cuda_hc_one_reads(cx);
+            const char *one = getenv("TURBOSPARK_CUDA_HC_ONE");
+            char *saved = one ? strdup(one) : NULL;
+            setenv("TURBOSPARK_CUDA_HC_ONE", "1", 1);
             const int rs = prompt_with(m2, n_ctx, 1, ids, lc, "TURBOSPARK_CUDA_HC_ONE_BLOCKS", "1");
+            if (saved)
+                setenv("TURBOSPARK_CUDA_HC_ONE", saved, 1), free(saved);
+            else
+                unsetenv("TURBOSPARK_CUDA_HC_ONE");
             const int64_t small = ts_cuda_hc_one_reads(cx) - c0, sd = rs ? -1 : logits_differ(lx, lc, V);
             printf("  micro-batch 1, the same on the smallest grid (%" PRId64 " reads): %" PRId64
                    " logits differ\n",
