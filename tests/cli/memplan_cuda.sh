@@ -19,7 +19,8 @@ need seq.cu ts_memplan_seq_bytes ts_memplan_qsa_kv_bytes ts_memplan_idx_raw_byte
   ts_memplan_gdn_conv_bytes ts_memplan_gdn_state_bytes ts_memplan_ple_conv_bytes ts_memplan_ple_ctx_bytes
 need upload.cu ts_memplan_matrix_bytes ts_memplan_vector_bytes ts_memplan_joinable ts_memplan_joined_bytes
 need qsa.cu ts_memplan_qsa_layout ts_memplan_qsa_total ts_memplan_qsa_can_be_sparse ts_memplan_qsa_head_groups \
-  ts_memplan_qsa_kv_record ts_memplan_qsa_sel_row_words
+  ts_memplan_qsa_kv_record
+need qsa_select.cuh ts_memplan_qsa_sel_row_words
 need gdn.cu ts_memplan_gdn_alpha_bytes ts_memplan_gdn_zba_bytes ts_memplan_gdn_chunk_bytes
 need moe.cu ts_memplan_moe_shared_floats ts_memplan_moe_expert_layout
 need gemm.cu ts_memplan_expert_plan_ranges ts_memplan_expert_plan_max_tiles ts_memplan_expert_plan_bytes_for \
@@ -32,7 +33,7 @@ for pat in 'size_t work_bytes(' 'size_t seq_bytes(' 'kMargin' 'kAlign' 'make_lay
 done
 # the kernels' constants that size scratch are the plan's
 grep -q "kMaxGH = TS_MEMPLAN_QSA_MAX_GH" qsa.cu && grep -q "kMinSplitLen = TS_MEMPLAN_QSA_MIN_SPLIT" qsa.cu &&
-  grep -q "kSelSlice = TS_MEMPLAN_QSA_SEL_SLICE" qsa.cu &&
+  grep -q "kSelSlice = TS_MEMPLAN_QSA_SEL_SLICE" qsa_select.cuh &&
   grep -q "kPlanSmem = TS_MEMPLAN_EXPERT_PLAN_SMEM" gemm.cu &&
   grep -q "kMaxLogitRows = TS_MEMPLAN_MAX_LOGIT_ROWS" forward.cu ||
   { echo "FAIL: a kernel constant that sizes scratch is no longer the memory plan's"; fail=1; }
