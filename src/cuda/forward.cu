@@ -294,6 +294,8 @@ extern "C" int ts_cuda_ctx_new(const ts_model *m, const ts_cuda_options *o, ts_c
         c->cm.ple.heads = (ts_cuda_tensor *)calloc(hp->ple_nh, sizeof(ts_cuda_tensor));
     const char *g = getenv("TURBOSPARK_CUDA_GRAPH");
     c->use_graphs = !(g && !strcmp(g, "0"));
+    const char *step_time = getenv("TURBOSPARK_CUDA_STEP_TIME");
+    if (step_time && step_time[0] == '1') cudaEventCreate(&c->step_ev[0]), cudaEventCreate(&c->step_ev[1]);
     int rc = 0;
     if (!c->cm.layers || (hp->ple_layer >= 0 && !m->ple_table && !c->cm.ple.heads))
         rc = ts_errf(err, errlen, "out of memory");
@@ -487,6 +489,12 @@ extern "C" void ts_cuda_ctx_free(ts_cuda_ctx *c) {
     for (int64_t i = 0; c->graphs && i <= c->o.max_rows; i++)
         if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
     if (c->prof_ev[0]) cudaEventDestroy(c->prof_ev[0]), cudaEventDestroy(c->prof_ev[1]);
+    if (c->step_ev[0]) {
+        if (c->step_n > 0)
+            fprintf(stderr, "turbospark: %" PRId64 " decode graph replays, %.1f us of GPU time each\n",
+                    c->step_n, 1e3 * c->step_ms / (double)c->step_n);
+        cudaEventDestroy(c->step_ev[0]), cudaEventDestroy(c->step_ev[1]);
+    }
     cudaFree(c->weights), cudaFree(c->consts), cudaFree(c->work_mem), cudaFree(c->tab_dev),
         cudaFree(c->state_dev), cudaFree(c->ballast), cudaFree(c->snap_mem);
     ts_range_alloc_free(c->snap_ranges);
@@ -551,6 +559,7 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
 
     const char *failed = nullptr;
     const bool graph = decode && c->use_graphs && !c->trace && !c->prof && n_logit == n_rows;
+    bool timed = false; // a graph replay between c->step_ev's events (TURBOSPARK_CUDA_STEP_TIME)
     if (graph && c->warm[n_rows]) {
         // capture once per row count, after an eager warm-up step; a graph refused while the one-launch
         // hyper-connection reads were on (a read's launch failed, or the capture or instantiation as a whole)
@@ -573,8 +582,11 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
             return failed ? ts_errf(err, errlen, "capturing the decode graph failed in %s", failed)
                           : cuda_err(err, errlen, "capturing or instantiating the decode graph", e);
         }
+        timed = c->step_ev[0] != nullptr;
+        if (timed) cudaEventRecord(c->step_ev[0], s);
         e = cudaGraphLaunch(c->graphs[n_rows], s);
         if (e != cudaSuccess) return cuda_err(err, errlen, "launching the decode graph", e);
+        if (timed) cudaEventRecord(c->step_ev[1], s);
     } else {
         failed = run_layers(c, n_logit);
         if (failed) {
@@ -590,6 +602,9 @@ int run_micro_batch(ts_cuda_ctx *c, int n_rows, int n_seq, int n_logit, bool dec
     }
     e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return cuda_err(err, errlen, "the forward pass", e);
+    float ms = 0;
+    if (timed && cudaEventElapsedTime(&ms, c->step_ev[0], c->step_ev[1]) == cudaSuccess)
+        c->step_ms += ms, c->step_n++;
     return 0;
 }
 

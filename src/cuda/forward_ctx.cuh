@@ -57,6 +57,11 @@ struct ts_cuda_ctx {
     void *trace_ctx = nullptr;
     double *prof = nullptr; // profile accumulation (ms per kind) when set
     cudaEvent_t prof_ev[2];
+    // TURBOSPARK_CUDA_STEP_TIME=1: the GPU time of the decode graphs' replays (events around each launch),
+    // printed when the context is freed, so that a step's host time is the wall time less this
+    cudaEvent_t step_ev[2] = {nullptr, nullptr};
+    double step_ms = 0;
+    int64_t step_n = 0;
     // snapshots kept on the device: one reservation of o.snapshot_bytes, cut into ranges (under mu)
     void *snap_mem = nullptr;
     ts_range_alloc *snap_ranges = nullptr;
