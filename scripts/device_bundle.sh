@@ -12,7 +12,7 @@ set -euo pipefail
 arch=${TS_CUDA_ARCH:-90a}
 dev=${TS_DEVICE_DIR:-.device}
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DTS_CUDA_ARCHITECTURES="$arch" >/dev/null
-cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul test_cuda_gemm test_cuda_chain test_cuda_qsa bench_cuda_matmul
+cmake --build build-dev -j"$(nproc)" --target turbospark test_cuda_forward test_cuda_matmul test_cuda_gemm test_cuda_chain test_cuda_qsa bench_cuda_matmul bench_cuda_sync
 # the kernel timeline's CUPTI library (device_check.sh timeline), where this toolkit builds it
 trace=
 if cmake --build build-dev --target help | grep ts_kernel_trace > /dev/null; then # (all of make's output: pipefail)
@@ -22,8 +22,8 @@ fi
 rm -rf "$dev"
 mkdir -p "$dev/lib"
 cp build-dev/turbospark build-dev/tests/test_cuda_forward build-dev/tests/test_cuda_matmul build-dev/tests/test_cuda_gemm build-dev/tests/test_cuda_chain build-dev/tests/test_cuda_qsa \
-   build-dev/tests/bench_cuda_matmul $trace "$dev/"
-strip "$dev/turbospark" "$dev"/test_cuda_* "$dev/bench_cuda_matmul"
+   build-dev/tests/bench_cuda_matmul build-dev/tests/bench_cuda_sync $trace "$dev/"
+strip "$dev/turbospark" "$dev"/test_cuda_* "$dev/bench_cuda_matmul" "$dev/bench_cuda_sync"
 for lib in $(ldd "$dev/turbospark" "$dev/test_cuda_forward" | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$lib") in
     libc.so*|libm.so*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcuda.so*|libstdc++*|libgcc_s*) ;;

@@ -74,6 +74,9 @@
 #                                         the GEMV microbenchmark, and (bench ncu) an Nsight Compute
 #                                         per-kernel table of one batch-1 decode step (eager, each
 #                                         kernel alone with cold caches: tools/ncu_table.py)
+#   bash scripts/device_check.sh sync     what one dependent step costs with no work in it: a graph of launches
+#                                         with and without PDL, a persistent kernel's grid barrier and flag
+#                                         waits, PDL's release delay (tests/cuda/bench_cuda_sync.cu)
 #   bash scripts/device_check.sh all      the twin tests, forward parity (tensor-core GEMV on and off), golden
 #                                         fixtures and the chain's twins side by side on the one GPU, then decode
 #                                         b1-64 for each variant of ALL_DECODE and (ALL_NCU=B) the warm per-kernel
@@ -319,6 +322,9 @@ server)
   (TS_BIN=$B timeout 540 bash scripts/server_load.sh /tmp/rel-tok.gguf --backend cuda --random-weights \
     --clients 64 --max-tokens 128 --min-ratio 0.85 --out "$out/server_load") > "$out/server.txt" 2>&1
   echo "server load rc=$?"; tail -8 "$out/server.txt"
+  ;;
+sync)
+  timeout 120 $D/bench_cuda_sync ${SYNC_STEPS:-256} 2>&1 | tee "$out/sync.txt"
   ;;
 ctx)
   # CTX_DEPTHS: the depths (1024,32768,131072,262144); CTX_DECODE: ';'-separated variants ("" the default)
