@@ -7,7 +7,10 @@ gives every kernel its own, a replay starts at each run of the graph's first nod
 step the kernels are taken in order of their start; the completion front is the latest end so far. A
 kernel's *gap* is the time the front waited for it (start after the front: nothing of the step ran),
 its *marginal* time how far it moved the front (its end past the front, from its start or the front,
-whichever is later), so that gaps and marginals add up to the step's span, first start to last end.
+whichever is later), so that gaps and marginals add up to the step's span, first start to last end; its
+*early* time how long it had been running when the front reached it (resident under programmatic dependent
+launch, its weights' copies issued, waiting at griddepcontrol.wait): a kernel early by much that still moves
+the front by much spends that time after its dependency.
 Its *duration* (end − start) includes the time a programmatic dependent launch waits at
 griddepcontrol.wait for the kernel before it. Kernels are grouped by name (template arguments kept,
 parameters dropped) and averaged over the steps.
@@ -75,13 +78,14 @@ def steps_of(rows, graph):
 
 
 def walk(step):
-    """Each kernel's (gap, marginal) in start order; they add up to the step's span."""
+    """Each kernel's (gap, marginal, early) in start order; gaps and marginals add up to the step's span."""
     front, out = step[0]["start"], []
     for r in step:
         gap = max(0, r["start"] - front)
         marginal = max(0, r["end"] - max(r["start"], front))
+        early = max(0, front - r["start"])
         front = max(front, r["end"])
-        out.append((gap, marginal))
+        out.append((gap, marginal, early))
     return out
 
 
@@ -119,14 +123,15 @@ def main():
     spans = [max(r["end"] for r in s) - s[0]["start"] for s in whole]
     starts = [s[0]["start"] for s in whole]
     period = statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else 0
-    per = defaultdict(lambda: {"n": 0, "dur": 0, "gap": 0, "marg": 0})
+    per = defaultdict(lambda: {"n": 0, "dur": 0, "gap": 0, "marg": 0, "early": 0})
     for s in whole:
-        for r, (gap, marg) in zip(s, walk(s)):
+        for r, (gap, marg, early) in zip(s, walk(s)):
             k = per[r["kernel"]]
             k["n"] += 1
             k["dur"] += r["end"] - r["start"]
             k["gap"] += gap
             k["marg"] += marg
+            k["early"] += early
     ns = len(whole)
     span = statistics.median(spans)
     if a.eager:
@@ -153,8 +158,9 @@ def main():
                      f"bubble {span / 1e3 - floor:.1f} µs")
         print(line + "\n")
     extra_h, extra_s = (" MB each | TB/s (marginal) |", "---|---|") if mb else ("", "")
-    print(f"| kernel | a step | marginal µs a step | share | marginal µs each | duration µs each | gap µs each |{extra_h}")
-    print(f"|---|---|---|---|---|---|---|{extra_s}")
+    print(f"| kernel | a step | marginal µs a step | share | marginal µs each | duration µs each | early µs each | "
+          f"gap µs each |{extra_h}")
+    print(f"|---|---|---|---|---|---|---|---|{extra_s}")
     rows_out = sorted(per.items(), key=lambda kv: -kv[1]["marg"])
     for name, k in rows_out[:a.top]:
         c = k["n"] / ns
@@ -164,21 +170,22 @@ def main():
             extra = (f" {m_each:.2f} | {m_each * k['n'] / k['marg'] * 1e3 if k['marg'] else 0:.2f} |"
                      if m_each is not None else " – | – |")
         print(f"| {name} | {c:g} | {k['marg'] / ns / 1e3:.1f} | {100 * k['marg'] / ns / (tot_marg + tot_gap):.1f} % | "
-              f"{k['marg'] / k['n'] / 1e3:.2f} | {k['dur'] / k['n'] / 1e3:.2f} | {k['gap'] / k['n'] / 1e3:.2f} |{extra}")
+              f"{k['marg'] / k['n'] / 1e3:.2f} | {k['dur'] / k['n'] / 1e3:.2f} | {k['early'] / k['n'] / 1e3:.2f} | "
+              f"{k['gap'] / k['n'] / 1e3:.2f} |{extra}")
     rest = rows_out[a.top:]
     if rest:
         m = sum(k["marg"] for _, k in rest) / ns
         print(f"| {len(rest)} more kernels | {sum(k['n'] for _, k in rest) / ns:g} | {m / 1e3:.1f} | "
-              f"{100 * m / (tot_marg + tot_gap):.1f} % | | | |" + (" | |" if mb else ""))
+              f"{100 * m / (tot_marg + tot_gap):.1f} % | | | | |" + (" | |" if mb else ""))
     if a.sequence:
         med = sorted(whole, key=lambda s: max(r["end"] for r in s) - s[0]["start"])[ns // 2]
         t0 = med[0]["start"]
-        print("\n| # | kernel | start µs | duration µs | gap µs | marginal µs |\n|---|---|---|---|---|---|")
-        for i, (r, (gap, marg)) in enumerate(zip(med, walk(med))):
+        print("\n| # | kernel | start µs | duration µs | early µs | gap µs | marginal µs |\n|---|---|---|---|---|---|---|")
+        for i, (r, (gap, marg, early)) in enumerate(zip(med, walk(med))):
             if i >= a.sequence:
                 break
             print(f"| {i} | {r['kernel']} | {(r['start'] - t0) / 1e3:.2f} | {(r['end'] - r['start']) / 1e3:.2f} | "
-                  f"{gap / 1e3:.2f} | {marg / 1e3:.2f} |")
+                  f"{early / 1e3:.2f} | {gap / 1e3:.2f} | {marg / 1e3:.2f} |")
 
 
 main()

@@ -3,8 +3,9 @@
 # ts_kernel_trace's format: an eager kernel (not read), three replays of graph 3, the last cut short by the
 # end of tracing (left out), and a second graph replayed once (not the default). In a replay, a runs
 # 0–2 µs, b starts early (a programmatic launch) at 1 µs and ends at 5, a again 6–7: by hand, a step spans
-# 7 µs, one starts every 10 µs, b moves the completion front by 3 µs in a 4 µs duration, the second a
-# waits 1 µs (a gap) and moves it by 1; gaps and marginals add up to the span.
+# 7 µs, one starts every 10 µs, b moves the completion front by 3 µs in a 4 µs duration, 1 µs of which it ran
+# before the front reached it (early), the second a waits 1 µs (a gap) and moves it by 1; gaps and marginals
+# add up to the span.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ts_cli_setup
@@ -25,9 +26,10 @@ grep -q "^graph 3: 2 whole steps of 3 kernels; step span median 7.0 µs .* one s
   fail "steps: $out"
 grep -q "^a step: marginal 6.0 µs + gaps 1.0 µs; durations sum to 7.0 µs (overlap from early starts: 1.0 µs)" <<<"$out" ||
   fail "sums: $out"
-grep -q "^| b | 1 | 3.0 | 42.9 % | 3.00 | 4.00 | 0.00 |$" <<<"$out" || fail "row of b: $out"
-grep -q "^| a | 2 | 3.0 | 42.9 % | 1.50 | 1.50 | 0.50 |$" <<<"$out" || fail "row of a: $out"
-grep -q "^| 2 | a | 6.00 | 1.00 | 1.00 | 1.00 |$" <<<"$out" || fail "sequence: $out"
+grep -q "^| b | 1 | 3.0 | 42.9 % | 3.00 | 4.00 | 1.00 | 0.00 |$" <<<"$out" || fail "row of b: $out"
+grep -q "^| a | 2 | 3.0 | 42.9 % | 1.50 | 1.50 | 0.00 | 0.50 |$" <<<"$out" || fail "row of a: $out"
+grep -q "^| 1 | b | 1.00 | 4.00 | 1.00 | 0.00 | 3.00 |$" <<<"$out" || fail "sequence, b: $out"
+grep -q "^| 2 | a | 6.00 | 1.00 | 0.00 | 1.00 | 1.00 |$" <<<"$out" || fail "sequence: $out"
 out=$($PY "$repo/tools/timeline_table.py" trace.csv --graph 4) || fail "--graph 4 exited $?: $out"
 grep -q "^graph 4: 1 whole steps of 1 kernels; step span median 9.0 µs" <<<"$out" || fail "--graph 4: $out"
 # the same replays where every kernel has its own correlation id (cut at the first node's runs) and with a
@@ -65,14 +67,14 @@ CSV
 out=$($PY "$repo/tools/timeline_table.py" trace.csv --bytes ncu.csv --copy 3000) || fail "--bytes exited $?: $out"
 grep -q "^bytes a step 9.0 MB (Nsight Compute's, by kernel name); at 3000 GB/s they take 3.0 µs of the step's 7.0: bubble 4.0 µs" <<<"$out" ||
   fail "--bytes summary: $out"
-grep -q "^| a | 2 | 3.0 | 42.9 % | 1.50 | 1.50 | 0.50 | 1.50 | 1.00 |$" <<<"$out" || fail "--bytes row of a: $out"
-grep -q "^| b | 1 | 3.0 | 42.9 % | 3.00 | 4.00 | 0.00 | 6.00 | 2.00 |$" <<<"$out" || fail "--bytes row of b: $out"
+grep -q "^| a | 2 | 3.0 | 42.9 % | 1.50 | 1.50 | 0.00 | 0.50 | 1.50 | 1.00 |$" <<<"$out" || fail "--bytes row of a: $out"
+grep -q "^| b | 1 | 3.0 | 42.9 % | 3.00 | 4.00 | 1.00 | 0.00 | 6.00 | 2.00 |$" <<<"$out" || fail "--bytes row of b: $out"
 # --eager: the kernels launched outside graphs as one step (here the one eager kernel, 2 µs)
 out=$($PY "$repo/tools/timeline_table.py" trace.csv --eager) || fail "--eager exited $?: $out"
 grep -q "^1 kernels launched outside graphs, first start to last end 2.0 µs" <<<"$out" || fail "--eager: $out"
-grep -q "^| eager | 1 | 2.0 | 100.0 % | 2.00 | 2.00 | 0.00 |$" <<<"$out" || fail "--eager row: $out"
+grep -q "^| eager | 1 | 2.0 | 100.0 % | 2.00 | 2.00 | 0.00 | 0.00 |$" <<<"$out" || fail "--eager row: $out"
 # a trace without graph replays says so
 head -2 trace.csv > eager.csv
 if $PY "$repo/tools/timeline_table.py" eager.csv > err.txt 2>&1; then fail "a trace without graphs was accepted"; fi
 grep -q "no kernel ran from a CUDA graph" err.txt || fail "no-graph message: $(cat err.txt)"
-echo "timeline_table: steps, gaps, marginals and the sequence as computed by hand"
+echo "timeline_table: steps, gaps, marginals, early starts and the sequence as computed by hand"
