@@ -17,13 +17,14 @@
 // Then the release delay of graph+PDL: the time from the moment the last block of a kernel finishes (globaltimer,
 // read by that block) to the moment the next kernel's griddepcontrol.wait returns in its block 0.
 #include "bench_util.h"
+#include "cuda/pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(x) TS_CUDA_CHECK(x)
+using ts_cu::ld_acquire;
 
 constexpr int kThreads = 256;
 constexpr int kSamples = 21;
@@ -32,11 +33,6 @@ __device__ __forceinline__ uint64_t global_ns() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
 }
 __device__ __forceinline__ void st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -54,8 +50,7 @@ struct sync_state {
 // One step of a launched chain: every block reads val (L2), block 0 writes it plus one. STAMP: the last block to
 // finish stamps its end, and block 0 of the next kernel adds (its wait's return − that end) to delay_sum.
 template <bool PDL, bool STAMP> __global__ void __launch_bounds__(kThreads) step_kernel(sync_state *st) {
-    if (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (PDL) ts_cu::pdl_trigger(), ts_cu::pdl_wait(); // as the forward's kernels do
     __shared__ unsigned v;
     if (threadIdx.x == 0) {
         if (STAMP && blockIdx.x == 0) {
@@ -141,32 +136,32 @@ void launch(void (*kernel)(A...), int blocks, bool pdl, bool coop, cudaStream_t 
     cfg.stream = s;
     cfg.attrs = a;
     cfg.numAttrs = na;
-    CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 // The median µs a step of `run` (which enqueues one sample of `steps` steps on s), after 3 warm-up samples;
 // checks that val advanced by one a step.
 template <class F> float time_steps(F run, int steps, cudaStream_t s, sync_state *st, const char *name) {
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    TS_CUDA_CHECK(cudaEventCreate(&e0));
+    TS_CUDA_CHECK(cudaEventCreate(&e1));
     float ms[kSamples];
     for (int i = 0; i < 3 + kSamples; i++) {
-        CHECK(cudaMemsetAsync(st, 0, sizeof *st, s));
-        CHECK(cudaEventRecord(e0, s));
+        TS_CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof *st, s));
+        TS_CUDA_CHECK(cudaEventRecord(e0, s));
         run();
-        CHECK(cudaEventRecord(e1, s));
-        CHECK(cudaEventSynchronize(e1));
-        if (i >= 3) CHECK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
+        TS_CUDA_CHECK(cudaEventRecord(e1, s));
+        TS_CUDA_CHECK(cudaEventSynchronize(e1));
+        if (i >= 3) TS_CUDA_CHECK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
         sync_state h;
-        CHECK(cudaMemcpy(&h, st, sizeof h, cudaMemcpyDeviceToHost));
+        TS_CUDA_CHECK(cudaMemcpy(&h, st, sizeof h, cudaMemcpyDeviceToHost));
         if (h.val != static_cast<unsigned>(steps)) {
             fprintf(stderr, "bench_cuda_sync: %s made %u steps of %d\n", name, h.val, steps);
             exit(1);
         }
     }
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
+    TS_CUDA_CHECK(cudaEventDestroy(e0));
+    TS_CUDA_CHECK(cudaEventDestroy(e1));
     return 1e3f * bench_median(ms, kSamples) / static_cast<float>(steps);
 }
 
@@ -175,11 +170,11 @@ cudaGraphExec_t chain_graph(void (*k)(sync_state *), int blocks, bool pdl, int s
                             sync_state *st) {
     cudaGraph_t g;
     cudaGraphExec_t e;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    TS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < steps; i++) launch(k, blocks, pdl, false, s, st);
-    CHECK(cudaStreamEndCapture(s, &g));
-    CHECK(cudaGraphInstantiate(&e, g, 0));
-    CHECK(cudaGraphDestroy(g));
+    TS_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    TS_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    TS_CUDA_CHECK(cudaGraphDestroy(g));
     return e;
 }
 
@@ -195,12 +190,12 @@ int main(int argc, char **argv) {
         return 77;
     }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     const int sms = prop.multiProcessorCount;
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     sync_state *st;
-    CHECK(cudaMalloc(&st, sizeof *st));
+    TS_CUDA_CHECK(cudaMalloc(&st, sizeof *st));
     printf("bench_cuda_sync: %s, %d SMs, %d dependent steps a sample, %d threads a block; us a step "
            "(median of %d samples)\n\n",
            prop.name, sms, steps, kThreads, kSamples);
@@ -210,8 +205,10 @@ int main(int argc, char **argv) {
         const int blocks = per_sm * sms;
         cudaGraphExec_t plain = chain_graph(step_kernel<false, false>, blocks, false, steps, s, st);
         cudaGraphExec_t pdl = chain_graph(step_kernel<true, false>, blocks, true, steps, s, st);
-        const float t_plain = time_steps([&] { CHECK(cudaGraphLaunch(plain, s)); }, steps, s, st, "graph");
-        const float t_pdl = time_steps([&] { CHECK(cudaGraphLaunch(pdl, s)); }, steps, s, st, "graph+PDL");
+        const float t_plain =
+            time_steps([&] { TS_CUDA_CHECK(cudaGraphLaunch(plain, s)); }, steps, s, st, "graph");
+        const float t_pdl =
+            time_steps([&] { TS_CUDA_CHECK(cudaGraphLaunch(pdl, s)); }, steps, s, st, "graph+PDL");
         int n = steps;
         const float t_bar =
             time_steps([&] { launch(persistent_kernel<false>, blocks, false, true, s, st, n); }, steps, s, st,
@@ -220,19 +217,19 @@ int main(int argc, char **argv) {
             [&] { launch(persistent_kernel<true>, blocks, false, true, s, st, n); }, steps, s, st, "flag");
         printf("| %d (%d an SM) | %.2f | %.2f | %.2f | %.2f |\n", blocks, per_sm, t_plain, t_pdl, t_bar,
                t_flag);
-        CHECK(cudaGraphExecDestroy(plain));
-        CHECK(cudaGraphExecDestroy(pdl));
+        TS_CUDA_CHECK(cudaGraphExecDestroy(plain));
+        TS_CUDA_CHECK(cudaGraphExecDestroy(pdl));
     }
     // the release delay of graph+PDL at one block an SM
     cudaGraphExec_t stamped = chain_graph(step_kernel<true, true>, sms, true, steps, s, st);
-    time_steps([&] { CHECK(cudaGraphLaunch(stamped, s)); }, steps, s, st, "graph+PDL, stamped");
+    time_steps([&] { TS_CUDA_CHECK(cudaGraphLaunch(stamped, s)); }, steps, s, st, "graph+PDL, stamped");
     sync_state h;
-    CHECK(cudaMemcpy(&h, st, sizeof h, cudaMemcpyDeviceToHost));
+    TS_CUDA_CHECK(cudaMemcpy(&h, st, sizeof h, cudaMemcpyDeviceToHost));
     printf("\ngraph+PDL, %d blocks: from the last block's end to the next kernel's wait returning: %.2f us "
            "(mean of %u boundaries of the last sample)\n",
            sms, h.n_delay ? 1e-3 * (double)h.delay_sum / h.n_delay : 0.0, h.n_delay);
-    CHECK(cudaGraphExecDestroy(stamped));
-    CHECK(cudaFree(st));
-    CHECK(cudaStreamDestroy(s));
+    TS_CUDA_CHECK(cudaGraphExecDestroy(stamped));
+    TS_CUDA_CHECK(cudaFree(st));
+    TS_CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
 }
