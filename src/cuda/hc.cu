@@ -387,9 +387,14 @@ __device__ __forceinline__ void up_mix_block(const uint8_t *__restrict__ up, siz
     }
     __syncthreads();
 
-    for (int il = tid; il < ni; il += kThreads) {
-        float s = 0.0f;
-        for (int c = 0; c < C; c++) {
+    // the mix: thread (il, c) = (tid / kMaxStreams, tid mod kMaxStreams) adds stream c's unit sums of output il in
+    // unit order and takes their sigmoid; the group's lane c = 0 then adds the C streams' terms in stream order
+    // (whole warps: kFusedMaxIB·kMaxStreams threads, groups of kMaxStreams lanes)
+    static_assert(kFusedMaxIB * kMaxStreams % 32 == 0 && 32 % kMaxStreams == 0, "the mix's lane groups");
+    if (tid < kFusedMaxIB * kMaxStreams) {
+        const int il = tid / kMaxStreams, c = tid % kMaxStreams;
+        float term = 0.0f;
+        if (il < ni && c < C) {
             const float *pr = part + (c * ni + il) * upr;
             float m = 0.0f;
             for (int u = 0; u < upr; u++) m += pr[u];
@@ -398,9 +403,12 @@ __device__ __forceinline__ void up_mix_block(const uint8_t *__restrict__ up, siz
                 R[e0 + static_cast<size_t>(c) * H + il] = xg;
                 xg = xg * gv[c * ni + il];
             }
-            s += ts_dsigmoid(m) * (xg * rs[c]);
+            term = ts_dsigmoid(m) * (xg * rs[c]);
         }
-        x[static_cast<size_t>(t) * H + i0 + il] = s / fc;
+        const int base = (tid & 31) - c;
+        float s = 0.0f;
+        for (int q = 0; q < C; q++) s += __shfl_sync(0xffffffffu, term, base + q);
+        if (c == 0 && il < ni) x[static_cast<size_t>(t) * H + i0 + il] = s / fc;
     }
 }
 

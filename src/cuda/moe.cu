@@ -314,12 +314,15 @@ struct route_smem {
 __device__ void route_row(const float *logit, float *p, int E, int k, int t, int32_t *__restrict__ topk_id,
                           float *__restrict__ topk_w, route_smem &sm) {
     const int tid = threadIdx.x;
-    float mx = -INFINITY;
-    for (int e = tid; e < E; e += kRouterThreads) mx = fmaxf(mx, __ldcg(logit + e));
+    // (E ≤ kRouterThreads: a thread's one logit read once, for both passes; the same values)
+    const bool one = E <= kRouterThreads;
+    const float l0 = one && tid < E ? __ldcg(logit + tid) : -INFINITY;
+    float mx = fmaxf(-INFINITY, l0); // (as the max of a loop from -inf: a NaN logit leaves -inf)
+    for (int e = tid; !one && e < E; e += kRouterThreads) mx = fmaxf(mx, __ldcg(logit + e));
     mx = block_max(mx, sm.red);
     float sum = 0.0f;
     for (int e = tid; e < E; e += kRouterThreads) {
-        const float v = expf(__ldcg(logit + e) - mx);
+        const float v = expf((one ? l0 : __ldcg(logit + e)) - mx);
         p[e] = v;
         sum += v;
     }
