@@ -12,12 +12,23 @@ namespace {
 constexpr int kMaxSliceWarps = 16; // ts_cuda_hc_write_in.slice ≤ 512
 
 // This block's rows of split q (groups of KW rows, as blocks_product takes them: group bx, bx + gx, ...) into
-// L2 while the kernel before finishes.
+// L2 while the kernel before finishes; from its second group on with `after_first` (the first group's copies
+// into shared memory made by blocks_issue_first).
 template <int KW>
 __device__ __forceinline__ void prefetch_split_rows(const uint8_t *W, size_t rb, size_t wsplit, int n_out,
-                                                    int q, int bx, int gx) {
-    for (int o = bx * KW + (static_cast<int>(threadIdx.x) >> 5); o < n_out; o += gx * KW)
+                                                    int q, int bx, int gx, bool after_first = false) {
+    for (int o = (bx + (after_first ? gx : 0)) * KW + (static_cast<int>(threadIdx.x) >> 5); o < n_out;
+         o += gx * KW)
         prefetch_l2(W + static_cast<size_t>(o) * rb + q * wsplit, wsplit, threadIdx.x & 31, 32);
+}
+
+// Split q's rows of this block's first group: their first steps copied into shared memory before the wait
+// (blocks_issue_first), the later groups' rows into L2; the product then runs with PRE = true.
+template <int TYPE, int KW>
+__device__ __forceinline__ void issue_split_rows(const uint8_t *W, size_t rb, size_t wsplit, int n_out,
+                                                 int nb, int q, int bx, int gx) {
+    blocks_issue_first<TYPE, 1, KW>(dense_rows{W + q * wsplit, rb}, n_out, nb, bx);
+    prefetch_split_rows<KW>(W, rb, wsplit, n_out, q, bx, gx, true);
 }
 
 // Split q's x is stream q of tokens t0 .. t0 + T − 1 as the write leaves it, times g (matmul.h), staged in xs
@@ -26,7 +37,7 @@ __device__ __forceinline__ void prefetch_split_rows(const uint8_t *W, size_t rb,
 // element s·slice + w·32 + lane in warp w's butterfly, the warps' sums added in order, as hc_write_ss_kernel
 // (hc.cu) adds them; then the block's rows of the product (blocks_product, groups bx, bx + gx, ...) into
 // y + q·ysplit. A row's sums, and every written value, do not depend on KW, bx or gx.
-template <int TYPE, int T, int KW>
+template <int TYPE, int T, int KW, bool PRE = false>
 __device__ __forceinline__ void
 split_hc_write_block(const uint8_t *__restrict__ W, size_t rb, size_t wsplit, int n_out, int nb, int ne0,
                      const ts_cuda_hc_write_in &in, int C, int t0, float *__restrict__ y, size_t ysplit,
@@ -75,8 +86,8 @@ split_hc_write_block(const uint8_t *__restrict__ W, size_t rb, size_t wsplit, in
         __syncthreads();
     }
     __syncthreads(); // xs complete
-    blocks_product<TYPE, 1, T, true, KW>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs,
-                                         y + q * ysplit, bx, gx);
+    blocks_product<TYPE, 1, T, true, KW, PRE>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs,
+                                              y + q * ysplit, bx, gx);
 }
 
 } // namespace

@@ -66,53 +66,94 @@ struct dense_rows {
     __device__ __forceinline__ const uint8_t *row(int o) const { return w + static_cast<size_t>(o) * rb; }
 };
 
+// The pipeline of blocks_product: a step is BPS blocks of a row, NS stages a warp and row in shared memory (one
+// array a kernel and shape: __shared__ in a device function is the block's, whichever call names it).
+template <int TYPE, int R> struct blocks_pipe {
+    using Q = qtype<TYPE>;
+    static constexpr int BPS = 32 / Q::UPB;            // blocks per step
+    static constexpr int STEP = BPS * Q::BS;           // bytes of one row per step
+    static constexpr int LINES = (STEP + 15) / 16 + 1; // 16-byte lines that can cover a step at any offset
+    static constexpr int BUF = LINES * 16 + 16;        // + slack read by lds_words_a2
+    static constexpr int NS = R >= 4 ? 2 : 4;          // pipeline stages
+};
+template <int TYPE, int R, int KW>
+__device__ __forceinline__
+uint8_t (*blocks_stages())[blocks_pipe<TYPE, R>::NS][R][blocks_pipe<TYPE, R>::BUF] {
+    using P = blocks_pipe<TYPE, R>;
+    __shared__ __align__(16) uint8_t stage[KW][P::NS][R][P::BUF];
+    return stage;
+}
+
+// Copies the bytes of step s of this warp's rows (rowp) into stage s % NS; always commits a group (possibly
+// empty) so that group s holds step s.
+template <int TYPE, int R, int KW>
+__device__ __forceinline__ void blocks_issue(const uint8_t *const (&rowp)[R], int nb, int s, int warp,
+                                             int lane) {
+    using P = blocks_pipe<TYPE, R>;
+    using Q = typename P::Q;
+    const int nsteps = (nb + P::BPS - 1) / P::BPS;
+    if (s < nsteps) {
+        const int b0 = s * P::BPS, b1 = min(b0 + P::BPS, nb);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint8_t *start = rowp[r] + static_cast<size_t>(b0) * Q::BS;
+            const uint8_t *a0 = align_down16(start);
+            const int nl = static_cast<int>((start + static_cast<size_t>(b1 - b0) * Q::BS - a0 + 15) >> 4);
+            uint8_t *dst = blocks_stages<TYPE, R, KW>()[warp][s % P::NS][r];
+            for (int l = lane; l < nl; l += 32) cp_async16(dst + 16 * l, a0 + 16 * l);
+        }
+    }
+    cp_async_commit();
+}
+
+// This warp's rows of group g (the last row repeated past n_out), or false when the group has none of them.
+template <int R, int KW, class Rows>
+__device__ __forceinline__ bool blocks_rows(const Rows &rows, int n_out, int g, int warp,
+                                            const uint8_t *(&rowp)[R]) {
+    const int o0 = (g * KW + warp) * R;
+    if (o0 >= n_out) return false;
+#pragma unroll
+    for (int r = 0; r < R; r++) rowp[r] = rows.row(min(o0 + r, n_out - 1));
+    return true;
+}
+
+// The first NS − 1 steps of group g0's rows, issued before the kernel's dependency wait (weights only): a caller
+// that makes no other cp.async group before blocks_product<..., PRE = true> (whose first group then skips them).
+template <int TYPE, int R, int KW = kWarps, class Rows>
+__device__ __forceinline__ void blocks_issue_first(const Rows &rows, int n_out, int nb, int g0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint8_t *rowp[R];
+    if (!blocks_rows<R, KW>(rows, n_out, g0, warp, rowp)) return;
+#pragma unroll
+    for (int s = 0; s < blocks_pipe<TYPE, R>::NS - 1; s++) blocks_issue<TYPE, R, KW>(rowp, nb, s, warp, lane);
+}
+
 // The block-type product of one thread block: it owns groups g0, g0 + gstep, ... of KW·R consecutive rows
 // (of n_out), each of its KW warps R rows of a group (a row's sums do not depend on KW). nb: blocks per row.
 // x (T·ne0 floats) is read from xs when XS (staged by the caller), else from global memory through L1.
-template <int TYPE, int R, int T, bool XS, int KW = kWarps, class Rows>
+// PRE: blocks_issue_first made group g0's first steps' copies.
+template <int TYPE, int R, int T, bool XS, int KW = kWarps, bool PRE = false, class Rows>
 __device__ __forceinline__ void blocks_product(const Rows &rows, int n_out, int nb, int ne0,
                                                const float *__restrict__ x, const float4 *xs,
                                                float *__restrict__ y, int g0, int gstep) {
-    using Q = qtype<TYPE>;
-    constexpr int BPS = 32 / Q::UPB;            // blocks per step
-    constexpr int STEP = BPS * Q::BS;           // bytes of one row per step
-    constexpr int LINES = (STEP + 15) / 16 + 1; // 16-byte lines that can cover a step at any offset
-    constexpr int BUF = LINES * 16 + 16;        // + slack read by lds_words_a2
-    constexpr int NS = R >= 4 ? 2 : 4;          // pipeline stages
-    __shared__ __align__(16) uint8_t stage[KW][NS][R][BUF];
+    using P = blocks_pipe<TYPE, R>;
+    using Q = typename P::Q;
+    constexpr int NS = P::NS;
+    auto stage = blocks_stages<TYPE, R, KW>();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nsteps = (nb + BPS - 1) / BPS;
+    const int nsteps = (nb + P::BPS - 1) / P::BPS;
     const int ngroups = (n_out + KW * R - 1) / (KW * R);
 
     for (int g = g0; g < ngroups; g += gstep) {
-        const int o0 = (g * KW + warp) * R;
-        if (o0 >= n_out) break; // only in the last group; warps never wait for each other below
-        const int nr = min(R, n_out - o0);
         const uint8_t *rowp[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) rowp[r] = rows.row(min(o0 + r, n_out - 1));
+        if (!blocks_rows<R, KW>(rows, n_out, g, warp, rowp))
+            break; // only in the last group; warps never wait for each other below
+        const int o0 = (g * KW + warp) * R, nr = min(R, n_out - o0);
 
-        // Copies the bytes of step s of every row into stage s % NS; always commits a group
-        // (possibly empty) so that group s holds step s.
-        auto issue = [&](int s) {
-            if (s < nsteps) {
-                const int b0 = s * BPS, b1 = min(b0 + BPS, nb);
+        if (!PRE || g != g0)
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint8_t *start = rowp[r] + static_cast<size_t>(b0) * Q::BS;
-                    const uint8_t *a0 = align_down16(start);
-                    const int nl =
-                        static_cast<int>((start + static_cast<size_t>(b1 - b0) * Q::BS - a0 + 15) >> 4);
-                    uint8_t *dst = stage[warp][s % NS][r];
-                    for (int l = lane; l < nl; l += 32) cp_async16(dst + 16 * l, a0 + 16 * l);
-                }
-            }
-            cp_async_commit();
-        };
-
-#pragma unroll
-        for (int s = 0; s < NS - 1; s++) issue(s);
+            for (int s = 0; s < NS - 1; s++) blocks_issue<TYPE, R, KW>(rowp, nb, s, warp, lane);
 
         float acc[R][T];
 #pragma unroll
@@ -121,16 +162,16 @@ __device__ __forceinline__ void blocks_product(const Rows &rows, int n_out, int 
             for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
 
         for (int s = 0; s < nsteps; s++) {
-            issue(s + NS - 1);
+            blocks_issue<TYPE, R, KW>(rowp, nb, s + NS - 1, warp, lane);
             cp_async_wait<NS - 1>(); // this lane's copies of step s have landed
             __syncwarp();            // ... and every other lane's
-            const int b = s * BPS + lane / Q::UPB;
+            const int b = s * P::BPS + lane / Q::UPB;
             if (b < nb) {
                 const int k = lane % Q::UPB;
                 const uint8_t *blk[R];
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    const uint8_t *start = rowp[r] + static_cast<size_t>(s) * STEP;
+                    const uint8_t *start = rowp[r] + static_cast<size_t>(s) * P::STEP;
                     blk[r] = stage[warp][s % NS][r] + (reinterpret_cast<uintptr_t>(start) & 15u) +
                              (lane / Q::UPB) * Q::BS;
                 }

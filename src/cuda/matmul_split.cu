@@ -36,14 +36,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     extern __shared__ float4 xs[]; // T·ne0/4 float4s
     const int q = static_cast<int>(blockIdx.y);
     pdl_trigger();
-    prefetch_split_rows<kWarps>(W, rb, wsplit, n_out, q, static_cast<int>(blockIdx.x),
-                                static_cast<int>(gridDim.x));
+    issue_split_rows<TYPE, kWarps>(W, rb, wsplit, n_out, nb, q, static_cast<int>(blockIdx.x),
+                                   static_cast<int>(gridDim.x));
     pdl_wait();
     stage_x<qtype<TYPE>, T>(xs, x + static_cast<size_t>(q) * ne0, ne0, xstride, kWarps * 32);
     __syncthreads();
-    blocks_product<TYPE, 1, T, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr, xs,
-                                     y + q * ysplit, static_cast<int>(blockIdx.x),
-                                     static_cast<int>(gridDim.x));
+    blocks_product<TYPE, 1, T, true, kWarps, true>(dense_rows{W + q * wsplit, rb}, n_out, nb, ne0, nullptr,
+                                                   xs, y + q * ysplit, static_cast<int>(blockIdx.x),
+                                                   static_cast<int>(gridDim.x));
 }
 
 // ts_cuda_matmul_split_hc_write: split q = blockIdx.y of the product with the write before it
@@ -57,9 +57,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int q = static_cast<int>(blockIdx.y), bx = static_cast<int>(blockIdx.x),
               gx = static_cast<int>(gridDim.x);
     pdl_trigger();
-    prefetch_split_rows<kWarps>(W, rb, wsplit, n_out, q, bx, gx);
+    issue_split_rows<TYPE, kWarps>(W, rb, wsplit, n_out, nb, q, bx, gx);
     pdl_wait();
-    split_hc_write_block<TYPE, T, kWarps>(W, rb, wsplit, n_out, nb, ne0, in, C, t0, y, ysplit, q, bx, gx, xs);
+    split_hc_write_block<TYPE, T, kWarps, true>(W, rb, wsplit, n_out, nb, ne0, in, C, t0, y, ysplit, q, bx,
+                                                gx, xs);
 }
 
 struct split_args {
