@@ -118,11 +118,16 @@ void ts_sampler_accept(ts_sampler *s, int32_t token) {
     s->n_hist++;
 }
 
+/* Whether any penalty can change a logit now. */
+static bool penalties_on(const ts_sampler *s) {
+    const ts_sampler_params *p = &s->p;
+    return p->penalty_last_n != 0 && s->n_hist > 0 &&
+           (p->repeat_penalty != 1 || p->presence_penalty != 0 || p->frequency_penalty != 0);
+}
+
 static void apply_penalties(ts_sampler *s) {
     const ts_sampler_params *p = &s->p;
-    if (p->penalty_last_n == 0 ||
-        (p->repeat_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0))
-        return;
+    if (!penalties_on(s)) return;
     int64_t n = p->penalty_last_n < 0 ? TS_PENALTY_MAX_HISTORY : p->penalty_last_n;
     if (n > s->n_hist) n = s->n_hist;
     if (n > TS_PENALTY_MAX_HISTORY) n = TS_PENALTY_MAX_HISTORY;
@@ -166,6 +171,12 @@ int32_t ts_sampler_sample(ts_sampler *s, const float *logits) {
 int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint32_t *allow) {
     const ts_sampler_params *p = &s->p;
     int32_t V = s->n_vocab;
+    if (p->temperature <= 0 && !allow && !penalties_on(s)) { /* greedy on the logits as they are */
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
     for (int32_t i = 0; i < V; i++) s->c[i] = (cand){i, logits[i], 0};
     apply_penalties(s);
     if (allow) { /* keep the allowed candidates only (ids stay in order) */

@@ -121,6 +121,11 @@ struct ts_sched {
     int64_t *b_n;
     float **b_logits;
     int *b_slot, *order;
+    /* the step's slots to sample, [n_slots]: their indices, their tokens before, and whether a reply that ends
+       there goes into the prefix cache */
+    int *todo;
+    int64_t *todo_gen0;
+    bool *todo_put;
     ts_prefix_tree *cache; /* the prefix cache (NULL: off): scheduler thread only */
 };
 
@@ -667,11 +672,17 @@ static void slot_sample(ts_sched *s, slot *sl) {
         snprintf(sl->err, sizeof sl->err, "out of memory"), sl->fin = TS_FINISH_ERROR;
 }
 
+/* Queues slot i to sample its next token (sample_queued); put: a reply that ends there goes into the
+ * prefix cache. */
+static void queue_sample(ts_sched *s, int i, int *nt, bool put) {
+    s->todo[*nt] = i, s->todo_gen0[*nt] = s->slots[i].n_gen, s->todo_put[*nt] = put;
+    (*nt)++;
+}
+
 /* The prompt of sl's job is done in sl (choice 0): the choices waiting for it get a copy of its
- * state and logits and sample their first token; they are appended to the slots to publish
- * (s->b_slot[*np ...]). Returns the tokens they generated. */
-static int64_t start_waiting(ts_sched *s, slot *lead, int *np) {
-    int64_t n_gen = 0;
+ * state and logits and are queued to sample their first token; they are appended to the slots to
+ * publish (s->b_slot[*np ...]). */
+static void start_waiting(ts_sched *s, slot *lead, int *np, int *nt) {
     for (int i = 0; i < s->p.n_slots; i++) {
         slot *f = &s->slots[i];
         if (f->job != lead->job || !f->waiting) continue;
@@ -685,8 +696,26 @@ static int64_t start_waiting(ts_sched *s, slot *lead, int *np) {
         f->held.n = lead->held.n;
         f->fed = lead->fed;
         memcpy(f->logits, lead->logits, (size_t)s->n_vocab * sizeof *f->logits);
-        slot_sample(s, f);
-        n_gen += f->n_gen;
+        queue_sample(s, i, nt, false);
+    }
+}
+
+/* Samples the queued slots' next tokens (slot_sample), side by side on the OpenMP threads: each slot's
+ * logits, sampler, grammar matcher and text are its own, and a slot's pass over the vocabulary (its
+ * sampling and log-probabilities, ~5 ms at 248,320 entries) is the host's largest share of a step with
+ * many streams. Then, in queue order, the tokens they generated are counted and the replies that ended
+ * go into the prefix cache. Returns the tokens generated. */
+static uint64_t sample_queued(ts_sched *s, int nt) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
+#endif
+    for (int k = 0; k < nt; k++) slot_sample(s, &s->slots[s->todo[k]]);
+    uint64_t n_gen = 0;
+    for (int k = 0; k < nt; k++) {
+        slot *sl = &s->slots[s->todo[k]];
+        n_gen += (uint64_t)(sl->n_gen - s->todo_gen0[k]);
+        if (s->todo_put[k] && (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH))
+            cache_put(s, sl, true); /* the reply's end */
     }
     return n_gen;
 }
@@ -753,6 +782,7 @@ static void *sched_main(void *arg) {
         double dt = ts_now() - t0;
         uint64_t n_prompt = 0, n_gen = 0;
         int np = nb; /* slots to publish: the batch's, then choices started from a finished prompt */
+        int nt = 0;  /* slots to sample */
         for (int b = 0; b < nb; b++) {
             slot *sl = &s->slots[s->b_slot[b]];
             if (rc) { /* the sessions are in an unknown state: start them over */
@@ -772,24 +802,19 @@ static void *sched_main(void *arg) {
                     continue;
                 }
                 cache_put(s, sl, true);
-                n_gen += (uint64_t)start_waiting(s, sl, &np);
+                start_waiting(s, sl, &np, &nt);
             }
-            int64_t before = sl->n_gen;
-            slot_sample(s, sl);
-            n_gen += (uint64_t)(sl->n_gen - before);
-            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH)
-                cache_put(s, sl, true); /* the reply's end */
+            queue_sample(s, s->b_slot[b], &nt, true);
         }
         for (int i = 0; !rc && i < s->p.n_slots; i++) { /* prompts restored whole: no step needed */
             slot *sl = &s->slots[i];
             if (!sl->job || !sl->ready) continue;
             sl->ready = false;
             s->b_slot[np++] = i;
-            n_gen += (uint64_t)start_waiting(s, sl, &np);
-            slot_sample(s, sl);
-            n_gen += (uint64_t)sl->n_gen;
-            if (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH) cache_put(s, sl, true);
+            start_waiting(s, sl, &np, &nt);
+            queue_sample(s, i, &nt, true);
         }
+        n_gen += sample_queued(s, nt);
         ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
 
         pthread_mutex_lock(&s->mu);
@@ -890,7 +915,11 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
     s->b_logits = calloc((size_t)n, sizeof *s->b_logits);
     s->b_slot = calloc((size_t)n, sizeof *s->b_slot);
     s->order = calloc((size_t)n, sizeof *s->order);
-    if (!s->slots || !s->b_sess || !s->b_ids || !s->b_n || !s->b_logits || !s->b_slot || !s->order) {
+    s->todo = calloc((size_t)n, sizeof *s->todo);
+    s->todo_gen0 = calloc((size_t)n, sizeof *s->todo_gen0);
+    s->todo_put = calloc((size_t)n, sizeof *s->todo_put);
+    if (!s->slots || !s->b_sess || !s->b_ids || !s->b_n || !s->b_logits || !s->b_slot || !s->order ||
+        !s->todo || !s->todo_gen0 || !s->todo_put) {
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
@@ -980,7 +1009,7 @@ void ts_sched_free(ts_sched *s) {
         ts_text_free(&sl->text);
     }
     free(s->slots), free(s->b_sess), free(s->b_ids), free(s->b_n), free(s->b_logits), free(s->b_slot),
-        free(s->order);
+        free(s->order), free(s->todo), free(s->todo_gen0), free(s->todo_put);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->mu);
