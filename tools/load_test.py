@@ -21,8 +21,9 @@ Python's standard library only (the GPU machine has python3, no node and no pip)
    equal, and token for token the same bytes with log-probabilities at most --tol apart (default
    1e-3 nats, 0.1 % in probability). On the CPU backend a row in a batch is not computed bit for
    bit as alone (SIMD dot products tile by the step's token count: up to ~2.4e-6 seen on the demo
-   model's logprobs at 8 clients; docs/DECISIONS.md); the GPU's batched decode gives the same bits
-   as alone, and a build whose kernels round differently must stay within the precision gate of
+   model's logprobs at 8 clients; docs/DECISIONS.md); on the GPU a decode step of up to 8
+   rows gives the same bits as alone, while steps of more rows (the split products) and prompts
+   prefilled beside others (the GEMM) round differently and must stay within the precision gate of
    docs/DECISIONS.md (2e-3 of max|logit| from the reference: for two runs and a logprob, which is
    logit - logsumexp, up to 8e-3 of max|logit|; raise --tol to that when a build needs it). The
    first differing token is excused when alone's top two log-probabilities at that step are within
