@@ -99,6 +99,38 @@ edited nan_weights "the logits at position 4 hold NaN" fill:blk.1.hc_ffn_norm.we
 TURBOSPARK_CHECK_FINITE=1 timeout 20 "$TS_BIN" run -m "$TS_TMP/nan_weights.gguf" -p "And it came to pass" -n 2 \
     >/dev/null 2>"$TS_TMP/err"
 grep -q "first appears in layer 1, after its MoE block" "$TS_TMP/err" || bad "TURBOSPARK_CHECK_FINITE: $(cat "$TS_TMP/err")"
+# ... and in the server's batched steps (ts_batch_eval checks every entry's row): two requests at once
+# both end with the engine's sentence, and the server stops cleanly
+"$TS_BIN" serve -m "$TS_TMP/nan_weights.gguf" --host 127.0.0.1 --port 0 -np 2 -c 64 2>"$TS_TMP/nan_serve.log" &
+nan_pid=$!
+"$PY" - "$TS_TMP/nan_serve.log" <<'EOF2' >"$TS_TMP/nan_serve.out" 2>&1 || bad "serve with NaN weights: $(cat "$TS_TMP/nan_serve.out")"
+import json, re, sys, threading, time, urllib.error, urllib.request
+port = None
+for _ in range(400):
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(sys.argv[1]).read())
+    if m:
+        port = m.group(1)
+        break
+    time.sleep(0.05)
+if not port:
+    sys.exit("no port in the log")
+out = [None, None]
+def ask(i):
+    body = json.dumps({"prompt": "And it came to pass %d" % i, "max_tokens": 2, "temperature": 0}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % port, body, {"Content-Type": "application/json"})
+    try:
+        out[i] = (200, urllib.request.urlopen(req, timeout=30).read().decode())
+    except urllib.error.HTTPError as e:
+        out[i] = (e.code, e.read().decode())
+ts = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+for code, text in out:
+    if code == 200 or "hold NaN" not in text:
+        sys.exit("expected an error naming NaN logits, got %s %s" % (code, text[:300]))
+EOF2
+kill -TERM $nan_pid 2>/dev/null
+wait $nan_pid || bad "serve with NaN weights exited with status $? after SIGTERM: $(tail -3 "$TS_TMP/nan_serve.log")"
 # the block_count edit: time and peak memory of the refusal
 "$PY" - "$TS_BIN" "$TS_TMP/block_count_max.gguf" <<'EOF2' >"$TS_TMP/cost" || bad "block_count refusal: $(cat "$TS_TMP/cost")"
 import resource, subprocess, sys, time
