@@ -316,6 +316,10 @@ def main():
     except (Failure, ValueError) as e:
         report["errors"].append(f"/metrics after the concurrent phase: {e}")
         m2 = {}
+    # where the scheduler's time went: forward steps, sampling, prefix-cache saves (the rest: its own
+    # bookkeeping, waiting for work)
+    spent = {k: m2.get(f"turbospark_{k}_seconds_total", 0) - m1.get(f"turbospark_{k}_seconds_total", 0)
+             for k in ("busy", "sample", "cache_save")}
     steps = m2.get("turbospark_batch_steps_total", 0) - m1.get("turbospark_batch_steps_total", 0)
     seqs = m2.get("turbospark_batch_sequences_total", 0) - m1.get("turbospark_batch_sequences_total", 0)
 
@@ -348,6 +352,7 @@ def main():
     report.update(
         concurrent={"wall_s": wall, "completion_tokens": gen, "tokens_per_s": gen / wall if wall > 0 else 0,
                     "steps": steps, "mean_batch": seqs / steps if steps else 0,
+                    "forward_s": spent["busy"], "sample_s": spent["sample"], "cache_save_s": spent["cache_save"],
                     "mean_prompt_tokens": sum(r["prompt_tokens"] for r in answered) / max(1, len(answered)),
                     "ttft_s": {"p50": pct(ttft, 50), "p90": pct(ttft, 90), "max": pct(ttft, 100)},
                     "stream_tokens_per_s": {"p50": pct(stream, 50), "p10": pct(stream, 10), "min": pct(stream, 0)}},
@@ -363,7 +368,8 @@ def main():
     c = report["concurrent"]
     fmt = lambda x, f: f % x if x is not None else "-"
     print(f"load_test: {args.clients} clients x {args.max_tokens} tokens: {c['tokens_per_s']:.1f} tokens/s aggregate "
-          f"({gen} tokens in {wall:.2f} s, {c['mean_batch']:.1f} sequences a step); first token p50 {fmt(c['ttft_s']['p50'], '%.3f')} s, "
+          f"({gen} tokens in {wall:.2f} s, {c['mean_batch']:.1f} sequences a step; forward {c['forward_s']:.2f} s, "
+          f"sampling {c['sample_s']:.2f} s, cache saves {c['cache_save_s']:.2f} s); first token p50 {fmt(c['ttft_s']['p50'], '%.3f')} s, "
           f"p90 {fmt(c['ttft_s']['p90'], '%.3f')} s; per stream p50 {fmt(c['stream_tokens_per_s']['p50'], '%.1f')} tokens/s; "
           f"alone {report['alone']['tokens_per_s']:.1f} tokens/s; {verdicts['equal']}/{len(jobs)} equal to alone"
           f"{' (+%d ambiguous)' % verdicts['ambiguous'] if verdicts['ambiguous'] else ''}, max |dlogprob| {worst:.3g}; "

@@ -81,6 +81,13 @@ void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, do
     pthread_mutex_unlock(&m->mu);
 }
 
+void ts_metrics_host(ts_metrics *m, double sample_seconds, double cache_seconds) {
+    pthread_mutex_lock(&m->mu);
+    m->sample_seconds += sample_seconds;
+    m->cache_seconds += cache_seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void ts_metrics_cache(ts_metrics *m, const ts_metrics_cache_add *add, const ts_metrics_cache_now *now) {
     pthread_mutex_lock(&m->mu);
     ts_metrics_cache_add *t = &m->cache;
@@ -204,18 +211,24 @@ int ts_metrics_render(ts_metrics *m, const ts_metrics_gauges *g, ts_text *out) {
                   "# HELP turbospark_http_requests_in_flight HTTP requests being answered.\n"
                   "# TYPE turbospark_http_requests_in_flight gauge\nturbospark_http_requests_in_flight %d\n",
                   g->queue_depth, g->slots_busy, g->slots_total, (long long)g->n_ctx_slot, g->http_in_flight);
-    rc |= appendf(out,
-                  "# HELP turbospark_batch_steps_total Batched forward steps.\n"
-                  "# TYPE turbospark_batch_steps_total counter\nturbospark_batch_steps_total %llu\n"
-                  "# HELP turbospark_batch_sequences_total Sequences summed over all steps (divide by steps: "
-                  "mean batch).\n"
-                  "# TYPE turbospark_batch_sequences_total counter\nturbospark_batch_sequences_total %llu\n"
-                  "# HELP turbospark_busy_seconds_total Seconds spent in forward steps.\n"
-                  "# TYPE turbospark_busy_seconds_total counter\nturbospark_busy_seconds_total %.3f\n"
-                  "# HELP turbospark_uptime_seconds Seconds since the server started.\n"
-                  "# TYPE turbospark_uptime_seconds gauge\nturbospark_uptime_seconds %.1f\n",
-                  (unsigned long long)m->steps, (unsigned long long)m->step_sequences, m->busy_seconds,
-                  now - m->t_start);
+    rc |= appendf(
+        out,
+        "# HELP turbospark_batch_steps_total Batched forward steps.\n"
+        "# TYPE turbospark_batch_steps_total counter\nturbospark_batch_steps_total %llu\n"
+        "# HELP turbospark_batch_sequences_total Sequences summed over all steps (divide by steps: "
+        "mean batch).\n"
+        "# TYPE turbospark_batch_sequences_total counter\nturbospark_batch_sequences_total %llu\n"
+        "# HELP turbospark_busy_seconds_total Seconds spent in forward steps.\n"
+        "# TYPE turbospark_busy_seconds_total counter\nturbospark_busy_seconds_total %.3f\n"
+        "# HELP turbospark_sample_seconds_total Seconds spent choosing the steps' tokens and their "
+        "log-probabilities (after the forward).\n"
+        "# TYPE turbospark_sample_seconds_total counter\nturbospark_sample_seconds_total %.3f\n"
+        "# HELP turbospark_cache_save_seconds_total Seconds spent saving states into the prefix cache.\n"
+        "# TYPE turbospark_cache_save_seconds_total counter\nturbospark_cache_save_seconds_total %.3f\n"
+        "# HELP turbospark_uptime_seconds Seconds since the server started.\n"
+        "# TYPE turbospark_uptime_seconds gauge\nturbospark_uptime_seconds %.1f\n",
+        (unsigned long long)m->steps, (unsigned long long)m->step_sequences, m->busy_seconds,
+        m->sample_seconds, m->cache_seconds, now - m->t_start);
     const ts_metrics_cache_now *c = &m->cache_now;
     rc |= appendf(
         out,

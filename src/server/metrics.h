@@ -75,7 +75,9 @@ typedef struct ts_metrics {
     /* generation */
     uint64_t finished[TS_FINISH_N];
     uint64_t prompt_tokens, prompt_tokens_cached, gen_tokens, steps, step_sequences;
-    double busy_seconds; /* time spent in batched forward steps */
+    double busy_seconds;   /* time spent in batched forward steps */
+    double sample_seconds; /* the scheduler's time choosing the steps' tokens (and their log-probabilities) */
+    double cache_seconds;  /* the scheduler's time saving states into the prefix cache */
     /* the prefix cache (sched.h) */
     ts_metrics_cache_add cache; /* totals since the start */
     ts_metrics_cache_now cache_now;
@@ -96,6 +98,8 @@ void ts_metrics_unanswered(ts_metrics *m, ts_unanswered why);
 void ts_metrics_conn_closed(ts_metrics *m, ts_close_reason why);
 /* A scheduler step: sequences in it, prompt and generated tokens, seconds it took. */
 void ts_metrics_step(ts_metrics *m, int n_seq, uint64_t prompt, uint64_t gen, double seconds);
+/* Host time a step spent beside its forward: sampling its slots, saving prefix-cache snapshots. */
+void ts_metrics_host(ts_metrics *m, double sample_seconds, double cache_seconds);
 /* A finished completion: why, cached prompt tokens, total latency and time to first token (< 0: none). */
 void ts_metrics_finish(ts_metrics *m, ts_finish why, int64_t cached, double latency, double ttft);
 

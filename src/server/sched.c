@@ -126,7 +126,8 @@ struct ts_sched {
     int *todo;
     int64_t *todo_gen0;
     bool *todo_put;
-    ts_prefix_tree *cache; /* the prefix cache (NULL: off): scheduler thread only */
+    ts_prefix_tree *cache;    /* the prefix cache (NULL: off): scheduler thread only */
+    double sample_s, cache_s; /* this step's host time sampling and saving snapshots (for the metrics) */
 };
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -420,6 +421,7 @@ static ts_snapshot *cache_snapshot(ts_sched *s, ts_session *sess, uint64_t *evic
 static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
     const size_t n = sl->held.n;
     if (!s->cache || n == 0 || !sl->job || !sl->job->cache_prompt) return;
+    const double t0 = ts_now();
     const float *logits = with_logits ? sl->logits : NULL;
     uint64_t evicted = 0, spills = 0;
     ts_prefix_entry *e = ts_prefix_tree_get(s->cache, sl->held.ids, n);
@@ -433,6 +435,7 @@ static void cache_put(ts_sched *s, slot *sl, bool with_logits) {
         evicted += ev;
     }
     cache_publish(s, &(ts_metrics_cache_add){.evictions = evicted, .spills = spills});
+    s->cache_s += ts_now() - t0;
 }
 
 /* Starts choice c of j in sl (c > 0: waiting for choice 0's prompt). Under mu. A failure ends the
@@ -706,10 +709,12 @@ static void start_waiting(ts_sched *s, slot *lead, int *np, int *nt) {
  * many streams. Then, in queue order, the tokens they generated are counted and the replies that ended
  * go into the prefix cache. Returns the tokens generated. */
 static uint64_t sample_queued(ts_sched *s, int nt) {
+    const double t0 = ts_now();
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
 #endif
     for (int k = 0; k < nt; k++) slot_sample(s, &s->slots[s->todo[k]]);
+    s->sample_s += ts_now() - t0;
     uint64_t n_gen = 0;
     for (int k = 0; k < nt; k++) {
         slot *sl = &s->slots[s->todo[k]];
@@ -816,6 +821,8 @@ static void *sched_main(void *arg) {
         }
         n_gen += sample_queued(s, nt);
         ts_metrics_step(s->mt, nb, n_prompt, n_gen, dt);
+        ts_metrics_host(s->mt, s->sample_s, s->cache_s);
+        s->sample_s = s->cache_s = 0;
 
         pthread_mutex_lock(&s->mu);
         double now = ts_now();
