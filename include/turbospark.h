@@ -456,7 +456,8 @@ typedef struct ts_token_logprobs {
 } ts_token_logprobs;
 
 /* Log-probabilities as OpenAI and vLLM report them by default: the log-softmax of the raw logits
- * (before penalties, temperature, truncation or a grammar's mask), in double precision. Returns the
+ * (before penalties, temperature, truncation or a grammar's mask), its exponentials summed in double
+ * precision (each within a float's rounding: a result within ~1e-6 of the exact). Returns the
  * log-probability of `chosen`; top_ids/top_lp[0 .. k) get the k most likely tokens, most likely
  * first (lowest id on ties), k ≤ TS_LOGPROBS_MAX_TOP. */
 float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids,

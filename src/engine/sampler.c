@@ -239,21 +239,25 @@ int32_t ts_sampler_sample_masked(ts_sampler *s, const float *logits, const uint3
 
 float ts_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int k, int32_t *top_ids,
                   float *top_lp) {
-    float mx = logits[0];
-    for (int32_t i = 1; i < n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    const double lse = mx + log(sum);
     if (k > TS_LOGPROBS_MAX_TOP) k = TS_LOGPROBS_MAX_TOP;
     if (k > n_vocab) k = n_vocab;
-    int n = 0; /* top_ids[0 .. n) sorted, best first; a strict > keeps the lowest id on ties */
-    for (int32_t i = 0; i < n_vocab && k > 0; i++) {
-        if (n == k && !(logits[i] > logits[top_ids[n - 1]])) continue;
+    /* one pass for the max and the k best: top_ids[0 .. n) sorted, best first; a strict > keeps the lowest id
+       on ties; worst: the k-th best's logit once there are k */
+    float mx = logits[0], worst = 0;
+    int n = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float x = logits[i];
+        if (x > mx) mx = x;
+        if (k == 0 || (n == k && !(x > worst))) continue;
         int j = n < k ? n++ : k - 1;
-        while (j > 0 && logits[i] > logits[top_ids[j - 1]]) top_ids[j] = top_ids[j - 1], j--;
+        while (j > 0 && x > logits[top_ids[j - 1]]) top_ids[j] = top_ids[j - 1], j--;
         top_ids[j] = i;
+        if (n == k) worst = logits[top_ids[k - 1]];
     }
+    /* Σ e^(x − max): each term in float (within an ulp of the double's), the sum in double */
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += expf(logits[i] - mx);
+    const double lse = mx + log(sum);
     for (int i = 0; i < n; i++) top_lp[i] = (float)((double)logits[top_ids[i]] - lse);
     return chosen >= 0 && chosen < n_vocab ? (float)((double)logits[chosen] - lse) : -INFINITY;
 }

@@ -190,6 +190,36 @@ static void test_penalties(void **state) {
     assert_true(l[0] == 3.0f && l[1] == 2.9f);
 }
 
+/* ts_logprobs against a long double log-softmax, its top-k order (lowest id on ties) and its edges. */
+static void test_logprobs(void **state) {
+    enum { V = 5000 };
+    static float l[V];
+    for (int i = 0; i < V; i++) l[i] = sinf((float)i * 0.37f) * 9 + (float)(i % 7);
+    l[1234] = l[4321] = 20.0f; /* a tie for the best */
+    long double m = l[0], sum = 0;
+    for (int i = 1; i < V; i++) m = l[i] > m ? l[i] : m;
+    for (int i = 0; i < V; i++) sum += expl((long double)l[i] - m);
+    const long double lse = m + logl(sum);
+    int32_t ids[TS_LOGPROBS_MAX_TOP];
+    float lp[TS_LOGPROBS_MAX_TOP];
+    const float got = ts_logprobs(l, V, 77, 3, ids, lp);
+    assert_true(fabsl((long double)got - ((long double)l[77] - lse)) < 1e-5);
+    assert_int_equal(ids[0], 1234);
+    assert_int_equal(ids[1], 4321);
+    for (int i = 0; i < V; i++)
+        if (i != 1234 && i != 4321) assert_true(l[i] <= l[ids[2]]);
+    for (int k = 0; k < 3; k++)
+        assert_true(fabsl((long double)lp[k] - ((long double)l[ids[k]] - lse)) < 1e-5);
+    /* k past the limit is clamped; a chosen id outside the vocabulary has no probability */
+    int32_t many[TS_LOGPROBS_MAX_TOP];
+    float mlp[TS_LOGPROBS_MAX_TOP];
+    assert_true(isinf(ts_logprobs(l, V, V, TS_LOGPROBS_MAX_TOP + 5, many, mlp)));
+    for (int k = 1; k < TS_LOGPROBS_MAX_TOP; k++) assert_true(mlp[k] <= mlp[k - 1]);
+    /* k = 0: only the chosen token's */
+    assert_true(fabsl((long double)ts_logprobs(l, V, 1234, 0, ids, lp) - (20.0L - lse)) < 1e-5);
+    (void)state;
+}
+
 static void test_refusals(void **state) {
     char err[256];
     ts_sampler *s;
@@ -224,6 +254,7 @@ int main(void) {
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_masked),
+        cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
