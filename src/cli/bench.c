@@ -3,7 +3,9 @@
  *
  *   pp N      one sequence evaluates N prompt tokens (micro-batches of -ub, each size of the list): tokens/s.
  *   tg N @ b  b sequences, each already holding -d tokens (each depth of the list), decode N tokens together (one
- *             batched step a token; on CUDA one captured graph a step): b·N / time.
+ *             batched step a token): b·N / time. The step asks for the first sequence's logits, or with
+ *             --all-logits every sequence's, as a server's step does ("tg N @ b … +logits"); on CUDA a step
+ *             that asks for every row's logits (batch 1, or --all-logits) runs as one captured graph.
  *
  * Floor = bytes one decode step must read (ts_model_decode_cost_batch: dense weights once, the
  * expected union of the experts the batch routes to, per-sequence rows, recurrent state and the
@@ -48,7 +50,7 @@ static void bench_usage(FILE *f) {
         "N]\n"
         "                        [-r 3] [-ub 512,2048] [-t THREADS] [-o md|json|csv] [--ple auto|gpu|host] "
         "[--random-weights]\n"
-        "                        [--profile-batch B] [--gpu-mem GiB]\n"
+        "                        [--profile-batch B] [--gpu-mem GiB] [--all-logits]\n"
         "  -p, --n-prompt LIST   prompt sizes (one sequence; 0 skips prefill)\n"
         "  -n, --n-gen N         tokens decoded per sequence\n"
         "  -b, --batch-size LIST decode batch sizes (sequences decoded together)\n"
@@ -57,6 +59,8 @@ static void bench_usage(FILE *f) {
         "                        context grows). CUDA plans -b's largest count of sequences of the\n"
         "                        longest depth\n"
         "  -r, --repetitions N   timed runs after a warm-up (median and standard deviation reported)\n"
+        "  --all-logits          a batched decode step asks for every sequence's logits, as a server's\n"
+        "                        step does (default: the first sequence's)\n"
         "  -o, --output FMT      md (default: a llama-bench-like table), json (an array), csv\n"
         "  --ple P               CUDA: where the PLE table lives (default auto: on the GPU when it fits)\n"
         "  --random-weights      CUDA: fill every weight with random valid blocks on the GPU instead of\n"
@@ -105,14 +109,23 @@ static long list_max(const long *v, int n) {
 }
 
 enum { OUT_MD, OUT_JSON, OUT_CSV };
-enum { OPT_PLE = TS_ARGS_OWN, OPT_RANDOM_WEIGHTS, OPT_DEPTH, OPT_PROFILE_BATCH, OPT_GPU_MEM, OPT_UB };
+enum {
+    OPT_PLE = TS_ARGS_OWN,
+    OPT_RANDOM_WEIGHTS,
+    OPT_DEPTH,
+    OPT_PROFILE_BATCH,
+    OPT_GPU_MEM,
+    OPT_UB,
+    OPT_ALL_LOGITS
+};
 
 typedef struct bench_opts {
     const char *ple;
     long pl[MAX_LIST], bl[MAX_LIST], ubl[MAX_LIST], dl[MAX_LIST], n, reps, profile_batch;
     int np, nb, nub, nd, out;
     bool random_weights;
-    size_t gpu_mem; /* bytes; 0: the whole GPU */
+    bool all_logits; /* a decode step asks for every sequence's logits, not the first's alone */
+    size_t gpu_mem;  /* bytes; 0: the whole GPU */
 } bench_opts;
 
 static const struct option k_bench_opts[] = {
@@ -125,6 +138,7 @@ static const struct option k_bench_opts[] = {
     {"output", required_argument, NULL, 'o'},
     {"ple", required_argument, NULL, OPT_PLE},
     {"random-weights", no_argument, NULL, OPT_RANDOM_WEIGHTS},
+    {"all-logits", no_argument, NULL, OPT_ALL_LOGITS},
     {"profile-batch", required_argument, NULL, OPT_PROFILE_BATCH},
     {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
     {"ubatch-size", required_argument, NULL, OPT_UB},
@@ -161,6 +175,9 @@ static int bench_option(void *ctx, int id, const char *v) {
         break;
     case OPT_RANDOM_WEIGHTS:
         o->random_weights = true;
+        break;
+    case OPT_ALL_LOGITS:
+        o->all_logits = true;
         break;
     case OPT_PROFILE_BATCH:
         bad = ts_cli_long(v, 0, 4096, &o->profile_batch);
@@ -396,7 +413,7 @@ int ts_cmd_bench(int argc, char **argv) {
     const int32_t **idp = calloc((size_t)bmax, sizeof *idp);
     int64_t *cnt = calloc((size_t)bmax, sizeof *cnt);
     int32_t *step = malloc((size_t)bmax * sizeof *step);
-    float *logits = malloc((size_t)V * sizeof *logits);
+    float *logits = malloc((size_t)(o.all_logits ? bmax : 1) * (size_t)V * sizeof *logits);
     float **lp = calloc((size_t)bmax, sizeof *lp);
     if (!ids || !t || !ss || !idp || !cnt || !step || !logits || !lp) {
         fprintf(stderr, "turbospark bench: out of memory\n");
@@ -467,7 +484,8 @@ int ts_cmd_bench(int argc, char **argv) {
                 idp[i] = ids, cnt[i] = ctx, lp[i] = NULL;
             }
             rc = ts_batch_eval(ss, idp, cnt, lp, (int)b, err, sizeof err);
-            for (long i = 0; i < b; i++) idp[i] = step + i, cnt[i] = 1, lp[i] = i == 0 ? logits : NULL;
+            for (long i = 0; i < b; i++)
+                idp[i] = step + i, cnt[i] = 1, lp[i] = o.all_logits ? logits + i * V : i == 0 ? logits : NULL;
             for (long r = 0; !rc && r <= reps; r++) {
                 double t0 = now();
                 for (long k = 0; !rc && k < n; k++) {
@@ -481,7 +499,8 @@ int ts_cmd_bench(int argc, char **argv) {
                 ts_model_decode_cost_batch(m, ctx + (reps + 1) * n / 2, be == TS_BACKEND_CUDA ? 2 : 4, b);
             const double bytes = (double)(c.weight_bytes + c.state_bytes + c.kv_bytes),
                          floor_tps = bw / bytes * b;
-            snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld", n, b, ctx);
+            snprintf(test, sizeof test, "tg%ld @ b%ld ctx%ld%s", n, b, ctx,
+                     o.all_logits && b > 1 ? " +logits" : "");
             row.n_prompt = 0, row.n_gen = n, row.n_batch = b, row.n_depth = ctx, row.floor_tps = floor_tps;
             print_row(stdout, o.out, &first, &row, t + 1, (int)reps);
             fprintf(

@@ -102,6 +102,10 @@ for r in rows:
     assert r["avg_ts"] > 0 and r["stddev_ts"] >= 0 and len(r["samples_ts"]) == 3, r
     assert r["model_n_params"] > 10_000_000 and r["model_size"] > 1_000_000, r
 PY
+# --all-logits: every sequence's logits a step, named in the batched rows (batch 1 always has them)
+"$TS_BIN" bench -m "$m" -p 0 -n 2 -b 1,2 -r 1 -o json --all-logits >bench_al.json 2>err.txt || bad "bench --all-logits: $(cat err.txt)"
+$PY -c 'import json,sys; t=[r["test"] for r in json.load(open("bench_al.json"))]; sys.exit(t != ["tg2 @ b1 ctx128", "tg2 @ b2 ctx128 +logits"])' ||
+    bad "bench --all-logits rows: $(cat bench_al.json)"
 "$TS_BIN" bench -m "$m" -p 16 -n 4 -r 2 -o csv >bench.csv 2>/dev/null || bad "bench csv"
 [ "$(wc -l <bench.csv)" = 3 ] && head -1 bench.csv | grep -q "avg_ts,stddev_ts" || bad "bench csv: $(cat bench.csv)"
 "$TS_BIN" bench -m "$m" -p 16 -n 4 -r 2 >bench.md 2>/dev/null || bad "bench md"

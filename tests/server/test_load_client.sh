@@ -2,7 +2,7 @@
 # The load test's tools on the CPU (the same ones run at the released shapes on the GPU):
 #   - scripts/server_load.sh on the demo model: 8 streaming greedy clients x 16 tokens, each equal to
 #     the same request sent alone, decoded together, no leak; the server stops cleanly, bench -b 8
-#     runs, both figures and their ratio are printed;
+#     runs with and without --all-logits, the figures and their ratios are printed;
 #   - tools/load_test.py's leak check fails while a request it did not send holds a slot;
 #   - a tiny synthetic model carrying the demo model's tokenizer (synth --tokenizer-from) is served:
 #     its /props has the demo's vocabulary and chat template, and chat requests are answered (alone
@@ -18,7 +18,7 @@ TS_BIN="$TS_BIN" timeout -k 5 120 bash "$TS_REPO/scripts/server_load.sh" "$TS_MO
 cat "$TS_TMP/server_load.txt"
 grep -q '^load_test: 8 clients x 16 tokens: .* 8/8 equal to alone, .*; no leak; ok$' "$TS_TMP/server_load.txt" ||
   bad "no passing load_test summary"
-grep -q '^server: .* tokens/s aggregate at 8 clients; bench -b 8 (-n 16, depth [0-9]*): .* tokens/s; ratio [0-9.]*$' \
+grep -q '^server: .* tokens/s aggregate at 8 clients; bench -b 8 (-n 16, depth [0-9]*): .* tokens/s; ratio [0-9.]*; with every sequence.s logits (--all-logits) [0-9,.]*, ratio [0-9.]*$' \
   "$TS_TMP/server_load.txt" || bad "no server/bench ratio line"
 $PY - "$out/report.json" <<'PY' || bad "the load report is not what 8 clients x 16 tokens give"
 import json, sys
