@@ -16,6 +16,7 @@ typedef struct run_opts {
     const char *model, *tokens, *out, *backend;
     ts_backend be;
     int64_t ubatch, n_predict, n_ctx;
+    bool random_weights; /* CUDA: random valid weight blocks filled on the GPU, not the file's */
 } run_opts;
 
 static void usage(FILE *f, bool generate) {
@@ -34,8 +35,11 @@ static void usage(FILE *f, bool generate) {
                    "Runs the prompt (int32 1-D .npy) in chunks of --ubatch tokens (default 512) and writes "
                    "the float32\n"
                    "logits of every position, shape [T, vocab].\n");
-    fprintf(f, TS_CLI_BACKEND_HELP
-            "  -c CTX           context size (default: the prompt plus the tokens to generate)\n");
+    fprintf(
+        f, TS_CLI_BACKEND_HELP
+        "  -c CTX           context size (default: the prompt plus the tokens to generate)\n"
+        "  --random-weights CUDA: every weight filled with random valid blocks on the GPU instead of the\n"
+        "                   file's (synthetic files: synth --sparse), as bench and serve fill them\n");
 }
 
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v) {
@@ -73,6 +77,8 @@ static int parse(int argc, char **argv, bool generate, run_opts *o) {
                 fprintf(stderr, "-c must be a positive number\n");
                 return -1;
             }
+        } else if (!strcmp(a, "--random-weights")) {
+            o->random_weights = true;
         } else if (generate && !strcmp(a, "-n") && v) {
             if (parse_i64(argv[++i], 0, 1 << 24, &o->n_predict)) {
                 fprintf(stderr, "-n must be 0 to 16777216\n");
@@ -92,6 +98,10 @@ static int parse(int argc, char **argv, bool generate, run_opts *o) {
         return -1;
     }
     if (ts_cli_backend(o->backend, &o->be)) return -1;
+    if (o->random_weights && o->be != TS_BACKEND_CUDA) {
+        fprintf(stderr, "--random-weights needs --backend cuda (the weights are filled on the GPU)\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -134,6 +144,10 @@ static int runner_init(runner *r, const run_opts *o, int64_t extra, const char *
         goto fail;
     }
     r->ub = o->ubatch < r->T ? o->ubatch : r->T;
+    if (o->random_weights) { /* the CUDA backend set up here, for this one session, with random weights */
+        ts_cuda_params cp = {.plan_ctx = n_ctx, .plan_seqs = 1, .max_rows = r->ub, .random_weights = true};
+        if (ts_model_cuda_init(r->m, &cp, err, sizeof err)) goto fail;
+    }
     ts_session_params sp = {.n_ctx = n_ctx, .ubatch = r->ub, .backend = o->be};
     if (ts_session_new(r->m, &sp, &r->s, err, sizeof err)) goto fail;
     fprintf(stderr,

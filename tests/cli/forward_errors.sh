@@ -36,6 +36,7 @@ expect 1 "cannot open" "$TS_BIN" logits -m missing.gguf --tokens-npy ok.npy -o x
 expect 1 "is not a GGUF file" "$TS_BIN" logits -m garbage.npy --tokens-npy ok.npy -o x.npy
 expect 2 "missing -o" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy
 expect 2 "unknown backend 'vulkan'" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend vulkan
+expect 2 "random-weights needs --backend cuda" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --random-weights
 if ! "$TS_BIN" devices 2>/dev/null | grep -q "^  0: "; then # no GPU here: a clear refusal, not a crash
   if "$TS_BIN" devices | grep -q "^cuda: not built"; then
     expect 2 "not in this build" "$TS_BIN" logits -m tiny.gguf --tokens-npy ok.npy -o x.npy --backend cuda
