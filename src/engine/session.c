@@ -158,17 +158,12 @@ int ts_session_copy(ts_session *dst, const ts_session *src, char *err, size_t er
  * exponent bits' all-ones test over a row without an early exit, so it vectorizes (~V/8 cycles a
  * row: 64 rows of 248,320 logits in well under a millisecond); only a bad row is searched again for
  * the sentence. */
-/* Whether a row of V logits holds no NaN and no infinity (one pass over the exponent bits). */
-static bool row_finite(const float *x, int64_t V) {
-    const uint32_t *b = (const uint32_t *)x;
-    uint32_t bad = 0;
-    for (int64_t v = 0; v < V; v++) bad |= (b[v] & 0x7f800000u) == 0x7f800000u;
-    return !bad;
-}
-
 static int check_logits(const float *x, int64_t rows, int64_t V, int64_t pos0, char *err, size_t errlen) {
     for (int64_t r = 0; r < rows; r++) {
-        if (row_finite(x + r * V, V)) continue;
+        const uint32_t *b = (const uint32_t *)(x + r * V);
+        uint32_t bad = 0;
+        for (int64_t v = 0; v < V; v++) bad |= (b[v] & 0x7f800000u) == 0x7f800000u;
+        if (!bad) continue;
         for (int64_t v = 0; v < V; v++)
             if (!isfinite(x[r * V + v]))
                 return ts_errf(
@@ -289,22 +284,13 @@ int ts_batch_eval(ts_session *const *s, const int32_t *const *ids, const int64_t
     for (int i = 1; i < n_seq; i++)
         if (s[i]->p.n_ctx > host->p.n_ctx) host = s[i];
     int rc = run_entries(host, s, ids, n, logits, n_seq, false, err, errlen);
-    if (rc || !logits) return rc;
-    /* the entries' rows checked side by side (a step of many streams returns a row of the vocabulary
-       each), then the first bad one named */
-    const int64_t V = host->m->hp.n_vocab;
-    int first = n_seq;
-#ifdef _OPENMP
-#pragma omp parallel for reduction(min : first) if (n_seq > 1)
-#endif
-    for (int i = 0; i < n_seq; i++)
-        if (logits[i] && !row_finite(logits[i], V) && i < first) first = i;
-    if (first < n_seq) {
+    for (int i = 0; !rc && logits && i < n_seq; i++) {
+        if (!logits[i]) continue;
         char e2[400];
-        check_logits(logits[first], 1, V, ts_session_pos(s[first]) - 1, e2, sizeof e2);
-        return ts_errf(err, errlen, "batch entry %d: %s", first, e2);
+        if (check_logits(logits[i], 1, s[i]->m->hp.n_vocab, ts_session_pos(s[i]) - 1, e2, sizeof e2))
+            rc = ts_errf(err, errlen, "batch entry %d: %s", i, e2);
     }
-    return 0;
+    return rc;
 }
 
 int ts_batch_profile_step(ts_session *const *s, const int32_t *ids, int n_seq,

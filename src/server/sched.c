@@ -121,10 +121,9 @@ struct ts_sched {
     int64_t *b_n;
     float **b_logits;
     int *b_slot, *order;
-    /* the step's slots to sample, [n_slots]: their indices, their tokens before, and whether a reply that ends
-       there goes into the prefix cache */
+    /* the step's slots to sample, [n_slots]: their indices, and whether a reply that ends there goes into the
+       prefix cache */
     int *todo;
-    int64_t *todo_gen0;
     bool *todo_put;
     ts_prefix_tree *cache;    /* the prefix cache (NULL: off): scheduler thread only */
     double sample_s, cache_s; /* this step's host time sampling and saving snapshots (for the metrics) */
@@ -678,7 +677,7 @@ static void slot_sample(ts_sched *s, slot *sl) {
 /* Queues slot i to sample its next token (sample_queued); put: a reply that ends there goes into the
  * prefix cache. */
 static void queue_sample(ts_sched *s, int i, int *nt, bool put) {
-    s->todo[*nt] = i, s->todo_gen0[*nt] = s->slots[i].n_gen, s->todo_put[*nt] = put;
+    s->todo[*nt] = i, s->todo_put[*nt] = put;
     (*nt)++;
 }
 
@@ -704,21 +703,25 @@ static void start_waiting(ts_sched *s, slot *lead, int *np, int *nt) {
 }
 
 /* Samples the queued slots' next tokens (slot_sample), side by side on the OpenMP threads: each slot's
- * logits, sampler, grammar matcher and text are its own, and a slot's pass over the vocabulary (its
- * sampling and log-probabilities, ~5 ms at 248,320 entries) is the host's largest share of a step with
- * many streams. Then, in queue order, the tokens they generated are counted and the replies that ended
- * go into the prefix cache. Returns the tokens generated. */
+ * logits, sampler, grammar matcher and text are its own, and a slot's passes over the vocabulary (its
+ * sampling and log-probabilities, ~1–2 ms of CPU at 248,320 entries) are the host's largest share of a
+ * step with many streams. Then, in queue order, the replies that ended go into the prefix cache. Returns
+ * the tokens generated. */
 static uint64_t sample_queued(ts_sched *s, int nt) {
     const double t0 = ts_now();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (nt > 1)
-#endif
-    for (int k = 0; k < nt; k++) slot_sample(s, &s->slots[s->todo[k]]);
-    s->sample_s += ts_now() - t0;
     uint64_t n_gen = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : n_gen) if (nt > 1)
+#endif
     for (int k = 0; k < nt; k++) {
         slot *sl = &s->slots[s->todo[k]];
-        n_gen += (uint64_t)(sl->n_gen - s->todo_gen0[k]);
+        const int64_t before = sl->n_gen;
+        slot_sample(s, sl);
+        n_gen += (uint64_t)(sl->n_gen - before);
+    }
+    s->sample_s += ts_now() - t0;
+    for (int k = 0; k < nt; k++) {
+        slot *sl = &s->slots[s->todo[k]];
         if (s->todo_put[k] && (sl->fin == TS_FINISH_STOP || sl->fin == TS_FINISH_LENGTH))
             cache_put(s, sl, true); /* the reply's end */
     }
@@ -923,10 +926,9 @@ int ts_sched_new(ts_model *m, const ts_tokenizer *tok, const ts_sched_params *p,
     s->b_slot = calloc((size_t)n, sizeof *s->b_slot);
     s->order = calloc((size_t)n, sizeof *s->order);
     s->todo = calloc((size_t)n, sizeof *s->todo);
-    s->todo_gen0 = calloc((size_t)n, sizeof *s->todo_gen0);
     s->todo_put = calloc((size_t)n, sizeof *s->todo_put);
     if (!s->slots || !s->b_sess || !s->b_ids || !s->b_n || !s->b_logits || !s->b_slot || !s->order ||
-        !s->todo || !s->todo_gen0 || !s->todo_put) {
+        !s->todo || !s->todo_put) {
         ts_sched_free(s);
         return ts_errf(err, errlen, "out of memory");
     }
@@ -1016,7 +1018,7 @@ void ts_sched_free(ts_sched *s) {
         ts_text_free(&sl->text);
     }
     free(s->slots), free(s->b_sess), free(s->b_ids), free(s->b_n), free(s->b_logits), free(s->b_slot),
-        free(s->order), free(s->todo), free(s->todo_gen0), free(s->todo_put);
+        free(s->order), free(s->todo), free(s->todo_put);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->mu);
